@@ -1,0 +1,17 @@
+"""sb3-reset-ppo: sliding-window recurrent PPO with reset-and-continue for Stable-Baselines3."""
+
+from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
+from sb3_reset_ppo.common.windows import window_weights
+from sb3_reset_ppo.reset_ppo import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy, ResetPPO
+from sb3_reset_ppo.version import __version__
+
+__all__ = [
+    "CnnLstmPolicy",
+    "DictWindowRolloutBuffer",
+    "MlpLstmPolicy",
+    "MultiInputLstmPolicy",
+    "ResetPPO",
+    "WindowRolloutBuffer",
+    "__version__",
+    "window_weights",
+]

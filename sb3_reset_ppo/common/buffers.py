@@ -1,0 +1,274 @@
+"""Rollout buffers that yield minibatches of fixed-length windows, gathered by index."""
+
+from collections.abc import Generator
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, RecurrentRolloutBuffer
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
+
+from sb3_reset_ppo.common.type_aliases import DictWindowRolloutBufferSamples, WindowRolloutBufferSamples
+from sb3_reset_ppo.common.windows import (
+    Boundary,
+    RolloutWindowStats,
+    Weighting,
+    check_window_settings,
+    kept_slots,
+    slot_indices,
+    slot_resets,
+    slot_weights,
+    window_starts,
+)
+
+
+class _WindowSampler:
+    """
+    The stored rollout as env-major flat tensors on the buffer's device, and the window minibatches.
+
+    Built once per rollout (on the first ``get`` after the buffer is full). A minibatch gathers its
+    ``B * W`` slots from these tensors by index: windows are never materialised.
+    """
+
+    def __init__(
+        self,
+        arrays: dict[str, np.ndarray],
+        observations: np.ndarray | dict[str, np.ndarray],
+        memory: dict[str, np.ndarray],
+        n_envs: int,
+        n_steps: int,
+        window_size: int,
+        boundary: Boundary,
+        weighting: Weighting,
+        window_stride: int,
+        device: th.device,
+    ) -> None:
+        self.window_size = window_size
+        self.boundary: Boundary = boundary
+        self.weighting: Weighting = weighting
+        self.device = device
+
+        def flat(array: np.ndarray) -> th.Tensor:
+            # (n_steps, n_envs, *shape) -> (n_envs, n_steps, *shape) -> (n_envs * n_steps, *shape)
+            swapped = array.swapaxes(0, 1)
+            return th.as_tensor(swapped.reshape(n_envs * n_steps, *swapped.shape[2:]), device=device)
+
+        def flat_memory(array: np.ndarray) -> th.Tensor:
+            # (n_steps, n_layers, n_envs, hidden) -> (n_envs, n_steps, n_layers, hidden)
+            #   -> (n_envs * n_steps, n_layers, hidden)
+            per_env = array.transpose(2, 0, 1, 3)
+            return th.as_tensor(per_env.reshape(n_envs * n_steps, *per_env.shape[2:]), device=device)
+
+        self.data = {key: flat(value) for key, value in arrays.items()}
+        self.observations: th.Tensor | dict[str, th.Tensor]
+        if isinstance(observations, dict):
+            self.observations = {key: flat(value) for key, value in observations.items()}
+        else:
+            self.observations = flat(observations)
+        self.memory = {key: flat_memory(value) for key, value in memory.items()}
+        # (n_envs * n_steps,) -> (n_envs, n_steps)
+        per_env_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
+        self.stats = RolloutWindowStats(per_env_starts, window_size, boundary, weighting, window_stride)
+        self.diagnostics = self.stats.diagnostics(per_env_starts)
+        self.starts = window_starts(n_steps, n_envs, window_size, window_stride, device=device)
+
+    def minibatches(self, batch_size: int | None) -> Generator[dict[str, object], None, None]:
+        """
+        One shuffled pass over all windows.
+
+        :param batch_size: Windows per minibatch (``None`` or more than there are: all windows at once)
+        :return: Generator of field dicts, each field with leading shape ``(B, W)``
+        """
+        n_windows = self.starts.shape[0]
+        if batch_size is None or batch_size > n_windows:
+            batch_size = n_windows
+        permutation = th.randperm(n_windows, device=self.device)
+        for first in range(0, n_windows, batch_size):
+            slots = slot_indices(self.starts[permutation[first : first + batch_size]], self.window_size)
+            episode_starts = self.data["episode_starts"][slots]
+            resets = slot_resets(episode_starts)
+            kept = kept_slots(resets, self.boundary)
+            fields: dict[str, object] = {key: value[slots] for key, value in self.data.items()}
+            if isinstance(self.observations, dict):
+                fields["observations"] = {key: value[slots] for key, value in self.observations.items()}
+            else:
+                fields["observations"] = self.observations[slots]
+            fields["lstm_states"] = RNNStates(
+                (self.memory["hidden_pi"][slots], self.memory["cell_pi"][slots]),
+                (self.memory["hidden_vf"][slots], self.memory["cell_vf"][slots]),
+            )
+            fields["resets"] = resets
+            fields["kept"] = kept
+            fields["weights"] = slot_weights(kept, self.stats.counts[slots], self.weighting)
+            yield fields
+
+
+class _WindowBufferMixin:
+    """Window settings and sampling shared by both window buffers (placed before the sb3-contrib base)."""
+
+    # Set by the sb3-contrib / SB3 base buffer
+    buffer_size: int
+    n_envs: int
+    full: bool
+    device: th.device
+    observations: np.ndarray | dict[str, np.ndarray]
+    actions: np.ndarray
+    values: np.ndarray
+    log_probs: np.ndarray
+    advantages: np.ndarray
+    returns: np.ndarray
+    episode_starts: np.ndarray
+    hidden_states_pi: np.ndarray
+    cell_states_pi: np.ndarray
+    hidden_states_vf: np.ndarray
+    cell_states_vf: np.ndarray
+
+    def _set_window_settings(self, window_size: int, boundary: str, weighting: str, window_stride: int, n_steps: int) -> None:
+        check_window_settings(window_size, boundary, weighting, window_stride, n_steps=n_steps)
+        self.window_size = window_size
+        self.boundary: Boundary = boundary  # type: ignore[assignment]
+        self.weighting: Weighting = weighting  # type: ignore[assignment]
+        self.window_stride = window_stride
+        self._sampler: _WindowSampler | None = None
+
+    @property
+    def n_windows(self) -> int:
+        """Number of windows in a full rollout."""
+        return self.n_envs * ((self.buffer_size - self.window_size) // self.window_stride + 1)
+
+    def reset(self) -> None:
+        super().reset()  # type: ignore[misc]
+        self._sampler = None
+
+    def sampler(self) -> _WindowSampler:
+        """The window view of the current (full) rollout, built on first use and kept until ``reset``."""
+        if not self.full:
+            raise RuntimeError("The rollout buffer must be full before windows can be sampled from it")
+        if self._sampler is None:
+            self._sampler = _WindowSampler(
+                arrays={
+                    "actions": self.actions,
+                    "old_values": self.values,
+                    "old_log_prob": self.log_probs,
+                    "advantages": self.advantages,
+                    "returns": self.returns,
+                    "episode_starts": self.episode_starts,
+                },
+                observations=self.observations,
+                memory={
+                    "hidden_pi": self.hidden_states_pi,
+                    "cell_pi": self.cell_states_pi,
+                    "hidden_vf": self.hidden_states_vf,
+                    "cell_vf": self.cell_states_vf,
+                },
+                n_envs=self.n_envs,
+                n_steps=self.buffer_size,
+                window_size=self.window_size,
+                boundary=self.boundary,
+                weighting=self.weighting,
+                window_stride=self.window_stride,
+                device=self.device,
+            )
+        return self._sampler
+
+    def window_diagnostics(self) -> dict[str, float]:
+        """The ``train/`` window diagnostics of the current rollout (see the README)."""
+        return self.sampler().diagnostics
+
+
+class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):
+    """
+    Rollout buffer that stores the LSTM memory entering every step and yields minibatches of windows.
+
+    Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` yields
+    :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of ``batch_size`` windows,
+    shuffled, covering every window of the rollout once. The rollout is copied once to the buffer's
+    device as tensors; each minibatch gathers its ``B * W`` slots from it by index.
+
+    :param buffer_size: Steps per env (``n_steps``)
+    :param observation_space: Observation space
+    :param action_space: Action space
+    :param hidden_state_shape: ``(n_steps, n_layers, n_envs, hidden_size)``
+    :param device: PyTorch device
+    :param gae_lambda: GAE lambda
+    :param gamma: Discount factor
+    :param n_envs: Number of parallel environments
+    :param window_size: Steps per window
+    :param boundary: ``"reset"`` or ``"mask"``
+    :param weighting: ``"uniform"`` or ``"importance"``
+    :param window_stride: Steps between window starts
+    """
+
+    observations: np.ndarray
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden_state_shape: tuple[int, int, int, int],
+        device: th.device | str = "auto",
+        gae_lambda: float = 1,
+        gamma: float = 0.99,
+        n_envs: int = 1,
+        window_size: int = 16,
+        boundary: str = "reset",
+        weighting: str = "uniform",
+        window_stride: int = 1,
+    ) -> None:
+        self._set_window_settings(window_size, boundary, weighting, window_stride, n_steps=buffer_size)
+        super().__init__(buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs)
+
+    def get(  # type: ignore[override]
+        self, batch_size: int | None = None
+    ) -> Generator[WindowRolloutBufferSamples, None, None]:
+        """
+        One shuffled pass over all windows of the rollout.
+
+        :param batch_size: Windows per minibatch; ``None`` or more than there are yields all windows at once
+        :return: Generator of minibatches, each field with leading shape ``(B, W)``
+        """
+        for fields in self.sampler().minibatches(batch_size):
+            yield WindowRolloutBufferSamples(**fields)  # type: ignore[arg-type]
+
+
+class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):
+    """
+    :class:`WindowRolloutBuffer` for ``Dict`` observation spaces; samples hold a dict of observation tensors.
+
+    Parameters are those of :class:`WindowRolloutBuffer`.
+    """
+
+    observations: dict[str, np.ndarray]  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden_state_shape: tuple[int, int, int, int],
+        device: th.device | str = "auto",
+        gae_lambda: float = 1,
+        gamma: float = 0.99,
+        n_envs: int = 1,
+        window_size: int = 16,
+        boundary: str = "reset",
+        weighting: str = "uniform",
+        window_stride: int = 1,
+    ) -> None:
+        self._set_window_settings(window_size, boundary, weighting, window_stride, n_steps=buffer_size)
+        super().__init__(
+            buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs
+        )
+
+    def get(  # type: ignore[override]
+        self, batch_size: int | None = None
+    ) -> Generator[DictWindowRolloutBufferSamples, None, None]:
+        """
+        One shuffled pass over all windows of the rollout.
+
+        :param batch_size: Windows per minibatch; ``None`` or more than there are yields all windows at once
+        :return: Generator of minibatches, each field with leading shape ``(B, W)``
+        """
+        for fields in self.sampler().minibatches(batch_size):
+            yield DictWindowRolloutBufferSamples(**fields)  # type: ignore[arg-type]

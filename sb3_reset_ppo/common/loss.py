@@ -1,0 +1,105 @@
+"""The PPO loss over weighted window slots: one pure function."""
+
+from typing import NamedTuple
+
+import torch as th
+
+from sb3_reset_ppo.common.windows import Weighting
+
+
+class WindowLoss(NamedTuple):
+    """The loss to minimise and its logged parts (0-d tensors; no host synchronisation)."""
+
+    loss: th.Tensor
+    policy_loss: th.Tensor
+    value_loss: th.Tensor
+    entropy_loss: th.Tensor
+    approx_kl: th.Tensor
+    clip_fraction: th.Tensor
+
+
+def _kept_mean(values: th.Tensor, kept: th.Tensor) -> th.Tensor:
+    return (values * kept).sum() / kept.sum().clamp(min=1.0)
+
+
+def window_ppo_loss(
+    log_prob: th.Tensor,
+    old_log_prob: th.Tensor,
+    advantages: th.Tensor,
+    values: th.Tensor,
+    old_values: th.Tensor,
+    returns: th.Tensor,
+    entropy: th.Tensor | None,
+    kept: th.Tensor,
+    weights: th.Tensor,
+    weighting: Weighting,
+    clip_range: float,
+    clip_range_vf: float | None,
+    ent_coef: float,
+    vf_coef: float,
+    normalize_advantage: bool = True,
+) -> WindowLoss:
+    """
+    PPO's clipped loss over the slots of ``B`` windows of ``W`` slots (every tensor argument ``(B, W)``).
+
+    Per-slot terms (clipped surrogate, value loss with optional ``clip_range_vf``, entropy) are combined
+    as ``sum(w * term) / (B * W)`` for uniform weighting and ``sum(w * term) / sum(w)`` for importance
+    weighting. Advantage normalisation, ``approx_kl`` and ``clip_fraction`` use kept slots only.
+
+    :param log_prob: Log-probabilities under the current policy
+    :param old_log_prob: Log-probabilities recorded in the rollout
+    :param advantages: Advantages (GAE)
+    :param values: Values under the current policy
+    :param old_values: Values recorded in the rollout
+    :param returns: Returns (value targets)
+    :param entropy: Entropies, or ``None`` to use ``-log_prob`` as in SB3
+    :param kept: Whether each slot is trained
+    :param weights: Slot weights (zero where not kept)
+    :param weighting: ``"uniform"`` or ``"importance"``
+    :param clip_range: PPO clip range
+    :param clip_range_vf: Value clip range, ``None`` for no value clipping
+    :param ent_coef: Entropy coefficient
+    :param vf_coef: Value coefficient
+    :param normalize_advantage: Normalise advantages over the kept slots
+    :return: The loss and its parts
+    """
+    kept_f = kept.float()
+    if normalize_advantage:
+        n_kept = kept_f.sum()
+        mean = _kept_mean(advantages, kept_f)
+        # Unbiased std over kept slots, as torch.std; a single kept slot is only centred
+        variance = (((advantages - mean) ** 2) * kept_f).sum() / (n_kept - 1).clamp(min=1.0)
+        advantages = (advantages - mean) / (variance.sqrt() + 1e-8)
+
+    log_ratio = log_prob - old_log_prob
+    ratio = th.exp(log_ratio)
+    policy_term = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range))
+
+    if clip_range_vf is None:
+        values_pred = values
+    else:
+        values_pred = old_values + th.clamp(values - old_values, -clip_range_vf, clip_range_vf)
+    value_term = (returns - values_pred) ** 2
+
+    # Approximate entropy when there is no closed form, as SB3 does
+    entropy_term = log_prob if entropy is None else -entropy
+
+    normaliser = weights.sum() if weighting == "importance" else th.tensor(float(weights.numel()), device=weights.device)
+
+    def combine(term: th.Tensor) -> th.Tensor:
+        return (weights * term).sum() / normaliser
+
+    policy_loss = combine(policy_term)
+    value_loss = combine(value_term)
+    entropy_loss = combine(entropy_term)
+    with th.no_grad():
+        approx_kl = _kept_mean((ratio - 1) - log_ratio, kept_f)
+        clip_fraction = _kept_mean((th.abs(ratio - 1) > clip_range).float(), kept_f)
+    return WindowLoss(
+        loss=policy_loss + ent_coef * entropy_loss + vf_coef * value_loss,
+        policy_loss=policy_loss.detach(),
+        value_loss=value_loss.detach(),
+        entropy_loss=entropy_loss.detach(),
+        approx_kl=approx_kl,
+        clip_fraction=clip_fraction,
+    )

@@ -1,0 +1,259 @@
+"""
+Window logic of ResetPPO: pure functions of the rollout's episode starts, with no SB3 state.
+
+The rollout is addressed *env-major*: step ``s`` of env ``e`` has the flat index ``e * n_steps + s``
+(the layout of SB3's ``swap_and_flatten``). A window is ``window_size`` consecutive steps of one
+env; slot ``i`` of the window starting at step ``t`` holds step ``t + i``. The buffer, ``train()``
+and the public :func:`window_weights` all use these functions, so the weights a user inspects are
+the weights training applies.
+"""
+
+from collections.abc import Iterator
+from typing import Literal
+
+import numpy as np
+import torch as th
+
+BOUNDARIES = ("reset", "mask")
+WEIGHTINGS = ("uniform", "importance")
+Boundary = Literal["reset", "mask"]
+Weighting = Literal["uniform", "importance"]
+
+# Number of windows handled at once when scanning a whole rollout (bounds temporary memory).
+_CHUNK_WINDOWS = 1 << 16
+
+
+def check_window_settings(
+    window_size: object,
+    boundary: object,
+    weighting: object,
+    window_stride: object = 1,
+    n_steps: int | None = None,
+) -> None:
+    """
+    Validate the window settings, raising an error that names the parameter, its value and what is allowed.
+
+    :param window_size: Number of consecutive steps in a window (positive int, at most ``n_steps``)
+    :param boundary: ``"reset"`` or ``"mask"``
+    :param weighting: ``"uniform"`` or ``"importance"``
+    :param window_stride: Steps between the starts of two consecutive windows (positive int)
+    :param n_steps: Rollout length per env, when known
+    """
+    for name, value in (("window_size", window_size), ("window_stride", window_stride)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be a positive int, got {value!r} of type {type(value).__name__}")
+        if value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if n_steps is not None and int(window_size) > n_steps:  # type: ignore[call-overload]
+        raise ValueError(
+            f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got {window_size!r}"
+        )
+    if boundary not in BOUNDARIES:
+        raise ValueError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+
+
+def window_starts(
+    n_steps: int, n_envs: int, window_size: int, window_stride: int = 1, device: th.device | str = "cpu"
+) -> th.Tensor:
+    """
+    Flat (env-major) index of the first step of every window.
+
+    Window ``t`` of an env starts at step ``t`` for ``t = 0, window_stride, ... <= n_steps - window_size``.
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param window_size: Steps per window
+    :param window_stride: Steps between the starts of consecutive windows
+    :param device: Device of the returned tensor
+    :return: int64 tensor of shape ``(n_envs * windows_per_env,)``
+    """
+    starts = th.arange(0, n_steps - window_size + 1, window_stride, device=device)
+    env_offsets = th.arange(n_envs, device=device) * n_steps
+    # (n_envs, windows_per_env) -> (n_envs * windows_per_env,)
+    return (env_offsets[:, None] + starts[None, :]).reshape(-1)
+
+
+def slot_indices(starts: th.Tensor, window_size: int) -> th.Tensor:
+    """
+    Flat index of the step held by every slot of the given windows.
+
+    :param starts: Flat index of the first step of each window, shape ``(B,)``
+    :param window_size: Steps per window ``W``
+    :return: int64 tensor of shape ``(B, W)``
+    """
+    return starts[:, None] + th.arange(window_size, device=starts.device)[None, :]
+
+
+def slot_resets(episode_starts: th.Tensor) -> th.Tensor:
+    """
+    Reset flag of every slot: slot ``i >= 1`` resets when its step starts an episode; slot 0 never does.
+
+    :param episode_starts: SB3's episode-start flags of the steps held by the slots, shape ``(B, W)``
+    :return: bool tensor of shape ``(B, W)``
+    """
+    resets = episode_starts > 0.5
+    resets[:, 0] = False
+    return resets
+
+
+def kept_slots(resets: th.Tensor, boundary: Boundary) -> th.Tensor:
+    """
+    Which slots are trained.
+
+    In reset mode every slot is kept. In mask mode every slot from the first reset of its window on is
+    dropped.
+
+    :param resets: Reset flags, shape ``(B, W)`` (see :func:`slot_resets`)
+    :param boundary: ``"reset"`` or ``"mask"``
+    :return: bool tensor of shape ``(B, W)``
+    """
+    if boundary == "reset":
+        return th.ones_like(resets)
+    return th.cumsum(resets, dim=1) == 0
+
+
+def slot_weights(kept: th.Tensor, step_counts: th.Tensor, weighting: Weighting) -> th.Tensor:
+    """
+    Weight of every slot in the loss.
+
+    :param kept: Kept flags, shape ``(B, W)``
+    :param step_counts: For the step held by each slot, the number of windows in which that step is kept,
+        shape ``(B, W)`` (see :func:`kept_counts`)
+    :param weighting: ``"uniform"`` (weight = kept) or ``"importance"`` (weight = kept / count)
+    :return: float32 tensor of shape ``(B, W)``
+    """
+    weights = kept.float()
+    if weighting == "importance":
+        # A kept step has count >= 1; clamp only guards the division for dropped slots.
+        weights = weights / step_counts.clamp(min=1)
+    return weights
+
+
+def _window_chunks(
+    episode_starts: th.Tensor, window_size: int, window_stride: int
+) -> Iterator[tuple[th.Tensor, th.Tensor]]:
+    """
+    All windows of a rollout, a bounded number at a time.
+
+    :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
+    :return: Iterator of ``(slots, resets)``, each of shape ``(chunk, W)``
+    """
+    n_envs, n_steps = episode_starts.shape
+    # (n_envs, n_steps) -> (n_envs * n_steps,): env-major flat layout
+    flat_starts = episode_starts.reshape(-1)
+    starts = window_starts(n_steps, n_envs, window_size, window_stride, device=episode_starts.device)
+    for chunk in th.split(starts, _CHUNK_WINDOWS):
+        slots = slot_indices(chunk, window_size)
+        yield slots, slot_resets(flat_starts[slots])
+
+
+def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary, window_stride: int = 1) -> th.Tensor:
+    """
+    For every step, the number of windows in which it is kept.
+
+    :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
+    :param window_size: Steps per window
+    :param boundary: ``"reset"`` or ``"mask"``
+    :param window_stride: Steps between window starts
+    :return: float32 tensor of shape ``(n_envs * n_steps,)`` (env-major flat layout)
+    """
+    counts = th.zeros(episode_starts.numel(), device=episode_starts.device)
+    for slots, resets in _window_chunks(episode_starts, window_size, window_stride):
+        kept = kept_slots(resets, boundary)
+        counts.index_add_(0, slots.reshape(-1), kept.reshape(-1).float())
+    return counts
+
+
+class RolloutWindowStats:
+    """
+    Per-step totals and window counts of one rollout, computed by a scan over all its windows.
+
+    :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
+    :param window_size: Steps per window
+    :param boundary: ``"reset"`` or ``"mask"``
+    :param weighting: ``"uniform"`` or ``"importance"``
+    :param window_stride: Steps between window starts
+    """
+
+    def __init__(
+        self,
+        episode_starts: th.Tensor,
+        window_size: int,
+        boundary: Boundary,
+        weighting: Weighting,
+        window_stride: int = 1,
+    ) -> None:
+        self.counts = kept_counts(episode_starts, window_size, boundary, window_stride)
+        # Sum of slot weights per step over one pass over all windows, shape (n_envs * n_steps,)
+        self.step_weights = th.zeros_like(self.counts)
+        self.n_windows = 0
+        self.n_kept_slots = 0.0
+        self.n_windows_with_reset = 0
+        for slots, resets in _window_chunks(episode_starts, window_size, window_stride):
+            kept = kept_slots(resets, boundary)
+            weights = slot_weights(kept, self.counts[slots], weighting)
+            self.step_weights.index_add_(0, slots.reshape(-1), weights.reshape(-1))
+            self.n_windows += slots.shape[0]
+            self.n_kept_slots += float(kept.sum())
+            self.n_windows_with_reset += int(resets.any(dim=1).sum())
+        self.window_size = window_size
+
+    def diagnostics(self, episode_starts: th.Tensor) -> dict[str, float]:
+        """
+        The ``train/`` diagnostics of DESIGN.md.
+
+        :param episode_starts: The same flags the stats were built from, shape ``(n_envs, n_steps)``
+        :return: Mapping from logger key to value; ``train/episode_start_weight`` only when the rollout
+            holds an episode start
+        """
+        n_slots = self.n_windows * self.window_size
+        stats = {
+            "train/kept_slot_fraction": self.n_kept_slots / n_slots,
+            "train/untrained_step_fraction": float((self.step_weights == 0).float().mean()),
+            "train/windows_with_reset": self.n_windows_with_reset / self.n_windows,
+        }
+        # (n_envs, n_steps) -> (n_envs * n_steps,)
+        is_start = episode_starts.reshape(-1) > 0.5
+        mean_weight = float(self.step_weights.mean())
+        if bool(is_start.any()) and mean_weight > 0:
+            stats["train/episode_start_weight"] = float(self.step_weights[is_start].mean()) / mean_weight
+        return stats
+
+
+def window_weights(
+    episode_starts: np.ndarray,
+    window_size: int,
+    boundary: str = "reset",
+    weighting: str = "uniform",
+    window_stride: int = 1,
+) -> np.ndarray:
+    """
+    Total weight each step of a rollout receives over one pass over all windows.
+
+    This is the sum of the slot weight over every slot that holds the step, computed by the same code
+    that ResetPPO trains with. With ``window_stride=1`` and uniform weighting, in reset mode a step at
+    position ``s`` gets ``min(s+1, W, T-s, T-W+1)``; in mask mode a step ``k`` steps into an episode that
+    began inside the rollout gets at most ``k+1``.
+
+    :param episode_starts: SB3's episode-start flags (step ``s`` is the first of an episode),
+        shape ``(n_steps,)`` for one env or ``(n_steps, n_envs)`` as in SB3's rollout buffer
+    :param window_size: Steps per window (``1 <= window_size <= n_steps``)
+    :param boundary: ``"reset"`` (reset-and-continue) or ``"mask"`` (drop slots after an episode end)
+    :param weighting: ``"uniform"`` or ``"importance"``
+    :param window_stride: Steps between the starts of consecutive windows
+    :return: float array of the same shape as ``episode_starts``
+    """
+    array = np.asarray(episode_starts)
+    if array.ndim not in (1, 2) or array.shape[0] == 0:
+        raise ValueError(
+            f"episode_starts must have shape (n_steps,) or (n_steps, n_envs) with n_steps >= 1, got shape {array.shape}"
+        )
+    check_window_settings(window_size, boundary, weighting, window_stride, n_steps=array.shape[0])
+    # (n_steps,) or (n_steps, n_envs) -> (n_envs, n_steps)
+    per_env = array.reshape(array.shape[0], -1).T
+    flags = th.as_tensor(np.ascontiguousarray(per_env, dtype=np.float32))
+    stats = RolloutWindowStats(flags, int(window_size), boundary, weighting, int(window_stride))  # type: ignore[arg-type]
+    # (n_envs * n_steps,) -> (n_envs, n_steps) -> (n_steps, n_envs) -> input shape
+    return stats.step_weights.reshape(per_env.shape).T.reshape(array.shape).numpy().astype(np.float64)

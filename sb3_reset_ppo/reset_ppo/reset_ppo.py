@@ -1,0 +1,300 @@
+import warnings
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from sb3_contrib import RecurrentPPO
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.utils import explained_variance
+
+from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
+from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
+from sb3_reset_ppo.common.unroll import evaluate_windows
+from sb3_reset_ppo.common.windows import check_window_settings
+from sb3_reset_ppo.reset_ppo.policies import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
+
+SelfResetPPO = TypeVar("SelfResetPPO", bound="ResetPPO")
+
+
+class ResetPPO(RecurrentPPO):
+    """
+    Recurrent PPO trained on fixed-length windows that start at every step of the rollout, with
+    reset-and-continue at episode boundaries inside a window.
+
+    A drop-in for sb3-contrib's ``RecurrentPPO``: same policies, arguments and logged keys. Each window is
+    ``window_size`` consecutive steps of one env. Slot 0 starts from the LSTM memory recorded during the
+    rollout; where a window crosses into a new episode, the memory is reset to the one recorded for that
+    step and training continues (``boundary="reset"``), so every slot is a real training step and
+    backpropagation through time still stops at the boundary. ``boundary="mask"`` reproduces the masking
+    baseline (every slot after the first episode end of a window is dropped).
+
+    :param policy: The policy model to use (MlpLstmPolicy, CnnLstmPolicy, MultiInputLstmPolicy or a
+        subclass of ``RecurrentActorCriticPolicy``)
+    :param env: The environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: The learning rate, it can be a function
+        of the current progress remaining (from 1 to 0)
+    :param n_steps: The number of steps to run for each environment per update
+    :param batch_size: Minibatch size in *windows*: each minibatch holds ``batch_size * window_size`` slots.
+        ``None`` or more than there are windows uses all windows at once.
+    :param n_epochs: Number of passes over all windows (shuffled anew each pass)
+    :param gamma: Discount factor
+    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
+    :param clip_range: Clipping parameter, it can be a function of the current progress
+        remaining (from 1 to 0).
+    :param clip_range_vf: Clipping parameter for the value function,
+        it can be a function of the current progress remaining (from 1 to 0).
+        If None is passed (default), no clipping will be done on the value function.
+    :param normalize_advantage: Whether to normalize or not the advantage (over kept slots)
+    :param ent_coef: Entropy coefficient for the loss calculation
+    :param vf_coef: Value function coefficient for the loss calculation
+    :param max_grad_norm: The maximum value for the gradient clipping
+    :param use_sde: Whether to use generalized State Dependent Exploration (gSDE)
+    :param sde_sample_freq: Sample a new noise matrix every n steps when using gSDE
+    :param target_kl: Limit the KL divergence between updates; by default there is no limit
+    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
+        the reported success rate, mean episode length, and mean reward over
+    :param tensorboard_log: the log location for tensorboard (if None, no logging)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation
+    :param verbose: the verbosity level: 0 no output, 1 info, 2 debug
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) on which the code should be run.
+    :param window_size: Steps per training window (``1 <= window_size <= n_steps``); also the
+        backpropagation-through-time length
+    :param boundary: ``"reset"`` (reset-and-continue, default) or ``"mask"`` (drop every slot after the first
+        episode end of a window, the baseline)
+    :param weighting: ``"uniform"`` (every kept slot weighs 1, losses averaged over ``B * W`` slots) or
+        ``"importance"`` (a kept slot weighs ``1 / count``, count being the number of windows in which its
+        step is kept, losses normalised by the sum of weights)
+    :param window_stride: Steps between the starts of consecutive windows (1: a window at every step;
+        ``window_size``: non-overlapping windows)
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpLstmPolicy": MlpLstmPolicy,
+        "CnnLstmPolicy": CnnLstmPolicy,
+        "MultiInputLstmPolicy": MultiInputLstmPolicy,
+    }
+    rollout_buffer: WindowRolloutBuffer | DictWindowRolloutBuffer  # type: ignore[assignment]
+    policy: RecurrentActorCriticPolicy
+
+    def __init__(
+        self,
+        policy: str | type[RecurrentActorCriticPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 3e-4,
+        n_steps: int = 128,
+        batch_size: int | None = 8,
+        n_epochs: int = 10,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float | Schedule = 0.2,
+        clip_range_vf: float | Schedule | None = None,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
+        target_kl: float | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        window_size: int = 16,
+        boundary: str = "reset",
+        weighting: str = "uniform",
+        window_stride: int = 1,
+        _init_setup_model: bool = True,
+    ):
+        if isinstance(policy, type) and not issubclass(policy, RecurrentActorCriticPolicy):
+            raise ValueError(
+                f"policy must be a RecurrentActorCriticPolicy subclass or one of {sorted(self.policy_aliases)}, "
+                f"got {policy.__name__}"
+            )
+        # Checked before the env is built, and again in _setup_model (which load() calls too)
+        check_window_settings(window_size, boundary, weighting, window_stride)
+        self.window_size = window_size
+        self.boundary = boundary
+        self.weighting = weighting
+        self.window_stride = window_stride
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+            normalize_advantage=normalize_advantage,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+        )
+        if _init_setup_model:
+            self._setup_model()
+
+    def _check_settings(self) -> None:
+        if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
+            raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
+        check_window_settings(self.window_size, self.boundary, self.weighting, self.window_stride, n_steps=self.n_steps)
+        if self.batch_size is not None:
+            if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, (int, np.integer)):
+                raise TypeError(f"batch_size must be a positive int (windows per minibatch) or None, got {self.batch_size!r}")
+            if self.batch_size < 1:
+                raise ValueError(f"batch_size must be a positive int (windows per minibatch) or None, got {self.batch_size!r}")
+        if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:
+            raise ValueError(f"clip_range_vf must be positive or None (no value clipping), got {self.clip_range_vf!r}")
+
+    def _setup_model(self) -> None:
+        self._check_settings()
+        super()._setup_model()
+        buffer_cls = DictWindowRolloutBuffer if isinstance(self.observation_space, spaces.Dict) else WindowRolloutBuffer
+        self.rollout_buffer = buffer_cls(
+            self.n_steps,
+            self.observation_space,
+            self.action_space,
+            self.rollout_buffer.hidden_state_shape,
+            self.device,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            n_envs=self.n_envs,
+            window_size=self.window_size,
+            boundary=self.boundary,
+            weighting=self.weighting,
+            window_stride=self.window_stride,
+        )
+        n_windows = self.rollout_buffer.n_windows
+        if self.batch_size is not None and self.batch_size > n_windows:
+            warnings.warn(
+                f"batch_size={self.batch_size} windows is more than the {n_windows} windows of a rollout "
+                f"(n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={self.window_size}, "
+                f"window_stride={self.window_stride}): every minibatch holds all {n_windows} windows",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    def _minibatch_loss(self, samples: Any, clip_range: float, clip_range_vf: float | None) -> WindowLoss:
+        """Evaluate the policy on a minibatch of windows and return the PPO loss (see DESIGN.md)."""
+        values, log_prob, entropy = evaluate_windows(
+            self.policy,
+            samples.observations,
+            samples.actions,
+            samples.lstm_states,
+            samples.episode_starts,
+            samples.resets if self.boundary == "reset" else None,
+        )
+        return window_ppo_loss(
+            log_prob=log_prob,
+            old_log_prob=samples.old_log_prob,
+            advantages=samples.advantages,
+            values=values,
+            old_values=samples.old_values,
+            returns=samples.returns,
+            entropy=entropy,
+            kept=samples.kept,
+            weights=samples.weights,
+            weighting=self.weighting,  # type: ignore[arg-type]
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+            ent_coef=self.ent_coef,
+            vf_coef=self.vf_coef,
+            normalize_advantage=self.normalize_advantage,
+        )
+
+    def train(self) -> None:
+        """
+        Update policy using the currently gathered rollout buffer, one shuffled pass over all windows per epoch.
+        """
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        clip_range_vf = None if self.clip_range_vf is None else self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
+
+        all_losses: list[WindowLoss] = []
+        epoch_losses: list[WindowLoss] = []
+        continue_training = True
+        for epoch in range(self.n_epochs):
+            epoch_losses = []
+            for samples in self.rollout_buffer.get(self.batch_size):
+                losses = self._minibatch_loss(samples, clip_range, clip_range_vf)
+                epoch_losses.append(losses)
+                if self.target_kl is not None:
+                    approx_kl = losses.approx_kl.item()
+                    if approx_kl > 1.5 * self.target_kl:
+                        continue_training = False
+                        if self.verbose >= 1:
+                            print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl:.2f}")
+                        break
+                self.policy.optimizer.zero_grad()
+                losses.loss.backward()
+                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                self.policy.optimizer.step()
+            all_losses.extend(epoch_losses)
+            self._n_updates += 1
+            if not continue_training:
+                break
+
+        self._record_train_logs(all_losses, epoch_losses, clip_range, clip_range_vf)
+
+    def _record_train_logs(
+        self, all_losses: list[WindowLoss], last_epoch: list[WindowLoss], clip_range: float, clip_range_vf: float | None
+    ) -> None:
+        # One host transfer for the whole update: (n_minibatches, n_terms)
+        means = th.stack([th.stack(losses) for losses in all_losses]).mean(dim=0).tolist() if all_losses else None
+        if means is not None:
+            terms = dict(zip(WindowLoss._fields, means, strict=True))
+            self.logger.record("train/entropy_loss", terms["entropy_loss"])
+            self.logger.record("train/policy_gradient_loss", terms["policy_loss"])
+            self.logger.record("train/value_loss", terms["value_loss"])
+            self.logger.record("train/clip_fraction", terms["clip_fraction"])
+            self.logger.record("train/loss", all_losses[-1].loss.item())
+        if last_epoch:
+            # As SB3: approx_kl over the last epoch's minibatches
+            self.logger.record("train/approx_kl", th.stack([losses.approx_kl for losses in last_epoch]).mean().item())
+        explained_var = explained_variance(self.rollout_buffer.values.flatten(), self.rollout_buffer.returns.flatten())
+        self.logger.record("train/explained_variance", explained_var)
+        for key, value in self.rollout_buffer.window_diagnostics().items():
+            self.logger.record(key, value)
+        if hasattr(self.policy, "log_std"):
+            self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/clip_range", clip_range)
+        if clip_range_vf is not None:
+            self.logger.record("train/clip_range_vf", clip_range_vf)
+
+    def learn(
+        self: SelfResetPPO,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "ResetPPO",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfResetPPO:
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )
