@@ -147,7 +147,8 @@ class _WindowBufferMixin:
         if self._sampler is None:
             self._sampler = _WindowSampler(
                 arrays={
-                    "actions": self.actions,
+                    # float32 as SB3's samples (stored in the action space's dtype, e.g. int8 for MultiBinary)
+                    "actions": self.actions.astype(np.float32, copy=False),
                     "old_values": self.values,
                     "old_log_prob": self.log_probs,
                     "advantages": self.advantages,

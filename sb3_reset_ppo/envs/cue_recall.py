@@ -1,0 +1,59 @@
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
+    """
+    Remember a cue shown at the first step of the episode and name it when asked.
+
+    The first observation shows one of ``n_cues`` cues (one-hot). The next ``delay`` observations are blank,
+    ``delay`` drawn uniformly from ``[min_delay, max_delay]`` each episode, then a query observation (last
+    component 1) asks for the cue. Naming it (action = cue index) at the query step gives reward 1 and
+    ends the episode; actions at other steps have no effect. Episodes last ``delay + 2`` steps.
+
+    - Optimal return: 1.0 (needs memory of the first observation).
+    - Random policy's return: ``1 / n_cues`` (0.25 with the defaults).
+
+    :param n_cues: Number of distinct cues (and actions)
+    :param min_delay: Shortest number of blank steps between cue and query
+    :param max_delay: Longest number of blank steps between cue and query
+    """
+
+    metadata = {"render_modes": []}  # noqa: RUF012
+
+    def __init__(self, n_cues: int = 4, min_delay: int = 1, max_delay: int = 6) -> None:
+        if n_cues < 2:
+            raise ValueError(f"n_cues must be at least 2, got {n_cues}")
+        if not 0 <= min_delay <= max_delay:
+            raise ValueError(f"need 0 <= min_delay <= max_delay, got min_delay={min_delay}, max_delay={max_delay}")
+        self.n_cues = n_cues
+        self.min_delay = min_delay
+        self.max_delay = max_delay
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(n_cues + 1,), dtype=np.float32)
+        self.action_space = spaces.Discrete(n_cues)
+        self._cue = 0
+        self._delay = 0
+        self._t = 0
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(self.n_cues + 1, dtype=np.float32)
+        if self._t == 0:
+            obs[self._cue] = 1.0
+        elif self._t == self._delay + 1:
+            obs[-1] = 1.0
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._cue = int(self.np_random.integers(self.n_cues))
+        self._delay = int(self.np_random.integers(self.min_delay, self.max_delay + 1))
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self._t == self._delay + 1:
+            reward = float(int(action) == self._cue)
+            return self._obs(), reward, True, False, {}
+        self._t += 1
+        return self._obs(), 0.0, False, False, {}

@@ -1,0 +1,89 @@
+"""Small test environments and helpers shared by the tests."""
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class RandomEpisodeEnv(gym.Env):
+    """
+    Random observations and episodes of random length (1 to ``max_length`` steps); the last step of an
+    episode is a termination or, with ``truncate=True``, a truncation every other episode.
+
+    :param action_space: Any action space
+    :param obs_kind: ``"box"``, ``"image"`` (36x36x1 uint8) or ``"dict"`` (image and vector)
+    :param max_length: Longest episode
+    :param min_length: Shortest episode
+    :param truncate: Alternate terminations and truncations
+    """
+
+    def __init__(
+        self,
+        action_space: spaces.Space | None = None,
+        obs_kind: str = "box",
+        max_length: int = 6,
+        min_length: int = 1,
+        truncate: bool = False,
+    ) -> None:
+        self.action_space = action_space if action_space is not None else spaces.Discrete(2)
+        image = spaces.Box(0, 255, shape=(36, 36, 1), dtype=np.uint8)
+        vector = spaces.Box(-5.0, 5.0, shape=(3,), dtype=np.float32)
+        self.observation_space: spaces.Space = {
+            "box": vector,
+            "image": image,
+            "dict": spaces.Dict({"image": image, "vec": vector}),
+        }[obs_kind]
+        self.min_length = min_length
+        self.max_length = max_length
+        self.truncate = truncate
+        self._remaining = 0
+        self._episodes = 0
+
+    def _obs(self) -> Any:
+        return self.observation_space.sample()
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        self._remaining = int(self.np_random.integers(self.min_length, self.max_length + 1))
+        self._episodes += 1
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self._remaining -= 1
+        done = self._remaining <= 0
+        truncated = done and self.truncate and self._episodes % 2 == 0
+        return self._obs(), float(self.np_random.normal()), done and not truncated, truncated, {}
+
+
+def brute_force_step_weights(
+    episode_starts: np.ndarray, window_size: int, boundary: str, weighting: str, window_stride: int = 1
+) -> np.ndarray:
+    """DESIGN.md's weights with explicit loops over envs, windows and slots. Input and output ``(T, E)``."""
+    n_steps, n_envs = episode_starts.shape
+    window_list = [
+        (env, start) for env in range(n_envs) for start in range(0, n_steps - window_size + 1, window_stride)
+    ]
+
+    def kept_of(env: int, start: int) -> list[bool]:
+        kept, alive = [], True
+        for slot in range(window_size):
+            if slot >= 1 and episode_starts[start + slot, env] and boundary == "mask":
+                alive = False
+            kept.append(alive)
+        return kept
+
+    counts = np.zeros((n_steps, n_envs))
+    for env, start in window_list:
+        for slot, is_kept in enumerate(kept_of(env, start)):
+            counts[start + slot, env] += is_kept
+    totals = np.zeros((n_steps, n_envs))
+    for env, start in window_list:
+        for slot, is_kept in enumerate(kept_of(env, start)):
+            if is_kept:
+                step = start + slot
+                totals[step, env] += 1.0 if weighting == "uniform" else 1.0 / counts[step, env]
+    return totals

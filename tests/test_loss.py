@@ -1,0 +1,118 @@
+"""Loss normalisation of the pure window loss, against formulas written out here."""
+
+import pytest
+import torch as th
+
+from sb3_reset_ppo.common.loss import window_ppo_loss
+from sb3_reset_ppo.common.windows import kept_slots, slot_resets, slot_weights
+
+
+def _inputs(seed: int, n_windows: int = 6, window_size: int = 5) -> dict[str, th.Tensor]:
+    generator = th.Generator().manual_seed(seed)
+
+    def randn() -> th.Tensor:
+        return th.randn(n_windows, window_size, generator=generator)
+
+    return dict(
+        log_prob=randn() * 0.3 - 1,
+        old_log_prob=randn() * 0.3 - 1,
+        advantages=randn(),
+        values=randn(),
+        old_values=randn(),
+        returns=randn(),
+        entropy=randn().abs(),
+    )
+
+
+def _terms(inputs: dict[str, th.Tensor], clip: float = 0.2) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    ratio = (inputs["log_prob"] - inputs["old_log_prob"]).exp()
+    adv = inputs["advantages"]
+    policy = -th.minimum(adv * ratio, adv * ratio.clamp(1 - clip, 1 + clip))
+    value = (inputs["returns"] - inputs["values"]) ** 2
+    return policy, value, -inputs["entropy"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_reset_mode_is_plain_mean_whatever_episode_lengths(seed: int) -> None:
+    inputs = _inputs(seed)
+    policy, value, entropy = _terms(inputs)
+    for density in (0.0, 0.3, 0.9):
+        episode_starts = (th.rand(6, 5, generator=th.Generator().manual_seed(seed + 7)) < density).float()
+        kept = kept_slots(slot_resets(episode_starts), "reset")
+        weights = slot_weights(kept, th.ones(6, 5), "uniform")
+        out = window_ppo_loss(
+            **inputs, kept=kept, weights=weights, weighting="uniform", clip_range=0.2, clip_range_vf=None,
+            ent_coef=0.01, vf_coef=0.5, normalize_advantage=False,
+        )
+        th.testing.assert_close(out.policy_loss, policy.mean())
+        th.testing.assert_close(out.value_loss, value.mean())
+        th.testing.assert_close(out.entropy_loss, entropy.mean())
+        th.testing.assert_close(out.loss, policy.mean() + 0.01 * entropy.mean() + 0.5 * value.mean())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_uniform_mask_mode_averages_over_all_slots(seed: int) -> None:
+    inputs = _inputs(seed)
+    policy, value, entropy = _terms(inputs)
+    episode_starts = (th.rand(6, 5, generator=th.Generator().manual_seed(seed)) < 0.4).float()
+    kept = kept_slots(slot_resets(episode_starts), "mask")
+    assert not kept.all()
+    weights = slot_weights(kept, th.ones(6, 5), "uniform")
+    out = window_ppo_loss(
+        **inputs, kept=kept, weights=weights, weighting="uniform", clip_range=0.2, clip_range_vf=None,
+        ent_coef=0.0, vf_coef=0.5, normalize_advantage=False,
+    )
+    k = kept.float()
+    th.testing.assert_close(out.policy_loss, (k * policy).sum() / 30)
+    th.testing.assert_close(out.value_loss, (k * value).sum() / 30)
+    th.testing.assert_close(out.entropy_loss, (k * entropy).sum() / 30)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_importance_weighting_divides_by_sum_of_weights(seed: int) -> None:
+    inputs = _inputs(seed)
+    policy, value, entropy = _terms(inputs)
+    generator = th.Generator().manual_seed(seed)
+    kept = th.rand(6, 5, generator=generator) < 0.7
+    counts = th.randint(1, 9, (6, 5), generator=generator).float()
+    weights = slot_weights(kept, counts, "importance")
+    th.testing.assert_close(weights, kept.float() / counts)
+    out = window_ppo_loss(
+        **inputs, kept=kept, weights=weights, weighting="importance", clip_range=0.2, clip_range_vf=None,
+        ent_coef=0.0, vf_coef=0.5, normalize_advantage=False,
+    )
+    th.testing.assert_close(out.policy_loss, (weights * policy).sum() / weights.sum())
+    th.testing.assert_close(out.value_loss, (weights * value).sum() / weights.sum())
+    th.testing.assert_close(out.entropy_loss, (weights * entropy).sum() / weights.sum())
+
+
+def test_advantage_normalisation_kl_and_clip_fraction_use_kept_slots_only() -> None:
+    inputs = _inputs(3)
+    kept = th.ones(6, 5, dtype=th.bool)
+    kept[:, 3:] = False
+    weights = kept.float()
+    out = window_ppo_loss(
+        **inputs, kept=kept, weights=weights, weighting="uniform", clip_range=0.2, clip_range_vf=None,
+        ent_coef=0.0, vf_coef=0.5, normalize_advantage=True,
+    )
+    adv = inputs["advantages"][kept]
+    normalised = th.zeros(6, 5)
+    normalised[kept] = (adv - adv.mean()) / (adv.std() + 1e-8)
+    policy, _, _ = _terms({**inputs, "advantages": normalised})
+    th.testing.assert_close(out.policy_loss, (weights * policy).sum() / 30)
+    log_ratio = (inputs["log_prob"] - inputs["old_log_prob"])[kept]
+    th.testing.assert_close(out.approx_kl, ((log_ratio.exp() - 1) - log_ratio).mean())
+    th.testing.assert_close(out.clip_fraction, ((log_ratio.exp() - 1).abs() > 0.2).float().mean())
+
+
+def test_value_clipping_and_missing_entropy() -> None:
+    inputs = _inputs(4)
+    kept = th.ones(6, 5, dtype=th.bool)
+    out = window_ppo_loss(
+        **{**inputs, "entropy": None}, kept=kept, weights=kept.float(), weighting="uniform", clip_range=0.2,
+        clip_range_vf=0.1, ent_coef=0.0, vf_coef=0.5, normalize_advantage=False,
+    )
+    clipped = inputs["old_values"] + (inputs["values"] - inputs["old_values"]).clamp(-0.1, 0.1)
+    th.testing.assert_close(out.value_loss, ((inputs["returns"] - clipped) ** 2).mean())
+    # No closed-form entropy: SB3's approximation -mean(-log_prob)
+    th.testing.assert_close(out.entropy_loss, inputs["log_prob"].mean())

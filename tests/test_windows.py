@@ -1,0 +1,197 @@
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from helpers import brute_force_step_weights
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
+
+from sb3_reset_ppo import WindowRolloutBuffer, window_weights
+from sb3_reset_ppo.common.windows import RolloutWindowStats
+
+
+@st.composite
+def rollouts(draw: st.DrawFn) -> tuple[np.ndarray, int, int]:
+    n_steps = draw(st.integers(1, 24))
+    n_envs = draw(st.integers(1, 3))
+    window_size = draw(st.integers(1, n_steps))
+    window_stride = draw(st.integers(1, 5))
+    density = draw(st.sampled_from([0.0, 0.1, 0.4, 1.0]))
+    flags = draw(st.lists(st.floats(0, 1), min_size=n_steps * n_envs, max_size=n_steps * n_envs))
+    episode_starts = (np.array(flags).reshape(n_steps, n_envs) < density).astype(np.float32)
+    return episode_starts, window_size, window_stride
+
+
+@settings(max_examples=150, deadline=None)
+@given(rollouts(), st.sampled_from(["reset", "mask"]), st.sampled_from(["uniform", "importance"]))
+def test_window_weights_match_brute_force(rollout: tuple[np.ndarray, int, int], boundary: str, weighting: str) -> None:
+    episode_starts, window_size, window_stride = rollout
+    expected = brute_force_step_weights(episode_starts, window_size, boundary, weighting, window_stride)
+    actual = window_weights(episode_starts, window_size, boundary, weighting, window_stride)
+    assert actual.shape == episode_starts.shape
+    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+    # 1-D input: one env
+    actual_1d = window_weights(episode_starts[:, 0], window_size, boundary, weighting, window_stride)
+    assert actual_1d.shape == (episode_starts.shape[0],)
+    np.testing.assert_allclose(actual_1d, expected[:, 0], rtol=1e-6, atol=1e-6)
+
+
+def test_design_examples() -> None:
+    n_steps, window_size = 64, 16
+    episode_starts = np.zeros(n_steps)
+    episode_starts[[0, 10, 30, 55]] = 1
+    reset = window_weights(episode_starts, window_size, "reset")
+    positions = np.arange(n_steps)
+    closed_form = np.minimum.reduce([positions + 1, np.full(n_steps, window_size), n_steps - positions, np.full(n_steps, n_steps - window_size + 1)])
+    np.testing.assert_array_equal(reset, closed_form)
+
+    mask = window_weights(episode_starts, window_size, "mask")
+    # k steps into an episode that began inside the rollout: at most k + 1
+    for start, end in [(10, 30), (30, 55)]:
+        assert np.all(mask[start:end] <= np.arange(end - start) + 1)
+        assert mask[start] == 1
+    # The episode beginning in the last W - 1 steps is never trained
+    assert np.all(mask[55:] == 0)
+    # Importance weighting: every trained step has total weight 1
+    importance = window_weights(episode_starts, window_size, "mask", "importance")
+    np.testing.assert_allclose(importance[mask > 0], 1.0, rtol=1e-6)
+    np.testing.assert_allclose(window_weights(episode_starts, window_size, "reset", "importance"), 1.0, rtol=1e-6)
+
+
+def test_small_buffer_example_from_the_suggestion() -> None:
+    # Window 4: the first step of an episode that starts mid-rollout counts once when masked, 4 times with reset
+    episode_starts = np.array([1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0])
+    assert window_weights(episode_starts, 4, "mask")[3] == 1
+    assert window_weights(episode_starts, 4, "reset")[3] == 4
+    assert window_weights(episode_starts, 4, "reset")[7] == 4
+
+
+def test_diagnostics_match_definitions() -> None:
+    rng = np.random.default_rng(0)
+    episode_starts = (rng.random((40, 3)) < 0.15).astype(np.float32)
+    episode_starts[0] = 1
+    for boundary in ("reset", "mask"):
+        for weighting in ("uniform", "importance"):
+            stats = RolloutWindowStats(th.as_tensor(episode_starts.T.copy()), 8, boundary, weighting)  # type: ignore[arg-type]
+            diagnostics = stats.diagnostics(th.as_tensor(episode_starts.T.copy()))
+            weights = brute_force_step_weights(episode_starts, 8, boundary, weighting)
+            counts = brute_force_step_weights(episode_starts, 8, boundary, "uniform")
+            n_windows = 3 * (40 - 8 + 1)
+            assert diagnostics["train/kept_slot_fraction"] == pytest.approx(counts.sum() / (n_windows * 8))
+            assert diagnostics["train/untrained_step_fraction"] == pytest.approx(np.mean(weights == 0))
+            starts = episode_starts > 0
+            assert diagnostics["train/episode_start_weight"] == pytest.approx(weights[starts].mean() / weights.mean(), rel=1e-5)
+            with_reset = sum(episode_starts[t + 1 : t + 8, e].any() for e in range(3) for t in range(40 - 8 + 1))
+            assert diagnostics["train/windows_with_reset"] == pytest.approx(with_reset / n_windows)
+    assert RolloutWindowStats(th.as_tensor(episode_starts.T.copy()), 8, "reset", "uniform").diagnostics(
+        th.as_tensor(episode_starts.T.copy())
+    )["train/kept_slot_fraction"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, "4", True, 65])
+def test_window_weights_rejects_bad_window_size(bad: object) -> None:
+    with pytest.raises((ValueError, TypeError), match="window_size"):
+        window_weights(np.zeros(64), bad)  # type: ignore[arg-type]
+
+
+def test_window_weights_rejects_bad_modes_and_shapes() -> None:
+    with pytest.raises(ValueError, match="boundary"):
+        window_weights(np.zeros(8), 4, boundary="truncate")
+    with pytest.raises(ValueError, match="weighting"):
+        window_weights(np.zeros(8), 4, weighting="inverse")
+    with pytest.raises(ValueError, match="window_stride"):
+        window_weights(np.zeros(8), 4, window_stride=0)
+    with pytest.raises(ValueError, match="episode_starts"):
+        window_weights(np.zeros((2, 2, 2)), 1)
+
+
+def _filled_buffer(n_steps: int, n_envs: int, window_size: int, boundary: str, weighting: str, stride: int = 1) -> WindowRolloutBuffer:
+    """A buffer whose observation at (step, env) is its env-major flat index; memory holds the same id."""
+    rng = np.random.default_rng(1)
+    buffer = WindowRolloutBuffer(
+        n_steps,
+        spaces.Box(-np.inf, np.inf, shape=(1,)),
+        spaces.Discrete(2),
+        (n_steps, 1, n_envs, 2),
+        "cpu",
+        n_envs=n_envs,
+        window_size=window_size,
+        boundary=boundary,
+        weighting=weighting,
+        window_stride=stride,
+    )
+    starts = (rng.random((n_steps, n_envs)) < 0.2).astype(np.float32)
+    for step in range(n_steps):
+        ids = np.arange(n_envs) * n_steps + step
+        memory = th.as_tensor(np.repeat(ids[None, :, None], 2, axis=2), dtype=th.float32)
+        buffer.add(
+            ids[:, None].astype(np.float32),
+            np.zeros((n_envs, 1)),
+            np.zeros(n_envs),
+            starts[step],
+            th.zeros(n_envs),
+            th.zeros(n_envs),
+            lstm_states=RNNStates((memory, memory), (memory, memory)),
+        )
+    buffer.compute_returns_and_advantage(th.zeros(n_envs), np.zeros(n_envs))
+    return buffer
+
+
+@pytest.mark.parametrize("boundary", ["reset", "mask"])
+@pytest.mark.parametrize("weighting", ["uniform", "importance"])
+@pytest.mark.parametrize("stride", [1, 3])
+def test_buffer_yields_every_window_once_with_brute_force_fields(boundary: str, weighting: str, stride: int) -> None:
+    n_steps, n_envs, window_size = 20, 3, 5
+    buffer = _filled_buffer(n_steps, n_envs, window_size, boundary, weighting, stride)
+    episode_starts = buffer.episode_starts  # (n_steps, n_envs)
+    counts = brute_force_step_weights(episode_starts, window_size, boundary, "uniform", stride)
+    seen = []
+    batches = list(buffer.get(batch_size=4))
+    assert all(batch.observations.shape[:2] == (4, window_size) for batch in batches[:-1])
+    for batch in batches:
+        ids = batch.observations[..., 0].long()
+        # Slots of a window are consecutive steps of one env
+        assert th.all(ids[:, 1:] - ids[:, :-1] == 1)
+        # Recorded memory of every slot is its own step's
+        assert th.equal(batch.lstm_states.pi[0][:, :, 0, 0].long(), ids)
+        assert th.equal(batch.lstm_states.vf[1][:, :, 0, 1].long(), ids)
+        for row, window_ids in enumerate(ids.tolist()):
+            env, start = divmod(window_ids[0], n_steps)
+            seen.append((env, start))
+            alive = True
+            for slot, step in enumerate(range(start, start + window_size)):
+                reset = slot >= 1 and bool(episode_starts[step, env])
+                alive = alive and not (reset and boundary == "mask")
+                assert bool(batch.resets[row, slot]) == reset
+                assert bool(batch.kept[row, slot]) == alive
+                expected_weight = float(alive) if weighting == "uniform" else float(alive) / max(counts[step, env], 1)
+                assert float(batch.weights[row, slot]) == pytest.approx(expected_weight)
+                assert float(batch.episode_starts[row, slot]) == episode_starts[step, env]
+    expected = [(env, start) for env in range(n_envs) for start in range(0, n_steps - window_size + 1, stride)]
+    assert sorted(seen) == expected
+    assert buffer.n_windows == len(expected)
+
+
+def test_buffer_shuffles_anew_every_pass() -> None:
+    buffer = _filled_buffer(32, 2, 4, "reset", "uniform")
+    orders = [th.cat([batch.observations[:, 0, 0] for batch in buffer.get(batch_size=8)]) for _ in range(3)]
+    assert sorted(orders[0].tolist()) == sorted(orders[1].tolist())
+    assert not th.equal(orders[0], orders[1]) and not th.equal(orders[1], orders[2])
+    # Not a rotation of one order (sb3-contrib's pseudo-shuffle)
+    first = orders[0].tolist()
+    rotations = [first[k:] + first[:k] for k in range(len(first))]
+    assert orders[1].tolist() not in rotations
+
+
+def test_buffer_batch_larger_than_windows_gives_all() -> None:
+    buffer = _filled_buffer(10, 2, 4, "reset", "uniform")
+    batches = list(buffer.get(batch_size=1000))
+    assert len(batches) == 1 and batches[0].observations.shape[0] == buffer.n_windows == 14
+    assert next(buffer.get(None)).observations.shape[0] == 14
+
+
+def test_buffer_refuses_sampling_before_full() -> None:
+    buffer = WindowRolloutBuffer(8, spaces.Box(-1, 1, (1,)), spaces.Discrete(2), (8, 1, 1, 2), "cpu", window_size=4)
+    with pytest.raises(RuntimeError, match="full"):
+        next(buffer.get(2))
