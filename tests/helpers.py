@@ -30,11 +30,8 @@ class RandomEpisodeEnv(gym.Env):
         self.action_space = action_space if action_space is not None else spaces.Discrete(2)
         image = spaces.Box(0, 255, shape=(36, 36, 1), dtype=np.uint8)
         vector = spaces.Box(-5.0, 5.0, shape=(3,), dtype=np.float32)
-        self.observation_space: spaces.Space = {
-            "box": vector,
-            "image": image,
-            "dict": spaces.Dict({"image": image, "vec": vector}),
-        }[obs_kind]
+        kinds: dict[str, spaces.Space] = {"box": vector, "image": image, "dict": spaces.Dict({"image": image, "vec": vector})}
+        self.observation_space = kinds[obs_kind]
         self.min_length = min_length
         self.max_length = max_length
         self.truncate = truncate
@@ -64,9 +61,7 @@ def brute_force_step_weights(
 ) -> np.ndarray:
     """DESIGN.md's weights with explicit loops over envs, windows and slots. Input and output ``(T, E)``."""
     n_steps, n_envs = episode_starts.shape
-    window_list = [
-        (env, start) for env in range(n_envs) for start in range(0, n_steps - window_size + 1, window_stride)
-    ]
+    window_list = [(env, start) for env in range(n_envs) for start in range(0, n_steps - window_size + 1, window_stride)]
 
     def kept_of(env: int, start: int) -> list[bool]:
         kept, alive = [], True

@@ -1,5 +1,7 @@
 """Loss normalisation of the pure window loss, against formulas written out here."""
 
+from typing import Any
+
 import pytest
 import torch as th
 
@@ -41,8 +43,15 @@ def test_reset_mode_is_plain_mean_whatever_episode_lengths(seed: int) -> None:
         kept = kept_slots(slot_resets(episode_starts), "reset")
         weights = slot_weights(kept, th.ones(6, 5), "uniform")
         out = window_ppo_loss(
-            **inputs, kept=kept, weights=weights, weighting="uniform", clip_range=0.2, clip_range_vf=None,
-            ent_coef=0.01, vf_coef=0.5, normalize_advantage=False,
+            **inputs,
+            kept=kept,
+            weights=weights,
+            weighting="uniform",
+            clip_range=0.2,
+            clip_range_vf=None,
+            ent_coef=0.01,
+            vf_coef=0.5,
+            normalize_advantage=False,
         )
         th.testing.assert_close(out.policy_loss, policy.mean())
         th.testing.assert_close(out.value_loss, value.mean())
@@ -59,8 +68,15 @@ def test_uniform_mask_mode_averages_over_all_slots(seed: int) -> None:
     assert not kept.all()
     weights = slot_weights(kept, th.ones(6, 5), "uniform")
     out = window_ppo_loss(
-        **inputs, kept=kept, weights=weights, weighting="uniform", clip_range=0.2, clip_range_vf=None,
-        ent_coef=0.0, vf_coef=0.5, normalize_advantage=False,
+        **inputs,
+        kept=kept,
+        weights=weights,
+        weighting="uniform",
+        clip_range=0.2,
+        clip_range_vf=None,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        normalize_advantage=False,
     )
     k = kept.float()
     th.testing.assert_close(out.policy_loss, (k * policy).sum() / 30)
@@ -78,8 +94,15 @@ def test_importance_weighting_divides_by_sum_of_weights(seed: int) -> None:
     weights = slot_weights(kept, counts, "importance")
     th.testing.assert_close(weights, kept.float() / counts)
     out = window_ppo_loss(
-        **inputs, kept=kept, weights=weights, weighting="importance", clip_range=0.2, clip_range_vf=None,
-        ent_coef=0.0, vf_coef=0.5, normalize_advantage=False,
+        **inputs,
+        kept=kept,
+        weights=weights,
+        weighting="importance",
+        clip_range=0.2,
+        clip_range_vf=None,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        normalize_advantage=False,
     )
     th.testing.assert_close(out.policy_loss, (weights * policy).sum() / weights.sum())
     th.testing.assert_close(out.value_loss, (weights * value).sum() / weights.sum())
@@ -92,8 +115,15 @@ def test_advantage_normalisation_kl_and_clip_fraction_use_kept_slots_only() -> N
     kept[:, 3:] = False
     weights = kept.float()
     out = window_ppo_loss(
-        **inputs, kept=kept, weights=weights, weighting="uniform", clip_range=0.2, clip_range_vf=None,
-        ent_coef=0.0, vf_coef=0.5, normalize_advantage=True,
+        **inputs,
+        kept=kept,
+        weights=weights,
+        weighting="uniform",
+        clip_range=0.2,
+        clip_range_vf=None,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        normalize_advantage=True,
     )
     adv = inputs["advantages"][kept]
     normalised = th.zeros(6, 5)
@@ -108,9 +138,17 @@ def test_advantage_normalisation_kl_and_clip_fraction_use_kept_slots_only() -> N
 def test_value_clipping_and_missing_entropy() -> None:
     inputs = _inputs(4)
     kept = th.ones(6, 5, dtype=th.bool)
+    no_entropy: dict[str, Any] = {**inputs, "entropy": None}
     out = window_ppo_loss(
-        **{**inputs, "entropy": None}, kept=kept, weights=kept.float(), weighting="uniform", clip_range=0.2,
-        clip_range_vf=0.1, ent_coef=0.0, vf_coef=0.5, normalize_advantage=False,
+        **no_entropy,
+        kept=kept,
+        weights=kept.float(),
+        weighting="uniform",
+        clip_range=0.2,
+        clip_range_vf=0.1,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        normalize_advantage=False,
     )
     clipped = inputs["old_values"] + (inputs["values"] - inputs["old_values"]).clamp(-0.1, 0.1)
     th.testing.assert_close(out.value_loss, ((inputs["returns"] - clipped) ** 2).mean())

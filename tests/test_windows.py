@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
 from sb3_reset_ppo import WindowRolloutBuffer, window_weights
+from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.windows import RolloutWindowStats
 
 
@@ -43,7 +44,9 @@ def test_design_examples() -> None:
     episode_starts[[0, 10, 30, 55]] = 1
     reset = window_weights(episode_starts, window_size, "reset")
     positions = np.arange(n_steps)
-    closed_form = np.minimum.reduce([positions + 1, np.full(n_steps, window_size), n_steps - positions, np.full(n_steps, n_steps - window_size + 1)])
+    closed_form = np.minimum.reduce(
+        [positions + 1, np.full(n_steps, window_size), n_steps - positions, np.full(n_steps, n_steps - window_size + 1)]
+    )
     np.testing.assert_array_equal(reset, closed_form)
 
     mask = window_weights(episode_starts, window_size, "mask")
@@ -81,7 +84,9 @@ def test_diagnostics_match_definitions() -> None:
             assert diagnostics["train/kept_slot_fraction"] == pytest.approx(counts.sum() / (n_windows * 8))
             assert diagnostics["train/untrained_step_fraction"] == pytest.approx(np.mean(weights == 0))
             starts = episode_starts > 0
-            assert diagnostics["train/episode_start_weight"] == pytest.approx(weights[starts].mean() / weights.mean(), rel=1e-5)
+            assert diagnostics["train/episode_start_weight"] == pytest.approx(
+                weights[starts].mean() / weights.mean(), rel=1e-5
+            )
             with_reset = sum(episode_starts[t + 1 : t + 8, e].any() for e in range(3) for t in range(40 - 8 + 1))
             assert diagnostics["train/windows_with_reset"] == pytest.approx(with_reset / n_windows)
     assert RolloutWindowStats(th.as_tensor(episode_starts.T.copy()), 8, "reset", "uniform").diagnostics(
@@ -106,7 +111,14 @@ def test_window_weights_rejects_bad_modes_and_shapes() -> None:
         window_weights(np.zeros((2, 2, 2)), 1)
 
 
-def _filled_buffer(n_steps: int, n_envs: int, window_size: int, boundary: str, weighting: str, stride: int = 1) -> WindowRolloutBuffer:
+def _obs(batch: WindowRolloutBufferSamples) -> th.Tensor:
+    assert isinstance(batch.observations, th.Tensor)
+    return batch.observations
+
+
+def _filled_buffer(
+    n_steps: int, n_envs: int, window_size: int, boundary: str, weighting: str, stride: int = 1
+) -> WindowRolloutBuffer:
     """A buffer whose observation at (step, env) is its env-major flat index; memory holds the same id."""
     rng = np.random.default_rng(1)
     buffer = WindowRolloutBuffer(
@@ -148,9 +160,9 @@ def test_buffer_yields_every_window_once_with_brute_force_fields(boundary: str, 
     counts = brute_force_step_weights(episode_starts, window_size, boundary, "uniform", stride)
     seen = []
     batches = list(buffer.get(batch_size=4))
-    assert all(batch.observations.shape[:2] == (4, window_size) for batch in batches[:-1])
+    assert all(_obs(batch).shape[:2] == (4, window_size) for batch in batches[:-1])
     for batch in batches:
-        ids = batch.observations[..., 0].long()
+        ids = _obs(batch)[..., 0].long()
         # Slots of a window are consecutive steps of one env
         assert th.all(ids[:, 1:] - ids[:, :-1] == 1)
         # Recorded memory of every slot is its own step's
@@ -175,7 +187,7 @@ def test_buffer_yields_every_window_once_with_brute_force_fields(boundary: str, 
 
 def test_buffer_shuffles_anew_every_pass() -> None:
     buffer = _filled_buffer(32, 2, 4, "reset", "uniform")
-    orders = [th.cat([batch.observations[:, 0, 0] for batch in buffer.get(batch_size=8)]) for _ in range(3)]
+    orders = [th.cat([_obs(batch)[:, 0, 0] for batch in buffer.get(batch_size=8)]) for _ in range(3)]
     assert sorted(orders[0].tolist()) == sorted(orders[1].tolist())
     assert not th.equal(orders[0], orders[1]) and not th.equal(orders[1], orders[2])
     # Not a rotation of one order (sb3-contrib's pseudo-shuffle)
@@ -187,8 +199,8 @@ def test_buffer_shuffles_anew_every_pass() -> None:
 def test_buffer_batch_larger_than_windows_gives_all() -> None:
     buffer = _filled_buffer(10, 2, 4, "reset", "uniform")
     batches = list(buffer.get(batch_size=1000))
-    assert len(batches) == 1 and batches[0].observations.shape[0] == buffer.n_windows == 14
-    assert next(buffer.get(None)).observations.shape[0] == 14
+    assert len(batches) == 1 and _obs(batches[0]).shape[0] == buffer.n_windows == 14
+    assert _obs(next(buffer.get(None))).shape[0] == 14
 
 
 def test_buffer_refuses_sampling_before_full() -> None:

@@ -8,7 +8,7 @@ from gymnasium import spaces
 from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, RecurrentRolloutBuffer
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
-from sb3_reset_ppo.common.type_aliases import DictWindowRolloutBufferSamples, WindowRolloutBufferSamples
+from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.windows import (
     Boundary,
     RolloutWindowStats,
@@ -72,35 +72,43 @@ class _WindowSampler:
         self.diagnostics = self.stats.diagnostics(per_env_starts)
         self.starts = window_starts(n_steps, n_envs, window_size, window_stride, device=device)
 
-    def minibatches(self, batch_size: int | None) -> Generator[dict[str, object], None, None]:
+    def minibatches(self, batch_size: int | None) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
         One shuffled pass over all windows.
 
         :param batch_size: Windows per minibatch (``None`` or more than there are: all windows at once)
-        :return: Generator of field dicts, each field with leading shape ``(B, W)``
+        :return: Generator of minibatches, each field with leading shape ``(B, W)``
         """
         n_windows = self.starts.shape[0]
         if batch_size is None or batch_size > n_windows:
             batch_size = n_windows
         permutation = th.randperm(n_windows, device=self.device)
         for first in range(0, n_windows, batch_size):
+            # (B,) window starts -> (B, W) flat step indices
             slots = slot_indices(self.starts[permutation[first : first + batch_size]], self.window_size)
             episode_starts = self.data["episode_starts"][slots]
             resets = slot_resets(episode_starts)
             kept = kept_slots(resets, self.boundary)
-            fields: dict[str, object] = {key: value[slots] for key, value in self.data.items()}
             if isinstance(self.observations, dict):
-                fields["observations"] = {key: value[slots] for key, value in self.observations.items()}
+                observations: th.Tensor | dict[str, th.Tensor] = {key: obs[slots] for key, obs in self.observations.items()}
             else:
-                fields["observations"] = self.observations[slots]
-            fields["lstm_states"] = RNNStates(
-                (self.memory["hidden_pi"][slots], self.memory["cell_pi"][slots]),
-                (self.memory["hidden_vf"][slots], self.memory["cell_vf"][slots]),
+                observations = self.observations[slots]
+            yield WindowRolloutBufferSamples(
+                observations=observations,
+                actions=self.data["actions"][slots],
+                old_values=self.data["old_values"][slots],
+                old_log_prob=self.data["old_log_prob"][slots],
+                advantages=self.data["advantages"][slots],
+                returns=self.data["returns"][slots],
+                lstm_states=RNNStates(
+                    (self.memory["hidden_pi"][slots], self.memory["cell_pi"][slots]),
+                    (self.memory["hidden_vf"][slots], self.memory["cell_vf"][slots]),
+                ),
+                episode_starts=episode_starts,
+                resets=resets,
+                kept=kept,
+                weights=slot_weights(kept, self.stats.counts[slots], self.weighting),
             )
-            fields["resets"] = resets
-            fields["kept"] = kept
-            fields["weights"] = slot_weights(kept, self.stats.counts[slots], self.weighting)
-            yield fields
 
 
 class _WindowBufferMixin:
@@ -176,8 +184,19 @@ class _WindowBufferMixin:
         """The ``train/`` window diagnostics of the current rollout (see the README)."""
         return self.sampler().diagnostics
 
+    def get(  # type: ignore[override]  # windows, not transitions
+        self, batch_size: int | None = None
+    ) -> Generator[WindowRolloutBufferSamples, None, None]:
+        """
+        One shuffled pass over all windows of the rollout.
 
-class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):
+        :param batch_size: Windows per minibatch; ``None`` or more than there are yields all windows at once
+        :return: Generator of minibatches, each field with leading shape ``(B, W)``
+        """
+        yield from self.sampler().minibatches(batch_size)
+
+
+class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: ignore[misc]  # get yields windows
     """
     Rollout buffer that stores the LSTM memory entering every step and yields minibatches of windows.
 
@@ -220,20 +239,8 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):
         self._set_window_settings(window_size, boundary, weighting, window_stride, n_steps=buffer_size)
         super().__init__(buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs)
 
-    def get(  # type: ignore[override]
-        self, batch_size: int | None = None
-    ) -> Generator[WindowRolloutBufferSamples, None, None]:
-        """
-        One shuffled pass over all windows of the rollout.
 
-        :param batch_size: Windows per minibatch; ``None`` or more than there are yields all windows at once
-        :return: Generator of minibatches, each field with leading shape ``(B, W)``
-        """
-        for fields in self.sampler().minibatches(batch_size):
-            yield WindowRolloutBufferSamples(**fields)  # type: ignore[arg-type]
-
-
-class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):
+class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  # type: ignore[misc]  # get yields windows
     """
     :class:`WindowRolloutBuffer` for ``Dict`` observation spaces; samples hold a dict of observation tensors.
 
@@ -261,15 +268,3 @@ class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):
         super().__init__(
             buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs
         )
-
-    def get(  # type: ignore[override]
-        self, batch_size: int | None = None
-    ) -> Generator[DictWindowRolloutBufferSamples, None, None]:
-        """
-        One shuffled pass over all windows of the rollout.
-
-        :param batch_size: Windows per minibatch; ``None`` or more than there are yields all windows at once
-        :return: Generator of minibatches, each field with leading shape ``(B, W)``
-        """
-        for fields in self.sampler().minibatches(batch_size):
-            yield DictWindowRolloutBufferSamples(**fields)  # type: ignore[arg-type]

@@ -90,10 +90,10 @@ def evaluate_windows(
     else:
         flat_obs = _flatten_slots(observations)
     features = policy.extract_features(flat_obs)
-    if policy.share_features_extractor:
-        pi_features = vf_features = features
-    else:
+    if isinstance(features, tuple):
         pi_features, vf_features = features
+    else:
+        pi_features = vf_features = features
 
     def unroll(lstm: nn.LSTM, flat_features: th.Tensor, memory: tuple[th.Tensor, ...]) -> th.Tensor:
         # (B * W, features_dim) -> (B, W, features_dim)

@@ -131,9 +131,7 @@ def slot_weights(kept: th.Tensor, step_counts: th.Tensor, weighting: Weighting) 
     return weights
 
 
-def _window_chunks(
-    episode_starts: th.Tensor, window_size: int, window_stride: int
-) -> Iterator[tuple[th.Tensor, th.Tensor]]:
+def _window_chunks(episode_starts: th.Tensor, window_size: int, window_stride: int) -> Iterator[tuple[th.Tensor, th.Tensor]]:
     """
     All windows of a rollout, a bounded number at a time.
 

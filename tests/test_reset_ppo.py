@@ -1,0 +1,223 @@
+"""ResetPPO as a drop-in RecurrentPPO: settings, save/load, SB3 integrations, bad input."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from helpers import RandomEpisodeEnv, brute_force_step_weights
+from sb3_contrib import RecurrentPPO
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+from stable_baselines3.common.vec_env import VecNormalize
+
+from sb3_reset_ppo import DictWindowRolloutBuffer, ResetPPO, WindowRolloutBuffer
+
+SMALL: dict[str, Any] = dict(
+    n_steps=16, batch_size=4, n_epochs=2, window_size=4, policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]}
+)
+
+
+def _env(n_envs: int = 2, **kwargs: Any):
+    return make_vec_env(RandomEpisodeEnv, n_envs=n_envs, seed=0, env_kwargs=kwargs)
+
+
+def _predict_sequence(model: RecurrentPPO, observations: np.ndarray) -> np.ndarray:
+    state, starts, actions = None, np.ones(2, dtype=bool), []
+    for obs in observations:
+        action, state = model.predict(obs, state=state, episode_start=starts, deterministic=True)
+        starts = np.zeros(2, dtype=bool)
+        actions.append(action)
+    return np.array(actions)
+
+
+@pytest.mark.parametrize("boundary,weighting,window_size", [("mask", "importance", 3), ("reset", "uniform", 5)])
+def test_save_load_round_trip(tmp_path: Path, boundary: str, weighting: str, window_size: int) -> None:
+    settings = {**SMALL, "window_size": window_size}
+    model = ResetPPO("MlpLstmPolicy", _env(), boundary=boundary, weighting=weighting, seed=1, **settings)
+    model.learn(64)
+    model.save(tmp_path / "model.zip")
+    loaded = ResetPPO.load(tmp_path / "model.zip", env=_env())
+    assert (loaded.window_size, loaded.boundary, loaded.weighting) == (window_size, boundary, weighting)
+    assert isinstance(loaded.rollout_buffer, WindowRolloutBuffer)
+    assert loaded.rollout_buffer.window_size == window_size and loaded.rollout_buffer.boundary == boundary
+    observations = np.random.default_rng(0).normal(size=(6, 2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(_predict_sequence(model, observations), _predict_sequence(loaded, observations))
+    for p, q in zip(model.policy.parameters(), loaded.policy.parameters(), strict=True):
+        assert th.equal(p, q)
+    loaded.learn(32, reset_num_timesteps=False)
+    assert loaded.num_timesteps == 96
+
+
+def test_load_recurrent_ppo_checkpoint(tmp_path: Path) -> None:
+    source = RecurrentPPO("MlpLstmPolicy", _env(), n_steps=16, batch_size=16, seed=0, policy_kwargs={"lstm_hidden_size": 8})
+    source.learn(32)
+    source.save(tmp_path / "recurrent.zip")
+    model = ResetPPO.load(tmp_path / "recurrent.zip", env=_env(), batch_size=2)
+    assert (model.window_size, model.boundary, model.weighting, model.window_stride) == (16, "reset", "uniform", 1)
+    observations = np.random.default_rng(1).normal(size=(5, 2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(_predict_sequence(source, observations), _predict_sequence(model, observations))
+    before = [p.clone() for p in model.policy.parameters()]
+    model.learn(32, reset_num_timesteps=False)
+    assert model.num_timesteps == 64
+    assert any(not th.equal(a, b) for a, b in zip(before, model.policy.parameters(), strict=True))
+
+
+def test_load_recurrent_ppo_checkpoint_with_short_rollout_explains_window_size(tmp_path: Path) -> None:
+    source = RecurrentPPO("MlpLstmPolicy", _env(), n_steps=8, batch_size=8, policy_kwargs={"lstm_hidden_size": 8})
+    source.save(tmp_path / "short.zip")
+    with pytest.raises(ValueError, match=r"window_size must be at most n_steps=8"):
+        ResetPPO.load(tmp_path / "short.zip", env=_env())
+    model = ResetPPO.load(tmp_path / "short.zip", env=_env(), window_size=8, batch_size=2)
+    model.learn(16)
+
+
+def test_dict_observations_use_dict_buffer() -> None:
+    model = ResetPPO("MultiInputLstmPolicy", _env(obs_kind="dict"), **{**SMALL, "policy_kwargs": {"lstm_hidden_size": 8}})
+    assert isinstance(model.rollout_buffer, DictWindowRolloutBuffer)
+    model.learn(32)
+    sample = next(model.rollout_buffer.get(2))
+    assert isinstance(sample.observations, dict)
+    # SB3 wraps the env in VecTransposeImage: channel first
+    assert sample.observations["image"].shape == (2, 4, 1, 36, 36)
+    # Images stay compact (the observation space's dtype) until the minibatch is preprocessed
+    assert sample.observations["image"].dtype == th.uint8
+
+
+class _RecordingCallback(BaseCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = {"rollout_start": 0, "step": 0, "training_end": 0}
+
+    def _on_rollout_start(self) -> None:
+        self.calls["rollout_start"] += 1
+
+    def _on_step(self) -> bool:
+        self.calls["step"] += 1
+        return True
+
+    def _on_training_end(self) -> None:
+        self.calls["training_end"] += 1
+
+
+def test_callbacks_progress_bar_and_checkpoints(tmp_path: Path) -> None:
+    callback = _RecordingCallback()
+    checkpoints = CheckpointCallback(save_freq=16, save_path=str(tmp_path), name_prefix="reset")
+    model = ResetPPO("MlpLstmPolicy", _env(), **SMALL)
+    model.learn(64, callback=[callback, checkpoints], progress_bar=True)
+    assert callback.calls == {"rollout_start": 2, "step": 32, "training_end": 1}
+    saved = sorted(os.listdir(tmp_path))
+    assert saved and all(name.startswith("reset") for name in saved)
+    ResetPPO.load(tmp_path / saved[-1], env=_env()).learn(32, reset_num_timesteps=False)
+
+
+def test_tensorboard_logs_window_diagnostics(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    model = ResetPPO("MlpLstmPolicy", _env(), tensorboard_log=str(tmp_path), **SMALL)
+    model.learn(64)
+    run_dirs = list(tmp_path.iterdir())
+    assert [d.name for d in run_dirs] == ["ResetPPO_1"]
+    events = EventAccumulator(str(run_dirs[0]))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for key in ("kept_slot_fraction", "episode_start_weight", "untrained_step_fraction", "windows_with_reset"):
+        assert f"train/{key}" in tags
+    for key in ("policy_gradient_loss", "value_loss", "entropy_loss", "approx_kl", "clip_fraction", "loss"):
+        assert f"train/{key}" in tags
+
+
+@pytest.mark.parametrize("boundary", ["reset", "mask"])
+def test_logged_diagnostics_equal_window_weights(boundary: str) -> None:
+    model = ResetPPO("MlpLstmPolicy", _env(), boundary=boundary, **SMALL)
+    model.set_logger(configure(None, []))
+    model.learn(32)
+    model.logger.name_to_value.clear()
+    model.train()
+    logged = dict(model.logger.name_to_value)
+    starts = model.rollout_buffer.episode_starts
+    weights = brute_force_step_weights(starts, 4, boundary, "uniform")
+    n_windows = 2 * (16 - 4 + 1)
+    assert logged["train/kept_slot_fraction"] == pytest.approx(weights.sum() / (n_windows * 4))
+    assert logged["train/untrained_step_fraction"] == pytest.approx(np.mean(weights == 0))
+    assert logged["train/episode_start_weight"] == pytest.approx(weights[starts > 0].mean() / weights.mean(), rel=1e-5)
+    if boundary == "reset":
+        assert logged["train/kept_slot_fraction"] == 1.0
+    else:
+        assert logged["train/kept_slot_fraction"] < 1.0
+
+
+def test_target_kl_stops_early() -> None:
+    model = ResetPPO("MlpLstmPolicy", _env(), target_kl=1e-9, learning_rate=1e-2, **{**SMALL, "n_epochs": 10})
+    model.learn(32)
+    # The first minibatch of the first epoch has kl 0; an update then exceeds the tiny target in epoch 1
+    assert model._n_updates <= 2
+
+
+def test_clip_range_vf_vecnormalize_and_gsde() -> None:
+    env = VecNormalize(_env(action_space=spaces.Box(-1, 1, (2,), dtype=np.float32), truncate=True))
+    model = ResetPPO("MlpLstmPolicy", env, clip_range_vf=0.2, use_sde=True, **SMALL)
+    model.set_logger(configure(None, []))
+    model.learn(32)
+    model.train()
+    assert model.logger.name_to_value["train/clip_range_vf"] == 0.2
+    assert "train/std" in model.logger.name_to_value
+    assert isinstance(env.obs_rms, RunningMeanStd) and env.obs_rms.count > 32
+
+
+def test_cnn_policy_trains() -> None:
+    kwargs = {"features_extractor_kwargs": {"features_dim": 8}, "lstm_hidden_size": 8}
+    model = ResetPPO("CnnLstmPolicy", _env(obs_kind="image"), **{**SMALL, "policy_kwargs": kwargs})
+    before = [p.clone() for p in model.policy.parameters()]
+    model.learn(32)
+    assert any(not th.equal(a, b) for a, b in zip(before, model.policy.parameters(), strict=True))
+
+
+def test_batch_size_larger_than_windows_warns_once() -> None:
+    with pytest.warns(UserWarning, match="batch_size=100 windows") as record:
+        model = ResetPPO("MlpLstmPolicy", _env(), **{**SMALL, "batch_size": 100})
+        model.learn(32)
+    assert sum("batch_size" in str(w.message) for w in record) == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"window_size": 0}, ValueError, "window_size must be a positive int, got 0"),
+        ({"window_size": -3}, ValueError, "window_size must be a positive int, got -3"),
+        ({"window_size": 4.0}, TypeError, "window_size must be a positive int, got 4.0"),
+        ({"window_size": 17}, ValueError, "window_size must be at most n_steps=16"),
+        ({"boundary": "truncate"}, ValueError, r"boundary must be one of \('reset', 'mask'\), got 'truncate'"),
+        ({"weighting": "inverse"}, ValueError, r"weighting must be one of \('uniform', 'importance'\), got 'inverse'"),
+        ({"window_stride": 0}, ValueError, "window_stride must be a positive int, got 0"),
+        ({"batch_size": 0}, ValueError, "batch_size must be a positive int"),
+        ({"batch_size": 2.5}, TypeError, "batch_size must be a positive int"),
+        ({"clip_range_vf": -0.1}, ValueError, "clip_range_vf must be positive"),
+    ],
+)
+def test_bad_input(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        ResetPPO("MlpLstmPolicy", _env(), **{**SMALL, **kwargs})
+
+
+def test_non_recurrent_policy_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"policy must be a RecurrentActorCriticPolicy subclass.*got ActorCriticPolicy"):
+        ResetPPO(ActorCriticPolicy, _env(), **SMALL)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="MlpPolicy"):
+        ResetPPO("MlpPolicy", _env(), **SMALL)
+
+
+def test_string_env_and_single_env() -> None:
+    import sb3_reset_ppo.envs  # registers CueRecall-v0
+
+    model = ResetPPO("MlpLstmPolicy", "CueRecall-v0", **SMALL)
+    assert model.n_envs == 1 and model.rollout_buffer.n_windows == 13
+    model.learn(32)
+    assert isinstance(gym.make("CueRecall-v0").unwrapped, sb3_reset_ppo.envs.CueRecallEnv)
