@@ -18,15 +18,19 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
     :param n_cues: Number of distinct cues (and actions)
     :param min_delay: Shortest number of blank steps between cue and query
     :param max_delay: Longest number of blank steps between cue and query
+    :param render_mode: ``None`` or ``"rgb_array"`` (the observation as a row of gray pixels)
     """
 
-    metadata = {"render_modes": []}  # noqa: RUF012
+    metadata = {"render_modes": ["rgb_array"]}  # noqa: RUF012
 
-    def __init__(self, n_cues: int = 4, min_delay: int = 1, max_delay: int = 6) -> None:
+    def __init__(self, n_cues: int = 4, min_delay: int = 1, max_delay: int = 6, render_mode: str | None = None) -> None:
         if n_cues < 2:
             raise ValueError(f"n_cues must be at least 2, got {n_cues}")
         if not 0 <= min_delay <= max_delay:
             raise ValueError(f"need 0 <= min_delay <= max_delay, got min_delay={min_delay}, max_delay={max_delay}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.render_mode = render_mode
         self.n_cues = n_cues
         self.min_delay = min_delay
         self.max_delay = max_delay
@@ -57,3 +61,10 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
             return self._obs(), reward, True, False, {}
         self._t += 1
         return self._obs(), 0.0, False, False, {}
+
+    def render(self) -> np.ndarray | None:  # type: ignore[override]
+        if self.render_mode != "rgb_array":
+            return None
+        # (n_cues + 1,) -> (8, 8 * (n_cues + 1), 3) uint8
+        row = np.repeat(self._obs() * 255, 8).astype(np.uint8)
+        return np.repeat(row[None, :, None], 8, axis=0).repeat(3, axis=2)
