@@ -133,7 +133,7 @@ def _filled_buffer(
         weighting=weighting,
         window_stride=stride,
     )
-    starts = (rng.random((n_steps, n_envs)) < 0.2).astype(np.float32)
+    starts = (rng.random((n_steps, n_envs)) < 0.3).astype(np.float32)
     for step in range(n_steps):
         ids = np.arange(n_envs) * n_steps + step
         memory = th.as_tensor(np.repeat(ids[None, :, None], 2, axis=2), dtype=th.float32)
@@ -150,17 +150,26 @@ def _filled_buffer(
     return buffer
 
 
-@pytest.mark.parametrize("boundary", ["reset", "mask"])
-@pytest.mark.parametrize("weighting", ["uniform", "importance"])
-@pytest.mark.parametrize("stride", [1, 3])
-def test_buffer_yields_every_window_once_with_brute_force_fields(boundary: str, weighting: str, stride: int) -> None:
-    n_steps, n_envs, window_size = 20, 3, 5
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 12),
+    st.integers(1, 3),
+    st.data(),
+    st.sampled_from(["reset", "mask"]),
+    st.sampled_from(["uniform", "importance"]),
+)
+def test_buffer_yields_every_window_once_with_brute_force_fields(
+    n_steps: int, n_envs: int, data: st.DataObject, boundary: str, weighting: str
+) -> None:
+    window_size = data.draw(st.integers(1, n_steps))
+    stride = data.draw(st.integers(1, 4))
+    batch_size = data.draw(st.integers(1, 6))
     buffer = _filled_buffer(n_steps, n_envs, window_size, boundary, weighting, stride)
     episode_starts = buffer.episode_starts  # (n_steps, n_envs)
     counts = brute_force_step_weights(episode_starts, window_size, boundary, "uniform", stride)
     seen = []
-    batches = list(buffer.get(batch_size=4))
-    assert all(_obs(batch).shape[:2] == (4, window_size) for batch in batches[:-1])
+    batches = list(buffer.get(batch_size=batch_size))
+    assert all(_obs(batch).shape[:2] == (batch_size, window_size) for batch in batches[:-1])
     for batch in batches:
         ids = _obs(batch)[..., 0].long()
         # Slots of a window are consecutive steps of one env
