@@ -4,6 +4,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch as th
 from gymnasium import spaces
 
 
@@ -82,3 +83,35 @@ def brute_force_step_weights(
                 step = start + slot
                 totals[step, env] += 1.0 if weighting == "uniform" else 1.0 / counts[step, env]
     return totals
+
+
+def reference_unroll(
+    lstm: "th.nn.LSTM",
+    features: "th.Tensor",
+    memory: "tuple[th.Tensor, th.Tensor]",
+    episode_starts: "th.Tensor",
+    boundary: str,
+) -> "th.Tensor":
+    """
+    DESIGN.md's unroll written literally, one slot at a time.
+
+    :param features: ``(B, W, input)``
+    :param memory: recorded (hidden, cell) entering every slot's step, each ``(B, W, n_layers, hidden)``
+    :param episode_starts: ``(B, W)``
+    :param boundary: ``"reset"`` restores recorded memory at reset slots; ``"mask"`` carries it
+    :return: ``(B, W, hidden)``
+    """
+    n_windows, window_size = episode_starts.shape
+    # (B, W, L, H) -> (W, L, B, H)
+    recorded_hidden, recorded_cell = (m.permute(1, 2, 0, 3) for m in memory)
+    hidden, cell = recorded_hidden[0], recorded_cell[0]
+    outputs = []
+    for slot in range(window_size):
+        not_start = (1.0 - episode_starts[:, slot]).reshape(1, n_windows, 1)
+        if slot > 0 and boundary == "reset":
+            reset = (episode_starts[:, slot] > 0.5).reshape(1, n_windows, 1)
+            hidden = th.where(reset, recorded_hidden[slot], hidden)
+            cell = th.where(reset, recorded_cell[slot], cell)
+        output, (hidden, cell) = lstm(features[:, slot].unsqueeze(0), (hidden * not_start, cell * not_start))
+        outputs.append(output[0])
+    return th.stack(outputs, dim=1)

@@ -1,38 +1,103 @@
-"""Backpropagation through time stops at a boundary; dropped slots contribute no gradient."""
+"""The fused unroll equals DESIGN.md's slot-by-slot unroll; BPTT stops at a boundary; dropped slots give no gradient."""
 
 import numpy as np
 import pytest
 import torch as th
-from helpers import RandomEpisodeEnv
+from helpers import RandomEpisodeEnv, reference_unroll
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stable_baselines3.common.env_util import make_vec_env
 from torch import nn
 
 from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import evaluate_windows, unroll_lstm
-from sb3_reset_ppo.common.windows import kept_slots, slot_resets
+from sb3_reset_ppo.common.windows import kept_slots, plan_segments, slot_resets
 
 
-def _random_windows(n_windows: int, window_size: int, layers: int, hidden: int, inputs: int, seed: int):
+def _random_windows(n_windows: int, window_size: int, layers: int, hidden: int, inputs: int, density: float, seed: int):
     generator = th.Generator().manual_seed(seed)
     features = th.randn(n_windows, window_size, inputs, generator=generator, requires_grad=True)
     memory = (
         th.randn(n_windows, window_size, layers, hidden, generator=generator),
         th.randn(n_windows, window_size, layers, hidden, generator=generator),
     )
-    episode_starts = (th.rand(n_windows, window_size, generator=generator) < 0.25).float()
+    episode_starts = (th.rand(n_windows, window_size, generator=generator) < density).float()
     return features, memory, episode_starts
 
 
+def _fused(lstm: nn.LSTM, features: th.Tensor, memory: tuple[th.Tensor, th.Tensor], episode_starts: th.Tensor) -> th.Tensor:
+    n_windows, window_size = episode_starts.shape
+    segments = plan_segments(episode_starts.numpy())
+    # (B, W, L, H) -> (B * W, L, H), then the segments' first slots
+    first = [m.reshape(n_windows * window_size, *m.shape[2:])[segments.first_slots] for m in memory]
+    not_start = 1.0 - episode_starts.reshape(-1)[segments.first_slots]
+    # (B, W, F) -> (B * W, F)
+    out = unroll_lstm(lstm, features.reshape(n_windows * window_size, -1), (first[0], first[1]), not_start, segments)
+    # (B * W, H) -> (B, W, H)
+    return out.reshape(n_windows, window_size, -1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 9),
+    st.integers(1, 2),
+    st.sampled_from([0.0, 0.2, 0.6, 1.0]),
+    st.integers(0, 10_000),
+    st.sampled_from(["reset", "mask"]),
+)
+def test_fused_unroll_equals_slot_by_slot_reference(
+    n_windows: int, window_size: int, layers: int, density: float, seed: int, boundary: str
+) -> None:
+    th.manual_seed(seed)
+    lstm = nn.LSTM(3, 5, num_layers=layers)
+    features, memory, episode_starts = _random_windows(n_windows, window_size, layers, 5, 3, density, seed)
+    expected = reference_unroll(lstm, features, memory, episode_starts, boundary)
+    actual = _fused(lstm, features, memory, episode_starts)
+    th.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+    # Gradients agree too
+    weights = th.randn(expected.shape, generator=th.Generator().manual_seed(seed))
+    (grad_expected,) = th.autograd.grad((expected * weights).sum(), features)
+    (grad_actual,) = th.autograd.grad((actual * weights).sum(), features)
+    th.testing.assert_close(grad_actual, grad_expected, rtol=1e-4, atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 9), st.sampled_from([0.0, 0.3, 1.0]), st.integers(0, 10_000))
+def test_segment_plan(n_windows: int, window_size: int, density: float, seed: int) -> None:
+    starts = (np.random.default_rng(seed).random((n_windows, window_size)) < density).astype(np.float32)
+    plan = plan_segments(starts)
+    packed, positions = plan.packed_slots.numpy(), plan.slot_positions.numpy()
+    assert sorted(packed.tolist()) == list(range(n_windows * window_size))
+    np.testing.assert_array_equal(packed[positions], np.arange(n_windows * window_size))
+    # Brute force: segments start at slot 0 and at every episode start
+    segments: list[list[int]] = []
+    for window in range(n_windows):
+        for slot in range(window_size):
+            if slot == 0 or starts[window, slot]:
+                segments.append([])
+            segments[-1].append(window * window_size + slot)
+    lengths = sorted((len(seg) for seg in segments), reverse=True)
+    assert plan.batch_sizes.tolist() == [sum(length > t for length in lengths) for t in range(lengths[0])]
+    # Packed order: time-major over segments sorted by length (longest first), first slots as listed
+    by_first = {seg[0]: seg for seg in segments}
+    ordered = [by_first[first] for first in plan.first_slots.tolist()]
+    assert [len(seg) for seg in ordered] == lengths
+    expected = [seg[t] for t in range(lengths[0]) for seg in ordered if len(seg) > t]
+    assert packed.tolist() == expected
+
+
 @pytest.mark.parametrize("layers", [1, 2])
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(3))
 def test_gradient_is_zero_before_last_reset(layers: int, seed: int) -> None:
     th.manual_seed(seed)
     window_size = 8
     lstm = nn.LSTM(5, 6, num_layers=layers)
-    features, memory, episode_starts = _random_windows(12, window_size, layers, 6, 5, seed)
+    features, memory, episode_starts = _random_windows(12, window_size, layers, 6, 5, 0.25, seed)
     resets = slot_resets(episode_starts)
-    outputs = unroll_lstm(lstm, features, memory, episode_starts, resets)
-    checked_zero = checked_nonzero = 0
+    outputs = _fused(lstm, features, memory, episode_starts)
+    checked_zero = 0
     for window in range(12):
         for slot in range(window_size):
             (grad,) = th.autograd.grad(outputs[window, slot].sum(), features, retain_graph=True)
@@ -45,36 +110,19 @@ def test_gradient_is_zero_before_last_reset(layers: int, seed: int) -> None:
             assert th.all(grad[window, last_reset : slot + 1].abs().sum(dim=-1) > 0)
             assert th.all(grad[window, slot + 1 :] == 0)
             checked_zero += last_reset
-            checked_nonzero += 1
     assert checked_zero > 0
 
 
-def test_carrying_memory_without_reset_would_leak_gradient() -> None:
-    # Control for the test above: without episode starts (no reset, no SB3 rule) gradient flows back to slot 0.
+def test_reference_without_episode_starts_leaks_gradient() -> None:
+    # Control for the test above: with no episode start, gradient flows back to slot 0.
     lstm = nn.LSTM(3, 4)
-    features, memory, _ = _random_windows(2, 6, 1, 4, 3, 0)
-    no_starts = th.zeros(2, 6)
-    outputs = unroll_lstm(lstm, features, memory, no_starts, slot_resets(no_starts))
+    features, memory, _ = _random_windows(2, 6, 1, 4, 3, 0.0, 0)
+    outputs = _fused(lstm, features, memory, th.zeros(2, 6))
     (grad,) = th.autograd.grad(outputs[0, 5].sum(), features)
     assert grad[0, 0].abs().sum() > 0
 
 
-def test_reset_slot_restarts_from_recorded_memory() -> None:
-    # Where the reset flag is set but SB3's episode-start rule is not applied (flags given separately),
-    # the slot must run from the recorded memory of its step, not from the carried one.
-    lstm = nn.LSTM(3, 4)
-    features, memory, _ = _random_windows(3, 5, 1, 4, 3, 1)
-    resets = th.zeros(3, 5, dtype=th.bool)
-    resets[:, 2] = True
-    outputs = unroll_lstm(lstm, features, memory, th.zeros(3, 5), resets)
-    # Reference: a fresh run from slot 2 with the recorded memory of slot 2
-    fresh = unroll_lstm(lstm, features[:, 2:], (memory[0][:, 2:], memory[1][:, 2:]), th.zeros(3, 3), None)
-    th.testing.assert_close(outputs[:, 2:], fresh)
-    carried = unroll_lstm(lstm, features, memory, th.zeros(3, 5), None)
-    assert not th.allclose(outputs[:, 2:], carried[:, 2:])
-
-
-def _policy_windows(boundary: str):
+def _policy_windows(boundary: str) -> tuple[ResetPPO, WindowRolloutBufferSamples]:
     env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=3, env_kwargs=dict(max_length=5))
     model = ResetPPO(
         "MlpLstmPolicy", env, n_steps=24, window_size=8, boundary=boundary, seed=3, policy_kwargs={"lstm_hidden_size": 8}
@@ -85,54 +133,58 @@ def _policy_windows(boundary: str):
 
 def test_policy_gradient_stops_at_boundary_end_to_end() -> None:
     model, samples = _policy_windows("reset")
+    assert isinstance(samples.observations, th.Tensor)
     observations = samples.observations.clone().requires_grad_(True)
-    _, log_prob, _ = evaluate_windows(
-        model.policy, observations, samples.actions, samples.lstm_states, samples.episode_starts, samples.resets
-    )
+    _, log_prob, _ = evaluate_windows(model.policy, samples._replace(observations=observations))
     windows, slots = th.nonzero(samples.resets, as_tuple=True)
     assert len(windows) > 0
     for window, reset_slot in zip(windows.tolist()[:10], slots.tolist()[:10], strict=True):
         later = [s for s in range(reset_slot + 1, 8) if samples.resets[window, s]]
         last = later[0] - 1 if later else 7
         (grad,) = th.autograd.grad(log_prob[window, last], observations, retain_graph=True)
-        assert th.all(grad[window, :reset_slot] == 0)
-        assert grad[window, reset_slot].abs().sum() > 0
+        rows = samples.slot_steps[window]
+        assert th.all(grad[rows[:reset_slot]] == 0)
+        assert grad[rows[reset_slot]].abs().sum() > 0
 
 
 def test_mask_mode_dropped_slots_contribute_no_gradient() -> None:
     model, samples = _policy_windows("mask")
     dropped = ~samples.kept
     assert dropped.any()
+    assert isinstance(samples.observations, th.Tensor)
 
-    def gradients(batch) -> list[th.Tensor]:
+    def gradients(batch: WindowRolloutBufferSamples) -> list[th.Tensor]:
         model.policy.optimizer.zero_grad()
         model._minibatch_loss(batch, clip_range=0.2, clip_range_vf=0.1).loss.backward()
         return [p.grad.clone() if p.grad is not None else th.zeros_like(p) for p in model.policy.parameters()]
 
     before = gradients(samples)
-    # Scramble everything a dropped slot holds: data, targets, actions, observations
     generator = th.Generator().manual_seed(0)
 
-    def scramble(tensor: th.Tensor) -> th.Tensor:
+    def scramble(tensor: th.Tensor, where: th.Tensor) -> th.Tensor:
         noise = th.randn(tensor.shape, generator=generator) * 10
-        mask = dropped.reshape(*dropped.shape, *([1] * (tensor.dim() - 2)))
+        mask = where.reshape(*where.shape, *([1] * (tensor.dim() - where.dim())))
         return th.where(mask, noise.to(tensor.dtype), tensor)
 
+    # Observation rows that only dropped slots hold (a step can be kept in another window)
+    only_dropped = th.ones(samples.observations.shape[0], dtype=th.bool)
+    only_dropped[samples.slot_steps[samples.kept]] = False
+    assert only_dropped.any()
     scrambled = samples._replace(
-        observations=scramble(samples.observations),
-        advantages=scramble(samples.advantages),
-        returns=scramble(samples.returns),
-        old_log_prob=scramble(samples.old_log_prob),
-        old_values=scramble(samples.old_values),
+        observations=scramble(samples.observations, only_dropped),
+        advantages=scramble(samples.advantages, dropped),
+        returns=scramble(samples.returns, dropped),
+        old_log_prob=scramble(samples.old_log_prob, dropped),
+        old_values=scramble(samples.old_values, dropped),
         actions=th.where(dropped[..., None], 1 - samples.actions, samples.actions),
     )
     after = gradients(scrambled)
     assert any(g.abs().sum() > 0 for g in before)
     for grad_before, grad_after in zip(before, after, strict=True):
         th.testing.assert_close(grad_before, grad_after, rtol=1e-5, atol=1e-7)
-    # Control: scrambling a kept slot does change the gradient
-    kept_scrambled = samples._replace(advantages=th.where(samples.kept, -samples.advantages * 3, samples.advantages))
-    changed = gradients(kept_scrambled)
+    # Control: changing a kept slot does change the gradient
+    kept_changed = samples._replace(advantages=th.where(samples.kept, -samples.advantages * 3, samples.advantages))
+    changed = gradients(kept_changed)
     assert any(not th.allclose(a, b) for a, b in zip(before, changed, strict=True))
 
 

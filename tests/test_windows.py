@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 import torch as th
@@ -9,7 +11,7 @@ from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
 from sb3_reset_ppo import WindowRolloutBuffer, window_weights
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.windows import RolloutWindowStats
+from sb3_reset_ppo.common.windows import RolloutWindowStats, window_order
 
 
 @st.composite
@@ -169,14 +171,21 @@ def test_buffer_yields_every_window_once_with_brute_force_fields(
     counts = brute_force_step_weights(episode_starts, window_size, boundary, "uniform", stride)
     seen = []
     batches = list(buffer.get(batch_size=batch_size))
-    assert all(_obs(batch).shape[:2] == (batch_size, window_size) for batch in batches[:-1])
+    assert all(batch.slot_steps.shape == (batch_size, window_size) for batch in batches[:-1])
     for batch in batches:
-        ids = _obs(batch)[..., 0].long()
+        # Every slot's observation (the step id), gathered from the minibatch's distinct steps
+        distinct = _obs(batch)[:, 0].long()
+        assert th.equal(distinct, th.unique(distinct))
+        ids = distinct[batch.slot_steps]
         # Slots of a window are consecutive steps of one env
         assert th.all(ids[:, 1:] - ids[:, :-1] == 1)
-        # Recorded memory of every slot is its own step's
-        assert th.equal(batch.lstm_states.pi[0][:, :, 0, 0].long(), ids)
-        assert th.equal(batch.lstm_states.vf[1][:, :, 0, 1].long(), ids)
+        # Recorded memory of each segment is its first slot's step's
+        first_ids = ids.reshape(-1)[batch.segments.first_slots]
+        assert th.equal(batch.lstm_states.pi[0][:, 0, 0].long(), first_ids)
+        assert th.equal(batch.lstm_states.vf[1][:, 0, 1].long(), first_ids)
+        expected_firsts = {(w, s) for w in range(ids.shape[0]) for s in range(window_size) if s == 0 or batch.resets[w, s]}
+        firsts = {divmod(slot, window_size) for slot in batch.segments.first_slots.tolist()}
+        assert firsts == expected_firsts
         for row, window_ids in enumerate(ids.tolist()):
             env, start = divmod(window_ids[0], n_steps)
             seen.append((env, start))
@@ -194,9 +203,14 @@ def test_buffer_yields_every_window_once_with_brute_force_fields(
     assert buffer.n_windows == len(expected)
 
 
+def _window_first_steps(batch: WindowRolloutBufferSamples) -> th.Tensor:
+    """Flat step index of each window's first slot."""
+    return _obs(batch)[batch.slot_steps[:, 0], 0].long()
+
+
 def test_buffer_shuffles_anew_every_pass() -> None:
     buffer = _filled_buffer(32, 2, 4, "reset", "uniform")
-    orders = [th.cat([_obs(batch)[:, 0, 0] for batch in buffer.get(batch_size=8)]) for _ in range(3)]
+    orders = [th.cat([_window_first_steps(batch) for batch in buffer.get(batch_size=8)]) for _ in range(3)]
     assert sorted(orders[0].tolist()) == sorted(orders[1].tolist())
     assert not th.equal(orders[0], orders[1]) and not th.equal(orders[1], orders[2])
     # Not a rotation of one order (sb3-contrib's pseudo-shuffle)
@@ -205,11 +219,58 @@ def test_buffer_shuffles_anew_every_pass() -> None:
     assert orders[1].tolist() not in rotations
 
 
+def test_buffer_order_follows_its_seed() -> None:
+    def order(seed: int) -> list[int]:
+        buffer = _filled_buffer(32, 2, 4, "reset", "uniform")
+        buffer.seed(seed)
+        return th.cat([_window_first_steps(batch) for batch in buffer.get(batch_size=8)]).tolist()
+
+    assert order(3) == order(3)
+    assert order(3) != order(4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 30), st.integers(1, 8), st.integers(0, 1000))
+def test_window_order_is_a_permutation_of_shuffled_runs(
+    n_envs: int, windows_per_env: int, consecutive: int, seed: int
+) -> None:
+    order = window_order(n_envs, windows_per_env, consecutive, np.random.default_rng(seed))
+    assert sorted(order.tolist()) == list(range(n_envs * windows_per_env))
+    # Cut the order where it stops stepping by one window of the same env: runs of at most `consecutive`
+    runs, current = [], [int(order[0])]
+    for previous, window in itertools.pairwise(order):
+        same_run = window == previous + 1 and window // windows_per_env == previous // windows_per_env
+        if same_run and len(current) < consecutive:
+            current.append(int(window))
+        else:
+            runs.append(current)
+            current = [int(window)]
+    runs.append(current)
+    assert all(len(run) <= consecutive for run in runs)
+    if consecutive == 1:
+        assert all(len(run) == 1 for run in runs)
+    else:
+        # Runs are cut at a phase: all but the first and last run of an env are full
+        full = sum(len(run) == consecutive for run in runs)
+        assert full >= n_envs * (windows_per_env // consecutive - 1)
+
+
+def test_consecutive_windows_share_steps() -> None:
+    shuffled = _filled_buffer(64, 2, 8, "reset", "uniform")
+    runs = _filled_buffer(64, 2, 8, "reset", "uniform")
+    runs.consecutive_windows = 16
+    distinct_shuffled = np.mean([_obs(b).shape[0] for b in shuffled.get(batch_size=32)])
+    distinct_runs = np.mean([_obs(b).shape[0] for b in runs.get(batch_size=32)])
+    # 32 windows of 8 slots in runs of 16: about 2 * (16 + 8 - 1) = 46 distinct steps instead of ~170
+    assert distinct_runs <= 2 * (16 + 8 - 1) + 8
+    assert distinct_shuffled > 2 * distinct_runs
+
+
 def test_buffer_batch_larger_than_windows_gives_all() -> None:
     buffer = _filled_buffer(10, 2, 4, "reset", "uniform")
     batches = list(buffer.get(batch_size=1000))
-    assert len(batches) == 1 and _obs(batches[0]).shape[0] == buffer.n_windows == 14
-    assert _obs(next(buffer.get(None))).shape[0] == 14
+    assert len(batches) == 1 and batches[0].slot_steps.shape[0] == buffer.n_windows == 14
+    assert next(buffer.get(None)).slot_steps.shape[0] == 14
 
 
 def test_buffer_refuses_sampling_before_full() -> None:

@@ -13,11 +13,14 @@ from sb3_reset_ppo.common.windows import (
     Boundary,
     RolloutWindowStats,
     Weighting,
+    WindowSegments,
+    check_positive_int,
     check_window_settings,
     kept_slots,
-    slot_indices,
+    plan_segments,
     slot_resets,
     slot_weights,
+    window_order,
     window_starts,
 )
 
@@ -26,8 +29,10 @@ class _WindowSampler:
     """
     The stored rollout as env-major flat tensors on the buffer's device, and the window minibatches.
 
-    Built once per rollout (on the first ``get`` after the buffer is full). A minibatch gathers its
-    ``B * W`` slots from these tensors by index: windows are never materialised.
+    Built once per rollout (on the first ``get`` after the buffer is full). A minibatch gathers its slots
+    from these tensors by index: windows are never materialised. Index plans (window order, distinct steps,
+    segments) are computed on the host from a host copy of the episode starts, so the minibatch loop never
+    waits for the device.
     """
 
     def __init__(
@@ -41,17 +46,25 @@ class _WindowSampler:
         boundary: Boundary,
         weighting: Weighting,
         window_stride: int,
+        consecutive_windows: int,
+        generator: np.random.Generator,
         device: th.device,
     ) -> None:
+        self.n_envs = n_envs
         self.window_size = window_size
         self.boundary: Boundary = boundary
         self.weighting: Weighting = weighting
+        self.consecutive_windows = consecutive_windows
+        self.generator = generator
         self.device = device
 
-        def flat(array: np.ndarray) -> th.Tensor:
+        def flat_host(array: np.ndarray) -> np.ndarray:
             # (n_steps, n_envs, *shape) -> (n_envs, n_steps, *shape) -> (n_envs * n_steps, *shape)
             swapped = array.swapaxes(0, 1)
-            return th.as_tensor(swapped.reshape(n_envs * n_steps, *swapped.shape[2:]), device=device)
+            return swapped.reshape(n_envs * n_steps, *swapped.shape[2:])
+
+        def flat(array: np.ndarray) -> th.Tensor:
+            return th.as_tensor(flat_host(array), device=device)
 
         def flat_memory(array: np.ndarray) -> th.Tensor:
             # (n_steps, n_layers, n_envs, hidden) -> (n_envs, n_steps, n_layers, hidden)
@@ -60,6 +73,7 @@ class _WindowSampler:
             return th.as_tensor(per_env.reshape(n_envs * n_steps, *per_env.shape[2:]), device=device)
 
         self.data = {key: flat(value) for key, value in arrays.items()}
+        self.host_episode_starts = flat_host(arrays["episode_starts"])
         self.observations: th.Tensor | dict[str, th.Tensor]
         if isinstance(observations, dict):
             self.observations = {key: flat(value) for key, value in observations.items()}
@@ -70,44 +84,64 @@ class _WindowSampler:
         per_env_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
         self.stats = RolloutWindowStats(per_env_starts, window_size, boundary, weighting, window_stride)
         self.diagnostics = self.stats.diagnostics(per_env_starts)
-        self.starts = window_starts(n_steps, n_envs, window_size, window_stride, device=device)
+        self.host_starts = window_starts(n_steps, n_envs, window_size, window_stride).numpy()
+
+    @property
+    def n_windows(self) -> int:
+        return self.host_starts.shape[0]
+
+    def _to_device(self, array: np.ndarray) -> th.Tensor:
+        return th.as_tensor(array).to(self.device, non_blocking=True)
 
     def minibatches(self, batch_size: int | None) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
-        One shuffled pass over all windows.
+        One pass over all windows, in runs of consecutive windows shuffled anew (see ``window_order``).
 
         :param batch_size: Windows per minibatch (``None`` or more than there are: all windows at once)
-        :return: Generator of minibatches, each field with leading shape ``(B, W)``
+        :return: Generator of minibatches (see :class:`WindowRolloutBufferSamples`)
         """
-        n_windows = self.starts.shape[0]
-        if batch_size is None or batch_size > n_windows:
-            batch_size = n_windows
-        permutation = th.randperm(n_windows, device=self.device)
-        for first in range(0, n_windows, batch_size):
-            # (B,) window starts -> (B, W) flat step indices
-            slots = slot_indices(self.starts[permutation[first : first + batch_size]], self.window_size)
+        if batch_size is None or batch_size > self.n_windows:
+            batch_size = self.n_windows
+        order = window_order(self.n_envs, self.n_windows // self.n_envs, self.consecutive_windows, self.generator)
+        for first in range(0, self.n_windows, batch_size):
+            # (B,) window starts -> (B, W) flat step index of every slot
+            host_slots = self.host_starts[order[first : first + batch_size], None] + np.arange(self.window_size)
+            steps, slot_steps = np.unique(host_slots, return_inverse=True)
+            segments = plan_segments(self.host_episode_starts[host_slots])
+            slots = self._to_device(host_slots)
+            device_segments = WindowSegments(
+                packed_slots=self._to_device(segments.packed_slots.numpy()),
+                slot_positions=self._to_device(segments.slot_positions.numpy()),
+                batch_sizes=segments.batch_sizes,
+                first_slots=self._to_device(segments.first_slots.numpy()),
+            )
+            distinct = self._to_device(steps)
+            if isinstance(self.observations, dict):
+                observations: th.Tensor | dict[str, th.Tensor] = {k: obs[distinct] for k, obs in self.observations.items()}
+            else:
+                observations = self.observations[distinct]
+            # (n_segments,) flat step index of each segment's first slot
+            memory_steps = slots.reshape(-1)[device_segments.first_slots]
             episode_starts = self.data["episode_starts"][slots]
             resets = slot_resets(episode_starts)
             kept = kept_slots(resets, self.boundary)
-            if isinstance(self.observations, dict):
-                observations: th.Tensor | dict[str, th.Tensor] = {key: obs[slots] for key, obs in self.observations.items()}
-            else:
-                observations = self.observations[slots]
             yield WindowRolloutBufferSamples(
                 observations=observations,
+                slot_steps=self._to_device(slot_steps.reshape(host_slots.shape)),
                 actions=self.data["actions"][slots],
                 old_values=self.data["old_values"][slots],
                 old_log_prob=self.data["old_log_prob"][slots],
                 advantages=self.data["advantages"][slots],
                 returns=self.data["returns"][slots],
                 lstm_states=RNNStates(
-                    (self.memory["hidden_pi"][slots], self.memory["cell_pi"][slots]),
-                    (self.memory["hidden_vf"][slots], self.memory["cell_vf"][slots]),
+                    (self.memory["hidden_pi"][memory_steps], self.memory["cell_pi"][memory_steps]),
+                    (self.memory["hidden_vf"][memory_steps], self.memory["cell_vf"][memory_steps]),
                 ),
                 episode_starts=episode_starts,
                 resets=resets,
                 kept=kept,
                 weights=slot_weights(kept, self.stats.counts[slots], self.weighting),
+                segments=device_segments,
             )
 
 
@@ -131,13 +165,33 @@ class _WindowBufferMixin:
     hidden_states_vf: np.ndarray
     cell_states_vf: np.ndarray
 
-    def _set_window_settings(self, window_size: int, boundary: str, weighting: str, window_stride: int, n_steps: int) -> None:
+    def _set_window_settings(
+        self,
+        window_size: int,
+        boundary: str,
+        weighting: str,
+        window_stride: int,
+        consecutive_windows: int,
+        seed: int | None,
+        n_steps: int,
+    ) -> None:
         check_window_settings(window_size, boundary, weighting, window_stride, n_steps=n_steps)
+        check_positive_int("consecutive_windows", consecutive_windows)
         self.window_size = window_size
         self.boundary: Boundary = boundary  # type: ignore[assignment]
         self.weighting: Weighting = weighting  # type: ignore[assignment]
         self.window_stride = window_stride
+        self.consecutive_windows = consecutive_windows
         self._sampler: _WindowSampler | None = None
+        self.seed(seed)
+
+    def seed(self, seed: int | None = None) -> None:
+        """
+        Seed the generator that orders the windows (its own, untouched by other code).
+
+        :param seed: Seed; ``None`` draws fresh entropy
+        """
+        self.generator = np.random.default_rng(seed)
 
     @property
     def n_windows(self) -> int:
@@ -176,6 +230,8 @@ class _WindowBufferMixin:
                 boundary=self.boundary,
                 weighting=self.weighting,
                 window_stride=self.window_stride,
+                consecutive_windows=self.consecutive_windows,
+                generator=self.generator,
                 device=self.device,
             )
         return self._sampler
@@ -217,6 +273,9 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param boundary: ``"reset"`` or ``"mask"``
     :param weighting: ``"uniform"`` or ``"importance"``
     :param window_stride: Steps between window starts
+    :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env
+        (shuffled as runs); runs share steps, whose features are then computed once
+    :param seed: Seed of the generator that orders the windows
     """
 
     observations: np.ndarray
@@ -235,8 +294,12 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
         boundary: str = "reset",
         weighting: str = "uniform",
         window_stride: int = 1,
+        consecutive_windows: int = 1,
+        seed: int | None = None,
     ) -> None:
-        self._set_window_settings(window_size, boundary, weighting, window_stride, n_steps=buffer_size)
+        self._set_window_settings(
+            window_size, boundary, weighting, window_stride, consecutive_windows, seed, n_steps=buffer_size
+        )
         super().__init__(buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs)
 
 
@@ -263,8 +326,12 @@ class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  
         boundary: str = "reset",
         weighting: str = "uniform",
         window_stride: int = 1,
+        consecutive_windows: int = 1,
+        seed: int | None = None,
     ) -> None:
-        self._set_window_settings(window_size, boundary, weighting, window_stride, n_steps=buffer_size)
+        self._set_window_settings(
+            window_size, boundary, weighting, window_stride, consecutive_windows, seed, n_steps=buffer_size
+        )
         super().__init__(
             buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs
         )

@@ -3,122 +3,95 @@
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
-from sb3_contrib.common.recurrent.type_aliases import RNNStates
-from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
+
+from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
+from sb3_reset_ppo.common.windows import WindowSegments
 
 
 def unroll_lstm(
     lstm: nn.LSTM,
-    features: th.Tensor,
+    slot_features: th.Tensor,
     memory: tuple[th.Tensor, ...],
-    episode_starts: th.Tensor,
-    resets: th.Tensor | None,
+    memory_not_start: th.Tensor,
+    segments: WindowSegments,
 ) -> th.Tensor:
     """
-    Run an LSTM over ``B`` windows of ``W`` slots with reset-and-continue.
+    Run an LSTM over the slots of ``B`` windows of ``W`` slots with reset-and-continue.
 
-    Slot 0 starts from the memory recorded for its step. Entering slot ``i >= 1``, the memory is the
-    recorded memory of the slot's step where ``resets[:, i]`` is set (reset mode), else the memory carried
-    from slot ``i - 1`` through the graph. Then SB3's rule applies at every slot: the memory is multiplied by
-    ``1 - episode_starts``. Recorded memory comes from the buffer, so backpropagation stops at a reset.
+    Slot 0 of a window starts from the memory recorded for its step. At a slot whose step starts an episode
+    (a reset), the memory is the one recorded for that step; at every other slot it is carried from the
+    previous slot through the graph. SB3's rule then multiplies the memory by ``1 - episode_start``. So each
+    window is a sequence of segments that run without a reset, each starting from recorded memory: they run
+    as one packed sequence through the fused LSTM, and backpropagation stops at every segment start.
 
     :param lstm: The LSTM (``batch_first=False``, as in sb3-contrib's policies)
-    :param features: Inputs, shape ``(B, W, input_size)``
-    :param memory: Recorded ``(hidden, cell)`` entering the step of every slot, each ``(B, W, n_layers, hidden)``
-    :param episode_starts: SB3's episode-start flags of the slots' steps, shape ``(B, W)``
-    :param resets: Reset flags, shape ``(B, W)``; ``None`` carries the memory across boundaries (mask mode)
-    :return: LSTM outputs of every slot, shape ``(B, W, hidden)``
+    :param slot_features: Inputs of every slot, shape ``(B * W, input_size)``, slots row-major over ``(B, W)``
+    :param memory: Recorded ``(hidden, cell)`` entering each segment's first step, each
+        ``(n_segments, n_layers, hidden)``, in ``segments.first_slots`` order
+    :param memory_not_start: ``1 - episode_start`` of each segment's first step, shape ``(n_segments,)``
+    :param segments: The packing plan (see :func:`~sb3_reset_ppo.common.windows.plan_segments`)
+    :return: LSTM outputs of every slot, shape ``(B * W, hidden)``
     """
-    n_windows, window_size = episode_starts.shape
-    recorded_hidden, recorded_cell = memory
-    # (B, W, n_layers, hidden) -> (W, n_layers, B, hidden): slot-major, in nn.LSTM's state layout
-    recorded_hidden = recorded_hidden.permute(1, 2, 0, 3)
-    recorded_cell = recorded_cell.permute(1, 2, 0, 3)
-    # (B, W) -> (W, 1, B, 1): broadcasts over layers and hidden units
-    not_start = (1.0 - episode_starts).T.reshape(window_size, 1, n_windows, 1)
-    reset_flags = None if resets is None else resets.T.reshape(window_size, 1, n_windows, 1)
-    # (B, W, input_size) -> (W, B, input_size)
-    inputs = features.transpose(0, 1)
-
-    hidden, cell = recorded_hidden[0], recorded_cell[0]
-    outputs = []
-    for slot in range(window_size):
-        if slot > 0 and reset_flags is not None:
-            hidden = th.where(reset_flags[slot], recorded_hidden[slot], hidden)
-            cell = th.where(reset_flags[slot], recorded_cell[slot], cell)
-        hidden, cell = hidden * not_start[slot], cell * not_start[slot]
-        # (B, input_size) -> (1, B, input_size): a sequence of length one
-        output, (hidden, cell) = lstm(inputs[slot].unsqueeze(0), (hidden, cell))
-        outputs.append(output[0])
-    # W x (B, hidden) -> (B, W, hidden)
-    return th.stack(outputs, dim=1)
-
-
-def _flatten_slots(tensor: th.Tensor) -> th.Tensor:
-    # (B, W, *shape) -> (B * W, *shape)
-    return tensor.reshape(-1, *tensor.shape[2:])
+    # (n_segments,) -> (1, n_segments, 1): broadcasts over layers and hidden units
+    not_start = memory_not_start.reshape(1, -1, 1)
+    # (n_segments, n_layers, hidden) -> (n_layers, n_segments, hidden): nn.LSTM's state layout
+    hidden = memory[0].transpose(0, 1) * not_start
+    cell = memory[1].transpose(0, 1) * not_start
+    packed = PackedSequence(slot_features[segments.packed_slots], segments.batch_sizes)
+    output, _ = lstm(packed, (hidden, cell))
+    return output.data[segments.slot_positions]
 
 
 def evaluate_windows(
-    policy: RecurrentActorCriticPolicy,
-    observations: PyTorchObs,
-    actions: th.Tensor,
-    lstm_states: RNNStates,
-    episode_starts: th.Tensor,
-    resets: th.Tensor | None,
+    policy: RecurrentActorCriticPolicy, samples: WindowRolloutBufferSamples
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
     """
-    Values, log-probabilities and entropies of the actions of every slot of ``B`` windows.
+    Values, log-probabilities and entropies of the actions of every slot of a minibatch of windows.
 
     The window counterpart of ``RecurrentActorCriticPolicy.evaluate_actions``: the same networks, critic
-    variants (separate, shared or no critic LSTM) and feature extractors, with the memory given by
-    :func:`unroll_lstm`.
+    variants (separate, shared or no critic LSTM) and features extractors, with the memory given by
+    :func:`unroll_lstm`. Features are computed once per distinct step of the minibatch, then gathered
+    for every slot that holds the step.
 
     :param policy: The recurrent policy
-    :param observations: Observations, leading shape ``(B, W)`` (a dict of such tensors for Dict spaces)
-    :param actions: Actions as stored in the rollout buffer, shape ``(B, W, action_dim)``
-    :param lstm_states: Recorded memory of every slot, each tensor ``(B, W, n_layers, hidden)``
-    :param episode_starts: Episode-start flags, shape ``(B, W)``
-    :param resets: Reset flags ``(B, W)`` in reset mode, ``None`` in mask mode
+    :param samples: A minibatch of windows from a window rollout buffer
     :return: values, log-probabilities and entropies (``None`` when the distribution has no closed form),
         each of shape ``(B, W)``
     """
-    n_windows, window_size = episode_starts.shape
-    if isinstance(observations, dict):
-        flat_obs: PyTorchObs = {key: _flatten_slots(value) for key, value in observations.items()}
-    else:
-        flat_obs = _flatten_slots(observations)
-    features = policy.extract_features(flat_obs)
+    n_windows, window_size = samples.slot_steps.shape
+    # (B, W) -> (B * W,)
+    slot_steps = samples.slot_steps.reshape(-1)
+    features = policy.extract_features(samples.observations)
     if isinstance(features, tuple):
         pi_features, vf_features = features
     else:
         pi_features = vf_features = features
+    memory_not_start = 1.0 - samples.episode_starts.reshape(-1)[samples.segments.first_slots]
 
-    def unroll(lstm: nn.LSTM, flat_features: th.Tensor, memory: tuple[th.Tensor, ...]) -> th.Tensor:
-        # (B * W, features_dim) -> (B, W, features_dim)
-        windows = flat_features.reshape(n_windows, window_size, -1)
-        # (B, W, hidden) -> (B * W, hidden)
-        return _flatten_slots(unroll_lstm(lstm, windows, memory, episode_starts, resets))
+    def unroll(lstm: nn.LSTM, step_features: th.Tensor, memory: tuple[th.Tensor, ...]) -> th.Tensor:
+        return unroll_lstm(lstm, step_features[slot_steps], memory, memory_not_start, samples.segments)
 
-    latent_pi = unroll(policy.lstm_actor, pi_features, lstm_states.pi)
+    latent_pi = unroll(policy.lstm_actor, pi_features, samples.lstm_states.pi)
     if policy.lstm_critic is not None:
-        latent_vf = unroll(policy.lstm_critic, vf_features, lstm_states.vf)
+        latent_vf = unroll(policy.lstm_critic, vf_features, samples.lstm_states.vf)
     elif policy.shared_lstm:
         latent_vf = latent_pi.detach()
     else:
         assert policy.critic is not None
-        latent_vf = policy.critic(vf_features)
+        latent_vf = policy.critic(vf_features)[slot_steps]
 
     latent_pi = policy.mlp_extractor.forward_actor(latent_pi)
     latent_vf = policy.mlp_extractor.forward_critic(latent_vf)
     distribution = policy._get_action_dist_from_latent(latent_pi)
 
-    flat_actions = _flatten_slots(actions)
+    # (B, W, action_dim) -> (B * W, action_dim)
+    actions = samples.actions.reshape(n_windows * window_size, -1)
     if isinstance(policy.action_space, spaces.Discrete):
         # (B * W, 1) float -> (B * W,) long
-        flat_actions = flat_actions.long().flatten()
-    log_prob = distribution.log_prob(flat_actions)
+        actions = actions.long().flatten()
+    log_prob = distribution.log_prob(actions)
     entropy = distribution.entropy()
     values = policy.value_net(latent_vf)
     # (B * W,) or (B * W, 1) -> (B, W)

@@ -9,7 +9,7 @@ the weights training applies.
 """
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch as th
@@ -21,6 +21,19 @@ Weighting = Literal["uniform", "importance"]
 
 # Number of windows handled at once when scanning a whole rollout (bounds temporary memory).
 _CHUNK_WINDOWS = 1 << 16
+
+
+def check_positive_int(name: str, value: object) -> None:
+    """
+    Raise a ``TypeError`` / ``ValueError`` naming the parameter unless ``value`` is a positive int.
+
+    :param name: Parameter name, for the message
+    :param value: The value given
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive int, got {value!r} of type {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def check_window_settings(
@@ -39,11 +52,8 @@ def check_window_settings(
     :param window_stride: Steps between the starts of two consecutive windows (positive int)
     :param n_steps: Rollout length per env, when known
     """
-    for name, value in (("window_size", window_size), ("window_stride", window_stride)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be a positive int, got {value!r} of type {type(value).__name__}")
-        if value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_positive_int("window_size", window_size)
+    check_positive_int("window_stride", window_stride)
     if n_steps is not None and int(window_size) > n_steps:  # type: ignore[call-overload]
         raise ValueError(
             f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got {window_size!r}"
@@ -255,3 +265,69 @@ def window_weights(
     stats = RolloutWindowStats(flags, int(window_size), boundary, weighting, int(window_stride))  # type: ignore[arg-type]
     # (n_envs * n_steps,) -> (n_envs, n_steps) -> (n_steps, n_envs) -> input shape
     return stats.step_weights.reshape(per_env.shape).T.reshape(array.shape).numpy().astype(np.float64)
+
+
+def window_order(n_envs: int, windows_per_env: int, consecutive_windows: int, generator: np.random.Generator) -> np.ndarray:
+    """
+    Order in which one epoch visits the windows: runs of ``consecutive_windows`` consecutive windows of one
+    env, the runs in random order, cut at a random phase per env each epoch. With ``consecutive_windows=1``
+    this is a uniform random permutation.
+
+    :param n_envs: Number of envs
+    :param windows_per_env: Windows per env
+    :param consecutive_windows: Windows per run
+    :param generator: Source of randomness
+    :return: Permutation of ``range(n_envs * windows_per_env)`` (env-major window indices)
+    """
+    position = np.arange(windows_per_env)
+    phase = generator.integers(consecutive_windows, size=(n_envs, 1))
+    # (n_envs, windows_per_env): run of each window within its env
+    run = (position[None, :] + phase) // consecutive_windows
+    runs_per_env = (windows_per_env - 1 + consecutive_windows) // consecutive_windows + 1
+    run_rank = generator.permutation(n_envs * runs_per_env)[run + np.arange(n_envs)[:, None] * runs_per_env]
+    # (n_envs, windows_per_env) -> (n_envs * windows_per_env,): sort by run rank, then position in the run
+    return np.argsort((run_rank * windows_per_env + position[None, :]).reshape(-1), kind="stable")
+
+
+class WindowSegments(NamedTuple):
+    """
+    The windows of a minibatch cut at every episode start into segments that run without a reset,
+    packed (time-major, longest segment first) for one fused LSTM call. Slots are numbered row-major
+    over ``(B, W)``.
+    """
+
+    packed_slots: th.Tensor  # (B * W,) slot at each position of the packed sequence
+    slot_positions: th.Tensor  # (B * W,) position of each slot in the packed sequence
+    batch_sizes: th.Tensor  # (longest segment,) int64 on the CPU: number of segments longer than t
+    first_slots: th.Tensor  # (n_segments,) first slot of each segment, longest segment first
+
+
+def plan_segments(episode_starts: np.ndarray) -> WindowSegments:
+    """
+    Cut windows into segments: a segment starts at slot 0 and at every slot whose step starts an episode.
+
+    :param episode_starts: Episode-start flags of the slots, shape ``(B, W)``
+    :return: The packing plan (CPU tensors)
+    """
+    starts = episode_starts > 0.5
+    starts[:, 0] = True
+    # (B, W) -> (B * W,)
+    flat_starts = starts.reshape(-1)
+    segment = np.cumsum(flat_starts) - 1
+    first_slots = np.flatnonzero(flat_starts)
+    offset = np.arange(flat_starts.size) - first_slots[segment]
+    lengths = np.bincount(segment)
+    by_length = np.argsort(-lengths, kind="stable")
+    rank = np.empty_like(by_length)
+    rank[by_length] = np.arange(by_length.size)
+    # Time-major packing: all first slots (longest segment first), then all second slots, ...
+    packed_slots = np.argsort(offset * by_length.size + rank[segment], kind="stable")
+    slot_positions = np.empty_like(packed_slots)
+    slot_positions[packed_slots] = np.arange(packed_slots.size)
+    batch_sizes = np.bincount(offset)
+    return WindowSegments(
+        packed_slots=th.as_tensor(packed_slots),
+        slot_positions=th.as_tensor(slot_positions),
+        batch_sizes=th.as_tensor(batch_sizes, dtype=th.int64),
+        first_slots=th.as_tensor(first_slots[by_length]),
+    )

@@ -68,3 +68,43 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
         # (n_cues + 1,) -> (8, 8 * (n_cues + 1), 3) uint8
         row = np.repeat(self._obs() * 255, 8).astype(np.uint8)
         return np.repeat(row[None, :, None], 8, axis=0).repeat(3, axis=2)
+
+
+class CueRecallImageEnv(CueRecallEnv):
+    """
+    :class:`CueRecallEnv` with 64x64 grayscale image observations (for ``CnnLstmPolicy``).
+
+    The cue is a bright 16x16 square in one of ``n_cues`` positions; blank steps are black frames; the
+    query frame has a bright border. Optimal return 1.0, random policy's ``1 / n_cues``.
+
+    :param n_cues: Number of distinct cues (and actions), at most 16
+    :param min_delay: Shortest number of blank steps between cue and query
+    :param max_delay: Longest number of blank steps between cue and query
+    :param render_mode: ``None`` or ``"rgb_array"``
+    """
+
+    size = 64
+
+    def __init__(self, n_cues: int = 4, min_delay: int = 1, max_delay: int = 6, render_mode: str | None = None) -> None:
+        if not 2 <= n_cues <= 16:
+            raise ValueError(f"n_cues must be between 2 and 16 for images, got {n_cues}")
+        super().__init__(n_cues, min_delay, max_delay, render_mode)
+        self.observation_space = spaces.Box(0, 255, shape=(self.size, self.size, 1), dtype=np.uint8)  # type: ignore[assignment]
+        # (n_cues + 2, 64, 64, 1): one frame per cue, the blank frame, the query frame
+        self._frames = np.zeros((n_cues + 2, self.size, self.size, 1), dtype=np.uint8)
+        for cue in range(n_cues):
+            row, col = divmod(cue, 4)
+            self._frames[cue, row * 16 : row * 16 + 16, col * 16 : col * 16 + 16] = 255
+        self._frames[-1, :2], self._frames[-1, -2:], self._frames[-1, :, :2], self._frames[-1, :, -2:] = 255, 255, 255, 255
+
+    def _obs(self) -> np.ndarray:
+        if self._t == 0:
+            return self._frames[self._cue].copy()
+        if self._t == self._delay + 1:
+            return self._frames[-1].copy()
+        return self._frames[-2].copy()
+
+    def render(self) -> np.ndarray | None:  # type: ignore[override]
+        if self.render_mode != "rgb_array":
+            return None
+        return np.repeat(self._obs(), 3, axis=2)

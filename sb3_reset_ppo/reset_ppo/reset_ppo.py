@@ -12,8 +12,9 @@ from stable_baselines3.common.utils import explained_variance
 
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
+from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import evaluate_windows
-from sb3_reset_ppo.common.windows import check_window_settings
+from sb3_reset_ppo.common.windows import check_positive_int, check_window_settings
 from sb3_reset_ppo.reset_ppo.policies import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
 
 SelfResetPPO = TypeVar("SelfResetPPO", bound="ResetPPO")
@@ -70,6 +71,9 @@ class ResetPPO(RecurrentPPO):
         step is kept, losses normalised by the sum of weights)
     :param window_stride: Steps between the starts of consecutive windows (1: a window at every step;
         ``window_size``: non-overlapping windows)
+    :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env, the
+        runs shuffled anew every epoch (1: windows fully shuffled). Windows of a run share steps, whose
+        features (e.g. a CNN's) are computed once per minibatch instead of once per slot.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -110,6 +114,7 @@ class ResetPPO(RecurrentPPO):
         boundary: str = "reset",
         weighting: str = "uniform",
         window_stride: int = 1,
+        consecutive_windows: int = 1,
         _init_setup_model: bool = True,
     ):
         if isinstance(policy, type) and not issubclass(policy, RecurrentActorCriticPolicy):
@@ -119,10 +124,12 @@ class ResetPPO(RecurrentPPO):
             )
         # Checked before the env is built, and again in _setup_model (which load() calls too)
         check_window_settings(window_size, boundary, weighting, window_stride)
+        check_positive_int("consecutive_windows", consecutive_windows)
         self.window_size = window_size
         self.boundary = boundary
         self.weighting = weighting
         self.window_stride = window_stride
+        self.consecutive_windows = consecutive_windows
         super().__init__(
             policy,
             env,
@@ -156,6 +163,7 @@ class ResetPPO(RecurrentPPO):
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
         check_window_settings(self.window_size, self.boundary, self.weighting, self.window_stride, n_steps=self.n_steps)
+        check_positive_int("consecutive_windows", self.consecutive_windows)
         if self.batch_size is not None:
             if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, (int, np.integer)):
                 raise TypeError(f"batch_size must be a positive int (windows per minibatch) or None, got {self.batch_size!r}")
@@ -181,6 +189,8 @@ class ResetPPO(RecurrentPPO):
             boundary=self.boundary,
             weighting=self.weighting,
             window_stride=self.window_stride,
+            consecutive_windows=self.consecutive_windows,
+            seed=self.seed,
         )
         n_windows = self.rollout_buffer.n_windows
         if self.batch_size is not None and self.batch_size > n_windows:
@@ -192,16 +202,22 @@ class ResetPPO(RecurrentPPO):
                 stacklevel=2,
             )
 
-    def _minibatch_loss(self, samples: Any, clip_range: float, clip_range_vf: float | None) -> WindowLoss:
+    def set_random_seed(self, seed: int | None = None) -> None:
+        """
+        Set the seed of the pseudo-random generators (python, numpy, pytorch, gym, action_space) and of the
+        generator that orders the windows.
+
+        :param seed: Seed
+        """
+        super().set_random_seed(seed)
+        if isinstance(getattr(self, "rollout_buffer", None), (WindowRolloutBuffer, DictWindowRolloutBuffer)):
+            self.rollout_buffer.seed(seed)
+
+    def _minibatch_loss(
+        self, samples: WindowRolloutBufferSamples, clip_range: float, clip_range_vf: float | None
+    ) -> WindowLoss:
         """Evaluate the policy on a minibatch of windows and return the PPO loss (see DESIGN.md)."""
-        values, log_prob, entropy = evaluate_windows(
-            self.policy,
-            samples.observations,
-            samples.actions,
-            samples.lstm_states,
-            samples.episode_starts,
-            samples.resets if self.boundary == "reset" else None,
-        )
+        values, log_prob, entropy = evaluate_windows(self.policy, samples)
         return window_ppo_loss(
             log_prob=log_prob,
             old_log_prob=samples.old_log_prob,

@@ -1,0 +1,276 @@
+"""
+Speed and memory of ``train()``: ResetPPO against sb3-contrib's RecurrentPPO, side by side in one process.
+
+For each task (MLP: CartPoleNoVel-v1; image: CueRecallImage-v0, 64x64 with CnnLstmPolicy) both models
+collect one rollout with the same settings, then ``train()`` is timed several times on it (median after
+a warm-up). Throughput is counted in *updates per second*: transitions x epochs for RecurrentPPO, window
+slots x epochs for ResetPPO. The roofline is the same policy's fused LSTM (actor and critic) and heads,
+forward and backward, on ResetPPO's minibatch shapes, with no buffer and no loss. Peak extra memory of
+``train()`` is the peak resident memory during ``train()`` above the level before it, relative to the
+rollout buffer's size. ``collect_rollouts`` is timed for both.
+
+Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 5] [--threads 1] [--json out.json]
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch as th
+from sb3_contrib import RecurrentPPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.utils import obs_as_tensor
+
+import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecallImage-v0)
+from sb3_reset_ppo import ResetPPO
+
+TASKS: dict[str, dict[str, Any]] = {
+    "mlp": dict(env_id="CartPoleNoVel-v1", policy="MlpLstmPolicy", env_kwargs={}),
+    "image": dict(
+        env_id="CueRecallImage-v0",
+        policy="CnnLstmPolicy",
+        env_kwargs=dict(min_delay=4, max_delay=30),
+    ),
+}
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakMemory:
+    """Samples resident memory in a background thread; ``peak - start`` is the extra memory used."""
+
+    def __init__(self, interval: float = 0.0005) -> None:
+        self.interval = interval
+        self.start = self.peak = 0
+        self._running = False
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "PeakMemory":
+        self.start = self.peak = _rss_bytes()
+        self._running = True
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while self._running:
+            self.peak = max(self.peak, _rss_bytes())
+            time.sleep(self.interval)
+
+    def __exit__(self, *args: object) -> None:
+        self._running = False
+        assert self._thread is not None
+        self._thread.join()
+        self.peak = max(self.peak, _rss_bytes())
+
+    @property
+    def extra(self) -> int:
+        return self.peak - self.start
+
+
+def buffer_bytes(buffer: Any) -> int:
+    """Size of the rollout buffer's stored arrays."""
+    total = 0
+    for value in vars(buffer).values():
+        if isinstance(value, np.ndarray):
+            total += value.nbytes
+        elif isinstance(value, dict):
+            total += sum(v.nbytes for v in value.values() if isinstance(v, np.ndarray))
+    return total
+
+
+def make_model(algo: str, task: dict[str, Any], args: argparse.Namespace) -> RecurrentPPO:
+    env = make_vec_env(task["env_id"], n_envs=args.n_envs, seed=args.seed, env_kwargs=task["env_kwargs"])
+    common = dict(
+        n_steps=args.n_steps,
+        n_epochs=args.n_epochs,
+        seed=args.seed,
+        policy_kwargs=dict(lstm_hidden_size=args.lstm_hidden_size),
+    )
+    if algo == "reset_ppo":
+        extra = {} if args.batch_size is None else {"batch_size": args.batch_size}
+        return ResetPPO(task["policy"], env, window_size=args.window_size, **extra, **common)  # type: ignore[arg-type]
+    return RecurrentPPO(task["policy"], env, batch_size=args.rppo_batch_size, **common)  # type: ignore[arg-type]
+
+
+class _Continue(BaseCallback):
+    def _on_step(self) -> bool:
+        return True
+
+
+def collect(model: RecurrentPPO) -> float:
+    """Collect one rollout; return its duration."""
+    if model._last_obs is None:
+        model._setup_learn(model.n_steps * model.n_envs, callback=None)
+    callback = _Continue()
+    callback.init_callback(model)
+    start = time.perf_counter()
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)  # type: ignore[arg-type]
+    return time.perf_counter() - start
+
+
+def timed(function: Callable[[], None], repeats: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        function()
+    durations = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        durations.append(time.perf_counter() - start)
+    return durations
+
+
+def roofline(model: ResetPPO, repeats: int, warmup: int) -> list[float]:
+    """
+    The same policy's fused LSTMs (actor and critic) and heads, forward and backward, on ResetPPO's minibatch
+    shapes, for one ``train()`` worth of minibatches; features from the features extractor, run once per
+    distinct step of a minibatch. No buffer, no gather, no loss.
+    """
+    policy = model.policy
+    sampler = model.rollout_buffer.sampler()
+    n_windows, window_size = sampler.starts.shape[0], model.window_size
+    batch = n_windows if model.batch_size is None else min(model.batch_size, n_windows)
+    n_minibatches = -(-n_windows // batch)
+    n_steps = sampler.distinct_steps_per_minibatch(batch)
+    observations = obs_as_tensor(
+        np.stack([model.observation_space.sample() for _ in range(n_steps)]),
+        model.device,  # type: ignore[arg-type]
+    )
+    # (W * B,) rows of the per-step features, as the slots of B windows
+    rows = th.arange(window_size * batch, device=model.device) % n_steps
+    assert policy.lstm_critic is not None
+
+    def one_train() -> None:
+        for _ in range(model.n_epochs * n_minibatches):
+            features = policy.extract_features(observations)
+            assert isinstance(features, th.Tensor)
+            # (W * B, F) -> (W, B, F)
+            sequence = features[rows].reshape(window_size, batch, -1)
+            latent_pi, _ = policy.lstm_actor(sequence)
+            latent_vf, _ = policy.lstm_critic(sequence)  # type: ignore[misc]
+            # (W, B, H) -> (W * B, H)
+            latent_pi = policy.mlp_extractor.forward_actor(latent_pi.reshape(window_size * batch, -1))
+            latent_vf = policy.mlp_extractor.forward_critic(latent_vf.reshape(window_size * batch, -1))
+            total = policy.action_net(latent_pi).sum() + policy.value_net(latent_vf).sum()
+            policy.optimizer.zero_grad()
+            total.backward()
+
+    return timed(one_train, repeats, warmup)
+
+
+def bench_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    task = TASKS[name]
+    result: dict[str, Any] = {
+        "task": name,
+        **{k: v for k, v in task.items() if k != "env_kwargs"},
+        "env_kwargs": task["env_kwargs"],
+    }
+    models = {algo: make_model(algo, task, args) for algo in ("reset_ppo", "recurrent_ppo")}
+    for algo, model in models.items():
+        collect_times = [collect(model) for _ in range(args.collect_repeats)]
+        memory = PeakMemory()
+
+        def train(model: RecurrentPPO = model) -> None:
+            model.train()
+
+        train(model)  # warm-up (also builds the window view of the rollout)
+        if isinstance(model, ResetPPO):
+            model.rollout_buffer._sampler = None  # measure the per-rollout setup too
+        with memory:
+            train()
+        durations = timed(train, args.repeats, warmup=0)
+        if isinstance(model, ResetPPO):
+            items = model.rollout_buffer.n_windows * model.window_size
+        else:
+            items = model.n_envs * model.n_steps
+        updates = items * model.n_epochs
+        result[algo] = {
+            "train_seconds_median": statistics.median(durations),
+            "train_seconds_all": durations,
+            "updates_per_second": updates / statistics.median(durations),
+            "items_per_epoch": items,
+            "collect_seconds_median": statistics.median(collect_times),
+            "buffer_bytes": buffer_bytes(model.rollout_buffer),
+            "train_peak_extra_bytes": memory.extra,
+        }
+    reset_model = models["reset_ppo"]
+    assert isinstance(reset_model, ResetPPO)
+    roof = roofline(reset_model, args.repeats, warmup=1)
+    roof_updates = reset_model.rollout_buffer.n_windows * reset_model.window_size * reset_model.n_epochs
+    result["roofline_updates_per_second"] = roof_updates / statistics.median(roof)
+    reset, rppo = result["reset_ppo"], result["recurrent_ppo"]
+    result["speedup_vs_recurrent_ppo"] = reset["updates_per_second"] / rppo["updates_per_second"]
+    result["share_of_roofline"] = reset["updates_per_second"] / result["roofline_updates_per_second"]
+    result["train_extra_memory_over_buffer"] = reset["train_peak_extra_bytes"] / reset["buffer_bytes"]
+    result["collect_time_ratio"] = reset["collect_seconds_median"] / rppo["collect_seconds_median"]
+    return result
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    header = (
+        "| task | RecurrentPPO updates/s | ResetPPO updates/s | ratio | roofline updates/s | share of roofline "
+        "| train() peak extra / buffer | collect time ResetPPO / RecurrentPPO |"
+    )
+    print(header)
+    print("|" + "---|" * 8)
+    for r in results:
+        print(
+            f"| {r['task']} ({r['env_id']}) | {r['recurrent_ppo']['updates_per_second']:,.0f} "
+            f"| {r['reset_ppo']['updates_per_second']:,.0f} | {r['speedup_vs_recurrent_ppo']:.1f}x "
+            f"| {r['roofline_updates_per_second']:,.0f} | {100 * r['share_of_roofline']:.0f}% "
+            f"| {r['train_extra_memory_over_buffer']:.2f} | {r['collect_time_ratio']:.2f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=["mlp", "image"], choices=sorted(TASKS))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--collect-repeats", type=int, default=3)
+    parser.add_argument("--n-envs", type=int, default=8)
+    parser.add_argument("--n-steps", type=int, default=128)
+    parser.add_argument("--n-epochs", type=int, default=4)
+    parser.add_argument("--lstm-hidden-size", type=int, default=256)
+    parser.add_argument("--window-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=None, help="ResetPPO windows per minibatch (default: ResetPPO's)")
+    parser.add_argument("--rppo-batch-size", type=int, default=128, help="RecurrentPPO minibatch (its default)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None, help="write the figures to this file")
+    args = parser.parse_args()
+    th.set_num_threads(args.threads)
+    import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
+
+    print("command: python " + " ".join(sys.argv))
+    print(
+        f"settings: n_envs={args.n_envs} n_steps={args.n_steps} n_epochs={args.n_epochs} "
+        f"lstm_hidden_size={args.lstm_hidden_size} window_size={args.window_size} "
+        f"batch_size(ResetPPO)={args.batch_size or 'default'} batch_size(RecurrentPPO)={args.rppo_batch_size} "
+        f"threads={args.threads} repeats={args.repeats} torch={th.__version__} machine={platform.machine()}"
+    )
+    results = []
+    for name in args.tasks:
+        results.append(bench_task(name, args))
+        print_table(results[-1:])
+    print()
+    print_table(results)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"command": sys.argv, "settings": vars(args), "results": results}, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()
