@@ -139,11 +139,11 @@ def roofline(model: ResetPPO, repeats: int, warmup: int) -> list[float]:
     distinct step of a minibatch. No buffer, no gather, no loss.
     """
     policy = model.policy
-    sampler = model.rollout_buffer.sampler()
-    n_windows, window_size = sampler.starts.shape[0], model.window_size
+    n_windows, window_size = model.rollout_buffer.n_windows, model.window_size
     batch = n_windows if model.batch_size is None else min(model.batch_size, n_windows)
     n_minibatches = -(-n_windows // batch)
-    n_steps = sampler.distinct_steps_per_minibatch(batch)
+    # Distinct steps of a minibatch, on average over one epoch of ResetPPO's own minibatches
+    n_steps = round(statistics.mean(int(s.slot_steps.unique().numel()) for s in model.rollout_buffer.get(batch)))
     observations = obs_as_tensor(
         np.stack([model.observation_space.sample() for _ in range(n_steps)]),
         model.device,  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from torch import nn
 from sb3_reset_ppo import ResetPPO
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import evaluate_windows, unroll_lstm
-from sb3_reset_ppo.common.windows import kept_slots, plan_segments, slot_resets
+from sb3_reset_ppo.common.windows import kept_slots, plan_reset_steps, slot_resets
 
 
 def _random_windows(n_windows: int, window_size: int, layers: int, hidden: int, inputs: int, density: float, seed: int):
@@ -28,12 +28,11 @@ def _random_windows(n_windows: int, window_size: int, layers: int, hidden: int, 
 
 def _fused(lstm: nn.LSTM, features: th.Tensor, memory: tuple[th.Tensor, th.Tensor], episode_starts: th.Tensor) -> th.Tensor:
     n_windows, window_size = episode_starts.shape
-    segments = plan_segments(episode_starts.numpy())
-    # (B, W, L, H) -> (B * W, L, H), then the segments' first slots
-    first = [m.reshape(n_windows * window_size, *m.shape[2:])[segments.first_slots] for m in memory]
-    not_start = 1.0 - episode_starts.reshape(-1)[segments.first_slots]
+    layout = plan_reset_steps(episode_starts.numpy())
+    # (B, W, L, H) -> (B, L, H): the memory recorded for slot 0
+    first = (memory[0][:, 0], memory[1][:, 0])
     # (B, W, F) -> (B * W, F)
-    out = unroll_lstm(lstm, features.reshape(n_windows * window_size, -1), (first[0], first[1]), not_start, segments)
+    out = unroll_lstm(lstm, features.reshape(n_windows * window_size, -1), first, 1.0 - episode_starts[:, 0], layout)
     # (B * W, H) -> (B, W, H)
     return out.reshape(n_windows, window_size, -1)
 
@@ -65,27 +64,39 @@ def test_fused_unroll_equals_slot_by_slot_reference(
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 9), st.sampled_from([0.0, 0.3, 1.0]), st.integers(0, 10_000))
-def test_segment_plan(n_windows: int, window_size: int, density: float, seed: int) -> None:
+def test_reset_layout(n_windows: int, window_size: int, density: float, seed: int) -> None:
     starts = (np.random.default_rng(seed).random((n_windows, window_size)) < density).astype(np.float32)
-    plan = plan_segments(starts)
-    packed, positions = plan.packed_slots.numpy(), plan.slot_positions.numpy()
-    assert sorted(packed.tolist()) == list(range(n_windows * window_size))
-    np.testing.assert_array_equal(packed[positions], np.arange(n_windows * window_size))
-    # Brute force: segments start at slot 0 and at every episode start
-    segments: list[list[int]] = []
+    layout = plan_reset_steps(starts)
+    n_resets = (starts[:, 1:] > 0).sum(axis=1)
+    assert layout.row_length == window_size + n_resets.max(initial=0)
+    positions = layout.slot_positions.numpy().reshape(n_windows, window_size)
     for window in range(n_windows):
+        # Brute force: walk the row, inserting a reset step before every reset slot
+        step, expected, reset_at = 0, [], []
         for slot in range(window_size):
-            if slot == 0 or starts[window, slot]:
-                segments.append([])
-            segments[-1].append(window * window_size + slot)
-    lengths = sorted((len(seg) for seg in segments), reverse=True)
-    assert plan.batch_sizes.tolist() == [sum(length > t for length in lengths) for t in range(lengths[0])]
-    # Packed order: time-major over segments sorted by length (longest first), first slots as listed
-    by_first = {seg[0]: seg for seg in segments}
-    ordered = [by_first[first] for first in plan.first_slots.tolist()]
-    assert [len(seg) for seg in ordered] == lengths
-    expected = [seg[t] for t in range(lengths[0]) for seg in ordered if len(seg) > t]
-    assert packed.tolist() == expected
+            if slot >= 1 and starts[window, slot]:
+                reset_at.append(step)
+                step += 1
+            expected.append(step * n_windows + window)
+            step += 1
+        assert positions[window].tolist() == expected
+        flags = layout.reset_steps[:, window, 0]
+        assert np.flatnonzero(flags.numpy()).tolist() == reset_at
+    assert len(set(positions.reshape(-1).tolist())) == n_windows * window_size
+
+
+def test_dropout_and_no_bias_lstm_match_reference() -> None:
+    th.manual_seed(0)
+    features, memory, episode_starts = _random_windows(4, 6, 2, 5, 3, 0.3, 0)
+    lstm = nn.LSTM(3, 5, num_layers=2, bias=False)
+    th.testing.assert_close(
+        _fused(lstm, features, memory, episode_starts), reference_unroll(lstm, features, memory, episode_starts, "reset")
+    )
+    # Dropout between layers is random: in eval mode it is off and both agree
+    lstm = nn.LSTM(3, 5, num_layers=2, dropout=0.5).eval()
+    th.testing.assert_close(
+        _fused(lstm, features, memory, episode_starts), reference_unroll(lstm, features, memory, episode_starts, "reset")
+    )
 
 
 @pytest.mark.parametrize("layers", [1, 2])

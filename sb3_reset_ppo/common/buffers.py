@@ -11,13 +11,13 @@ from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.windows import (
     Boundary,
+    ResetLayout,
     RolloutWindowStats,
     Weighting,
-    WindowSegments,
     check_positive_int,
     check_window_settings,
     kept_slots,
-    plan_segments,
+    plan_reset_steps,
     slot_resets,
     slot_weights,
     window_order,
@@ -107,21 +107,15 @@ class _WindowSampler:
             # (B,) window starts -> (B, W) flat step index of every slot
             host_slots = self.host_starts[order[first : first + batch_size], None] + np.arange(self.window_size)
             steps, slot_steps = np.unique(host_slots, return_inverse=True)
-            segments = plan_segments(self.host_episode_starts[host_slots])
+            layout = plan_reset_steps(self.host_episode_starts[host_slots])
             slots = self._to_device(host_slots)
-            device_segments = WindowSegments(
-                packed_slots=self._to_device(segments.packed_slots.numpy()),
-                slot_positions=self._to_device(segments.slot_positions.numpy()),
-                batch_sizes=segments.batch_sizes,
-                first_slots=self._to_device(segments.first_slots.numpy()),
-            )
             distinct = self._to_device(steps)
             if isinstance(self.observations, dict):
                 observations: th.Tensor | dict[str, th.Tensor] = {k: obs[distinct] for k, obs in self.observations.items()}
             else:
                 observations = self.observations[distinct]
-            # (n_segments,) flat step index of each segment's first slot
-            memory_steps = slots.reshape(-1)[device_segments.first_slots]
+            # (B,) flat step index of each window's slot 0
+            memory_steps = slots[:, 0]
             episode_starts = self.data["episode_starts"][slots]
             resets = slot_resets(episode_starts)
             kept = kept_slots(resets, self.boundary)
@@ -141,7 +135,11 @@ class _WindowSampler:
                 resets=resets,
                 kept=kept,
                 weights=slot_weights(kept, self.stats.counts[slots], self.weighting),
-                segments=device_segments,
+                layout=ResetLayout(
+                    slot_positions=self._to_device(layout.slot_positions.numpy()),
+                    reset_steps=self._to_device(layout.reset_steps.numpy()),
+                    row_length=layout.row_length,
+                ),
             )
 
 

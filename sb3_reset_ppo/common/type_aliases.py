@@ -6,7 +6,7 @@ import torch as th
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.type_aliases import PyTorchObs
 
-from sb3_reset_ppo.common.windows import WindowSegments
+from sb3_reset_ppo.common.windows import ResetLayout
 
 
 class WindowRolloutBufferSamples(NamedTuple):
@@ -18,10 +18,10 @@ class WindowRolloutBufferSamples(NamedTuple):
       Windows of a minibatch overlap, so features are computed once per step, not once per slot.
     - ``actions``, ``old_values``, ``old_log_prob``, ``advantages``, ``returns``, ``episode_starts``,
       ``resets``, ``kept``, ``weights``: one entry per slot, leading shape ``(B, W)``.
-    - ``segments``: the windows cut at every reset into segments that run without one.
-    - ``lstm_states``: the memory recorded during the rollout entering each segment's first slot (slot 0 and
-      every reset slot), each tensor ``(n_segments, n_layers, hidden_size)`` in ``segments.first_slots``
-      order: the memory that slot 0 starts from and that a reset restores.
+    - ``lstm_states``: the memory recorded during the rollout entering each window's slot 0, each tensor
+      ``(B, n_layers, hidden_size)``. A reset restores the recorded memory of its step times
+      ``1 - episode_start``, which is zero, so no other recorded memory is needed.
+    - ``layout``: where each slot sits in the fused LSTM input, with one reset step before every reset.
     """
 
     observations: PyTorchObs
@@ -36,4 +36,4 @@ class WindowRolloutBufferSamples(NamedTuple):
     resets: th.Tensor
     kept: th.Tensor
     weights: th.Tensor
-    segments: WindowSegments
+    layout: ResetLayout

@@ -4,10 +4,28 @@ import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from torch import nn
-from torch.nn.utils.rnn import PackedSequence
+from torch.nn import functional as F
 
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.windows import WindowSegments
+from sb3_reset_ppo.common.windows import ResetLayout
+
+# Added to the input- and forget-gate pre-activations at a reset step: both gates become exactly 0.
+_RESET_PREACTIVATION = -1e9
+
+
+def check_supported_lstm(lstm: nn.LSTM) -> None:
+    """
+    Raise a ``ValueError`` for LSTM options the window unroll (and sb3-contrib's policies) do not support.
+
+    :param lstm: The policy's LSTM
+    """
+    for option, value in (
+        ("bidirectional", lstm.bidirectional),
+        ("batch_first", lstm.batch_first),
+        ("proj_size", lstm.proj_size),
+    ):
+        if value:
+            raise ValueError(f"policy_kwargs['lstm_kwargs'] sets {option}={value!r}, which ResetPPO does not support")
 
 
 def unroll_lstm(
@@ -15,33 +33,64 @@ def unroll_lstm(
     slot_features: th.Tensor,
     memory: tuple[th.Tensor, ...],
     memory_not_start: th.Tensor,
-    segments: WindowSegments,
+    layout: ResetLayout,
 ) -> th.Tensor:
     """
-    Run an LSTM over the slots of ``B`` windows of ``W`` slots with reset-and-continue.
+    Run an LSTM over the slots of ``B`` windows with reset-and-continue, as one fused LSTM call per layer.
 
-    Slot 0 of a window starts from the memory recorded for its step. At a slot whose step starts an episode
-    (a reset), the memory is the one recorded for that step; at every other slot it is carried from the
-    previous slot through the graph. SB3's rule then multiplies the memory by ``1 - episode_start``. So each
-    window is a sequence of segments that run without a reset, each starting from recorded memory: they run
-    as one packed sequence through the fused LSTM, and backpropagation stops at every segment start.
+    Slot 0 of a window starts from the memory recorded for its step, times ``1 - episode_start`` (SB3's
+    rule). At a slot whose step starts an episode (a reset), the memory is the one recorded for that step
+    times ``1 - episode_start``, i.e. zero; at every other slot it is carried from the previous slot through
+    the graph. The reset is realised as one extra *reset step* just before the reset slot, whose input and
+    forget gates are forced to exactly 0 by a constant extra input: the cell becomes ``0 * c + 0 * g = 0``
+    and the hidden state ``o * tanh(0) = 0``, and every gradient path through that step is exactly zero, so
+    backpropagation through time stops at the boundary. Each window then runs as one row of a single fused
+    LSTM call (``W`` steps plus its resets; rows are padded at the end).
 
     :param lstm: The LSTM (``batch_first=False``, as in sb3-contrib's policies)
     :param slot_features: Inputs of every slot, shape ``(B * W, input_size)``, slots row-major over ``(B, W)``
-    :param memory: Recorded ``(hidden, cell)`` entering each segment's first step, each
-        ``(n_segments, n_layers, hidden)``, in ``segments.first_slots`` order
-    :param memory_not_start: ``1 - episode_start`` of each segment's first step, shape ``(n_segments,)``
-    :param segments: The packing plan (see :func:`~sb3_reset_ppo.common.windows.plan_segments`)
+    :param memory: Recorded ``(hidden, cell)`` entering each window's slot 0, each ``(B, n_layers, hidden)``
+    :param memory_not_start: ``1 - episode_start`` of each window's slot 0, shape ``(B,)``
+    :param layout: Where each slot and reset step sits (see :func:`~sb3_reset_ppo.common.windows.plan_reset_steps`)
     :return: LSTM outputs of every slot, shape ``(B * W, hidden)``
     """
-    # (n_segments,) -> (1, n_segments, 1): broadcasts over layers and hidden units
-    not_start = memory_not_start.reshape(1, -1, 1)
-    # (n_segments, n_layers, hidden) -> (n_layers, n_segments, hidden): nn.LSTM's state layout
+    n_windows = memory_not_start.shape[0]
+    reset_steps = layout.reset_steps.to(slot_features.dtype)
+    # (B * W, F) -> (row_length * B, F) -> (row_length, B, F): slots at their steps, zeros elsewhere
+    inputs = slot_features.new_zeros(layout.row_length * n_windows, slot_features.shape[1])
+    inputs = inputs.index_copy(0, layout.slot_positions, slot_features).reshape(layout.row_length, n_windows, -1)
+    # (B,) -> (1, B, 1): broadcasts over layers and hidden units
+    not_start = memory_not_start.reshape(1, n_windows, 1)
+    # (B, n_layers, hidden) -> (n_layers, B, hidden): nn.LSTM's state layout
     hidden = memory[0].transpose(0, 1) * not_start
     cell = memory[1].transpose(0, 1) * not_start
-    packed = PackedSequence(slot_features[segments.packed_slots], segments.batch_sizes)
-    output, _ = lstm(packed, (hidden, cell))
-    return output.data[segments.slot_positions]
+    hidden_size = lstm.hidden_size
+    # (4 * hidden, 1): weight of the reset input, on the input and forget gates (PyTorch order: i, f, g, o)
+    reset_weight = slot_features.new_zeros(4 * hidden_size, 1)
+    reset_weight[: 2 * hidden_size] = _RESET_PREACTIVATION
+    for layer in range(lstm.num_layers):
+        if layer > 0 and lstm.dropout > 0 and lstm.training:
+            inputs = F.dropout(inputs, lstm.dropout, training=True)
+        weights = [
+            th.cat([getattr(lstm, f"weight_ih_l{layer}"), reset_weight], dim=1),
+            getattr(lstm, f"weight_hh_l{layer}"),
+        ]
+        if lstm.bias:
+            weights += [getattr(lstm, f"bias_ih_l{layer}"), getattr(lstm, f"bias_hh_l{layer}")]
+        # (row_length, B, F + 1) -> (row_length, B, hidden)
+        inputs, _, _ = th._VF.lstm(  # type: ignore[attr-defined]
+            th.cat([inputs, reset_steps], dim=2),
+            (hidden[layer : layer + 1], cell[layer : layer + 1]),
+            weights,
+            lstm.bias,
+            1,
+            0.0,
+            lstm.training,
+            False,
+            False,
+        )
+    # (row_length, B, hidden) -> (row_length * B, hidden) -> (B * W, hidden)
+    return inputs.reshape(layout.row_length * n_windows, -1)[layout.slot_positions]
 
 
 def evaluate_windows(
@@ -68,10 +117,10 @@ def evaluate_windows(
         pi_features, vf_features = features
     else:
         pi_features = vf_features = features
-    memory_not_start = 1.0 - samples.episode_starts.reshape(-1)[samples.segments.first_slots]
+    memory_not_start = 1.0 - samples.episode_starts[:, 0]
 
     def unroll(lstm: nn.LSTM, step_features: th.Tensor, memory: tuple[th.Tensor, ...]) -> th.Tensor:
-        return unroll_lstm(lstm, step_features[slot_steps], memory, memory_not_start, samples.segments)
+        return unroll_lstm(lstm, step_features[slot_steps], memory, memory_not_start, samples.layout)
 
     latent_pi = unroll(policy.lstm_actor, pi_features, samples.lstm_states.pi)
     if policy.lstm_critic is not None:

@@ -289,45 +289,41 @@ def window_order(n_envs: int, windows_per_env: int, consecutive_windows: int, ge
     return np.argsort((run_rank * windows_per_env + position[None, :]).reshape(-1), kind="stable")
 
 
-class WindowSegments(NamedTuple):
+class ResetLayout(NamedTuple):
     """
-    The windows of a minibatch cut at every episode start into segments that run without a reset,
-    packed (time-major, longest segment first) for one fused LSTM call. Slots are numbered row-major
-    over ``(B, W)``.
+    Where the slots of ``B`` windows sit in one time-major LSTM input of ``row_length`` steps per window.
+
+    Every reset gets one extra step inserted just before its slot (the *reset step*, which brings the
+    memory to zero), so window ``b``'s slot ``i`` sits at step ``i + (resets of window b up to slot i)``.
+    Slots are numbered row-major over ``(B, W)``; positions are ``step * B + window``.
     """
 
-    packed_slots: th.Tensor  # (B * W,) slot at each position of the packed sequence
-    slot_positions: th.Tensor  # (B * W,) position of each slot in the packed sequence
-    batch_sizes: th.Tensor  # (longest segment,) int64 on the CPU: number of segments longer than t
-    first_slots: th.Tensor  # (n_segments,) first slot of each segment, longest segment first
+    slot_positions: th.Tensor  # (B * W,) position of every slot in the (row_length * B) input
+    reset_steps: th.Tensor  # (row_length, B, 1) float: 1.0 at the reset steps, else 0.0
+    row_length: int  # W + the largest number of resets in one window
 
 
-def plan_segments(episode_starts: np.ndarray) -> WindowSegments:
+def plan_reset_steps(episode_starts: np.ndarray) -> ResetLayout:
     """
-    Cut windows into segments: a segment starts at slot 0 and at every slot whose step starts an episode.
+    Lay out ``B`` windows for one fused LSTM call with a reset step before every reset slot.
 
-    :param episode_starts: Episode-start flags of the slots, shape ``(B, W)``
-    :return: The packing plan (CPU tensors)
+    :param episode_starts: Episode-start flags of the slots, shape ``(B, W)``; slot ``i >= 1`` resets
+        where set (slot 0 starts from the recorded memory instead)
+    :return: The layout (CPU tensors)
     """
-    starts = episode_starts > 0.5
-    starts[:, 0] = True
-    # (B, W) -> (B * W,)
-    flat_starts = starts.reshape(-1)
-    segment = np.cumsum(flat_starts) - 1
-    first_slots = np.flatnonzero(flat_starts)
-    offset = np.arange(flat_starts.size) - first_slots[segment]
-    lengths = np.bincount(segment)
-    by_length = np.argsort(-lengths, kind="stable")
-    rank = np.empty_like(by_length)
-    rank[by_length] = np.arange(by_length.size)
-    # Time-major packing: all first slots (longest segment first), then all second slots, ...
-    packed_slots = np.argsort(offset * by_length.size + rank[segment], kind="stable")
-    slot_positions = np.empty_like(packed_slots)
-    slot_positions[packed_slots] = np.arange(packed_slots.size)
-    batch_sizes = np.bincount(offset)
-    return WindowSegments(
-        packed_slots=th.as_tensor(packed_slots),
-        slot_positions=th.as_tensor(slot_positions),
-        batch_sizes=th.as_tensor(batch_sizes, dtype=th.int64),
-        first_slots=th.as_tensor(first_slots[by_length]),
+    n_windows, window_size = episode_starts.shape
+    resets = episode_starts > 0.5
+    resets[:, 0] = False
+    # (B, W): step of every slot within its window's row
+    step = np.arange(window_size)[None, :] + np.cumsum(resets, axis=1)
+    row_length = window_size + int(resets.sum(axis=1).max(initial=0))
+    window = np.arange(n_windows)[:, None]
+    reset_steps = np.zeros((row_length, n_windows, 1), dtype=np.float32)
+    reset_windows, reset_slots = np.nonzero(resets)
+    reset_steps[step[reset_windows, reset_slots] - 1, reset_windows, 0] = 1.0
+    return ResetLayout(
+        # (B, W) -> (B * W,)
+        slot_positions=th.as_tensor((step * n_windows + window).reshape(-1)),
+        reset_steps=th.as_tensor(reset_steps),
+        row_length=row_length,
     )

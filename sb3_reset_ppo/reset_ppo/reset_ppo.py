@@ -13,7 +13,7 @@ from stable_baselines3.common.utils import explained_variance
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import evaluate_windows
+from sb3_reset_ppo.common.unroll import check_supported_lstm, evaluate_windows
 from sb3_reset_ppo.common.windows import check_positive_int, check_window_settings
 from sb3_reset_ppo.reset_ppo.policies import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
 
@@ -175,6 +175,7 @@ class ResetPPO(RecurrentPPO):
     def _setup_model(self) -> None:
         self._check_settings()
         super()._setup_model()
+        check_supported_lstm(self.policy.lstm_actor)
         buffer_cls = DictWindowRolloutBuffer if isinstance(self.observation_space, spaces.Dict) else WindowRolloutBuffer
         self.rollout_buffer = buffer_cls(
             self.n_steps,
