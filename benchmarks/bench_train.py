@@ -4,8 +4,9 @@ Speed and memory of ``train()``: ResetPPO against sb3-contrib's RecurrentPPO, si
 For each task (MLP: CartPoleNoVel-v1; image: CueRecallImage-v0, 64x64 with CnnLstmPolicy) both models
 collect one rollout with the same settings, then ``train()`` is timed several times on it (median after
 a warm-up). Throughput is counted in *updates per second*: transitions x epochs for RecurrentPPO, window
-slots x epochs for ResetPPO. The roofline is the same policy's fused LSTM (actor and critic) and heads,
-forward and backward, on ResetPPO's minibatch shapes, with no buffer and no loss. Peak extra memory of
+slots x epochs for ResetPPO. The roofline is the same policy's fused LSTMs (actor and critic) and heads,
+forward and backward, plus the optimizer step, on ResetPPO's minibatch shapes, with no buffer, no loss
+and no resets (features extractor once per distinct step of a minibatch). Peak extra memory of
 ``train()`` is the peak resident memory during ``train()`` above the level before it, relative to the
 rollout buffer's size. ``collect_rollouts`` is timed for both.
 
@@ -13,6 +14,9 @@ Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 5] [--thr
 """
 
 import argparse
+import contextlib
+import ctypes
+import gc
 import json
 import os
 import platform
@@ -43,6 +47,12 @@ TASKS: dict[str, dict[str, Any]] = {
 }
 
 
+def _release_freed_memory() -> None:
+    """Return memory that the allocator keeps after frees to the OS, so that peaks are measured from a true floor."""
+    with contextlib.suppress(OSError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -58,6 +68,8 @@ class PeakMemory:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "PeakMemory":
+        gc.collect()
+        _release_freed_memory()
         self.start = self.peak = _rss_bytes()
         self._running = True
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -100,7 +112,9 @@ def make_model(algo: str, task: dict[str, Any], args: argparse.Namespace) -> Rec
         policy_kwargs=dict(lstm_hidden_size=args.lstm_hidden_size),
     )
     if algo == "reset_ppo":
-        extra = {} if args.batch_size is None else {"batch_size": args.batch_size}
+        extra: dict[str, Any] = {} if args.batch_size is None else {"batch_size": args.batch_size}
+        if args.consecutive_windows is not None:
+            extra["consecutive_windows"] = args.consecutive_windows
         return ResetPPO(task["policy"], env, window_size=args.window_size, **extra, **common)  # type: ignore[arg-type]
     return RecurrentPPO(task["policy"], env, batch_size=args.rppo_batch_size, **common)  # type: ignore[arg-type]
 
@@ -132,11 +146,18 @@ def timed(function: Callable[[], None], repeats: int, warmup: int) -> list[float
     return durations
 
 
+def one_minibatch(model: ResetPPO) -> None:
+    """Forward and backward of one minibatch, as train() does (the memory of one minibatch)."""
+    samples = next(model.rollout_buffer.get(model.batch_size))
+    model._minibatch_loss(samples, clip_range=0.2, clip_range_vf=None).loss.backward()
+
+
 def roofline(model: ResetPPO, repeats: int, warmup: int) -> list[float]:
     """
-    The same policy's fused LSTMs (actor and critic) and heads, forward and backward, on ResetPPO's minibatch
-    shapes, for one ``train()`` worth of minibatches; features from the features extractor, run once per
-    distinct step of a minibatch. No buffer, no gather, no loss.
+    The same policy's fused LSTMs (actor and critic) and heads, forward and backward, and the optimizer step
+    (with SB3's gradient clipping), on ResetPPO's minibatch shapes, for one ``train()`` worth of minibatches;
+    the features extractor runs once per distinct step of a minibatch. No buffer, no gather, no loss, no
+    resets: the least work any implementation of the same update must do.
     """
     policy = model.policy
     n_windows, window_size = model.rollout_buffer.n_windows, model.window_size
@@ -166,6 +187,8 @@ def roofline(model: ResetPPO, repeats: int, warmup: int) -> list[float]:
             total = policy.action_net(latent_pi).sum() + policy.value_net(latent_vf).sum()
             policy.optimizer.zero_grad()
             total.backward()
+            th.nn.utils.clip_grad_norm_(policy.parameters(), model.max_grad_norm)
+            policy.optimizer.step()
 
     return timed(one_train, repeats, warmup)
 
@@ -178,19 +201,29 @@ def bench_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "env_kwargs": task["env_kwargs"],
     }
     models = {algo: make_model(algo, task, args) for algo in ("reset_ppo", "recurrent_ppo")}
+    # Collection, interleaved so that both see the same machine load; the first round is a warm-up
+    collect_times: dict[str, list[float]] = {algo: [] for algo in models}
+    for round_ in range(args.collect_repeats + 1):
+        for algo, model in models.items():
+            duration = collect(model)
+            if round_ > 0:
+                collect_times[algo].append(duration)
     for algo, model in models.items():
-        collect_times = [collect(model) for _ in range(args.collect_repeats)]
         memory = PeakMemory()
 
         def train(model: RecurrentPPO = model) -> None:
+            if isinstance(model, ResetPPO):
+                model.rollout_buffer._sampler = None  # count the per-rollout setup (window view, weights) too
             model.train()
 
-        train(model)  # warm-up (also builds the window view of the rollout)
-        if isinstance(model, ResetPPO):
-            model.rollout_buffer._sampler = None  # measure the per-rollout setup too
+        train(model)  # warm-up
         with memory:
             train()
         durations = timed(train, args.repeats, warmup=0)
+        minibatch = PeakMemory()
+        if isinstance(model, ResetPPO):
+            with minibatch:
+                one_minibatch(model)
         if isinstance(model, ResetPPO):
             items = model.rollout_buffer.n_windows * model.window_size
         else:
@@ -201,9 +234,10 @@ def bench_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "train_seconds_all": durations,
             "updates_per_second": updates / statistics.median(durations),
             "items_per_epoch": items,
-            "collect_seconds_median": statistics.median(collect_times),
+            "collect_seconds_median": statistics.median(collect_times[algo]),
             "buffer_bytes": buffer_bytes(model.rollout_buffer),
             "train_peak_extra_bytes": memory.extra,
+            "minibatch_peak_extra_bytes": minibatch.extra,
         }
     reset_model = models["reset_ppo"]
     assert isinstance(reset_model, ResetPPO)
@@ -214,6 +248,10 @@ def bench_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
     result["speedup_vs_recurrent_ppo"] = reset["updates_per_second"] / rppo["updates_per_second"]
     result["share_of_roofline"] = reset["updates_per_second"] / result["roofline_updates_per_second"]
     result["train_extra_memory_over_buffer"] = reset["train_peak_extra_bytes"] / reset["buffer_bytes"]
+    # train() may hold one copy of the rollout on the device plus a few minibatches
+    result["train_extra_minus_buffer_in_minibatches"] = (reset["train_peak_extra_bytes"] - reset["buffer_bytes"]) / max(
+        reset["minibatch_peak_extra_bytes"], 1
+    )
     result["collect_time_ratio"] = reset["collect_seconds_median"] / rppo["collect_seconds_median"]
     return result
 
@@ -221,16 +259,17 @@ def bench_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
 def print_table(results: list[dict[str, Any]]) -> None:
     header = (
         "| task | RecurrentPPO updates/s | ResetPPO updates/s | ratio | roofline updates/s | share of roofline "
-        "| train() peak extra / buffer | collect time ResetPPO / RecurrentPPO |"
+        "| train() peak extra / buffer | (extra - buffer) / one minibatch | collect time ResetPPO / RecurrentPPO |"
     )
     print(header)
-    print("|" + "---|" * 8)
+    print("|" + "---|" * 9)
     for r in results:
         print(
             f"| {r['task']} ({r['env_id']}) | {r['recurrent_ppo']['updates_per_second']:,.0f} "
             f"| {r['reset_ppo']['updates_per_second']:,.0f} | {r['speedup_vs_recurrent_ppo']:.1f}x "
             f"| {r['roofline_updates_per_second']:,.0f} | {100 * r['share_of_roofline']:.0f}% "
-            f"| {r['train_extra_memory_over_buffer']:.2f} | {r['collect_time_ratio']:.2f} |"
+            f"| {r['train_extra_memory_over_buffer']:.2f} | {r['train_extra_minus_buffer_in_minibatches']:.2f} "
+            f"| {r['collect_time_ratio']:.2f} |"
         )
 
 
@@ -246,6 +285,7 @@ def main() -> None:
     parser.add_argument("--lstm-hidden-size", type=int, default=256)
     parser.add_argument("--window-size", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=None, help="ResetPPO windows per minibatch (default: ResetPPO's)")
+    parser.add_argument("--consecutive-windows", type=int, default=None, help="ResetPPO's (default: its default)")
     parser.add_argument("--rppo-batch-size", type=int, default=128, help="RecurrentPPO minibatch (its default)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)

@@ -201,11 +201,23 @@ def test_batch_size_larger_than_windows_warns_once() -> None:
         ({"batch_size": 0}, ValueError, "batch_size must be a positive int"),
         ({"batch_size": 2.5}, TypeError, "batch_size must be a positive int"),
         ({"clip_range_vf": -0.1}, ValueError, "clip_range_vf must be positive"),
+        ({"consecutive_windows": 0}, ValueError, "consecutive_windows must be a positive int, got 0; or 'auto'"),
+        ({"consecutive_windows": "all"}, TypeError, "consecutive_windows must be a positive int, got 'all'"),
+        ({"policy_kwargs": {"lstm_kwargs": {"bidirectional": True}}}, ValueError, "bidirectional=True"),
     ],
 )
 def test_bad_input(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         ResetPPO("MlpLstmPolicy", _env(), **{**SMALL, **kwargs})
+
+
+def test_consecutive_windows_auto_follows_observations() -> None:
+    kwargs = {**SMALL, "policy_kwargs": {"lstm_hidden_size": 8, "features_extractor_kwargs": {"features_dim": 8}}}
+    assert ResetPPO("MlpLstmPolicy", _env(), **SMALL).rollout_buffer.consecutive_windows == 1
+    assert ResetPPO("CnnLstmPolicy", _env(obs_kind="image"), **kwargs).rollout_buffer.consecutive_windows == 4
+    dict_kwargs = {**SMALL, "policy_kwargs": {"lstm_hidden_size": 8}}
+    assert ResetPPO("MultiInputLstmPolicy", _env(obs_kind="dict"), **dict_kwargs).rollout_buffer.consecutive_windows == 4
+    assert ResetPPO("MlpLstmPolicy", _env(), consecutive_windows=3, **SMALL).rollout_buffer.consecutive_windows == 3
 
 
 def test_non_recurrent_policy_is_rejected() -> None:

@@ -7,6 +7,7 @@ from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import explained_variance
 
@@ -18,6 +19,15 @@ from sb3_reset_ppo.common.windows import check_positive_int, check_window_settin
 from sb3_reset_ppo.reset_ppo.policies import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
 
 SelfResetPPO = TypeVar("SelfResetPPO", bound="ResetPPO")
+
+
+def _check_consecutive_windows(value: object) -> None:
+    if value == "auto":
+        return
+    try:
+        check_positive_int("consecutive_windows", value)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{error}; or 'auto'") from None
 
 
 class ResetPPO(RecurrentPPO):
@@ -73,7 +83,8 @@ class ResetPPO(RecurrentPPO):
         ``window_size``: non-overlapping windows)
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env, the
         runs shuffled anew every epoch (1: windows fully shuffled). Windows of a run share steps, whose
-        features (e.g. a CNN's) are computed once per minibatch instead of once per slot.
+        features (e.g. a CNN's) are computed once per minibatch instead of once per slot, at some cost in
+        shuffling. ``"auto"`` (default): ``window_size`` when observations hold images, else 1.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -91,7 +102,7 @@ class ResetPPO(RecurrentPPO):
         env: GymEnv | str,
         learning_rate: float | Schedule = 3e-4,
         n_steps: int = 128,
-        batch_size: int | None = 8,
+        batch_size: int | None = 64,
         n_epochs: int = 10,
         gamma: float = 0.99,
         gae_lambda: float = 0.95,
@@ -114,7 +125,7 @@ class ResetPPO(RecurrentPPO):
         boundary: str = "reset",
         weighting: str = "uniform",
         window_stride: int = 1,
-        consecutive_windows: int = 1,
+        consecutive_windows: int | str = "auto",
         _init_setup_model: bool = True,
     ):
         if isinstance(policy, type) and not issubclass(policy, RecurrentActorCriticPolicy):
@@ -124,7 +135,7 @@ class ResetPPO(RecurrentPPO):
             )
         # Checked before the env is built, and again in _setup_model (which load() calls too)
         check_window_settings(window_size, boundary, weighting, window_stride)
-        check_positive_int("consecutive_windows", consecutive_windows)
+        _check_consecutive_windows(consecutive_windows)
         self.window_size = window_size
         self.boundary = boundary
         self.weighting = weighting
@@ -163,7 +174,7 @@ class ResetPPO(RecurrentPPO):
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
         check_window_settings(self.window_size, self.boundary, self.weighting, self.window_stride, n_steps=self.n_steps)
-        check_positive_int("consecutive_windows", self.consecutive_windows)
+        _check_consecutive_windows(self.consecutive_windows)
         if self.batch_size is not None:
             if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, (int, np.integer)):
                 raise TypeError(f"batch_size must be a positive int (windows per minibatch) or None, got {self.batch_size!r}")
@@ -190,7 +201,7 @@ class ResetPPO(RecurrentPPO):
             boundary=self.boundary,
             weighting=self.weighting,
             window_stride=self.window_stride,
-            consecutive_windows=self.consecutive_windows,
+            consecutive_windows=self._resolved_consecutive_windows(),
             seed=self.seed,
         )
         n_windows = self.rollout_buffer.n_windows
@@ -202,6 +213,18 @@ class ResetPPO(RecurrentPPO):
                 UserWarning,
                 stacklevel=2,
             )
+
+    def _resolved_consecutive_windows(self) -> int:
+        """``"auto"``: runs of ``window_size`` windows when observations hold images, else 1 (fully shuffled)."""
+        if self.consecutive_windows != "auto":
+            return int(self.consecutive_windows)
+        subspaces = (
+            self.observation_space.spaces.values()
+            if isinstance(self.observation_space, spaces.Dict)
+            else [self.observation_space]
+        )
+        has_images = any(is_image_space(space, check_channels=False) for space in subspaces)
+        return self.window_size if has_images else 1
 
     def set_random_seed(self, seed: int | None = None) -> None:
         """
