@@ -43,6 +43,19 @@ SETTINGS: dict[str, dict[str, Any]] = {
         ),
         normalize=True,
     ),
+    "CueRecallImage-v0": dict(
+        total_timesteps=30_000,
+        policy="CnnLstmPolicy",
+        kwargs=dict(
+            n_steps=64,
+            n_epochs=4,
+            learning_rate=1e-3,
+            gamma=0.9,
+            ent_coef=0.01,
+            policy_kwargs=dict(lstm_hidden_size=64, features_extractor_kwargs=dict(features_dim=128), net_arch=[64]),
+        ),
+        normalize=False,
+    ),
 }
 
 
@@ -76,7 +89,11 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if setting["normalize"]:
         env = VecNormalize(env, norm_reward=True)
     model = ResetPPO(
-        "MlpLstmPolicy", env, consecutive_windows=job["consecutive_windows"], seed=job["seed"], **setting["kwargs"]
+        setting.get("policy", "MlpLstmPolicy"),
+        env,
+        consecutive_windows=job["consecutive_windows"],
+        seed=job["seed"],
+        **setting["kwargs"],
     )
     curve = Curve()
     start = time.perf_counter()
@@ -93,7 +110,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--envs", nargs="+", default=list(SETTINGS))
+    parser.add_argument("--envs", nargs="+", default=["CueRecall-v0", "CartPoleNoVel-v1"], choices=list(SETTINGS))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/consecutive.jsonl"))
     args = parser.parse_args()
     print("command: python " + " ".join(sys.argv))

@@ -2,7 +2,7 @@
 
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.windows import window_weights
-from sb3_reset_ppo.reset_ppo import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy, ResetPPO
+from sb3_reset_ppo.reset_ppo import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy, NonFiniteTrainingError, ResetPPO
 from sb3_reset_ppo.version import __version__
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "DictWindowRolloutBuffer",
     "MlpLstmPolicy",
     "MultiInputLstmPolicy",
+    "NonFiniteTrainingError",
     "ResetPPO",
     "WindowRolloutBuffer",
     "__version__",

@@ -7,6 +7,9 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 
+from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo.common.unroll import evaluate_windows
+
 
 class RandomEpisodeEnv(gym.Env):
     """
@@ -115,3 +118,37 @@ def reference_unroll(
         output, (hidden, cell) = lstm(features[:, slot].unsqueeze(0), (hidden * not_start, cell * not_start))
         outputs.append(output[0])
     return th.stack(outputs, dim=1)
+
+
+def check_exact(model: "ResetPPO", expect_resets: bool = True) -> None:
+    """Before any update, every kept slot's recomputed log-prob and value equal the rollout's, in every window."""
+    samples = next(model.rollout_buffer.get(None))
+    # The check is meaningful only if windows cross episodes and start from non-zero memory
+    assert samples.resets.any() or not expect_resets
+    assert samples.lstm_states.pi[0].abs().sum() > 0
+    with th.no_grad():
+        values, log_prob, _ = evaluate_windows(model.policy, samples)
+        losses = model._minibatch_loss(samples, clip_range=0.2, clip_range_vf=None)
+    kept = samples.kept
+    if model.boundary == "reset":
+        assert kept.all()
+    elif expect_resets:
+        assert not kept.all()
+    th.testing.assert_close(log_prob[kept], samples.old_log_prob[kept], rtol=1e-5, atol=1e-5)
+    th.testing.assert_close(values[kept], samples.old_values[kept], rtol=1e-5, atol=1e-5)
+    assert float(losses.approx_kl) < 1e-8
+    assert float(losses.clip_fraction) == 0.0
+
+
+def resident_memory_bytes() -> int:
+    """Resident memory of this process after a garbage collection and returning freed memory to the OS."""
+    import contextlib
+    import ctypes
+    import gc
+    import os
+
+    gc.collect()
+    with contextlib.suppress(OSError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

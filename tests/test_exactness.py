@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
-from helpers import RandomEpisodeEnv
+from helpers import RandomEpisodeEnv, check_exact
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_reset_ppo import ResetPPO
@@ -45,25 +45,6 @@ def _rolled_out_model(
     return model
 
 
-def _check_exact(model: ResetPPO) -> None:
-    samples = next(model.rollout_buffer.get(None))
-    # The check is meaningful only if windows cross episodes and start from non-zero memory
-    assert samples.resets.any()
-    assert samples.lstm_states.pi[0].abs().sum() > 0
-    with th.no_grad():
-        values, log_prob, _ = evaluate_windows(model.policy, samples)
-        losses = model._minibatch_loss(samples, clip_range=0.2, clip_range_vf=None)
-    kept = samples.kept
-    if model.boundary == "reset":
-        assert kept.all()
-    else:
-        assert not kept.all()
-    th.testing.assert_close(log_prob[kept], samples.old_log_prob[kept], rtol=1e-5, atol=1e-5)
-    th.testing.assert_close(values[kept], samples.old_values[kept], rtol=1e-5, atol=1e-5)
-    assert float(losses.approx_kl) < 1e-8
-    assert float(losses.clip_fraction) == 0.0
-
-
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
 @pytest.mark.parametrize(
     "policy_kwargs",
@@ -78,7 +59,7 @@ def _check_exact(model: ResetPPO) -> None:
     ids=["separate-critic", "shared-lstm", "no-critic-lstm", "two-layers", "separate-extractors", "net-arch"],
 )
 def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any]) -> None:
-    _check_exact(_rolled_out_model(boundary=boundary, policy_kwargs=policy_kwargs))
+    check_exact(_rolled_out_model(boundary=boundary, policy_kwargs=policy_kwargs))
 
 
 @pytest.mark.parametrize(
@@ -93,25 +74,25 @@ def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any]) -> None:
 )
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
 def test_action_spaces(action_space: spaces.Space, boundary: str) -> None:
-    _check_exact(_rolled_out_model(action_space=action_space, boundary=boundary))
+    check_exact(_rolled_out_model(action_space=action_space, boundary=boundary))
 
 
 @pytest.mark.parametrize("weighting", ["uniform", "importance"])
 def test_gsde(weighting: str) -> None:
     box = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
-    _check_exact(_rolled_out_model(action_space=box, use_sde=True, sde_sample_freq=4, weighting=weighting))
+    check_exact(_rolled_out_model(action_space=box, use_sde=True, sde_sample_freq=4, weighting=weighting))
 
 
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
 def test_dict_observations(boundary: str) -> None:
     kwargs = {"features_extractor_kwargs": {"cnn_output_dim": 8}}
-    _check_exact(_rolled_out_model("MultiInputLstmPolicy", obs_kind="dict", boundary=boundary, policy_kwargs=kwargs))
+    check_exact(_rolled_out_model("MultiInputLstmPolicy", obs_kind="dict", boundary=boundary, policy_kwargs=kwargs))
 
 
 @pytest.mark.parametrize("share_features_extractor", [True, False])
 def test_cnn_policy(share_features_extractor: bool) -> None:
     kwargs = {"features_extractor_kwargs": {"features_dim": 8}, "share_features_extractor": share_features_extractor}
-    _check_exact(_rolled_out_model("CnnLstmPolicy", obs_kind="image", window_size=4, policy_kwargs=kwargs))
+    check_exact(_rolled_out_model("CnnLstmPolicy", obs_kind="image", window_size=4, policy_kwargs=kwargs))
 
 
 def test_invariant_fails_without_recorded_memory() -> None:

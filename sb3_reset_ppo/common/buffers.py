@@ -47,7 +47,6 @@ class _WindowSampler:
         weighting: Weighting,
         window_stride: int,
         consecutive_windows: int,
-        generator: np.random.Generator,
         device: th.device,
     ) -> None:
         self.n_envs = n_envs
@@ -55,7 +54,6 @@ class _WindowSampler:
         self.boundary: Boundary = boundary
         self.weighting: Weighting = weighting
         self.consecutive_windows = consecutive_windows
-        self.generator = generator
         self.device = device
 
         def flat_host(array: np.ndarray) -> np.ndarray:
@@ -93,16 +91,19 @@ class _WindowSampler:
     def _to_device(self, array: np.ndarray) -> th.Tensor:
         return th.as_tensor(array).to(self.device, non_blocking=True)
 
-    def minibatches(self, batch_size: int | None) -> Generator[WindowRolloutBufferSamples, None, None]:
+    def minibatches(
+        self, batch_size: int | None, generator: np.random.Generator
+    ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
         One pass over all windows, in runs of consecutive windows shuffled anew (see ``window_order``).
 
         :param batch_size: Windows per minibatch (``None`` or more than there are: all windows at once)
+        :param generator: Source of randomness for the order
         :return: Generator of minibatches (see :class:`WindowRolloutBufferSamples`)
         """
         if batch_size is None or batch_size > self.n_windows:
             batch_size = self.n_windows
-        order = window_order(self.n_envs, self.n_windows // self.n_envs, self.consecutive_windows, self.generator)
+        order = window_order(self.n_envs, self.n_windows // self.n_envs, self.consecutive_windows, generator)
         for first in range(0, self.n_windows, batch_size):
             # (B,) window starts -> (B, W) flat step index of every slot
             host_slots = self.host_starts[order[first : first + batch_size], None] + np.arange(self.window_size)
@@ -229,10 +230,13 @@ class _WindowBufferMixin:
                 weighting=self.weighting,
                 window_stride=self.window_stride,
                 consecutive_windows=self.consecutive_windows,
-                generator=self.generator,
                 device=self.device,
             )
         return self._sampler
+
+    def release(self) -> None:
+        """Drop the window view (the device copy of the rollout) until the next ``get``."""
+        self._sampler = None
 
     def window_diagnostics(self) -> dict[str, float]:
         """The ``train/`` window diagnostics of the current rollout (see the README)."""
@@ -247,7 +251,7 @@ class _WindowBufferMixin:
         :param batch_size: Windows per minibatch; ``None`` or more than there are yields all windows at once
         :return: Generator of minibatches, each field with leading shape ``(B, W)``
         """
-        yield from self.sampler().minibatches(batch_size)
+        yield from self.sampler().minibatches(batch_size, self.generator)
 
 
 class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: ignore[misc]  # get yields windows

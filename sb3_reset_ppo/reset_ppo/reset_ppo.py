@@ -1,3 +1,6 @@
+import io
+import math
+import pathlib
 import warnings
 from typing import Any, ClassVar, TypeVar
 
@@ -12,6 +15,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import explained_variance
 
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
+from sb3_reset_ppo.common.checkpoints import check_checkpoint
 from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import check_supported_lstm, evaluate_windows
@@ -19,6 +23,10 @@ from sb3_reset_ppo.common.windows import check_positive_int, check_window_settin
 from sb3_reset_ppo.reset_ppo.policies import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
 
 SelfResetPPO = TypeVar("SelfResetPPO", bound="ResetPPO")
+
+
+class NonFiniteTrainingError(FloatingPointError):
+    """A loss term or the gradient of a minibatch was NaN or infinite; the optimizer was not stepped."""
 
 
 def _check_consecutive_windows(value: object) -> None:
@@ -274,7 +282,7 @@ class ResetPPO(RecurrentPPO):
         continue_training = True
         for epoch in range(self.n_epochs):
             epoch_losses = []
-            for samples in self.rollout_buffer.get(self.batch_size):
+            for minibatch, samples in enumerate(self.rollout_buffer.get(self.batch_size)):
                 losses = self._minibatch_loss(samples, clip_range, clip_range_vf)
                 epoch_losses.append(losses)
                 if self.target_kl is not None:
@@ -286,7 +294,9 @@ class ResetPPO(RecurrentPPO):
                         break
                 self.policy.optimizer.zero_grad()
                 losses.loss.backward()
-                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                grad_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                # One host read per minibatch: never step the optimizer with a non-finite loss or gradient
+                self._check_finite(losses, grad_norm, epoch, minibatch)
                 self.policy.optimizer.step()
             all_losses.extend(epoch_losses)
             self._n_updates += 1
@@ -294,6 +304,28 @@ class ResetPPO(RecurrentPPO):
                 break
 
         self._record_train_logs(all_losses, epoch_losses, clip_range, clip_range_vf)
+        # The device copy of the rollout is not needed while the next rollout is collected
+        self.rollout_buffer.release()
+
+    def _check_finite(self, losses: WindowLoss, grad_norm: th.Tensor, epoch: int, minibatch: int) -> None:
+        terms = {
+            "policy_gradient_loss": losses.policy_loss,
+            "value_loss": losses.value_loss,
+            "entropy_loss": losses.entropy_loss,
+            "gradient norm": grad_norm,
+        }
+        if bool(th.isfinite(th.stack(list(terms.values()))).all()):
+            return
+        values = {name: float(value) for name, value in terms.items()}
+        bad = [name for name, value in values.items() if not math.isfinite(value)]
+        raise NonFiniteTrainingError(
+            f"non-finite {' and '.join(bad)} in update {self._n_updates + 1} (epoch {epoch + 1} of {self.n_epochs}, "
+            f"minibatch {minibatch + 1}, {self.num_timesteps} timesteps); the optimizer was not stepped. "
+            f"Values: {', '.join(f'{name}={value}' for name, value in values.items())}. Likely causes: NaN or infinite "
+            "observations or rewards, or exploding values or gradients (unnormalised large rewards: try VecNormalize; "
+            "a learning rate too high). Wrap the env in stable_baselines3.common.vec_env.VecCheckNan(env, "
+            "raise_exception=True) to find the step that produced a NaN."
+        )
 
     def _record_train_logs(
         self, all_losses: list[WindowLoss], last_epoch: list[WindowLoss], clip_range: float, clip_range_vf: float | None
@@ -320,6 +352,35 @@ class ResetPPO(RecurrentPPO):
         self.logger.record("train/clip_range", clip_range)
         if clip_range_vf is not None:
             self.logger.record("train/clip_range_vf", clip_range_vf)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfResetPPO],
+        path: str | pathlib.Path | io.BufferedIOBase,
+        env: GymEnv | None = None,
+        device: th.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfResetPPO:
+        """
+        Load a checkpoint saved by ``ResetPPO`` or ``RecurrentPPO`` (SB3's ``load``, after checking the file).
+
+        Checkpoints are zip files that SB3 unpickles: load only files you trust. For an untrusted file, build
+        the model yourself and call ``model.set_parameters(path)``, which reads tensors only.
+
+        :param path: Path to the checkpoint (``.zip`` may be omitted) or an open binary file
+        :param env: The environment to continue training in (or ``None``)
+        :param device: Device on which the code should run
+        :param custom_objects: Objects to replace on load, as in SB3
+        :param print_system_info: Print the system info of the saving machine
+        :param force_reset: Reset the env before the next ``learn()``
+        :param kwargs: Attributes to override on load (e.g. ``window_size=8``, ``batch_size=32``)
+        :return: The loaded model
+        """
+        check_checkpoint(path)
+        return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
     def learn(
         self: SelfResetPPO,

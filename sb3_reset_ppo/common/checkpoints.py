@@ -1,0 +1,48 @@
+"""Checks on checkpoint files before SB3 unpacks them."""
+
+import io
+import pathlib
+import zipfile
+import zlib
+
+from stable_baselines3.common.save_util import open_path
+
+# What every SB3 checkpoint holds
+_REQUIRED_MEMBERS = ("data", "policy.pth")
+
+
+def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
+    """
+    Raise a ``ValueError`` with a clear reason when ``path`` is not an intact SB3 checkpoint.
+
+    Reads every member of the zip archive and checks its CRC, so a truncated or corrupt file is reported
+    here rather than by a traceback from deep inside zip or pickle handling. This does not make a file safe:
+    SB3 checkpoints are unpickled when loaded; load only files you trust (see the README).
+
+    :param path: Path (``.zip`` may be omitted, as with SB3's ``load``) or an open binary file
+    """
+    file = open_path(path, "r", verbose=0, suffix="zip")
+    try:
+        with zipfile.ZipFile(file) as archive:
+            names = archive.namelist()
+            corrupt = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, zlib.error, OSError) as error:
+        raise ValueError(
+            f"cannot load checkpoint {path}: it is not a readable zip archive ({error}); the file may be truncated "
+            "or corrupt, or not a Stable-Baselines3 checkpoint"
+        ) from error
+    finally:
+        if isinstance(path, (str, pathlib.Path)):
+            file.close()
+        else:
+            file.seek(0)
+    if corrupt is not None:
+        raise ValueError(
+            f"cannot load checkpoint {path}: its member {corrupt!r} is corrupt (CRC mismatch); the file is damaged"
+        )
+    missing = [name for name in _REQUIRED_MEMBERS if name not in names]
+    if missing:
+        raise ValueError(
+            f"cannot load checkpoint {path}: the zip archive lacks {missing}, so it is truncated or corrupt, or not a "
+            f"Stable-Baselines3 checkpoint (members: {names})"
+        )
