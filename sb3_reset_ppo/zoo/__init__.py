@@ -1,0 +1,88 @@
+"""
+RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CartPoleNoVel-v1 ...``.
+
+Registers ``reset_ppo`` (:class:`~sb3_reset_ppo.ResetPPO`) in ``rl_zoo3.ALGOS`` next to ``ppo_lstm``, its
+Optuna sampler for ``-optimize``, and the memory tasks of :mod:`sb3_reset_ppo.envs`, then runs the zoo's
+own command line (``train``, ``enjoy``, ``plot_train``, ...). For ``--algo reset_ppo`` the hyperparameter
+file shipped with the package (``reset_ppo.yml``) is the default ``--conf-file``.
+"""
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+from rl_zoo3 import hyperparams_opt
+from rl_zoo3.utils import ALGOS
+
+import sb3_reset_ppo.envs  # noqa: F401  (registers the memory tasks)
+from sb3_reset_ppo import ResetPPO
+
+ALGO_NAME = "reset_ppo"
+DEFAULT_CONF_FILE = Path(__file__).with_name("reset_ppo.yml")
+WINDOW_SIZES = (8, 16, 32)
+
+
+def _to_windows(hyperparams: dict[str, Any], window_size: int) -> dict[str, Any]:
+    """Express the ppo_lstm search space in windows: ``batch_size`` keeps its number of slots."""
+    n_steps = int(hyperparams.get("n_steps", 128))
+    window_size = min(window_size, n_steps)
+    hyperparams["window_size"] = window_size
+    if "batch_size" in hyperparams:
+        hyperparams["batch_size"] = max(1, int(hyperparams["batch_size"]) // window_size)
+    return hyperparams
+
+
+def sample_reset_ppo_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
+    """
+    Optuna sampler for ResetPPO: the zoo's ``ppo_lstm`` search space plus ``window_size``.
+
+    :param trial: The Optuna trial
+    :param n_actions: Number of actions (unused, as for ppo_lstm)
+    :param n_envs: Number of envs
+    :param additional_args: Extra arguments from the zoo
+    :return: Hyperparameters for ``ResetPPO``
+    """
+    window_size = trial.suggest_categorical("window_size", list(WINDOW_SIZES))
+    hyperparams = hyperparams_opt.sample_ppo_lstm_params(trial, n_actions, n_envs, additional_args)
+    return _to_windows(hyperparams, int(window_size))
+
+
+def convert_reset_ppo_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
+    """Convert the raw parameters of a finished trial (as the zoo stores them) to ``ResetPPO`` arguments."""
+    params = dict(sampled_params)
+    window_size = int(params.pop("window_size", 16))
+    return _to_windows(hyperparams_opt.convert_onpolicy_params(params), window_size)
+
+
+def register() -> None:
+    """Make ``reset_ppo`` known to the RL Zoo (idempotent)."""
+    ALGOS[ALGO_NAME] = ResetPPO
+    hyperparams_opt.HYPERPARAMS_SAMPLER[ALGO_NAME] = sample_reset_ppo_params
+    hyperparams_opt.HYPERPARAMS_CONVERTER[ALGO_NAME] = convert_reset_ppo_params
+
+
+def _with_default_conf_file(argv: list[str]) -> list[str]:
+    """Add the package's hyperparameter file to a ``train --algo reset_ppo`` command that names none."""
+    if not argv or argv[0] != "train":
+        return argv
+    algo = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--algo"), None)
+    algo = algo or next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--algo=")), "ppo")
+    names_conf = any(arg in ("-conf", "--conf-file") or arg.startswith("--conf-file=") for arg in argv)
+    if algo == ALGO_NAME and not names_conf:
+        return [*argv, "--conf-file", str(DEFAULT_CONF_FILE)]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> None:
+    """
+    Run the RL Zoo's command line with ``reset_ppo`` registered.
+
+    :param argv: Arguments after the program name (default: ``sys.argv[1:]``), e.g. ``["train", "--algo", ...]``
+    """
+    register()
+    from rl_zoo3.cli import main as zoo_main
+
+    arguments = _with_default_conf_file(list(sys.argv[1:] if argv is None else argv))
+    sys.argv = [sys.argv[0], *arguments]
+    zoo_main()

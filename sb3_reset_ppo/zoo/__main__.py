@@ -1,0 +1,3 @@
+from sb3_reset_ppo.zoo import main
+
+main()

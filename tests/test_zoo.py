@@ -1,0 +1,105 @@
+"""RL Zoo integration: reset_ppo trains, is evaluated and enjoyed through the zoo's own command line."""
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+import optuna
+import pytest
+import yaml
+
+from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo.zoo import (
+    DEFAULT_CONF_FILE,
+    _with_default_conf_file,
+    convert_reset_ppo_params,
+    register,
+    sample_reset_ppo_params,
+)
+
+
+def _zoo(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sb3_reset_ppo.zoo", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_train_writes_evaluations_and_enjoy_loads(tmp_path: Path) -> None:
+    result = _zoo(
+        "train", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-n", "512", "--eval-freq", "256",
+        "--eval-episodes", "2", "--n-eval-envs", "1", "-f", str(tmp_path), "--seed", "1",
+        "--hyperparams", "n_steps:32", "boundary:'mask'", "window_size:8",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "reset_ppo" / "CueRecall-v0_1"
+    evaluations = np.load(run / "evaluations.npz")
+    assert evaluations["timesteps"].tolist() == [2048, 4096] or len(evaluations["timesteps"]) >= 1
+    # The package's hyperparameter file was the default; command-line settings override it
+    config = dict(yaml.unsafe_load((run / "CueRecall-v0" / "config.yml").read_text()))
+    assert config["boundary"] == "mask" and config["window_size"] == 8 and config["n_steps"] == 32
+    model = ResetPPO.load(run / "CueRecall-v0.zip")
+    assert (model.boundary, model.window_size) == ("mask", 8)
+    enjoy = _zoo("enjoy", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-f", str(tmp_path), "-n", "30", "--no-render")
+    assert enjoy.returncode == 0, enjoy.stderr[-3000:]
+
+
+def test_default_conf_file_is_added_only_for_reset_ppo_training() -> None:
+    assert _with_default_conf_file(["train", "--algo", "reset_ppo"])[-2:] == ["--conf-file", str(DEFAULT_CONF_FILE)]
+    assert _with_default_conf_file(["train", "--algo", "reset_ppo", "-conf", "x.yml"]) == [
+        "train",
+        "--algo",
+        "reset_ppo",
+        "-conf",
+        "x.yml",
+    ]
+    assert _with_default_conf_file(["train", "--algo", "ppo_lstm"]) == ["train", "--algo", "ppo_lstm"]
+    assert _with_default_conf_file(["enjoy", "--algo", "reset_ppo"]) == ["enjoy", "--algo", "reset_ppo"]
+
+
+def test_hyperparameter_file_covers_the_benchmark_envs() -> None:
+    hyperparams = yaml.safe_load(DEFAULT_CONF_FILE.read_text())
+    for env_id in (
+        "CartPoleNoVel-v1",
+        "PendulumNoVel-v1",
+        "MountainCarContinuousNoVel-v0",
+        "CueRecall-v0",
+        "CueRecallImage-v0",
+    ):
+        settings = hyperparams[env_id]
+        assert 1 <= settings["window_size"] <= settings.get("n_steps", 128)
+
+
+def test_optuna_sampler_adds_window_size_and_counts_batches_in_windows() -> None:
+    register()
+    from rl_zoo3 import hyperparams_opt
+    from rl_zoo3.utils import ALGOS
+
+    assert ALGOS["reset_ppo"] is ResetPPO and "ppo_lstm" in ALGOS
+    assert hyperparams_opt.HYPERPARAMS_SAMPLER["reset_ppo"] is sample_reset_ppo_params
+    raw = {
+        "window_size": 16, "batch_size_pow": 8, "n_steps_pow": 7, "one_minus_gamma": 0.01, "one_minus_gae_lambda": 0.05,
+        "learning_rate": 3e-4, "ent_coef": 1e-3, "clip_range": 0.2, "n_epochs": 5, "max_grad_norm": 0.5,
+        "net_arch": "small", "activation_fn": "tanh",
+    }  # fmt: skip
+    params = sample_reset_ppo_params(
+        cast(optuna.Trial, optuna.trial.FixedTrial(raw)), n_actions=2, n_envs=8, additional_args={}
+    )
+    assert params["window_size"] == 16 and params["n_steps"] == 128
+    assert params["batch_size"] == 256 // 16
+    # Windows never exceed the rollout
+    short_trial = optuna.trial.FixedTrial({**raw, "n_steps_pow": 3, "window_size": 32})
+    short = sample_reset_ppo_params(cast(optuna.Trial, short_trial), 2, 8, {})
+    assert short["window_size"] == 8
+    assert convert_reset_ppo_params(raw)["batch_size"] == 16
+
+
+@pytest.mark.slow
+def test_optimize_runs_one_trial(tmp_path: Path) -> None:
+    result = _zoo(
+        "train", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-n", "256", "-optimize", "--n-trials", "1",
+        "--n-jobs", "1", "--sampler", "random", "--pruner", "none", "--n-evaluations", "1", "--eval-episodes", "2",
+        "-f", str(tmp_path), "--seed", "2", "--hyperparams", "n_envs:2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    reports = list((tmp_path / "reset_ppo").glob("report_CueRecall-v0_1-trials-256-random-none_*"))
+    assert reports, result.stdout[-2000:]
