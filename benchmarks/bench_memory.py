@@ -15,7 +15,14 @@ import time
 from typing import Any
 
 import torch as th
-from bench_train import PeakMemory, _release_freed_memory, _rss_bytes, buffer_bytes, one_minibatch
+from bench_train import (
+    PeakMemory,
+    _release_freed_memory,
+    _rss_bytes,
+    _use_mmap_for_large_allocations,
+    buffer_bytes,
+    one_minibatch,
+)
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -54,6 +61,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     th.set_num_threads(args.threads)
+    _use_mmap_for_large_allocations()
     print("command: python " + " ".join(sys.argv))
     env = make_vec_env("CueRecallImage-v0", n_envs=args.n_envs, seed=0, env_kwargs=dict(min_delay=4, max_delay=30))
     model = ResetPPO(

@@ -23,3 +23,23 @@ def test_demo(tmp_path: Path) -> None:
 def test_weight_profile(tmp_path: Path) -> None:
     _run("weight_profile.py", "--output", str(tmp_path / "profile.png"))
     assert (tmp_path / "profile.png").stat().st_size > 0
+
+
+def test_quickstart() -> None:
+    out = _run("quickstart.py", "--total-timesteps", "1024")
+    assert "evaluation:" in out and "one episode after save/load" in out
+
+
+def test_loss_scale(tmp_path: Path) -> None:
+    out = _run("loss_scale.py", "--lengths", "3", "12", "--output", str(tmp_path / "loss.png"))
+    assert (tmp_path / "loss.png").stat().st_size > 0
+    rows = [line for line in out.splitlines() if line.startswith("| 3 ") or line.startswith("| 12 ")]
+    kept = [float(row.split("|")[2]) for row in rows]
+    # Shorter episodes: fewer kept slots with masking
+    assert kept[0] < kept[1] < 1.0
+
+
+def test_compare_modes(tmp_path: Path) -> None:
+    out = _run("compare_modes.py", "--total-timesteps", "1024", "--seeds", "1", "--output", str(tmp_path / "modes.png"))
+    assert (tmp_path / "modes.png").stat().st_size > 0
+    assert out.count("final mean training return") == 3

@@ -1,12 +1,27 @@
-"""Small numpy-only memory tasks, registered with gymnasium on import."""
+"""
+Small numpy-only memory tasks, registered with gymnasium on import.
+
+- ``CueRecall-v0``: name a cue shown at the first step, 2 to 7 steps later (:class:`CueRecallEnv`).
+- ``CueRecallLong-v0``: the same, 22 to 42 steps later: longer than the default window of 16.
+- ``CueRecallImage-v0``: ``CueRecall-v0`` with 64x64 images (:class:`CueRecallImageEnv`).
+- ``EarlyChoice-v0``: most of the return is earned by the first decisions of each episode
+  (:class:`EarlyChoiceEnv`).
+"""
 
 import gymnasium as gym
 
 from sb3_reset_ppo.envs.cue_recall import CueRecallEnv, CueRecallImageEnv
+from sb3_reset_ppo.envs.early_choice import EarlyChoiceEnv
 
-__all__ = ["CueRecallEnv", "CueRecallImageEnv"]
+__all__ = ["CueRecallEnv", "CueRecallImageEnv", "EarlyChoiceEnv"]
 
-if "CueRecall-v0" not in gym.registry:
-    gym.register("CueRecall-v0", entry_point="sb3_reset_ppo.envs.cue_recall:CueRecallEnv", max_episode_steps=200)
-if "CueRecallImage-v0" not in gym.registry:
-    gym.register("CueRecallImage-v0", entry_point="sb3_reset_ppo.envs.cue_recall:CueRecallImageEnv", max_episode_steps=200)
+_TASKS = {
+    "CueRecall-v0": ("sb3_reset_ppo.envs.cue_recall:CueRecallEnv", {}),
+    "CueRecallLong-v0": ("sb3_reset_ppo.envs.cue_recall:CueRecallEnv", {"min_delay": 20, "max_delay": 40}),
+    "CueRecallImage-v0": ("sb3_reset_ppo.envs.cue_recall:CueRecallImageEnv", {}),
+    "EarlyChoice-v0": ("sb3_reset_ppo.envs.early_choice:EarlyChoiceEnv", {}),
+}
+
+for _env_id, (_entry_point, _kwargs) in _TASKS.items():
+    if _env_id not in gym.registry:
+        gym.register(_env_id, entry_point=_entry_point, kwargs=_kwargs, max_episode_steps=200)

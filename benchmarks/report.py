@@ -1,0 +1,250 @@
+"""
+Report of the benchmark grid (``run_grid.py``): rliable aggregates, per-env tables, learning curves.
+
+Reads every finished run's ``evaluations.npz`` (written by the RL Zoo), normalises each env's final
+return to ``(score - random) / (reference - random)``, and writes ``benchmarks/RESULTS.md`` with: IQM and
+mean of the normalised final return with 95% stratified-bootstrap confidence intervals per variant,
+the probability of improvement of each variant over the mask baseline, per-env tables (mean +- std,
+timesteps, wall time), and PNGs of the learning curves and rliable's aggregate plots.
+
+Usage: python benchmarks/report.py [--grid benchmarks/results/grid] [--out benchmarks/RESULTS.md]
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from rliable import library as rly
+from rliable import metrics, plot_utils
+
+HERE = Path(__file__).resolve().parent
+VARIANT_ORDER = ["reset", "reset_importance", "mask", "ppo_lstm"]
+BASELINE = "mask"
+# Reference (best) returns used for normalisation; random returns are measured by the report itself
+REFERENCE_RETURN = {
+    "CueRecall-v0": 1.0,
+    "CueRecallLong-v0": 1.0,
+    "EarlyChoice-v0": 3.25,
+    "CartPoleNoVel-v1": 500.0,
+    "PendulumNoVel-v1": -150.0,
+    "MountainCarContinuousNoVel-v0": 93.0,
+    "CueRecallImage-v0": 1.0,
+}
+
+
+def random_return(env_id: str, episodes: int = 50, seed: int = 0) -> float:
+    import rl_zoo3.import_envs  # noqa: F401  (NoVel envs)
+
+    import sb3_reset_ppo.envs  # noqa: F401
+
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    total = 0.0
+    for episode in range(episodes):
+        env.reset(seed=seed + episode)
+        done = False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += float(reward)
+            done = terminated or truncated
+    return total / episodes
+
+
+def load_runs(grid: Path) -> list[dict[str, Any]]:
+    runs = []
+    for run_file in sorted(grid.glob("*/*/seed*/run.json")):
+        run = json.loads(run_file.read_text())
+        evaluations = next(run_file.parent.glob("*/*/evaluations.npz"), None)
+        if evaluations is None:
+            continue
+        data = np.load(evaluations)
+        run["timesteps"] = data["timesteps"]
+        # (n_evaluations, n_episodes) -> (n_evaluations,)
+        run["eval_mean"] = data["results"].mean(axis=1)
+        run["final"] = float(run["eval_mean"][-1])
+        runs.append(run)
+    return runs
+
+
+def aggregate(score_dict: dict[str, np.ndarray], reps: int) -> tuple[dict, dict, dict, dict]:
+    def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
+        return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
+
+    point, interval = rly.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
+    pairs = {f"{v} vs {BASELINE}": (score_dict[v], score_dict[BASELINE]) for v in score_dict if v != BASELINE}
+    poi, poi_ci = rly.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
+    return point, interval, poi, poi_ci
+
+
+def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path) -> None:
+    columns = min(3, len(envs))
+    rows = -(-len(envs) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    for ax, env_id in zip(axes.flat, envs, strict=False):
+        for variant in VARIANT_ORDER:
+            curves = [r for r in runs if r["env"] == env_id and r["variant"] == variant]
+            if not curves:
+                continue
+            length = min(len(r["eval_mean"]) for r in curves)
+            values = np.stack([r["eval_mean"][:length] for r in curves])
+            steps = curves[0]["timesteps"][:length]
+            mean, std = values.mean(axis=0), values.std(axis=0)
+            ax.plot(steps, mean, label=f"{variant} ({len(curves)})")
+            ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+        ax.set_title(env_id, fontsize=10)
+        ax.set_xlabel("timesteps")
+        ax.set_ylabel("evaluation return")
+    for ax in list(axes.flat)[len(envs) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def versions() -> str:
+    names = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium", "rl_zoo3", "rliable", "numpy", "sb3-reset-ppo"]
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    return ", ".join(found)
+
+
+def hardware() -> str:
+    model = "unknown CPU"
+    if Path("/proc/cpuinfo").exists():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    system = f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"
+    return f"{model}, {os.cpu_count()} cores, {system}, no GPU"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--grid", type=Path, default=HERE / "results" / "grid")
+    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--figures", type=Path, default=HERE / "figures")
+    parser.add_argument(
+        "--min-seeds", type=int, default=5, help="seeds every variant needs for an env to enter the aggregates"
+    )
+    parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
+    args = parser.parse_args()
+    args.figures.mkdir(parents=True, exist_ok=True)
+
+    runs = load_runs(args.grid)
+    envs = [env for env in REFERENCE_RETURN if any(r["env"] == env for r in runs)]
+    variants = [v for v in VARIANT_ORDER if any(r["variant"] == v for r in runs)]
+    randoms = {env: random_return(env) for env in envs}
+
+    def seeds(env: str, variant: str) -> list[dict[str, Any]]:
+        return sorted((r for r in runs if r["env"] == env and r["variant"] == variant), key=lambda r: r["seed"])
+
+    complete = [env for env in envs if all(len(seeds(env, v)) >= args.min_seeds for v in variants)]
+    lines = [
+        "# Benchmark results",
+        "",
+        "Measured by `benchmarks/run_grid.py` (runs through the RL Zoo) and summarised by `benchmarks/report.py`.",
+        "Results are what was measured; nothing is tuned per variant beyond the hyperparameter files.",
+        "",
+        f"- Command (grid): `python benchmarks/run_grid.py --envs {' '.join(envs)} --seeds {args.min_seeds}`",
+        "- Command (report): `python " + " ".join(["benchmarks/report.py", *sys.argv[1:]]) + "`",
+        f"- Hardware: {hardware()}",
+        f"- Packages: {versions()}",
+        "- Hyperparameters: `sb3_reset_ppo/zoo/reset_ppo.yml` (reset_ppo variants), `benchmarks/ppo_lstm.yml` (ppo_lstm).",
+        "- Score: mean return of the last evaluation (20 episodes, deterministic policy), normalised per env to",
+        "  `(score - random) / (reference - random)` with the random policy's return measured here.",
+        "",
+    ]
+    if complete and BASELINE in variants:
+        # (n_seeds, n_envs) normalised final scores per variant
+        score_dict = {
+            v: np.array(
+                [
+                    [
+                        (r["final"] - randoms[env]) / (REFERENCE_RETURN[env] - randoms[env])
+                        for r in seeds(env, v)[: args.min_seeds]
+                    ]
+                    for env in complete
+                ]
+            ).T
+            for v in variants
+        }
+        point, interval, poi, poi_ci = aggregate(score_dict, args.reps)
+        lines += [
+            f"## Aggregate over {len(complete)} envs ({', '.join(complete)}), {args.min_seeds} seeds each",
+            "",
+            "| variant | IQM (95% CI) | mean (95% CI) |",
+            "|---|---|---|",
+        ]
+        for v in variants:
+            iqm, mean = point[v]
+            lines.append(
+                f"| {v} | {iqm:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f}) "
+                f"| {mean:.3f} ({interval[v][0, 1]:.3f} to {interval[v][1, 1]:.3f}) |"
+            )
+        lines += ["", f"Probability of improvement over `{BASELINE}` (95% CI):", "", "| pair | P(X > Y) |", "|---|---|"]
+        for pair, value in poi.items():
+            lines.append(f"| {pair} | {float(value):.3f} ({poi_ci[pair][0]:.3f} to {poi_ci[pair][1]:.3f}) |")
+        figure, _ = plot_utils.plot_interval_estimates(
+            {v: point[v] for v in variants},
+            {v: interval[v] for v in variants},
+            metric_names=["IQM", "Mean"],
+            algorithms=variants,
+            xlabel="Normalised final return",
+        )
+        figure.savefig(args.figures / "aggregate.png", dpi=100, bbox_inches="tight")
+        lines += ["", "![aggregate](figures/aggregate.png)", ""]
+        if poi:
+            figure = plot_utils.plot_probability_of_improvement(poi, poi_ci)
+            figure.savefig(args.figures / "probability_of_improvement.png", dpi=100, bbox_inches="tight")
+            lines += ["![probability of improvement](figures/probability_of_improvement.png)", ""]
+    else:
+        lines += ["No env has every variant with enough seeds yet: no aggregate.", ""]
+    missing = [env for env in REFERENCE_RETURN if env not in complete]
+    if missing:
+        lines += [
+            f"Not in the aggregate (not run, or fewer than {args.min_seeds} seeds per variant): {', '.join(missing)}.",
+            "",
+        ]
+
+    lines += ["## Per env", ""]
+    for env in envs:
+        lines += [
+            f"### {env} (random {randoms[env]:.2f}, reference {REFERENCE_RETURN[env]:g})",
+            "",
+            "| variant | seeds | final return (mean +- std) | timesteps | wall time per run (s) |",
+            "|---|---|---|---|---|",
+        ]
+        for v in variants:
+            rows = seeds(env, v)
+            if not rows:
+                continue
+            finals = np.array([r["final"] for r in rows])
+            lines.append(
+                f"| {v} | {len(rows)} | {finals.mean():.3f} +- {finals.std():.3f} | {int(rows[0]['timesteps'][-1])} "
+                f"| {np.mean([r['seconds'] for r in rows]):.0f} |"
+            )
+        lines.append("")
+    learning_curves(runs, envs, args.figures / "learning_curves.png")
+    lines += ["## Learning curves (mean +- std over seeds)", "", "![learning curves](figures/learning_curves.png)", ""]
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

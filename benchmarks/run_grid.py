@@ -1,0 +1,117 @@
+"""
+Benchmark grid: variants x envs x seeds, each run trained and evaluated by the RL Zoo.
+
+Variants: ``reset`` (reset_ppo, boundary reset, uniform weighting), ``reset_importance`` (reset,
+importance), ``mask`` (reset_ppo, boundary mask, uniform: the masking baseline) and ``ppo_lstm``
+(sb3-contrib's RecurrentPPO). Runs go to ``<out>/<variant>/<env>/seed<k>/`` (the zoo's own log folder
+inside, with ``evaluations.npz``); a finished run writes ``run.json`` and is skipped next time, so the grid
+is resumable. Runs execute in parallel worker processes, at most one per core, one torch thread each.
+
+Usage: python benchmarks/run_grid.py [--envs ...] [--variants ...] [--seeds 5] [--workers 2]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+RESET_PPO_CONF = HERE.parent / "sb3_reset_ppo" / "zoo" / "reset_ppo.yml"
+PPO_LSTM_CONF = HERE / "ppo_lstm.yml"
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "reset": {"algo": "reset_ppo", "hyperparams": ["boundary:'reset'", "weighting:'uniform'"]},
+    "reset_importance": {"algo": "reset_ppo", "hyperparams": ["boundary:'reset'", "weighting:'importance'"]},
+    "mask": {"algo": "reset_ppo", "hyperparams": ["boundary:'mask'", "weighting:'uniform'"]},
+    "ppo_lstm": {"algo": "ppo_lstm", "hyperparams": []},
+}
+# Envs that fit a 2-core machine; LunarLanderNoVel-v3 and CarRacing-v3 are configured in reset_ppo.yml
+# but need more compute (and Box2D).
+DEFAULT_ENVS = [
+    "CueRecall-v0",
+    "CueRecallLong-v0",
+    "EarlyChoice-v0",
+    "CartPoleNoVel-v1",
+    "PendulumNoVel-v1",
+    "MountainCarContinuousNoVel-v0",
+]
+EVALUATIONS_PER_RUN = 20
+
+
+def n_timesteps(env_id: str) -> int:
+    return int(float(yaml.safe_load(RESET_PPO_CONF.read_text())[env_id]["n_timesteps"]))
+
+
+def command(variant: str, env_id: str, seed: int, run_dir: Path, eval_episodes: int) -> list[str]:
+    spec = VARIANTS[variant]
+    conf = RESET_PPO_CONF if spec["algo"] == "reset_ppo" else PPO_LSTM_CONF
+    args = [
+        sys.executable, "-m", "sb3_reset_ppo.zoo", "train",
+        "--algo", spec["algo"], "--env", env_id, "--seed", str(seed), "-f", str(run_dir),
+        "--conf-file", str(conf), "--num-threads", "1", "--vec-env", "dummy",
+        "--eval-freq", str(max(n_timesteps(env_id) // EVALUATIONS_PER_RUN, 1)),
+        "--eval-episodes", str(eval_episodes), "--n-eval-envs", "1", "--log-interval", "-1",
+    ]  # fmt: skip
+    if spec["hyperparams"]:
+        args += ["--hyperparams", *spec["hyperparams"]]
+    return args
+
+
+def run_one(job: dict[str, Any]) -> dict[str, Any]:
+    run_dir: Path = job["run_dir"]
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an unfinished earlier attempt
+    run_dir.mkdir(parents=True)
+    args = command(job["variant"], job["env"], job["seed"], run_dir, job["eval_episodes"])
+    start = time.perf_counter()
+    with open(run_dir / "log.txt", "w") as log:
+        code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = {
+        "variant": job["variant"], "env": job["env"], "seed": job["seed"], "returncode": code,
+        "seconds": time.perf_counter() - start, "command": " ".join(args),
+    }  # fmt: skip
+    if code == 0:
+        (run_dir / "run.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", nargs="+", default=DEFAULT_ENVS)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--eval-episodes", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "grid")
+    args = parser.parse_args()
+    print("command: python " + " ".join(sys.argv), flush=True)
+    jobs = [
+        {"variant": variant, "env": env_id, "seed": seed, "run_dir": args.out / variant / env_id / f"seed{seed}",
+         "eval_episodes": args.eval_episodes}
+        for seed in range(args.seeds)
+        for env_id in args.envs
+        for variant in args.variants
+    ]  # fmt: skip
+    todo = [job for job in jobs if not (job["run_dir"] / "run.json").exists()]
+    print(
+        f"{len(jobs) - len(todo)} of {len(jobs)} runs already done; {len(todo)} to run on {args.workers} workers", flush=True
+    )
+    with ThreadPoolExecutor(max_workers=max(1, min(args.workers, os.cpu_count() or 1))) as pool:
+        for result in pool.map(run_one, todo):
+            status = "ok" if result["returncode"] == 0 else f"FAILED ({result['returncode']})"
+            print(
+                f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}: {status} in {result['seconds']:.0f} s",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Memory tasks: gymnasium's checks, their documented optimal and random returns, and their speed."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import sb3_reset_ppo.envs  # noqa: F401  (registers the tasks)
+from sb3_reset_ppo.envs import CueRecallEnv, EarlyChoiceEnv
+
+TASKS = ["CueRecall-v0", "CueRecallLong-v0", "CueRecallImage-v0", "EarlyChoice-v0"]
+
+
+@pytest.mark.parametrize("env_id", TASKS)
+def test_check_env(env_id: str) -> None:
+    check_env(gym.make(env_id).unwrapped, skip_render_check=True)
+
+
+def _cue_recall_scripted(env: gym.Env, n_episodes: int, remember: bool) -> float:
+    unwrapped = env.unwrapped
+    assert isinstance(unwrapped, CueRecallEnv)
+    total = 0.0
+    for episode in range(n_episodes):
+        obs, _ = env.reset(seed=episode)
+        # The cue is visible only in the first observation (as a one-hot or as a bright square)
+        cue = unwrapped._cue if remember else 0
+        assert obs.any()
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(cue)
+            total += float(reward)
+            done = terminated or truncated
+    return total / n_episodes
+
+
+@pytest.mark.parametrize("env_id", ["CueRecall-v0", "CueRecallLong-v0", "CueRecallImage-v0"])
+def test_cue_recall_returns(env_id: str) -> None:
+    env = gym.make(env_id)
+    # A policy that remembers the cue reaches the documented optimum, 1.0
+    assert _cue_recall_scripted(env, 200, remember=True) == 1.0
+    # A constant answer scores like a random policy, 1 / n_cues = 0.25
+    assert _cue_recall_scripted(env, 2000, remember=False) == pytest.approx(0.25, abs=0.03)
+
+
+def test_cue_recall_long_outlasts_the_window() -> None:
+    env = gym.make("CueRecallLong-v0")
+    lengths = []
+    for episode in range(50):
+        env.reset(seed=episode)
+        length, done = 0, False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(0)
+            length += 1
+            done = terminated or truncated
+        lengths.append(length)
+    assert min(lengths) > 16 and max(lengths) <= 42 and len(set(lengths)) > 5
+
+
+def test_early_choice_returns() -> None:
+    env = gym.make("EarlyChoice-v0")
+    unwrapped = env.unwrapped
+    assert isinstance(unwrapped, EarlyChoiceEnv)
+    rng = np.random.default_rng(0)
+    optimal, random_total, first_steps = 0.0, 0.0, 0.0
+    n_episodes = 2000
+    for episode in range(n_episodes):
+        for policy in ("optimal", "random"):
+            obs, _ = env.reset(seed=episode)
+            done, t = False, 0
+            while not done:
+                action = int(np.argmax(obs[:-1])) if obs[-1] == 0 else 0
+                if policy == "random":
+                    action = int(rng.integers(4))
+                obs, reward, terminated, truncated, _ = env.step(action)
+                if policy == "optimal":
+                    optimal += float(reward)
+                    first_steps += float(reward) if t < 3 else 0.0
+                else:
+                    random_total += float(reward)
+                done = terminated or truncated
+                t += 1
+    assert optimal / n_episodes == pytest.approx(unwrapped.optimal_return, abs=0.01)
+    assert random_total / n_episodes == pytest.approx(unwrapped.optimal_return / 4, abs=0.05)
+    # Most of the return comes from the first steps
+    assert first_steps / optimal > 0.9
+
+
+@pytest.mark.parametrize("env_id", ["CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0"])
+def test_tasks_are_fast(env_id: str) -> None:
+    import time
+
+    env = gym.make(env_id).unwrapped
+    env.reset(seed=0)
+    actions = np.zeros(20_000, dtype=np.int64)
+    start = time.perf_counter()
+    for action in actions:
+        _, _, terminated, _, _ = env.step(action)
+        if terminated:
+            env.reset()
+    steps_per_second = len(actions) / (time.perf_counter() - start)
+    # 20k steps/s is the target on a quiet machine; the test leaves room for a loaded one
+    assert steps_per_second > 10_000, f"{env_id}: {steps_per_second:.0f} steps/s"
