@@ -204,7 +204,32 @@ def roofline(model: ResetPPO, repeats: int, warmup: int) -> list[float]:
     return timed(one_train, repeats, warmup)
 
 
-def bench_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
+def measure_memory(result: dict[str, Any], model: ResetPPO) -> None:
+    """
+    Peak extra memory of one ResetPPO ``train()`` and of one minibatch. Run after every timing: large
+    allocations are then mmapped (slower, but resident memory tracks live tensors).
+    """
+    _use_mmap_for_large_allocations()
+    memory, minibatch = PeakMemory(), PeakMemory()
+
+    def train() -> None:
+        model.rollout_buffer._sampler = None
+        model.train()
+
+    train()  # warm-up under the new allocation policy
+    with memory:
+        train()
+    with minibatch:
+        one_minibatch(model)
+    reset = result["reset_ppo"]
+    reset["train_peak_extra_bytes"] = memory.extra
+    reset["minibatch_peak_extra_bytes"] = minibatch.extra
+    result["train_extra_memory_over_buffer"] = memory.extra / reset["buffer_bytes"]
+    # train() may hold one copy of the rollout on the device plus a few minibatches
+    result["train_extra_minus_buffer_in_minibatches"] = (memory.extra - reset["buffer_bytes"]) / max(minibatch.extra, 1)
+
+
+def bench_task(name: str, args: argparse.Namespace) -> tuple[dict[str, Any], ResetPPO]:
     task = TASKS[name]
     result: dict[str, Any] = {
         "task": name,
@@ -219,7 +244,6 @@ def bench_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
             duration = collect(model)
             if round_ > 0:
                 collect_times[algo].append(duration)
-    trains: dict[str, Callable[[], None]] = {}
     for algo, model in models.items():
 
         def train(model: RecurrentPPO = model) -> None:
@@ -227,7 +251,6 @@ def bench_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 model.rollout_buffer._sampler = None  # count the per-rollout setup (window view, weights) too
             model.train()
 
-        trains[algo] = train
         durations = timed(train, args.repeats, warmup=1)
         if isinstance(model, ResetPPO):
             items = model.rollout_buffer.n_windows * model.window_size
@@ -246,27 +269,12 @@ def bench_task(name: str, args: argparse.Namespace) -> dict[str, Any]:
     assert isinstance(reset_model, ResetPPO)
     roof = roofline(reset_model, args.repeats, warmup=1)
     roof_updates = reset_model.rollout_buffer.n_windows * reset_model.window_size * reset_model.n_epochs
-    # Memory last: large allocations are then mmapped (slower, but resident memory tracks live tensors)
-    _use_mmap_for_large_allocations()
-    memory, minibatch = PeakMemory(), PeakMemory()
-    trains["reset_ppo"]()  # warm-up under the new allocation policy
-    with memory:
-        trains["reset_ppo"]()
-    with minibatch:
-        one_minibatch(reset_model)
-    result["reset_ppo"]["train_peak_extra_bytes"] = memory.extra
-    result["reset_ppo"]["minibatch_peak_extra_bytes"] = minibatch.extra
     result["roofline_updates_per_second"] = roof_updates / statistics.median(roof)
     reset, rppo = result["reset_ppo"], result["recurrent_ppo"]
     result["speedup_vs_recurrent_ppo"] = reset["updates_per_second"] / rppo["updates_per_second"]
     result["share_of_roofline"] = reset["updates_per_second"] / result["roofline_updates_per_second"]
-    result["train_extra_memory_over_buffer"] = reset["train_peak_extra_bytes"] / reset["buffer_bytes"]
-    # train() may hold one copy of the rollout on the device plus a few minibatches
-    result["train_extra_minus_buffer_in_minibatches"] = (reset["train_peak_extra_bytes"] - reset["buffer_bytes"]) / max(
-        reset["minibatch_peak_extra_bytes"], 1
-    )
     result["collect_time_ratio"] = reset["collect_seconds_median"] / rppo["collect_seconds_median"]
-    return result
+    return result, reset_model
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
@@ -314,10 +322,11 @@ def main() -> None:
         f"batch_size(ResetPPO)={args.batch_size or 'default'} batch_size(RecurrentPPO)={args.rppo_batch_size} "
         f"threads={args.threads} repeats={args.repeats} torch={th.__version__} machine={platform.machine()}"
     )
-    results = []
-    for name in args.tasks:
-        results.append(bench_task(name, args))
-        print_table(results[-1:])
+    timed_tasks = [bench_task(name, args) for name in args.tasks]
+    # Memory after all timings (it changes the allocator's policy for the rest of the process)
+    for result, model in timed_tasks:
+        measure_memory(result, model)
+    results = [result for result, _ in timed_tasks]
     print()
     print_table(results)
     if args.json:

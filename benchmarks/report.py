@@ -73,6 +73,7 @@ def load_runs(grid: Path) -> list[dict[str, Any]]:
         # (n_evaluations, n_episodes) -> (n_evaluations,)
         run["eval_mean"] = data["results"].mean(axis=1)
         run["final"] = float(run["eval_mean"][-1])
+        run["auc"] = float(run["eval_mean"].mean())
         runs.append(run)
     return runs
 
@@ -82,7 +83,8 @@ def aggregate(score_dict: dict[str, np.ndarray], reps: int) -> tuple[dict, dict,
         return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
 
     point, interval = rly.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
-    pairs = {f"{v} vs {BASELINE}": (score_dict[v], score_dict[BASELINE]) for v in score_dict if v != BASELINE}
+    # rliable's plot expects "x,y" keys
+    pairs = {f"{v},{BASELINE}": (score_dict[v], score_dict[BASELINE]) for v in score_dict if v != BASELINE}
     poi, poi_ci = rly.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
     return point, interval, poi, poi_ci
 
@@ -171,48 +173,63 @@ def main() -> None:
         "",
     ]
     if complete and BASELINE in variants:
-        # (n_seeds, n_envs) normalised final scores per variant
-        score_dict = {
-            v: np.array(
-                [
+
+        def normalised(key: str) -> dict[str, np.ndarray]:
+            # (n_seeds, n_envs) normalised scores per variant
+            return {
+                v: np.array(
                     [
-                        (r["final"] - randoms[env]) / (REFERENCE_RETURN[env] - randoms[env])
-                        for r in seeds(env, v)[: args.min_seeds]
+                        [
+                            (r[key] - randoms[env]) / (REFERENCE_RETURN[env] - randoms[env])
+                            for r in seeds(env, v)[: args.min_seeds]
+                        ]
+                        for env in complete
                     ]
-                    for env in complete
-                ]
-            ).T
-            for v in variants
-        }
-        point, interval, poi, poi_ci = aggregate(score_dict, args.reps)
-        lines += [
-            f"## Aggregate over {len(complete)} envs ({', '.join(complete)}), {args.min_seeds} seeds each",
-            "",
-            "| variant | IQM (95% CI) | mean (95% CI) |",
-            "|---|---|---|",
-        ]
-        for v in variants:
-            iqm, mean = point[v]
-            lines.append(
-                f"| {v} | {iqm:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f}) "
-                f"| {mean:.3f} ({interval[v][0, 1]:.3f} to {interval[v][1, 1]:.3f}) |"
+                ).T
+                for v in variants
+            }
+
+        for key, title, name in (
+            ("final", "final normalised return (last evaluation)", "aggregate"),
+            (
+                "auc",
+                "normalised return averaged over all evaluations of a run (area under the learning curve)",
+                "aggregate_auc",
+            ),
+        ):
+            point, interval, poi, poi_ci = aggregate(normalised(key), args.reps)
+            lines += [
+                f"## Aggregate: {title}",
+                "",
+                f"Over {len(complete)} envs ({', '.join(complete)}), {args.min_seeds} seeds each.",
+                "",
+                "| variant | IQM (95% CI) | mean (95% CI) |",
+                "|---|---|---|",
+            ]
+            for v in variants:
+                iqm, mean = point[v]
+                lines.append(
+                    f"| {v} | {iqm:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f}) "
+                    f"| {mean:.3f} ({interval[v][0, 1]:.3f} to {interval[v][1, 1]:.3f}) |"
+                )
+            lines += ["", f"Probability of improvement over `{BASELINE}` (95% CI):", "", "| pair | P(X > Y) |", "|---|---|"]
+            for pair, value in poi.items():
+                low, high = np.asarray(poi_ci[pair]).reshape(-1)[:2]
+                probability = float(np.asarray(value).reshape(-1)[0])
+                lines.append(f"| {pair.replace(',', ' vs ')} | {probability:.3f} ({low:.3f} to {high:.3f}) |")
+            figure, _ = plot_utils.plot_interval_estimates(
+                {v: point[v] for v in variants},
+                {v: interval[v] for v in variants},
+                metric_names=["IQM", "Mean"],
+                algorithms=variants,
+                xlabel=f"Normalised {'final return' if key == 'final' else 'return over training'}",
             )
-        lines += ["", f"Probability of improvement over `{BASELINE}` (95% CI):", "", "| pair | P(X > Y) |", "|---|---|"]
-        for pair, value in poi.items():
-            lines.append(f"| {pair} | {float(value):.3f} ({poi_ci[pair][0]:.3f} to {poi_ci[pair][1]:.3f}) |")
-        figure, _ = plot_utils.plot_interval_estimates(
-            {v: point[v] for v in variants},
-            {v: interval[v] for v in variants},
-            metric_names=["IQM", "Mean"],
-            algorithms=variants,
-            xlabel="Normalised final return",
-        )
-        figure.savefig(args.figures / "aggregate.png", dpi=100, bbox_inches="tight")
-        lines += ["", "![aggregate](figures/aggregate.png)", ""]
-        if poi:
-            figure = plot_utils.plot_probability_of_improvement(poi, poi_ci)
-            figure.savefig(args.figures / "probability_of_improvement.png", dpi=100, bbox_inches="tight")
-            lines += ["![probability of improvement](figures/probability_of_improvement.png)", ""]
+            figure.savefig(args.figures / f"{name}.png", dpi=100, bbox_inches="tight")
+            lines += ["", f"![{name}](figures/{name}.png)", ""]
+            if poi:
+                axes = plot_utils.plot_probability_of_improvement(poi, poi_ci)
+                axes.figure.savefig(args.figures / f"{name}_probability_of_improvement.png", dpi=100, bbox_inches="tight")
+                lines += [f"![probability of improvement](figures/{name}_probability_of_improvement.png)", ""]
     else:
         lines += ["No env has every variant with enough seeds yet: no aggregate.", ""]
     missing = [env for env in REFERENCE_RETURN if env not in complete]
@@ -227,16 +244,19 @@ def main() -> None:
         lines += [
             f"### {env} (random {randoms[env]:.2f}, reference {REFERENCE_RETURN[env]:g})",
             "",
-            "| variant | seeds | final return (mean +- std) | timesteps | wall time per run (s) |",
-            "|---|---|---|---|---|",
+            "| variant | seeds | final return (mean +- std) | return over training (mean +- std) | timesteps "
+            "| wall time per run (s) |",
+            "|---|---|---|---|---|---|",
         ]
         for v in variants:
             rows = seeds(env, v)
             if not rows:
                 continue
             finals = np.array([r["final"] for r in rows])
+            aucs = np.array([r["auc"] for r in rows])
             lines.append(
-                f"| {v} | {len(rows)} | {finals.mean():.3f} +- {finals.std():.3f} | {int(rows[0]['timesteps'][-1])} "
+                f"| {v} | {len(rows)} | {finals.mean():.3f} +- {finals.std():.3f} | {aucs.mean():.3f} +- {aucs.std():.3f} "
+                f"| {int(rows[0]['timesteps'][-1])} "
                 f"| {np.mean([r['seconds'] for r in rows]):.0f} |"
             )
         lines.append("")
