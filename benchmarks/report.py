@@ -43,7 +43,7 @@ REFERENCE_RETURN = {
 }
 
 
-def random_return(env_id: str, episodes: int = 50, seed: int = 0) -> float:
+def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
     import rl_zoo3.import_envs  # noqa: F401  (NoVel envs)
 
     import sb3_reset_ppo.envs  # noqa: F401
