@@ -223,6 +223,7 @@ def main() -> None:
                 metric_names=["IQM", "Mean"],
                 algorithms=variants,
                 xlabel=f"Normalised {'final return' if key == 'final' else 'return over training'}",
+                xlabel_y_coordinate=-0.3,
             )
             figure.savefig(args.figures / f"{name}.png", dpi=100, bbox_inches="tight")
             lines += ["", f"![{name}](figures/{name}.png)", ""]
