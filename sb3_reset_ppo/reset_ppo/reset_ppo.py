@@ -284,7 +284,8 @@ class ResetPPO(RecurrentPPO):
             epoch_losses = []
             for minibatch, samples in enumerate(self.rollout_buffer.get(self.batch_size)):
                 losses = self._minibatch_loss(samples, clip_range, clip_range_vf)
-                epoch_losses.append(losses)
+                # Kept for logging only: no graph held beyond this minibatch
+                epoch_losses.append(losses._replace(loss=losses.loss.detach()))
                 if self.target_kl is not None:
                     approx_kl = losses.approx_kl.item()
                     if approx_kl > 1.5 * self.target_kl:
