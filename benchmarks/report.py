@@ -19,7 +19,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import matplotlib
 
 matplotlib.use("Agg")
@@ -46,19 +45,9 @@ REFERENCE_RETURN = {
 def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
     import rl_zoo3.import_envs  # noqa: F401  (NoVel envs)
 
-    import sb3_reset_ppo.envs  # noqa: F401
+    from sb3_reset_ppo.envs import random_policy_return
 
-    env = gym.make(env_id)
-    env.action_space.seed(seed)
-    total = 0.0
-    for episode in range(episodes):
-        env.reset(seed=seed + episode)
-        done = False
-        while not done:
-            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            total += float(reward)
-            done = terminated or truncated
-    return total / episodes
+    return random_policy_return(env_id, episodes, seed)
 
 
 def load_runs(grid: Path) -> list[dict[str, Any]]:

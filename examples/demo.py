@@ -12,7 +12,6 @@ import argparse
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import matplotlib
 
 matplotlib.use("Agg")
@@ -23,8 +22,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 
-import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecall-v0)
 from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo.envs import random_policy_return  # importing the module registers CueRecall-v0
 
 ENV_ID = "CueRecall-v0"
 
@@ -44,20 +43,6 @@ class LearningCurve(BaseCallback):
         if self.model.ep_info_buffer:
             self.timesteps.append(self.num_timesteps)
             self.returns.append(float(np.mean([info["r"] for info in self.model.ep_info_buffer])))
-
-
-def random_policy_return(n_episodes: int, seed: int) -> float:
-    env = gym.make(ENV_ID)
-    env.action_space.seed(seed)
-    total = 0.0
-    for episode in range(n_episodes):
-        env.reset(seed=seed + episode)
-        done = False
-        while not done:
-            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            total += float(reward)
-            done = terminated or truncated
-    return total / n_episodes
 
 
 def main() -> None:
@@ -91,7 +76,7 @@ def main() -> None:
 
     eval_env = make_vec_env(ENV_ID, n_envs=4, seed=args.seed + 1000)
     trained, trained_std = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes)
-    random_return = random_policy_return(args.eval_episodes, args.seed + 2000)
+    random_return = random_policy_return(ENV_ID, args.eval_episodes, args.seed + 2000)
     print(f"trained {args.total_timesteps} steps in {elapsed:.0f} s (window_size={args.window_size})")
     print(f"evaluation return over {args.eval_episodes} episodes: ResetPPO {trained:.3f} +- {trained_std:.3f}")
     print(f"                                          random policy {random_return:.3f}   (optimal 1.000)")

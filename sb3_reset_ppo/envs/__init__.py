@@ -13,7 +13,30 @@ import gymnasium as gym
 from sb3_reset_ppo.envs.cue_recall import CueRecallEnv, CueRecallImageEnv
 from sb3_reset_ppo.envs.early_choice import EarlyChoiceEnv
 
-__all__ = ["CueRecallEnv", "CueRecallImageEnv", "EarlyChoiceEnv"]
+__all__ = ["CueRecallEnv", "CueRecallImageEnv", "EarlyChoiceEnv", "random_policy_return"]
+
+
+def random_policy_return(env_id: str, n_episodes: int, seed: int = 0) -> float:
+    """
+    Mean return of a uniformly random policy.
+
+    :param env_id: A registered environment id
+    :param n_episodes: Episodes to average over
+    :param seed: Seed of the action space and of the episodes (``seed + episode``)
+    :return: The mean episode return
+    """
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    total = 0.0
+    for episode in range(n_episodes):
+        env.reset(seed=seed + episode)
+        done = False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += float(reward)
+            done = terminated or truncated
+    return total / n_episodes
+
 
 _TASKS = {
     "CueRecall-v0": ("sb3_reset_ppo.envs.cue_recall:CueRecallEnv", {}),
