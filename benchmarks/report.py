@@ -40,6 +40,11 @@ REFERENCE_RETURN = {
     "MountainCarContinuousNoVel-v0": 93.0,
     "CueRecallImage-v0": 1.0,
 }
+# Aggregates are also reported per group: the claim is about memory, so the groups may disagree
+GROUPS = {
+    "memory tasks": ["CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0", "CueRecallImage-v0"],
+    "NoVel control": ["CartPoleNoVel-v1", "PendulumNoVel-v1", "MountainCarContinuousNoVel-v0"],
+}
 
 
 def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
@@ -163,8 +168,8 @@ def main() -> None:
     ]
     if complete and BASELINE in variants:
 
-        def normalised(key: str) -> dict[str, np.ndarray]:
-            # (n_seeds, n_envs) normalised scores per variant
+        def normalised(key: str, group: list[str] = complete) -> dict[str, np.ndarray]:
+            # (n_envs, n_seeds) -> (n_seeds, n_envs) normalised scores per variant
             return {
                 v: np.array(
                     [
@@ -172,7 +177,7 @@ def main() -> None:
                             (r[key] - randoms[env]) / (REFERENCE_RETURN[env] - randoms[env])
                             for r in seeds(env, v)[: args.min_seeds]
                         ]
-                        for env in complete
+                        for env in group
                     ]
                 ).T
                 for v in variants
@@ -220,6 +225,33 @@ def main() -> None:
                 axes = plot_utils.plot_probability_of_improvement(poi, poi_ci)
                 axes.figure.savefig(args.figures / f"{name}_probability_of_improvement.png", dpi=100, bbox_inches="tight")
                 lines += [f"![probability of improvement](figures/{name}_probability_of_improvement.png)", ""]
+        lines += [
+            "## Aggregate by group of envs",
+            "",
+            "The same estimates within each group (IQM with 95% CI; P(> mask) with 95% CI).",
+            "",
+            "| group | variant | final IQM | final P(> mask) | over training IQM | over training P(> mask) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for group_name, group_envs in GROUPS.items():
+            group = [env for env in complete if env in group_envs]
+            if not group:
+                continue
+            cells: dict[str, list[str]] = {v: [] for v in variants}
+            for key in ("final", "auc"):
+                point, interval, poi, poi_ci = aggregate(normalised(key, group), args.reps)
+                for v in variants:
+                    cells[v].append(f"{point[v][0]:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f})")
+                    pair = f"{v},{BASELINE}"
+                    if pair in poi:
+                        low, high = np.asarray(poi_ci[pair]).reshape(-1)[:2]
+                        probability = float(np.asarray(poi[pair]).reshape(-1)[0])
+                        cells[v].append(f"{probability:.3f} ({low:.3f} to {high:.3f})")
+                    else:
+                        cells[v].append("-")
+            for v in variants:
+                lines.append(f"| {group_name} ({len(group)} envs) | {v} | " + " | ".join(cells[v]) + " |")
+        lines.append("")
     else:
         lines += ["No env has every variant with enough seeds yet: no aggregate.", ""]
     missing = [env for env in REFERENCE_RETURN if env not in complete]
