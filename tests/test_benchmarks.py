@@ -1,0 +1,109 @@
+"""The benchmark grid runner and the report, on synthetic grids (no training)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+from scipy.stats import trim_mean
+
+from sb3_reset_ppo.envs import random_policy_return
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_run(grid: Path, variant: str, env_id: str, seed: int, eval_means: list[float]) -> None:
+    """A finished run as run_grid.py leaves it: run.json and the zoo's evaluations.npz."""
+    run_dir = grid / variant / env_id / f"seed{seed}"
+    algo = "ppo_lstm" if variant == "ppo_lstm" else "reset_ppo"
+    zoo_dir = run_dir / algo / f"{env_id}_1"
+    zoo_dir.mkdir(parents=True)
+    n_evaluations, n_episodes = len(eval_means), 4
+    np.savez(
+        zoo_dir / "evaluations.npz",
+        timesteps=1000 * np.arange(1, n_evaluations + 1),
+        # (n_evaluations,) -> (n_evaluations, n_episodes): every episode of an evaluation returns its mean
+        results=np.repeat(np.array(eval_means)[:, None], n_episodes, axis=1),
+        ep_lengths=np.ones((n_evaluations, n_episodes)),
+    )
+    run = {"variant": variant, "env": env_id, "seed": seed, "returncode": 0, "seconds": 10.0 + seed, "command": "x"}
+    (run_dir / "run.json").write_text(json.dumps(run))
+
+
+def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
+    grid = tmp_path / "grid"
+    for seed in range(5):
+        # reset ends at the reference return of both envs, mask strictly below it
+        _fake_run(grid, "reset", "CueRecall-v0", seed, [0.5, 1.0])
+        _fake_run(grid, "mask", "CueRecall-v0", seed, [0.4, 0.9, 0.6 + 0.01 * seed])
+        _fake_run(grid, "reset", "EarlyChoice-v0", seed, [2.0, 3.25])
+        _fake_run(grid, "mask", "EarlyChoice-v0", seed, [1.5, 3.0, 2.5 - 0.1 * seed])
+    for seed in range(2):  # too few seeds: per-env table only, not in the aggregates
+        _fake_run(grid, "reset", "CartPoleNoVel-v1", seed, [100.0, 200.0])
+        _fake_run(grid, "mask", "CartPoleNoVel-v1", seed, [100.0, 300.0])
+    out, figures = tmp_path / "RESULTS.md", tmp_path / "figures"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(out)]
+        + ["--figures", str(figures), "--reps", "50"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    text = out.read_text()
+    lines = text.splitlines()
+    # Per env: final return and return over training of every seed
+    assert "| reset | 5 | 1.000 +- 0.000 | 0.750 +- 0.000 | 2000 | 12 |" in lines
+    # the last evaluation is the final return, not the best one
+    assert "| mask | 5 | 0.620 +- 0.014 | 0.640 +- 0.005 | 3000 | 12 |" in lines
+    assert "| reset | 2 | 200.000 +- 0.000 | 150.000 +- 0.000 | 2000 | 10 |" in lines
+    # Aggregates over the two complete envs: reset sits at the reference (normalised 1) and beats mask everywhere
+    final_table = text.split("## Aggregate: final normalised return")[1]
+    assert "Over 2 envs (CueRecall-v0, EarlyChoice-v0), 5 seeds each." in final_table
+    assert "| reset | 1.000 (1.000 to 1.000) | 1.000 (1.000 to 1.000) |" in final_table
+    assert "| reset vs mask | 1.000 (1.000 to 1.000) |" in final_table
+    # mask: IQM of (score - random) / (reference - random) over 2 envs x 5 seeds, random measured as the report does
+    random = {env: random_policy_return(env, 500, 0) for env in ("CueRecall-v0", "EarlyChoice-v0")}
+    mask_final = [(0.6 + 0.01 * seed - random["CueRecall-v0"]) / (1.0 - random["CueRecall-v0"]) for seed in range(5)]
+    mask_final += [(2.5 - 0.1 * seed - random["EarlyChoice-v0"]) / (3.25 - random["EarlyChoice-v0"]) for seed in range(5)]
+    assert f"| mask | {trim_mean(mask_final, 0.25):.3f} (" in final_table
+    assert "CartPoleNoVel-v1" in text.split("Not in the aggregate")[1].splitlines()[0]
+    group_rows = [line for line in lines if line.startswith("| memory tasks (2 envs) | reset |")]
+    assert len(group_rows) == 1 and "| 1.000 (1.000 to 1.000) | 1.000 (1.000 to 1.000) |" in group_rows[0]
+    assert not any(line.startswith("| NoVel control") for line in lines)
+    for name in ("aggregate", "aggregate_auc", "aggregate_probability_of_improvement", "learning_curves"):
+        assert (figures / f"{name}.png").stat().st_size > 0
+
+
+def test_grid_commands_and_resume(tmp_path: Path) -> None:
+    run_grid = _load("run_grid")
+    steps = run_grid.n_timesteps("CartPoleNoVel-v1")
+    mask = run_grid.command("mask", "CartPoleNoVel-v1", 3, tmp_path, 20)
+    assert mask[mask.index("--algo") + 1] == "reset_ppo" and mask[mask.index("--seed") + 1] == "3"
+    assert mask[mask.index("--eval-freq") + 1] == str(steps // run_grid.EVALUATIONS_PER_RUN)
+    assert mask[mask.index("--hyperparams") + 1 :] == ["boundary:'mask'", "weighting:'uniform'"]
+    ppo_lstm = run_grid.command("ppo_lstm", "CartPoleNoVel-v1", 0, tmp_path, 20)
+    assert ppo_lstm[ppo_lstm.index("--conf-file") + 1] == str(run_grid.PPO_LSTM_CONF)
+    assert "--hyperparams" not in ppo_lstm
+    # Finished runs (run.json present) are skipped: nothing is trained here
+    for seed in range(2):
+        _fake_run(tmp_path, "reset", "CueRecall-v0", seed, [1.0])
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
+        + ["--seeds", "2", "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "2 of 2 runs already done; 0 to run" in result.stdout
