@@ -76,10 +76,15 @@ def aggregate(score_dict: dict[str, np.ndarray], reps: int) -> tuple[dict, dict,
     def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
 
-    point, interval = rly.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
+    # A fixed bootstrap seed: the same runs give the same RESULTS.md
+    point, interval = rly.get_interval_estimates(score_dict, iqm_and_mean, reps=reps, random_state=np.random.RandomState(0))
     # rliable's plot expects "x,y" keys
     pairs = {f"{v},{BASELINE}": (score_dict[v], score_dict[BASELINE]) for v in score_dict if v != BASELINE}
-    poi, poi_ci = rly.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
+    poi, poi_ci = (
+        rly.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps, random_state=np.random.RandomState(0))
+        if pairs
+        else ({}, {})
+    )
     return point, interval, poi, poi_ci
 
 
@@ -162,6 +167,7 @@ def main() -> None:
         f"- Hardware: {hardware()}",
         f"- Packages: {versions()}",
         "- Hyperparameters: `sb3_reset_ppo/zoo/reset_ppo.yml` (reset_ppo variants), `benchmarks/ppo_lstm.yml` (ppo_lstm).",
+        "- Runs: two at a time on the 2 cores (one torch thread each); wall time includes the evaluations.",
         "- Score: mean return of the last evaluation (20 episodes, deterministic policy), normalised per env to",
         "  `(score - random) / (reference - random)` with the random policy's return measured here.",
         "",
