@@ -76,15 +76,13 @@ def aggregate(score_dict: dict[str, np.ndarray], reps: int) -> tuple[dict, dict,
     def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
 
-    # A fixed bootstrap seed: the same runs give the same RESULTS.md
-    point, interval = rly.get_interval_estimates(score_dict, iqm_and_mean, reps=reps, random_state=np.random.RandomState(0))
+    # A fixed bootstrap seed, so the same runs give the same RESULTS.md. rliable 1.2's StratifiedBootstrap
+    # draws from numpy's global generator (its random_state argument is not used for the resampling).
+    np.random.seed(0)  # noqa: NPY002  (rliable samples from the global generator)
+    point, interval = rly.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
     # rliable's plot expects "x,y" keys
     pairs = {f"{v},{BASELINE}": (score_dict[v], score_dict[BASELINE]) for v in score_dict if v != BASELINE}
-    poi, poi_ci = (
-        rly.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps, random_state=np.random.RandomState(0))
-        if pairs
-        else ({}, {})
-    )
+    poi, poi_ci = rly.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
     return point, interval, poi, poi_ci
 
 
@@ -287,6 +285,24 @@ def main() -> None:
                 f"| {int(rows[0]['timesteps'][-1])} "
                 f"| {np.mean([r['seconds'] for r in rows]):.0f} |"
             )
+        lines.append("")
+    if "reset" in variants and BASELINE in variants:
+        lines += [
+            f"## Where reset does not beat {BASELINE}",
+            "",
+            f"Envs where reset's mean (over seeds) is not above {BASELINE}'s, in raw returns:",
+            "",
+        ]
+        for key, label in (("final", "final return"), ("auc", "return over training")):
+            behind = []
+            for env in envs:
+                reset_rows, baseline_rows = seeds(env, "reset"), seeds(env, BASELINE)
+                if reset_rows and baseline_rows:
+                    reset_mean = np.mean([r[key] for r in reset_rows])
+                    baseline_mean = np.mean([r[key] for r in baseline_rows])
+                    if reset_mean <= baseline_mean:
+                        behind.append(f"{env} ({reset_mean:.3f} vs {baseline_mean:.3f})")
+            lines.append(f"- {label}: {', '.join(behind) if behind else 'none'}")
         lines.append("")
     learning_curves(runs, envs, args.figures / "learning_curves.png")
     lines += ["## Learning curves (mean +- std over seeds)", "", "![learning curves](figures/learning_curves.png)", ""]

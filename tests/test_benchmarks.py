@@ -81,6 +81,9 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
     group_rows = [line for line in lines if line.startswith("| memory tasks (2 envs) | reset |")]
     assert len(group_rows) == 1 and "| 1.000 (1.000 to 1.000) | 1.000 (1.000 to 1.000) |" in group_rows[0]
     assert not any(line.startswith("| NoVel control") for line in lines)
+    # reset's mean is below mask's only on CartPoleNoVel (final 200 vs 300; over training 150 vs 200)
+    assert "- final return: CartPoleNoVel-v1 (200.000 vs 300.000)" in lines
+    assert "- return over training: CartPoleNoVel-v1 (150.000 vs 200.000)" in lines
     for name in ("aggregate", "aggregate_auc", "aggregate_probability_of_improvement", "learning_curves"):
         assert (figures / f"{name}.png").stat().st_size > 0
 
