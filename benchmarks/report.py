@@ -86,6 +86,14 @@ def aggregate(score_dict: dict[str, np.ndarray], reps: int) -> tuple[dict, dict,
     return point, interval, poi, poi_ci
 
 
+def probability_text(poi: dict, poi_ci: dict, pair: str) -> str:
+    """``"P (low to high)"`` for one pair of rliable's probability-of-improvement estimates."""
+    # rliable returns a scalar (or shape (1,)) estimate and a (2,) or (2, 1) interval
+    low, high = np.asarray(poi_ci[pair]).reshape(-1)[:2]
+    probability = float(np.asarray(poi[pair]).reshape(-1)[0])
+    return f"{probability:.3f} ({low:.3f} to {high:.3f})"
+
+
 def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path) -> None:
     columns = min(3, len(envs))
     rows = -(-len(envs) // columns)
@@ -211,10 +219,8 @@ def main() -> None:
                     f"| {mean:.3f} ({interval[v][0, 1]:.3f} to {interval[v][1, 1]:.3f}) |"
                 )
             lines += ["", f"Probability of improvement over `{BASELINE}` (95% CI):", "", "| pair | P(X > Y) |", "|---|---|"]
-            for pair, value in poi.items():
-                low, high = np.asarray(poi_ci[pair]).reshape(-1)[:2]
-                probability = float(np.asarray(value).reshape(-1)[0])
-                lines.append(f"| {pair.replace(',', ' vs ')} | {probability:.3f} ({low:.3f} to {high:.3f}) |")
+            for pair in poi:
+                lines.append(f"| {pair.replace(',', ' vs ')} | {probability_text(poi, poi_ci, pair)} |")
             figure, _ = plot_utils.plot_interval_estimates(
                 {v: point[v] for v in variants},
                 {v: interval[v] for v in variants},
@@ -247,12 +253,7 @@ def main() -> None:
                 for v in variants:
                     cells[v].append(f"{point[v][0]:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f})")
                     pair = f"{v},{BASELINE}"
-                    if pair in poi:
-                        low, high = np.asarray(poi_ci[pair]).reshape(-1)[:2]
-                        probability = float(np.asarray(poi[pair]).reshape(-1)[0])
-                        cells[v].append(f"{probability:.3f} ({low:.3f} to {high:.3f})")
-                    else:
-                        cells[v].append("-")
+                    cells[v].append(probability_text(poi, poi_ci, pair) if pair in poi else "-")
             for v in variants:
                 lines.append(f"| {group_name} ({len(group)} envs) | {v} | " + " | ".join(cells[v]) + " |")
         lines.append("")
