@@ -63,9 +63,15 @@ class RandomEpisodeEnv(gym.Env):
 def brute_force_step_weights(
     episode_starts: np.ndarray, window_size: int, boundary: str, weighting: str, window_stride: int = 1
 ) -> np.ndarray:
-    """DESIGN.md's weights with explicit loops over envs, windows and slots. Input and output ``(T, E)``."""
+    """
+    The design document's expected per-epoch weights with explicit loops: every phase ``p`` of the epoch's
+    windows (starts ``p, p + k, ...``, ``k = min(stride, T - W + 1)``) is equally likely, so the expected
+    weight is the mean over phases of the weights of that phase's windows; importance weighting divides by
+    the number of windows (of all, one at every step) in which the step is kept. Input and output ``(T, E)``.
+    """
     n_steps, n_envs = episode_starts.shape
-    window_list = [(env, start) for env in range(n_envs) for start in range(0, n_steps - window_size + 1, window_stride)]
+    n_starts = n_steps - window_size + 1
+    stride = min(window_stride, n_starts)
 
     def kept_of(env: int, start: int) -> list[bool]:
         kept, alive = [], True
@@ -76,16 +82,19 @@ def brute_force_step_weights(
         return kept
 
     counts = np.zeros((n_steps, n_envs))
-    for env, start in window_list:
-        for slot, is_kept in enumerate(kept_of(env, start)):
-            counts[start + slot, env] += is_kept
+    for env in range(n_envs):
+        for start in range(n_starts):
+            for slot, is_kept in enumerate(kept_of(env, start)):
+                counts[start + slot, env] += is_kept
     totals = np.zeros((n_steps, n_envs))
-    for env, start in window_list:
-        for slot, is_kept in enumerate(kept_of(env, start)):
-            if is_kept:
-                step = start + slot
-                totals[step, env] += 1.0 if weighting == "uniform" else 1.0 / counts[step, env]
-    return totals
+    for phase in range(stride):
+        for env in range(n_envs):
+            for start in range(phase, n_starts, stride):
+                for slot, is_kept in enumerate(kept_of(env, start)):
+                    if is_kept:
+                        step = start + slot
+                        totals[step, env] += 1.0 if weighting == "uniform" else 1.0 / counts[step, env]
+    return totals / stride
 
 
 def reference_unroll(
@@ -120,24 +129,28 @@ def reference_unroll(
     return th.stack(outputs, dim=1)
 
 
-def check_exact(model: "ResetPPO", expect_resets: bool = True) -> None:
-    """Before any update, every kept slot's recomputed log-prob and value equal the rollout's, in every window."""
-    samples = next(model.rollout_buffer.get(None))
+def check_exact(model: "ResetPPO", expect_resets: bool = True, epochs: int = 3) -> None:
+    """
+    Before any update, every kept slot's recomputed log-prob and value equal the rollout's, in every window of
+    ``epochs`` epochs (with ``window_stride=1``, every window of the rollout).
+    """
+    batches = [next(model.rollout_buffer.get(None)) for _ in range(epochs)]
     # The check is meaningful only if windows cross episodes and start from non-zero memory
-    assert samples.resets.any() or not expect_resets
-    assert samples.lstm_states.pi[0].abs().sum() > 0
-    with th.no_grad():
-        values, log_prob, _ = evaluate_windows(model.policy, samples)
-        losses = model._minibatch_loss(samples, clip_range=0.2, clip_range_vf=None)
-    kept = samples.kept
-    if model.boundary == "reset":
-        assert kept.all()
-    elif expect_resets:
-        assert not kept.all()
-    th.testing.assert_close(log_prob[kept], samples.old_log_prob[kept], rtol=1e-5, atol=1e-5)
-    th.testing.assert_close(values[kept], samples.old_values[kept], rtol=1e-5, atol=1e-5)
-    assert float(losses.approx_kl) < 1e-8
-    assert float(losses.clip_fraction) == 0.0
+    assert any(bool(samples.resets.any()) for samples in batches) or not expect_resets
+    for samples in batches:
+        assert samples.lstm_states.pi[0].abs().sum() > 0
+        with th.no_grad():
+            values, log_prob, _ = evaluate_windows(model.policy, samples)
+            losses = model._minibatch_loss(samples, clip_range=0.2, clip_range_vf=None)
+        kept = samples.kept
+        if model.boundary == "reset":
+            assert kept.all()
+        elif expect_resets and samples.resets.any():
+            assert not kept.all()
+        th.testing.assert_close(log_prob[kept], samples.old_log_prob[kept], rtol=1e-5, atol=1e-5)
+        th.testing.assert_close(values[kept], samples.old_values[kept], rtol=1e-5, atol=1e-5)
+        assert float(losses.approx_kl) < 1e-8
+        assert float(losses.clip_fraction) == 0.0
 
 
 def resident_memory_bytes() -> int:

@@ -13,6 +13,8 @@ from sb3_reset_ppo import ResetPPO
 from sb3_reset_ppo.common.unroll import evaluate_windows
 
 N_STEPS = 16
+# Every window every epoch, and the default (windows every window_size steps from a random phase)
+STRIDES = pytest.mark.parametrize("window_stride", [1, None], ids=["stride1", "strideW"])
 
 
 def _rolled_out_model(
@@ -23,6 +25,7 @@ def _rolled_out_model(
     weighting: str = "uniform",
     window_size: int = 6,
     policy_kwargs: dict[str, Any] | None = None,
+    window_stride: int | None = 1,
     **kwargs: Any,
 ) -> ResetPPO:
     env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=0, env_kwargs=dict(action_space=action_space, obs_kind=obs_kind))
@@ -31,11 +34,12 @@ def _rolled_out_model(
         env,
         learning_rate=0.0,
         n_steps=N_STEPS,
-        batch_size=16,
+        batch_size=3 * window_size,
         n_epochs=1,
         window_size=window_size,
         boundary=boundary,
         weighting=weighting,
+        window_stride=window_stride,
         seed=0,
         policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8], **(policy_kwargs or {})},
         **kwargs,
@@ -45,6 +49,7 @@ def _rolled_out_model(
     return model
 
 
+@STRIDES
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
 @pytest.mark.parametrize(
     "policy_kwargs",
@@ -58,10 +63,11 @@ def _rolled_out_model(
     ],
     ids=["separate-critic", "shared-lstm", "no-critic-lstm", "two-layers", "separate-extractors", "net-arch"],
 )
-def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any]) -> None:
-    check_exact(_rolled_out_model(boundary=boundary, policy_kwargs=policy_kwargs))
+def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any], window_stride: int | None) -> None:
+    check_exact(_rolled_out_model(boundary=boundary, policy_kwargs=policy_kwargs, window_stride=window_stride))
 
 
+@STRIDES
 @pytest.mark.parametrize(
     "action_space",
     [
@@ -73,26 +79,38 @@ def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any]) -> None:
     ids=["box", "discrete", "multidiscrete", "multibinary"],
 )
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
-def test_action_spaces(action_space: spaces.Space, boundary: str) -> None:
-    check_exact(_rolled_out_model(action_space=action_space, boundary=boundary))
+def test_action_spaces(action_space: spaces.Space, boundary: str, window_stride: int | None) -> None:
+    check_exact(_rolled_out_model(action_space=action_space, boundary=boundary, window_stride=window_stride))
 
 
+@STRIDES
 @pytest.mark.parametrize("weighting", ["uniform", "importance"])
-def test_gsde(weighting: str) -> None:
+def test_gsde(weighting: str, window_stride: int | None) -> None:
     box = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
-    check_exact(_rolled_out_model(action_space=box, use_sde=True, sde_sample_freq=4, weighting=weighting))
+    model = _rolled_out_model(
+        action_space=box, use_sde=True, sde_sample_freq=4, weighting=weighting, window_stride=window_stride
+    )
+    check_exact(model)
 
 
+@STRIDES
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
-def test_dict_observations(boundary: str) -> None:
+def test_dict_observations(boundary: str, window_stride: int | None) -> None:
     kwargs = {"features_extractor_kwargs": {"cnn_output_dim": 8}}
-    check_exact(_rolled_out_model("MultiInputLstmPolicy", obs_kind="dict", boundary=boundary, policy_kwargs=kwargs))
+    model = _rolled_out_model(
+        "MultiInputLstmPolicy", obs_kind="dict", boundary=boundary, policy_kwargs=kwargs, window_stride=window_stride
+    )
+    check_exact(model)
 
 
+@STRIDES
 @pytest.mark.parametrize("share_features_extractor", [True, False])
-def test_cnn_policy(share_features_extractor: bool) -> None:
+def test_cnn_policy(share_features_extractor: bool, window_stride: int | None) -> None:
     kwargs = {"features_extractor_kwargs": {"features_dim": 8}, "share_features_extractor": share_features_extractor}
-    check_exact(_rolled_out_model("CnnLstmPolicy", obs_kind="image", window_size=4, policy_kwargs=kwargs))
+    model = _rolled_out_model(
+        "CnnLstmPolicy", obs_kind="image", window_size=4, policy_kwargs=kwargs, window_stride=window_stride
+    )
+    check_exact(model)
 
 
 def test_invariant_fails_without_recorded_memory() -> None:

@@ -136,7 +136,15 @@ def test_reference_without_episode_starts_leaks_gradient() -> None:
 def _policy_windows(boundary: str) -> tuple[ResetPPO, WindowRolloutBufferSamples]:
     env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=3, env_kwargs=dict(max_length=5))
     model = ResetPPO(
-        "MlpLstmPolicy", env, n_steps=24, window_size=8, boundary=boundary, seed=3, policy_kwargs={"lstm_hidden_size": 8}
+        "MlpLstmPolicy",
+        env,
+        n_steps=24,
+        batch_size=32,
+        window_size=8,
+        window_stride=1,
+        boundary=boundary,
+        seed=3,
+        policy_kwargs={"lstm_hidden_size": 8},
     )
     model.learn(2 * 24 * 2)
     return model, next(model.rollout_buffer.get(None))

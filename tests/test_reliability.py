@@ -21,7 +21,7 @@ from stable_baselines3.common.vec_env import VecCheckNan
 from sb3_reset_ppo import NonFiniteTrainingError, ResetPPO
 
 SMALL: dict[str, Any] = dict(
-    n_steps=16, batch_size=4, n_epochs=2, window_size=4, policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]}
+    n_steps=16, batch_size=16, n_epochs=2, window_size=4, policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]}
 )
 
 
@@ -40,12 +40,14 @@ def _train(seed: int, boundary: str = "reset", weighting: str = "uniform", **kwa
     return _parameters(model)
 
 
+@pytest.mark.parametrize("window_stride", [1, None])
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
 @pytest.mark.parametrize("weighting", ["uniform", "importance"])
-def test_same_seed_gives_bit_identical_parameters(boundary: str, weighting: str) -> None:
-    first, second = _train(7, boundary, weighting), _train(7, boundary, weighting)
+def test_same_seed_gives_bit_identical_parameters(boundary: str, weighting: str, window_stride: int | None) -> None:
+    first = _train(7, boundary, weighting, window_stride=window_stride)
+    second = _train(7, boundary, weighting, window_stride=window_stride)
     assert all(th.equal(a, b) for a, b in zip(first, second, strict=True))
-    other = _train(8, boundary, weighting)
+    other = _train(8, boundary, weighting, window_stride=window_stride)
     assert not all(th.equal(a, b) for a, b in zip(first, other, strict=True))
 
 
@@ -140,9 +142,15 @@ def test_resume_continues_updates_schedule_and_timesteps(tmp_path: Path) -> None
         ("multibinary", dict(action_space=spaces.MultiBinary(2)), {}, True),
     ],
 )
+@pytest.mark.parametrize("window_stride", [1, None])
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
 def test_odd_input_trains_and_stays_exact(
-    name: str, env_kwargs: dict[str, Any], settings: dict[str, Any], expect_resets: bool, boundary: str
+    name: str,
+    env_kwargs: dict[str, Any],
+    settings: dict[str, Any],
+    expect_resets: bool,
+    boundary: str,
+    window_stride: int | None,
 ) -> None:
     env_kwargs = dict(env_kwargs)
     n_envs = env_kwargs.pop("n_envs", 2)
@@ -150,7 +158,8 @@ def test_odd_input_trains_and_stays_exact(
     policy = settings.pop("policy", "MlpLstmPolicy")
     if policy == "MultiInputLstmPolicy":
         settings["policy_kwargs"] = {"lstm_hidden_size": 8}
-    model = ResetPPO(policy, _env(n_envs=n_envs, **env_kwargs), boundary=boundary, seed=0, **settings)
+    env = _env(n_envs=n_envs, **env_kwargs)
+    model = ResetPPO(policy, env, boundary=boundary, seed=0, window_stride=window_stride, **settings)
     model.learn(2 * 16 * n_envs)
     check_exact(model, expect_resets=expect_resets)
 
@@ -177,7 +186,8 @@ def test_truncation_is_bootstrapped_as_in_recurrent_ppo() -> None:
         model.collect_rollouts(model.env, _Continue(model), model.rollout_buffer, 16)  # type: ignore[arg-type]
         return model.rollout_buffer.returns.copy()
 
-    np.testing.assert_allclose(rollout(ResetPPO, window_size=4, batch_size=4), rollout(RecurrentPPO, batch_size=16), rtol=1e-6)
+    reset_returns = rollout(ResetPPO, window_size=4, batch_size=16)
+    np.testing.assert_allclose(reset_returns, rollout(RecurrentPPO, batch_size=16), rtol=1e-6)
 
 
 class _Continue(BaseCallback):

@@ -20,8 +20,9 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from sb3_reset_ppo import DictWindowRolloutBuffer, ResetPPO, WindowRolloutBuffer
 
+# batch_size counts transitions: 4 windows of 4
 SMALL: dict[str, Any] = dict(
-    n_steps=16, batch_size=4, n_epochs=2, window_size=4, policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]}
+    n_steps=16, batch_size=16, n_epochs=2, window_size=4, policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]}
 )
 
 
@@ -40,7 +41,7 @@ def _predict_sequence(model: RecurrentPPO, observations: np.ndarray) -> np.ndarr
 
 @pytest.mark.parametrize("boundary,weighting,window_size", [("mask", "importance", 3), ("reset", "uniform", 5)])
 def test_save_load_round_trip(tmp_path: Path, boundary: str, weighting: str, window_size: int) -> None:
-    settings = {**SMALL, "window_size": window_size}
+    settings = {**SMALL, "window_size": window_size, "batch_size": 4 * window_size}
     model = ResetPPO("MlpLstmPolicy", _env(), boundary=boundary, weighting=weighting, seed=1, **settings)
     model.learn(64)
     model.save(tmp_path / "model.zip")
@@ -60,8 +61,11 @@ def test_load_recurrent_ppo_checkpoint(tmp_path: Path) -> None:
     source = RecurrentPPO("MlpLstmPolicy", _env(), n_steps=16, batch_size=16, seed=0, policy_kwargs={"lstm_hidden_size": 8})
     source.learn(32)
     source.save(tmp_path / "recurrent.zip")
-    model = ResetPPO.load(tmp_path / "recurrent.zip", env=_env(), batch_size=2)
-    assert (model.window_size, model.boundary, model.weighting, model.window_stride) == (16, "reset", "uniform", 1)
+    # RecurrentPPO's arguments keep their meaning: batch_size=16 transitions is one window of 16
+    model = ResetPPO.load(tmp_path / "recurrent.zip", env=_env())
+    assert (model.batch_size, model.n_epochs, model.n_steps) == (16, source.n_epochs, 16)
+    assert (model.window_size, model.boundary, model.weighting, model.window_stride) == (16, "reset", "uniform", None)
+    assert model.rollout_buffer.window_stride == 16
     observations = np.random.default_rng(1).normal(size=(5, 2, 3)).astype(np.float32)
     np.testing.assert_array_equal(_predict_sequence(source, observations), _predict_sequence(model, observations))
     before = [p.clone() for p in model.policy.parameters()]
@@ -75,7 +79,7 @@ def test_load_recurrent_ppo_checkpoint_with_short_rollout_explains_window_size(t
     source.save(tmp_path / "short.zip")
     with pytest.raises(ValueError, match=r"window_size must be at most n_steps=8"):
         ResetPPO.load(tmp_path / "short.zip", env=_env())
-    model = ResetPPO.load(tmp_path / "short.zip", env=_env(), window_size=8, batch_size=2)
+    model = ResetPPO.load(tmp_path / "short.zip", env=_env(), window_size=8)
     model.learn(16)
 
 
@@ -83,7 +87,7 @@ def test_dict_observations_use_dict_buffer() -> None:
     model = ResetPPO("MultiInputLstmPolicy", _env(obs_kind="dict"), **{**SMALL, "policy_kwargs": {"lstm_hidden_size": 8}})
     assert isinstance(model.rollout_buffer, DictWindowRolloutBuffer)
     model.learn(32)
-    sample = next(model.rollout_buffer.get(2))
+    sample = next(model.rollout_buffer.get(2 * 4))
     assert isinstance(sample.observations, dict)
     # Distinct steps of the 2 windows (at most 8); SB3 wraps the env in VecTransposeImage: channel first
     assert sample.observations["image"].shape[1:] == (1, 36, 36)
@@ -135,18 +139,21 @@ def test_tensorboard_logs_window_diagnostics(tmp_path: Path) -> None:
         assert f"train/{key}" in tags
 
 
+@pytest.mark.parametrize("window_stride", [1, None])
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
-def test_logged_diagnostics_equal_window_weights(boundary: str) -> None:
-    model = ResetPPO("MlpLstmPolicy", _env(), boundary=boundary, **SMALL)
+def test_logged_diagnostics_equal_window_weights(boundary: str, window_stride: int | None) -> None:
+    model = ResetPPO("MlpLstmPolicy", _env(), boundary=boundary, window_stride=window_stride, **SMALL)
     model.set_logger(configure(None, []))
     model.learn(32)
     model.logger.name_to_value.clear()
     model.train()
     logged = dict(model.logger.name_to_value)
     starts = model.rollout_buffer.episode_starts
-    weights = brute_force_step_weights(starts, 4, boundary, "uniform")
+    # Shares over all windows of the rollout: the expected shares of an epoch, whatever the stride
+    weights = brute_force_step_weights(starts, 4, boundary, "uniform", window_stride or 4)
+    counts = brute_force_step_weights(starts, 4, boundary, "uniform", 1)
     n_windows = 2 * (16 - 4 + 1)
-    assert logged["train/kept_slot_fraction"] == pytest.approx(weights.sum() / (n_windows * 4))
+    assert logged["train/kept_slot_fraction"] == pytest.approx(counts.sum() / (n_windows * 4))
     assert logged["train/untrained_step_fraction"] == pytest.approx(np.mean(weights == 0))
     assert logged["train/episode_start_weight"] == pytest.approx(weights[starts > 0].mean() / weights.mean(), rel=1e-5)
     if boundary == "reset":
@@ -181,11 +188,35 @@ def test_cnn_policy_trains() -> None:
     assert any(not th.equal(a, b) for a, b in zip(before, model.policy.parameters(), strict=True))
 
 
-def test_batch_size_larger_than_windows_warns_once() -> None:
-    with pytest.warns(UserWarning, match="batch_size=100 windows") as record:
-        model = ResetPPO("MlpLstmPolicy", _env(), **{**SMALL, "batch_size": 100})
+def test_batch_size_larger_than_an_epoch_warns_once_at_the_users_line() -> None:
+    with pytest.warns(UserWarning, match=r"batch_size=400 \(100 windows of 4\) is more than an epoch holds") as record:
+        model = ResetPPO("MlpLstmPolicy", _env(), **{**SMALL, "batch_size": 400})
         model.learn(32)
     assert sum("batch_size" in str(w.message) for w in record) == 1
+    assert record[0].filename == __file__
+    # With every window every epoch, the same batch is 100 of 2 * 13 windows too
+    with pytest.warns(UserWarning, match="26 windows"):
+        ResetPPO("MlpLstmPolicy", _env(), window_stride=1, **{**SMALL, "batch_size": 400})
+
+
+@pytest.mark.parametrize("batch_size,windows", [(18, 4), (3, 1), (16, 4)])
+def test_batch_size_counts_transitions(batch_size: int, windows: int) -> None:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        model = ResetPPO("MlpLstmPolicy", _env(), window_stride=1, **{**SMALL, "batch_size": batch_size})
+    messages = [str(w.message) for w in record if "multiple of window_size" in str(w.message)]
+    if batch_size % 4:
+        assert messages == [f"batch_size={batch_size} is not a multiple of window_size=4: each minibatch holds "
+                            f"{windows} window(s) of 4 steps ({4 * windows} transitions)"]  # fmt: skip
+        assert record[0].filename == __file__
+    else:
+        assert messages == []
+    model.learn(32)
+    shapes = [tuple(batch.slot_steps.shape) for batch in model.rollout_buffer.get(model.batch_size)]
+    # 2 envs x 13 windows, in minibatches of `windows` windows (the last one may be smaller)
+    assert all(shape == (windows, 4) for shape in shapes[:-1]) and sum(s[0] for s in shapes) == 26
 
 
 @pytest.mark.parametrize(
@@ -197,7 +228,8 @@ def test_batch_size_larger_than_windows_warns_once() -> None:
         ({"window_size": 17}, ValueError, "window_size must be at most n_steps=16"),
         ({"boundary": "truncate"}, ValueError, r"boundary must be one of \('reset', 'mask'\), got 'truncate'"),
         ({"weighting": "inverse"}, ValueError, r"weighting must be one of \('uniform', 'importance'\), got 'inverse'"),
-        ({"window_stride": 0}, ValueError, "window_stride must be a positive int, got 0"),
+        ({"window_stride": 0}, ValueError, r"window_stride must be a positive int, got 0; or None \(window_size\)"),
+        ({"window_stride": 2.0}, TypeError, "window_stride must be a positive int, got 2.0"),
         ({"batch_size": 0}, ValueError, "batch_size must be a positive int"),
         ({"batch_size": 2.5}, TypeError, "batch_size must be a positive int"),
         ({"clip_range_vf": -0.1}, ValueError, "clip_range_vf must be positive"),
@@ -211,12 +243,17 @@ def test_bad_input(kwargs: dict[str, Any], error: type[Exception], match: str) -
         ResetPPO("MlpLstmPolicy", _env(), **{**SMALL, **kwargs})
 
 
-def test_consecutive_windows_auto_follows_observations() -> None:
+def test_consecutive_windows_auto_follows_observations_and_overlap() -> None:
     kwargs = {**SMALL, "policy_kwargs": {"lstm_hidden_size": 8, "features_extractor_kwargs": {"features_dim": 8}}}
-    assert ResetPPO("MlpLstmPolicy", _env(), **SMALL).rollout_buffer.consecutive_windows == 1
-    assert ResetPPO("CnnLstmPolicy", _env(obs_kind="image"), **kwargs).rollout_buffer.consecutive_windows == 4
+    assert ResetPPO("MlpLstmPolicy", _env(), window_stride=1, **SMALL).rollout_buffer.consecutive_windows == 1
+    images = _env(obs_kind="image")
+    # Runs pay off only where windows overlap: ceil(window_size / window_stride) windows cover one window's steps
+    assert ResetPPO("CnnLstmPolicy", images, window_stride=1, **kwargs).rollout_buffer.consecutive_windows == 4
+    assert ResetPPO("CnnLstmPolicy", images, window_stride=3, **kwargs).rollout_buffer.consecutive_windows == 2
+    assert ResetPPO("CnnLstmPolicy", images, **kwargs).rollout_buffer.consecutive_windows == 1
     dict_kwargs = {**SMALL, "policy_kwargs": {"lstm_hidden_size": 8}}
-    assert ResetPPO("MultiInputLstmPolicy", _env(obs_kind="dict"), **dict_kwargs).rollout_buffer.consecutive_windows == 4
+    dict_model = ResetPPO("MultiInputLstmPolicy", _env(obs_kind="dict"), window_stride=1, **dict_kwargs)
+    assert dict_model.rollout_buffer.consecutive_windows == 4
     assert ResetPPO("MlpLstmPolicy", _env(), consecutive_windows=3, **SMALL).rollout_buffer.consecutive_windows == 3
 
 
@@ -231,6 +268,8 @@ def test_string_env_and_single_env() -> None:
     import sb3_reset_ppo.envs  # registers CueRecall-v0
 
     model = ResetPPO("MlpLstmPolicy", "CueRecall-v0", **SMALL)
-    assert model.n_envs == 1 and model.rollout_buffer.n_windows == 13
+    # 13 window starts, every 4 steps from a random phase: at most 4 windows per epoch
+    assert model.n_envs == 1 and model.rollout_buffer.n_windows == 4
+    assert ResetPPO("MlpLstmPolicy", "CueRecall-v0", window_stride=1, **SMALL).rollout_buffer.n_windows == 13
     model.learn(32)
     assert isinstance(gym.make("CueRecall-v0").unwrapped, sb3_reset_ppo.envs.CueRecallEnv)

@@ -69,7 +69,7 @@ def test_hyperparameter_file_covers_the_benchmark_envs() -> None:
         assert 1 <= settings["window_size"] <= settings.get("n_steps", 128)
 
 
-def test_optuna_sampler_adds_window_size_and_counts_batches_in_windows() -> None:
+def test_optuna_sampler_adds_window_size_and_keeps_batch_size_in_transitions() -> None:
     register()
     from rl_zoo3 import hyperparams_opt
     from rl_zoo3.utils import ALGOS
@@ -85,12 +85,17 @@ def test_optuna_sampler_adds_window_size_and_counts_batches_in_windows() -> None
         cast(optuna.Trial, optuna.trial.FixedTrial(raw)), n_actions=2, n_envs=8, additional_args={}
     )
     assert params["window_size"] == 16 and params["n_steps"] == 128
-    assert params["batch_size"] == 256 // 16
+    # batch_size_pow 8: 256 transitions, as ppo_lstm's sampler gives
+    assert (
+        params["batch_size"]
+        == 256
+        == hyperparams_opt.sample_ppo_lstm_params(cast(optuna.Trial, optuna.trial.FixedTrial(raw)), 2, 8, {})["batch_size"]
+    )
     # Windows never exceed the rollout
     short_trial = optuna.trial.FixedTrial({**raw, "n_steps_pow": 3, "window_size": 32})
     short = sample_reset_ppo_params(cast(optuna.Trial, short_trial), 2, 8, {})
     assert short["window_size"] == 8
-    assert convert_reset_ppo_params(raw)["batch_size"] == 16
+    assert convert_reset_ppo_params(raw)["batch_size"] == 256
 
 
 @pytest.mark.slow

@@ -16,12 +16,15 @@ from sb3_reset_ppo.common.windows import (
     Weighting,
     check_positive_int,
     check_window_settings,
+    effective_stride,
+    epoch_window_starts,
     kept_slots,
     plan_reset_steps,
+    resolve_window_stride,
     slot_resets,
     slot_weights,
     window_order,
-    window_starts,
+    windows_per_minibatch,
 )
 
 
@@ -31,8 +34,8 @@ class _WindowSampler:
 
     Built once per rollout (on the first ``get`` after the buffer is full). A minibatch gathers its slots
     from these tensors by index: windows are never materialised. Index plans (window order, distinct steps,
-    segments) are computed on the host from a host copy of the episode starts, so the minibatch loop never
-    waits for the device.
+    segments) are computed on the host from a host copy of the episode starts: building a minibatch reads
+    nothing back from the device.
     """
 
     def __init__(
@@ -50,7 +53,9 @@ class _WindowSampler:
         device: th.device,
     ) -> None:
         self.n_envs = n_envs
+        self.n_steps = n_steps
         self.window_size = window_size
+        self.window_stride = window_stride
         self.boundary: Boundary = boundary
         self.weighting: Weighting = weighting
         self.consecutive_windows = consecutive_windows
@@ -82,11 +87,6 @@ class _WindowSampler:
         per_env_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
         self.stats = RolloutWindowStats(per_env_starts, window_size, boundary, weighting, window_stride)
         self.diagnostics = self.stats.diagnostics(per_env_starts)
-        self.host_starts = window_starts(n_steps, n_envs, window_size, window_stride).numpy()
-
-    @property
-    def n_windows(self) -> int:
-        return self.host_starts.shape[0]
 
     def _to_device(self, array: np.ndarray) -> th.Tensor:
         return th.as_tensor(array).to(self.device, non_blocking=True)
@@ -95,18 +95,23 @@ class _WindowSampler:
         self, batch_size: int | None, generator: np.random.Generator
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
-        One pass over all windows, in runs of consecutive windows shuffled anew (see ``window_order``).
+        One epoch: the windows at a fresh random phase per env (see ``epoch_window_starts``), in runs of
+        consecutive windows shuffled anew (see ``window_order``).
 
-        :param batch_size: Windows per minibatch (``None`` or more than there are: all windows at once)
-        :param generator: Source of randomness for the order
+        :param batch_size: Transitions (slots) per minibatch, ``batch_size // window_size`` windows (at least
+            one); ``None`` or more than there are: all windows of the epoch at once
+        :param generator: Source of randomness for the phases and the order
         :return: Generator of minibatches (see :class:`WindowRolloutBufferSamples`)
         """
-        if batch_size is None or batch_size > self.n_windows:
-            batch_size = self.n_windows
-        order = window_order(self.n_envs, self.n_windows // self.n_envs, self.consecutive_windows, generator)
-        for first in range(0, self.n_windows, batch_size):
+        host_starts, position = epoch_window_starts(self.n_steps, self.n_envs, self.window_size, self.window_stride, generator)
+        n_windows = host_starts.shape[0]
+        windows = windows_per_minibatch(batch_size, self.window_size)
+        if windows is None or windows > n_windows:
+            windows = n_windows
+        order = window_order(host_starts // self.n_steps, position, self.consecutive_windows, generator)
+        for first in range(0, n_windows, windows):
             # (B,) window starts -> (B, W) flat step index of every slot
-            host_slots = self.host_starts[order[first : first + batch_size], None] + np.arange(self.window_size)
+            host_slots = host_starts[order[first : first + windows], None] + np.arange(self.window_size)
             steps, slot_steps = np.unique(host_slots, return_inverse=True)
             layout = plan_reset_steps(self.host_episode_starts[host_slots])
             slots = self._to_device(host_slots)
@@ -169,7 +174,7 @@ class _WindowBufferMixin:
         window_size: int,
         boundary: str,
         weighting: str,
-        window_stride: int,
+        window_stride: int | None,
         consecutive_windows: int,
         seed: int | None,
         n_steps: int,
@@ -179,7 +184,7 @@ class _WindowBufferMixin:
         self.window_size = window_size
         self.boundary: Boundary = boundary  # type: ignore[assignment]
         self.weighting: Weighting = weighting  # type: ignore[assignment]
-        self.window_stride = window_stride
+        self.window_stride = resolve_window_stride(window_stride, window_size)
         self.consecutive_windows = consecutive_windows
         self._sampler: _WindowSampler | None = None
         self.seed(seed)
@@ -194,8 +199,9 @@ class _WindowBufferMixin:
 
     @property
     def n_windows(self) -> int:
-        """Number of windows in a full rollout."""
-        return self.n_envs * ((self.buffer_size - self.window_size) // self.window_stride + 1)
+        """Most windows one epoch can hold: ``n_envs * ceil((n_steps - window_size + 1) / stride)``."""
+        n_starts = self.buffer_size - self.window_size + 1
+        return self.n_envs * -(-n_starts // effective_stride(self.buffer_size, self.window_size, self.window_stride))
 
     def reset(self) -> None:
         super().reset()  # type: ignore[misc]
@@ -246,9 +252,11 @@ class _WindowBufferMixin:
         self, batch_size: int | None = None
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
-        One shuffled pass over all windows of the rollout.
+        One epoch: the windows starting every ``window_stride`` steps from a fresh random phase per env, shuffled.
 
-        :param batch_size: Windows per minibatch; ``None`` or more than there are yields all windows at once
+        :param batch_size: Transitions (slots) per minibatch, as in SB3: a minibatch holds
+            ``max(1, batch_size // window_size)`` windows; ``None`` or more than there are yields all windows
+            of the epoch at once
         :return: Generator of minibatches, each field with leading shape ``(B, W)``
         """
         yield from self.sampler().minibatches(batch_size, self.generator)
@@ -258,9 +266,11 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     """
     Rollout buffer that stores the LSTM memory entering every step and yields minibatches of windows.
 
-    Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` yields
-    :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of ``batch_size`` windows,
-    shuffled, covering every window of the rollout once. The rollout is copied once to the buffer's
+    Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch: it
+    yields :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of
+    ``max(1, batch_size // window_size)`` windows, shuffled, covering the windows that start every
+    ``window_stride`` steps from a random phase per env, drawn anew each call (``window_stride=1``: every
+    window). The rollout is copied once to the buffer's
     device as tensors; each minibatch gathers its ``B * W`` slots from it by index.
 
     :param buffer_size: Steps per env (``n_steps``)
@@ -274,7 +284,8 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param window_size: Steps per window
     :param boundary: ``"reset"`` or ``"mask"``
     :param weighting: ``"uniform"`` or ``"importance"``
-    :param window_stride: Steps between window starts
+    :param window_stride: Steps between the starts of the windows of an epoch, from a random phase per env
+        (``None``: ``window_size``)
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env
         (shuffled as runs); runs share steps, whose features are then computed once
     :param seed: Seed of the generator that orders the windows
@@ -295,7 +306,7 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
         window_size: int = 16,
         boundary: str = "reset",
         weighting: str = "uniform",
-        window_stride: int = 1,
+        window_stride: int | None = None,
         consecutive_windows: int = 1,
         seed: int | None = None,
     ) -> None:
@@ -327,7 +338,7 @@ class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  
         window_size: int = 16,
         boundary: str = "reset",
         weighting: str = "uniform",
-        window_stride: int = 1,
+        window_stride: int | None = None,
         consecutive_windows: int = 1,
         seed: int | None = None,
     ) -> None:

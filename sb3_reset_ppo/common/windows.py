@@ -49,11 +49,16 @@ def check_window_settings(
     :param window_size: Number of consecutive steps in a window (positive int, at most ``n_steps``)
     :param boundary: ``"reset"`` or ``"mask"``
     :param weighting: ``"uniform"`` or ``"importance"``
-    :param window_stride: Steps between the starts of two consecutive windows (positive int)
+    :param window_stride: Steps between the starts of the windows of an epoch (positive int, or ``None``
+        for ``window_size``)
     :param n_steps: Rollout length per env, when known
     """
     check_positive_int("window_size", window_size)
-    check_positive_int("window_stride", window_stride)
+    if window_stride is not None:
+        try:
+            check_positive_int("window_stride", window_stride)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{error}; or None (window_size)") from None
     if n_steps is not None and int(window_size) > n_steps:  # type: ignore[call-overload]
         raise ValueError(
             f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got {window_size!r}"
@@ -64,25 +69,88 @@ def check_window_settings(
         raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
 
 
-def window_starts(
-    n_steps: int, n_envs: int, window_size: int, window_stride: int = 1, device: th.device | str = "cpu"
-) -> th.Tensor:
+def resolve_window_stride(window_stride: int | None, window_size: int) -> int:
     """
-    Flat (env-major) index of the first step of every window.
+    The stride as an int: ``None`` means ``window_size`` (an epoch is one pass over the data).
 
-    Window ``t`` of an env starts at step ``t`` for ``t = 0, window_stride, ... <= n_steps - window_size``.
+    :param window_stride: The user's ``window_stride``
+    :param window_size: Steps per window
+    :return: Steps between the starts of the windows of an epoch
+    """
+    return window_size if window_stride is None else int(window_stride)
+
+
+def effective_stride(n_steps: int, window_size: int, window_stride: int) -> int:
+    """
+    The stride an epoch uses: ``window_stride``, capped at the number of window starts ``n_steps - window_size + 1``.
+
+    With a larger stride most epochs would hold no window of an env at all; the cap keeps at least one
+    window per env in every epoch (``n_steps == window_size``: the whole rollout, every epoch).
+
+    :param n_steps: Rollout length per env
+    :param window_size: Steps per window
+    :param window_stride: Steps between the starts of consecutive windows of an epoch
+    :return: The stride ``k`` an epoch uses; every window start is drawn with probability ``1 / k`` per epoch
+    """
+    return max(1, min(window_stride, n_steps - window_size + 1))
+
+
+def window_starts(n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu") -> th.Tensor:
+    """
+    Flat (env-major) index of the first step of every window of a rollout (one at every step).
+
+    Window ``t`` of an env starts at step ``t`` for ``t = 0, 1, ..., n_steps - window_size``.
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param window_size: Steps per window
+    :param device: Device of the returned tensor
+    :return: int64 tensor of shape ``(n_envs * (n_steps - window_size + 1),)``
+    """
+    starts = th.arange(0, n_steps - window_size + 1, device=device)
+    env_offsets = th.arange(n_envs, device=device) * n_steps
+    # (n_envs, windows_per_env) -> (n_envs * windows_per_env,)
+    return (env_offsets[:, None] + starts[None, :]).reshape(-1)
+
+
+def epoch_window_starts(
+    n_steps: int, n_envs: int, window_size: int, window_stride: int, generator: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    The windows of one epoch: for each env a random phase ``p`` in ``[0, k)`` and the windows starting at
+    ``p, p + k, p + 2k, ... <= n_steps - window_size``, ``k`` being :func:`effective_stride`.
+
+    Every window start is drawn with probability exactly ``1 / k``, so the expected weight of a step over
+    one epoch is its weight over all windows divided by ``k``. ``k = 1``: every window, every epoch.
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
     :param window_size: Steps per window
     :param window_stride: Steps between the starts of consecutive windows
-    :param device: Device of the returned tensor
-    :return: int64 tensor of shape ``(n_envs * windows_per_env,)``
+    :param generator: Source of the phases
+    :return: Flat (env-major) index of the first step of every window of the epoch, in env-major order,
+        shape ``(n_windows,)``; and each window's position among its env's windows, shape ``(n_windows,)``
     """
-    starts = th.arange(0, n_steps - window_size + 1, window_stride, device=device)
-    env_offsets = th.arange(n_envs, device=device) * n_steps
-    # (n_envs, windows_per_env) -> (n_envs * windows_per_env,)
-    return (env_offsets[:, None] + starts[None, :]).reshape(-1)
+    stride = effective_stride(n_steps, window_size, window_stride)
+    n_starts = n_steps - window_size + 1
+    phase = generator.integers(stride, size=(n_envs, 1)) if stride > 1 else np.zeros((n_envs, 1), dtype=np.int64)
+    # (n_envs, most windows per env): start of each candidate window within its env
+    starts = phase + stride * np.arange(-(-n_starts // stride))[None, :]
+    valid = starts < n_starts
+    position = np.broadcast_to(np.arange(starts.shape[1])[None, :], starts.shape)
+    flat = starts + n_steps * np.arange(n_envs)[:, None]
+    return flat[valid], position[valid]
+
+
+def windows_per_minibatch(batch_size: int | None, window_size: int) -> int | None:
+    """
+    Windows in a minibatch of ``batch_size`` transitions (slots): ``batch_size // window_size``, at least one.
+
+    :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: all windows of an epoch
+    :param window_size: Steps per window
+    :return: Windows per minibatch, or ``None`` for all windows of an epoch
+    """
+    return None if batch_size is None else max(1, int(batch_size) // window_size)
 
 
 def slot_indices(starts: th.Tensor, window_size: int) -> th.Tensor:
@@ -141,9 +209,9 @@ def slot_weights(kept: th.Tensor, step_counts: th.Tensor, weighting: Weighting) 
     return weights
 
 
-def _window_chunks(episode_starts: th.Tensor, window_size: int, window_stride: int) -> Iterator[tuple[th.Tensor, th.Tensor]]:
+def _window_chunks(episode_starts: th.Tensor, window_size: int) -> Iterator[tuple[th.Tensor, th.Tensor]]:
     """
-    All windows of a rollout, a bounded number at a time.
+    All windows of a rollout (one at every step), a bounded number at a time.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
     :return: Iterator of ``(slots, resets)``, each of shape ``(chunk, W)``
@@ -151,24 +219,23 @@ def _window_chunks(episode_starts: th.Tensor, window_size: int, window_stride: i
     n_envs, n_steps = episode_starts.shape
     # (n_envs, n_steps) -> (n_envs * n_steps,): env-major flat layout
     flat_starts = episode_starts.reshape(-1)
-    starts = window_starts(n_steps, n_envs, window_size, window_stride, device=episode_starts.device)
+    starts = window_starts(n_steps, n_envs, window_size, device=episode_starts.device)
     for chunk in th.split(starts, _CHUNK_WINDOWS):
         slots = slot_indices(chunk, window_size)
         yield slots, slot_resets(flat_starts[slots])
 
 
-def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary, window_stride: int = 1) -> th.Tensor:
+def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary) -> th.Tensor:
     """
-    For every step, the number of windows in which it is kept.
+    For every step, the number of windows (of all windows of the rollout, one at every step) in which it is kept.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
     :param window_size: Steps per window
     :param boundary: ``"reset"`` or ``"mask"``
-    :param window_stride: Steps between window starts
     :return: float32 tensor of shape ``(n_envs * n_steps,)`` (env-major flat layout)
     """
     counts = th.zeros(episode_starts.numel(), device=episode_starts.device)
-    for slots, resets in _window_chunks(episode_starts, window_size, window_stride):
+    for slots, resets in _window_chunks(episode_starts, window_size):
         kept = kept_slots(resets, boundary)
         counts.index_add_(0, slots.reshape(-1), kept.reshape(-1).float())
     return counts
@@ -176,13 +243,17 @@ def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary,
 
 class RolloutWindowStats:
     """
-    Per-step totals and window counts of one rollout, computed by a scan over all its windows.
+    Per-step counts and expected weights of one rollout, computed by a scan over all its windows.
+
+    An epoch draws every window with probability ``1 / k`` (``k`` = :func:`effective_stride`), so the
+    expected weight of a step over one epoch is its total weight over all windows divided by ``k``; the
+    shares below (kept slots, windows with a reset) are the expected shares of an epoch.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
     :param window_size: Steps per window
     :param boundary: ``"reset"`` or ``"mask"``
     :param weighting: ``"uniform"`` or ``"importance"``
-    :param window_stride: Steps between window starts
+    :param window_stride: Steps between the starts of consecutive windows of an epoch
     """
 
     def __init__(
@@ -193,24 +264,26 @@ class RolloutWindowStats:
         weighting: Weighting,
         window_stride: int = 1,
     ) -> None:
-        self.counts = kept_counts(episode_starts, window_size, boundary, window_stride)
-        # Sum of slot weights per step over one pass over all windows, shape (n_envs * n_steps,)
+        n_steps = episode_starts.shape[1]
+        self.counts = kept_counts(episode_starts, window_size, boundary)
+        # Expected sum of slot weights per step over one epoch, shape (n_envs * n_steps,)
         self.step_weights = th.zeros_like(self.counts)
         self.n_windows = 0
         self.n_kept_slots = 0.0
         self.n_windows_with_reset = 0
-        for slots, resets in _window_chunks(episode_starts, window_size, window_stride):
+        for slots, resets in _window_chunks(episode_starts, window_size):
             kept = kept_slots(resets, boundary)
             weights = slot_weights(kept, self.counts[slots], weighting)
             self.step_weights.index_add_(0, slots.reshape(-1), weights.reshape(-1))
             self.n_windows += slots.shape[0]
             self.n_kept_slots += float(kept.sum())
             self.n_windows_with_reset += int(resets.any(dim=1).sum())
+        self.step_weights /= effective_stride(n_steps, window_size, window_stride)
         self.window_size = window_size
 
     def diagnostics(self, episode_starts: th.Tensor) -> dict[str, float]:
         """
-        The ``train/`` diagnostics of DESIGN.md.
+        The ``train/`` window diagnostics (see the design document, ``docs/design.md``).
 
         :param episode_starts: The same flags the stats were built from, shape ``(n_envs, n_steps)``
         :return: Mapping from logger key to value; ``train/episode_start_weight`` only when the rollout
@@ -235,22 +308,26 @@ def window_weights(
     window_size: int,
     boundary: str = "reset",
     weighting: str = "uniform",
-    window_stride: int = 1,
+    window_stride: int | None = 1,
 ) -> np.ndarray:
     """
-    Total weight each step of a rollout receives over one pass over all windows.
+    Expected total weight each step of a rollout receives in one epoch.
 
-    This is the sum of the slot weight over every slot that holds the step, computed by the same code
-    that ResetPPO trains with. With ``window_stride=1`` and uniform weighting, in reset mode a step at
-    position ``s`` gets ``min(s+1, W, T-s, T-W+1)``; in mask mode a step ``k`` steps into an episode that
-    began inside the rollout gets at most ``k+1``.
+    This is the sum of the slot weight over every slot that holds the step, over all windows of the
+    rollout (one at every step), divided by the stride an epoch uses (:func:`effective_stride`): an
+    epoch draws each window with probability ``1 / stride``. It is computed by the same code that
+    ResetPPO trains with. With ``window_stride=1`` (every window, every epoch) and uniform weighting, in
+    reset mode a step at position ``s`` gets ``min(s+1, W, T-s, T-W+1)``; in mask mode a step ``k`` steps
+    into an episode that began inside the rollout gets at most ``k+1``. With importance weighting every
+    trained step gets ``1 / stride``.
 
     :param episode_starts: SB3's episode-start flags (step ``s`` is the first of an episode),
         shape ``(n_steps,)`` for one env or ``(n_steps, n_envs)`` as in SB3's rollout buffer
     :param window_size: Steps per window (``1 <= window_size <= n_steps``)
     :param boundary: ``"reset"`` (reset-and-continue) or ``"mask"`` (drop slots after an episode end)
     :param weighting: ``"uniform"`` or ``"importance"``
-    :param window_stride: Steps between the starts of consecutive windows
+    :param window_stride: Steps between the starts of the windows of an epoch; ``None``: ``window_size``
+        (ResetPPO's default). The default 1 gives the total over all windows.
     :return: float array of the same shape as ``episode_starts``
     """
     array = np.asarray(episode_starts)
@@ -262,31 +339,37 @@ def window_weights(
     # (n_steps,) or (n_steps, n_envs) -> (n_envs, n_steps)
     per_env = array.reshape(array.shape[0], -1).T
     flags = th.as_tensor(np.ascontiguousarray(per_env, dtype=np.float32))
-    stats = RolloutWindowStats(flags, int(window_size), boundary, weighting, int(window_stride))  # type: ignore[arg-type]
+    stride = resolve_window_stride(window_stride, int(window_size))  # type: ignore[call-overload]
+    stats = RolloutWindowStats(flags, int(window_size), boundary, weighting, stride)  # type: ignore[arg-type,call-overload]
     # (n_envs * n_steps,) -> (n_envs, n_steps) -> (n_steps, n_envs) -> input shape
     return stats.step_weights.reshape(per_env.shape).T.reshape(array.shape).numpy().astype(np.float64)
 
 
-def window_order(n_envs: int, windows_per_env: int, consecutive_windows: int, generator: np.random.Generator) -> np.ndarray:
+def window_order(
+    env_of: np.ndarray, position: np.ndarray, consecutive_windows: int, generator: np.random.Generator
+) -> np.ndarray:
     """
-    Order in which one epoch visits the windows: runs of ``consecutive_windows`` consecutive windows of one
+    Order in which one epoch visits its windows: runs of ``consecutive_windows`` consecutive windows of one
     env, the runs in random order, cut at a random phase per env each epoch. With ``consecutive_windows=1``
     this is a uniform random permutation.
 
-    :param n_envs: Number of envs
-    :param windows_per_env: Windows per env
+    :param env_of: Env of every window of the epoch, shape ``(n_windows,)``
+    :param position: Position of every window among its env's windows of the epoch, shape ``(n_windows,)``
     :param consecutive_windows: Windows per run
     :param generator: Source of randomness
-    :return: Permutation of ``range(n_envs * windows_per_env)`` (env-major window indices)
+    :return: Permutation of ``range(n_windows)``
     """
-    position = np.arange(windows_per_env)
-    phase = generator.integers(consecutive_windows, size=(n_envs, 1))
-    # (n_envs, windows_per_env): run of each window within its env
-    run = (position[None, :] + phase) // consecutive_windows
-    runs_per_env = (windows_per_env - 1 + consecutive_windows) // consecutive_windows + 1
-    run_rank = generator.permutation(n_envs * runs_per_env)[run + np.arange(n_envs)[:, None] * runs_per_env]
-    # (n_envs, windows_per_env) -> (n_envs * windows_per_env,): sort by run rank, then position in the run
-    return np.argsort((run_rank * windows_per_env + position[None, :]).reshape(-1), kind="stable")
+    n_windows = env_of.shape[0]
+    if n_windows == 0:
+        return np.zeros(0, dtype=np.int64)
+    n_envs = int(env_of.max()) + 1
+    phase = generator.integers(consecutive_windows, size=n_envs)
+    # Run of each window within its env; a run id per (env, run)
+    run = (position + phase[env_of]) // consecutive_windows
+    runs_per_env = int(position.max()) // consecutive_windows + 2
+    run_rank = generator.permutation(n_envs * runs_per_env)[env_of * runs_per_env + run]
+    # Sort by run rank, then position in the run
+    return np.lexsort((position, run_rank))
 
 
 class ResetLayout(NamedTuple):

@@ -1,7 +1,6 @@
 import io
 import math
 import pathlib
-import warnings
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -19,7 +18,13 @@ from sb3_reset_ppo.common.checkpoints import check_checkpoint
 from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import check_supported_lstm, evaluate_windows
-from sb3_reset_ppo.common.windows import check_positive_int, check_window_settings
+from sb3_reset_ppo.common.utils import warn_user
+from sb3_reset_ppo.common.windows import (
+    check_positive_int,
+    check_window_settings,
+    resolve_window_stride,
+    windows_per_minibatch,
+)
 from sb3_reset_ppo.reset_ppo.policies import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
 
 SelfResetPPO = TypeVar("SelfResetPPO", bound="ResetPPO")
@@ -56,9 +61,10 @@ class ResetPPO(RecurrentPPO):
     :param learning_rate: The learning rate, it can be a function
         of the current progress remaining (from 1 to 0)
     :param n_steps: The number of steps to run for each environment per update
-    :param batch_size: Minibatch size in *windows*: each minibatch holds ``batch_size * window_size`` slots.
-        ``None`` or more than there are windows uses all windows at once.
-    :param n_epochs: Number of passes over all windows (shuffled anew each pass)
+    :param batch_size: Minibatch size in transitions (slots), as in ``RecurrentPPO``: a minibatch holds
+        ``batch_size // window_size`` windows (rounded down, at least one; a warning says so when
+        ``window_size`` does not divide it). ``None`` or more than an epoch holds: all windows of the epoch at once.
+    :param n_epochs: Number of epochs; with the default ``window_stride`` an epoch is one pass over the data
     :param gamma: Discount factor
     :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
     :param clip_range: Clipping parameter, it can be a function of the current progress
@@ -87,12 +93,16 @@ class ResetPPO(RecurrentPPO):
     :param weighting: ``"uniform"`` (every kept slot weighs 1, losses averaged over ``B * W`` slots) or
         ``"importance"`` (a kept slot weighs ``1 / count``, count being the number of windows in which its
         step is kept, losses normalised by the sum of weights)
-    :param window_stride: Steps between the starts of consecutive windows (1: a window at every step;
-        ``window_size``: non-overlapping windows)
-    :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env, the
-        runs shuffled anew every epoch (1: windows fully shuffled). Windows of a run share steps, whose
-        features (e.g. a CNN's) are computed once per minibatch instead of once per slot, at some cost in
-        shuffling. ``"auto"`` (default): ``window_size`` when observations hold images, else 1.
+    :param window_stride: Steps between the starts of the windows of an epoch, counted from a random phase per
+        env drawn anew every epoch. ``None`` (default): ``window_size``, so an epoch trains every step once (the
+        rollout's first and last ``window_size - 1`` steps with probability ``count / window_size``), at a slot
+        position that changes from epoch to epoch. ``1``: every window every epoch (each step up to
+        ``window_size`` times per epoch). A stride above ``n_steps - window_size + 1`` acts as that number.
+    :param consecutive_windows: Minibatches are made of runs of this many consecutive windows (of an epoch) of
+        one env, the runs shuffled anew every epoch (1: windows fully shuffled). Overlapping windows of a run
+        share steps, whose features (e.g. a CNN's) are computed once per minibatch instead of once per slot, at
+        some cost in shuffling. ``"auto"`` (default): ``ceil(window_size / window_stride)`` when observations
+        hold images and windows overlap, else 1.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -110,7 +120,7 @@ class ResetPPO(RecurrentPPO):
         env: GymEnv | str,
         learning_rate: float | Schedule = 3e-4,
         n_steps: int = 128,
-        batch_size: int | None = 64,
+        batch_size: int | None = 128,
         n_epochs: int = 10,
         gamma: float = 0.99,
         gae_lambda: float = 0.95,
@@ -132,7 +142,7 @@ class ResetPPO(RecurrentPPO):
         window_size: int = 16,
         boundary: str = "reset",
         weighting: str = "uniform",
-        window_stride: int = 1,
+        window_stride: int | None = None,
         consecutive_windows: int | str = "auto",
         _init_setup_model: bool = True,
     ):
@@ -185,9 +195,13 @@ class ResetPPO(RecurrentPPO):
         _check_consecutive_windows(self.consecutive_windows)
         if self.batch_size is not None:
             if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, (int, np.integer)):
-                raise TypeError(f"batch_size must be a positive int (windows per minibatch) or None, got {self.batch_size!r}")
+                raise TypeError(
+                    f"batch_size must be a positive int (transitions per minibatch) or None, got {self.batch_size!r}"
+                )
             if self.batch_size < 1:
-                raise ValueError(f"batch_size must be a positive int (windows per minibatch) or None, got {self.batch_size!r}")
+                raise ValueError(
+                    f"batch_size must be a positive int (transitions per minibatch) or None, got {self.batch_size!r}"
+                )
         if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:
             raise ValueError(f"clip_range_vf must be positive or None (no value clipping), got {self.clip_range_vf!r}")
 
@@ -212,18 +226,32 @@ class ResetPPO(RecurrentPPO):
             consecutive_windows=self._resolved_consecutive_windows(),
             seed=self.seed,
         )
+        self._warn_about_batch_size()
+
+    def _warn_about_batch_size(self) -> None:
+        """Say when ``batch_size`` is not a whole number of windows, or more than one epoch holds."""
+        if self.batch_size is None:
+            return
+        windows = windows_per_minibatch(self.batch_size, self.window_size)
+        assert windows is not None
+        if self.batch_size % self.window_size != 0:
+            warn_user(
+                f"batch_size={self.batch_size} is not a multiple of window_size={self.window_size}: each minibatch "
+                f"holds {windows} window(s) of {self.window_size} steps ({windows * self.window_size} transitions)"
+            )
         n_windows = self.rollout_buffer.n_windows
-        if self.batch_size is not None and self.batch_size > n_windows:
-            warnings.warn(
-                f"batch_size={self.batch_size} windows is more than the {n_windows} windows of a rollout "
-                f"(n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={self.window_size}, "
-                f"window_stride={self.window_stride}): every minibatch holds all {n_windows} windows",
-                UserWarning,
-                stacklevel=2,
+        if windows > n_windows:
+            warn_user(
+                f"batch_size={self.batch_size} ({windows} windows of {self.window_size}) is more than an epoch holds "
+                f"({n_windows} windows with n_envs={self.n_envs}, n_steps={self.n_steps}, "
+                f"window_stride={self.rollout_buffer.window_stride}): every minibatch holds all windows of the epoch"
             )
 
     def _resolved_consecutive_windows(self) -> int:
-        """``"auto"``: runs of ``window_size`` windows when observations hold images, else 1 (fully shuffled)."""
+        """
+        ``"auto"``: runs of ``ceil(window_size / window_stride)`` windows when observations hold images and
+        windows overlap (their features are then computed once per step), else 1 (fully shuffled).
+        """
         if self.consecutive_windows != "auto":
             return int(self.consecutive_windows)
         subspaces = (
@@ -232,7 +260,8 @@ class ResetPPO(RecurrentPPO):
             else [self.observation_space]
         )
         has_images = any(is_image_space(space, check_channels=False) for space in subspaces)
-        return self.window_size if has_images else 1
+        stride = resolve_window_stride(self.window_stride, self.window_size)
+        return -(-self.window_size // stride) if has_images else 1
 
     def set_random_seed(self, seed: int | None = None) -> None:
         """
@@ -248,7 +277,7 @@ class ResetPPO(RecurrentPPO):
     def _minibatch_loss(
         self, samples: WindowRolloutBufferSamples, clip_range: float, clip_range_vf: float | None
     ) -> WindowLoss:
-        """Evaluate the policy on a minibatch of windows and return the PPO loss (see DESIGN.md)."""
+        """Evaluate the policy on a minibatch of windows and return the PPO loss (see docs/design.md)."""
         values, log_prob, entropy = evaluate_windows(self.policy, samples)
         return window_ppo_loss(
             log_prob=log_prob,
@@ -270,7 +299,8 @@ class ResetPPO(RecurrentPPO):
 
     def train(self) -> None:
         """
-        Update policy using the currently gathered rollout buffer, one shuffled pass over all windows per epoch.
+        Update policy using the currently gathered rollout buffer: per epoch, the windows at a fresh random phase
+        (see ``window_stride``), shuffled into minibatches of ``batch_size // window_size`` windows.
         """
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)

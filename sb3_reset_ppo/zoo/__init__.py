@@ -23,19 +23,20 @@ DEFAULT_CONF_FILE = Path(__file__).with_name("reset_ppo.yml")
 WINDOW_SIZES = (8, 16, 32)
 
 
-def _to_windows(hyperparams: dict[str, Any], window_size: int) -> dict[str, Any]:
-    """Express the ppo_lstm search space in windows: ``batch_size`` keeps its number of slots."""
+def _with_window_size(hyperparams: dict[str, Any], window_size: int) -> dict[str, Any]:
+    """Add ``window_size`` to ppo_lstm's parameters (at most ``n_steps``); ``batch_size`` counts transitions in both."""
     n_steps = int(hyperparams.get("n_steps", 128))
-    window_size = min(window_size, n_steps)
-    hyperparams["window_size"] = window_size
-    if "batch_size" in hyperparams:
-        hyperparams["batch_size"] = max(1, int(hyperparams["batch_size"]) // window_size)
+    hyperparams["window_size"] = min(window_size, n_steps)
     return hyperparams
 
 
 def sample_reset_ppo_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
     """
     Optuna sampler for ResetPPO: the zoo's ``ppo_lstm`` search space plus ``window_size``.
+
+    ``batch_size`` and ``n_epochs`` mean what they mean for ``ppo_lstm`` (transitions per minibatch, passes
+    over the data), and the default ``window_stride`` trains each step once per epoch, so a trial costs
+    about what the same ``ppo_lstm`` trial costs.
 
     :param trial: The Optuna trial
     :param n_actions: Number of actions (unused, as for ppo_lstm)
@@ -45,14 +46,14 @@ def sample_reset_ppo_params(trial: optuna.Trial, n_actions: int, n_envs: int, ad
     """
     window_size = trial.suggest_categorical("window_size", list(WINDOW_SIZES))
     hyperparams = hyperparams_opt.sample_ppo_lstm_params(trial, n_actions, n_envs, additional_args)
-    return _to_windows(hyperparams, int(window_size))
+    return _with_window_size(hyperparams, int(window_size))
 
 
 def convert_reset_ppo_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
     """Convert the raw parameters of a finished trial (as the zoo stores them) to ``ResetPPO`` arguments."""
     params = dict(sampled_params)
     window_size = int(params.pop("window_size", 16))
-    return _to_windows(hyperparams_opt.convert_onpolicy_params(params), window_size)
+    return _with_window_size(hyperparams_opt.convert_onpolicy_params(params), window_size)
 
 
 def register() -> None:
