@@ -78,11 +78,8 @@ def main() -> None:
     model.learn(args.n_steps * args.n_envs * (args.updates + 1), callback=log)
     minutes = (time.perf_counter() - start) / 60
 
-    # Peak extra memory of one more train() on a fresh rollout, and of one minibatch
-    model.rollout_buffer.reset()
-    from bench_train import collect
-
-    collect(model)
+    # Peak extra memory of one more train() on the last rollout (still in the buffer), and of one minibatch
+    model.rollout_buffer._sampler = None
     train_peak = PeakMemory()
     with train_peak:
         model.train()

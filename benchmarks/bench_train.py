@@ -1,16 +1,26 @@
 """
-Speed and memory of ``train()``: ResetPPO against sb3-contrib's RecurrentPPO, side by side in one process.
+Speed of ``learn()`` and ``train()``: a RecurrentPPO setup with only the class name changed, in one process.
 
-For each task (MLP: CartPoleNoVel-v1; image: CueRecallImage-v0, 64x64 with CnnLstmPolicy) both models
-collect one rollout with the same settings, then ``train()`` is timed several times on it (median after
-a warm-up). Throughput is counted in *updates per second*: transitions x epochs for RecurrentPPO, window
-slots x epochs for ResetPPO. The roofline is the same policy's fused LSTMs (actor and critic) and heads,
-forward and backward, plus the optimizer step, on ResetPPO's minibatch shapes, with no buffer, no loss
-and no resets (features extractor once per distinct step of a minibatch). Peak extra memory of
-``train()`` is the peak resident memory during ``train()`` above the level before it, relative to the
-rollout buffer's size. ``collect_rollouts`` is timed for both.
+For each task (MLP: CartPoleNoVel-v1; image: CueRecallImage-v0, 64x64 with CnnLstmPolicy) and each setting
+(LSTM 64 and 256, ``batch_size`` 128, RecurrentPPO's default, and 1024), three models get the same
+arguments (RecurrentPPO's defaults otherwise: ``n_steps=128``, ``n_epochs=10``): sb3-contrib's
+``RecurrentPPO``, ``ResetPPO`` with its defaults (``window_stride = window_size``) and ``ResetPPO`` with
+``window_stride=1``. Each learns ``--learn-steps`` env steps from a fresh model, ``--repeats`` times,
+interleaved so that all see the same machine load; the figures are medians over the repeats:
 
-Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 5] [--threads 1] [--json out.json]
+- seconds of ``learn()`` (what a user waits for) and of one ``train()`` call, as the process's CPU time
+  (one torch thread: on an idle machine this is the wall time; unlike wall time it does not grow when
+  other processes share the cores; the wall times are in the JSON too);
+- *updates per second*: trained slots per second of ``train()`` (transitions x epochs for RecurrentPPO,
+  the expected window slots of an epoch x epochs for ResetPPO);
+- share of the *roofline*: the same policy's fused LSTMs (actor and critic) and heads, forward and backward,
+  plus the optimizer step, on ResetPPO's minibatch shapes, with no buffer, no loss and no resets (features
+  extractor once per distinct step of a minibatch), timed over one epoch.
+
+With ``--memory``, the peak extra memory of one default ResetPPO ``train()`` per task (first setting) is
+measured after all timings, relative to the rollout buffer's size and to one minibatch.
+
+Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 3] [--json out.json]
 """
 
 import argparse
@@ -24,27 +34,26 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+import warnings
 from typing import Any
 
 import numpy as np
 import torch as th
 from sb3_contrib import RecurrentPPO
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.utils import obs_as_tensor
 
 import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecallImage-v0)
 from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo.common.windows import effective_stride, windows_per_minibatch
 
 TASKS: dict[str, dict[str, Any]] = {
-    "mlp": dict(env_id="CartPoleNoVel-v1", policy="MlpLstmPolicy", env_kwargs={}),
-    "image": dict(
-        env_id="CueRecallImage-v0",
-        policy="CnnLstmPolicy",
-        env_kwargs=dict(min_delay=4, max_delay=30),
-    ),
+    "mlp": dict(env_id="CartPoleNoVel-v1", policy="MlpLstmPolicy", env_kwargs={}, n_envs=8),
+    "image": dict(env_id="CueRecallImage-v0", policy="CnnLstmPolicy", env_kwargs=dict(min_delay=4, max_delay=30), n_envs=4),
 }
+VARIANTS = ("recurrent_ppo", "reset", "reset_stride1")
+# (lstm_hidden_size, batch_size): small and large LSTMs and minibatches
+SETTINGS = ((64, 128), (64, 1024), (256, 128), (256, 1024))
 
 
 def _use_mmap_for_large_allocations() -> None:
@@ -114,47 +123,64 @@ def buffer_bytes(buffer: Any) -> int:
     return total
 
 
-def make_model(algo: str, task: dict[str, Any], args: argparse.Namespace) -> RecurrentPPO:
-    env = make_vec_env(task["env_id"], n_envs=args.n_envs, seed=args.seed, env_kwargs=task["env_kwargs"])
-    common = dict(
+def make_model(variant: str, task: dict[str, Any], lstm: int, batch_size: int, args: argparse.Namespace) -> RecurrentPPO:
+    """The same arguments for every variant: only the class (and, for ``reset_stride1``, the stride) differs."""
+    env = make_vec_env(task["env_id"], n_envs=task["n_envs"], seed=args.seed, env_kwargs=task["env_kwargs"])
+    kwargs: dict[str, Any] = dict(
         n_steps=args.n_steps,
         n_epochs=args.n_epochs,
+        batch_size=batch_size,
         seed=args.seed,
-        policy_kwargs=dict(lstm_hidden_size=args.lstm_hidden_size),
+        policy_kwargs=dict(lstm_hidden_size=lstm),
+        device=args.device,
     )
-    if algo == "reset_ppo":
-        extra: dict[str, Any] = {} if args.batch_size is None else {"batch_size": args.batch_size}
-        if args.consecutive_windows is not None:
-            extra["consecutive_windows"] = args.consecutive_windows
-        return ResetPPO(task["policy"], env, window_size=args.window_size, **extra, **common)  # type: ignore[arg-type]
-    return RecurrentPPO(task["policy"], env, batch_size=args.rppo_batch_size, **common)  # type: ignore[arg-type]
+    if variant == "recurrent_ppo":
+        return RecurrentPPO(task["policy"], env, **kwargs)
+    if variant == "reset_stride1":
+        kwargs["window_stride"] = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # batch_size 1024 > one epoch of the image task's windows: said in the table
+        return ResetPPO(task["policy"], env, **kwargs)
 
 
-class _Continue(BaseCallback):
-    def _on_step(self) -> bool:
-        return True
+class _TimedTrain:
+    """Wraps a model's ``train`` to record the CPU and wall seconds of every call."""
+
+    def __init__(self, model: RecurrentPPO) -> None:
+        self.cpu: list[float] = []
+        self.wall: list[float] = []
+        self._train = model.train
+        model.train = self  # type: ignore[method-assign]
+
+    def __call__(self) -> None:
+        cpu, wall = time.process_time(), time.perf_counter()
+        self._train()
+        self.cpu.append(time.process_time() - cpu)
+        self.wall.append(time.perf_counter() - wall)
 
 
-def collect(model: RecurrentPPO) -> float:
-    """Collect one rollout; return its duration."""
-    if model._last_obs is None:
-        model._setup_learn(model.n_steps * model.n_envs, callback=None)
-    callback = _Continue()
-    callback.init_callback(model)
-    start = time.perf_counter()
-    model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)  # type: ignore[arg-type]
-    return time.perf_counter() - start
+def timed_learn(model: RecurrentPPO, steps: int) -> dict[str, Any]:
+    """One ``learn()`` from a fresh model: CPU and wall seconds of it and of each ``train()`` call."""
+    timer = _TimedTrain(model)
+    cpu, wall = time.process_time(), time.perf_counter()
+    model.learn(steps)
+    return {
+        "learn_cpu": time.process_time() - cpu,
+        "learn_wall": time.perf_counter() - wall,
+        "train_cpu": statistics.median(timer.cpu),
+        "train_wall": statistics.median(timer.wall),
+    }
 
 
-def timed(function: Callable[[], None], repeats: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        function()
-    durations = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        durations.append(time.perf_counter() - start)
-    return durations
+def slots_per_epoch(model: RecurrentPPO) -> float:
+    """Trained slots (transitions) of one epoch; for ResetPPO the expected number over the random phases."""
+    if not isinstance(model, ResetPPO):
+        return float(model.n_envs * model.n_steps)
+    buffer = model.rollout_buffer
+    n_starts = model.n_steps - model.window_size + 1
+    return (
+        model.n_envs * n_starts / effective_stride(model.n_steps, model.window_size, buffer.window_stride) * model.window_size
+    )
 
 
 def one_minibatch(model: ResetPPO) -> None:
@@ -163,29 +189,29 @@ def one_minibatch(model: ResetPPO) -> None:
     model._minibatch_loss(samples, clip_range=0.2, clip_range_vf=None).loss.backward()
 
 
-def roofline(model: ResetPPO, repeats: int, warmup: int) -> list[float]:
+def roofline(model: ResetPPO, repeats: int) -> float:
     """
-    The same policy's fused LSTMs (actor and critic) and heads, forward and backward, and the optimizer step
-    (with SB3's gradient clipping), on ResetPPO's minibatch shapes, for one ``train()`` worth of minibatches;
-    the features extractor runs once per distinct step of a minibatch. No buffer, no gather, no loss, no
-    resets: the least work any implementation of the same update must do.
+    CPU seconds of one ``train()`` worth of the least work any implementation of the same update must do: the
+    same policy's fused LSTMs (actor and critic) and heads, forward and backward, and the optimizer step (with
+    SB3's gradient clipping), on ResetPPO's minibatch shapes; the features extractor runs once per distinct step
+    of a minibatch. No buffer, no gather, no loss, no resets. Timed over one epoch, times ``n_epochs``.
     """
     policy = model.policy
-    n_windows, window_size = model.rollout_buffer.n_windows, model.window_size
-    batch = n_windows if model.batch_size is None else min(model.batch_size, n_windows)
-    n_minibatches = -(-n_windows // batch)
-    # Distinct steps of a minibatch, on average over one epoch of ResetPPO's own minibatches
-    n_steps = round(statistics.mean(int(s.slot_steps.unique().numel()) for s in model.rollout_buffer.get(batch)))
-    observations = obs_as_tensor(
-        np.stack([model.observation_space.sample() for _ in range(n_steps)]),
-        model.device,  # type: ignore[arg-type]
-    )
-    # (W * B,) rows of the per-step features, as the slots of B windows
-    rows = th.arange(window_size * batch, device=model.device) % n_steps
+    window_size = model.window_size
+    minibatches = list(model.rollout_buffer.get(model.batch_size))
     assert policy.lstm_critic is not None
+    shapes = [(int(s.slot_steps.shape[0]), int(s.slot_steps.unique().numel())) for s in minibatches]
+    inputs = []
+    for batch, n_steps in shapes:
+        observations = obs_as_tensor(
+            np.stack([model.observation_space.sample() for _ in range(n_steps)]),
+            model.device,  # type: ignore[arg-type]
+        )
+        # (W * B,) rows of the per-step features, as the slots of B windows
+        inputs.append((observations, th.arange(window_size * batch, device=model.device) % n_steps, batch))
 
-    def one_train() -> None:
-        for _ in range(model.n_epochs * n_minibatches):
+    def one_epoch() -> None:
+        for observations, rows, batch in inputs:
             features = policy.extract_features(observations)
             assert isinstance(features, th.Tensor)
             # (W * B, F) -> (W, B, F)
@@ -201,7 +227,13 @@ def roofline(model: ResetPPO, repeats: int, warmup: int) -> list[float]:
             th.nn.utils.clip_grad_norm_(policy.parameters(), model.max_grad_norm)
             policy.optimizer.step()
 
-    return timed(one_train, repeats, warmup)
+    one_epoch()  # warm-up
+    durations = []
+    for _ in range(repeats):
+        cpu = time.process_time()
+        one_epoch()
+        durations.append(time.process_time() - cpu)
+    return statistics.median(durations) * model.n_epochs
 
 
 def measure_memory(result: dict[str, Any], model: ResetPPO) -> None:
@@ -221,7 +253,7 @@ def measure_memory(result: dict[str, Any], model: ResetPPO) -> None:
         train()
     with minibatch:
         one_minibatch(model)
-    reset = result["reset_ppo"]
+    reset = result["reset"]
     reset["train_peak_extra_bytes"] = memory.extra
     reset["minibatch_peak_extra_bytes"] = minibatch.extra
     result["train_extra_memory_over_buffer"] = memory.extra / reset["buffer_bytes"]
@@ -229,85 +261,100 @@ def measure_memory(result: dict[str, Any], model: ResetPPO) -> None:
     result["train_extra_minus_buffer_in_minibatches"] = (memory.extra - reset["buffer_bytes"]) / max(minibatch.extra, 1)
 
 
-def bench_task(name: str, args: argparse.Namespace) -> tuple[dict[str, Any], ResetPPO]:
+def bench_setting(
+    name: str, lstm: int, batch_size: int, learn_steps: int, args: argparse.Namespace
+) -> tuple[dict[str, Any], ResetPPO]:
     task = TASKS[name]
     result: dict[str, Any] = {
         "task": name,
-        **{k: v for k, v in task.items() if k != "env_kwargs"},
-        "env_kwargs": task["env_kwargs"],
+        "env_id": task["env_id"],
+        "policy": task["policy"],
+        "n_envs": task["n_envs"],
+        "lstm_hidden_size": lstm,
+        "batch_size": batch_size,
+        "learn_steps": learn_steps,
     }
-    models = {algo: make_model(algo, task, args) for algo in ("reset_ppo", "recurrent_ppo")}
-    # Collection, interleaved so that both see the same machine load; the first round is a warm-up
-    collect_times: dict[str, list[float]] = {algo: [] for algo in models}
-    for round_ in range(args.collect_repeats + 1):
-        for algo, model in models.items():
-            duration = collect(model)
-            if round_ > 0:
-                collect_times[algo].append(duration)
-    for algo, model in models.items():
-
-        def train(model: RecurrentPPO = model) -> None:
-            if isinstance(model, ResetPPO):
-                model.rollout_buffer._sampler = None  # count the per-rollout setup (window view, weights) too
-            model.train()
-
-        durations = timed(train, args.repeats, warmup=1)
-        if isinstance(model, ResetPPO):
-            items = model.rollout_buffer.n_windows * model.window_size
-        else:
-            items = model.n_envs * model.n_steps
-        updates = items * model.n_epochs
-        result[algo] = {
-            "train_seconds_median": statistics.median(durations),
-            "train_seconds_all": durations,
-            "updates_per_second": updates / statistics.median(durations),
-            "items_per_epoch": items,
-            "collect_seconds_median": statistics.median(collect_times[algo]),
-            "buffer_bytes": buffer_bytes(model.rollout_buffer),
+    runs: dict[str, list[dict[str, Any]]] = {variant: [] for variant in VARIANTS}
+    models: dict[str, RecurrentPPO] = {}
+    for _ in range(args.repeats):
+        for variant in VARIANTS:
+            models[variant] = make_model(variant, task, lstm, batch_size, args)
+            runs[variant].append(timed_learn(models[variant], learn_steps))
+    for variant, model in models.items():
+        medians = {key: statistics.median(run[key] for run in runs[variant]) for key in runs[variant][0]}
+        slots = slots_per_epoch(model)
+        result[variant] = {
+            **medians,
+            "runs": runs[variant],
+            "slots_per_epoch": slots,
+            "updates_per_second": slots * model.n_epochs / medians["train_cpu"],
         }
-    reset_model = models["reset_ppo"]
+        if isinstance(model, ResetPPO):
+            windows = windows_per_minibatch(model.batch_size, model.window_size)
+            result[variant]["windows_per_minibatch"] = windows
+            result[variant]["window_stride"] = model.rollout_buffer.window_stride
+            result[variant]["roofline_train_cpu"] = roofline(model, repeats=args.repeats)
+            result[variant]["share_of_roofline"] = result[variant]["roofline_train_cpu"] / medians["train_cpu"]
+    rppo = result["recurrent_ppo"]
+    for variant in ("reset", "reset_stride1"):
+        result[variant]["learn_ratio"] = result[variant]["learn_cpu"] / rppo["learn_cpu"]
+        result[variant]["train_ratio"] = result[variant]["train_cpu"] / rppo["train_cpu"]
+    reset_model = models["reset"]
     assert isinstance(reset_model, ResetPPO)
-    roof = roofline(reset_model, args.repeats, warmup=1)
-    roof_updates = reset_model.rollout_buffer.n_windows * reset_model.window_size * reset_model.n_epochs
-    result["roofline_updates_per_second"] = roof_updates / statistics.median(roof)
-    reset, rppo = result["reset_ppo"], result["recurrent_ppo"]
-    result["speedup_vs_recurrent_ppo"] = reset["updates_per_second"] / rppo["updates_per_second"]
-    result["share_of_roofline"] = reset["updates_per_second"] / result["roofline_updates_per_second"]
-    result["collect_time_ratio"] = reset["collect_seconds_median"] / rppo["collect_seconds_median"]
     return result, reset_model
 
 
-def print_table(results: list[dict[str, Any]]) -> None:
-    header = (
-        "| task | RecurrentPPO updates/s | ResetPPO updates/s | ratio | roofline updates/s | share of roofline "
-        "| train() peak extra / buffer | (extra - buffer) / one minibatch | collect time ResetPPO / RecurrentPPO |"
+def print_tables(results: list[dict[str, Any]]) -> None:
+    print(
+        "| task | LSTM | batch_size | RecurrentPPO learn() s | ResetPPO learn() s | ratio | stride 1 learn() s | ratio "
+        "| RecurrentPPO train() s | ResetPPO train() s | stride 1 train() s |"
     )
-    print(header)
+    print("|" + "---|" * 11)
+    for r in results:
+        rppo, reset, stride1 = r["recurrent_ppo"], r["reset"], r["reset_stride1"]
+        print(
+            f"| {r['task']} | {r['lstm_hidden_size']} | {r['batch_size']} | {rppo['learn_cpu']:.1f} "
+            f"| {reset['learn_cpu']:.1f} | {reset['learn_ratio']:.2f} "
+            f"| {stride1['learn_cpu']:.1f} | {stride1['learn_ratio']:.2f} "
+            f"| {rppo['train_cpu']:.2f} | {reset['train_cpu']:.2f} | {stride1['train_cpu']:.2f} |"
+        )
+    print()
+    print(
+        "| task | LSTM | batch_size | windows per minibatch | RecurrentPPO updates/s | ResetPPO updates/s | share of roofline "
+        "| stride 1 updates/s | share of roofline |"
+    )
     print("|" + "---|" * 9)
     for r in results:
+        rppo, reset, stride1 = r["recurrent_ppo"], r["reset"], r["reset_stride1"]
         print(
-            f"| {r['task']} ({r['env_id']}) | {r['recurrent_ppo']['updates_per_second']:,.0f} "
-            f"| {r['reset_ppo']['updates_per_second']:,.0f} | {r['speedup_vs_recurrent_ppo']:.1f}x "
-            f"| {r['roofline_updates_per_second']:,.0f} | {100 * r['share_of_roofline']:.0f}% "
-            f"| {r['train_extra_memory_over_buffer']:.2f} | {r['train_extra_minus_buffer_in_minibatches']:.2f} "
-            f"| {r['collect_time_ratio']:.2f} |"
+            f"| {r['task']} | {r['lstm_hidden_size']} | {r['batch_size']} | {reset['windows_per_minibatch']} "
+            f"| {rppo['updates_per_second']:,.0f} | {reset['updates_per_second']:,.0f} "
+            f"| {100 * reset['share_of_roofline']:.0f}% "
+            f"| {stride1['updates_per_second']:,.0f} | {100 * stride1['share_of_roofline']:.0f}% |"
         )
+    memory = [r for r in results if "train_extra_memory_over_buffer" in r]
+    if memory:
+        print()
+        print("| task | train() peak extra / buffer | (extra - buffer) / one minibatch |")
+        print("|---|---|---|")
+        for r in memory:
+            print(
+                f"| {r['task']} | {r['train_extra_memory_over_buffer']:.2f} "
+                f"| {r['train_extra_minus_buffer_in_minibatches']:.2f} |"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=["mlp", "image"], choices=sorted(TASKS))
+    parser.add_argument("--settings", nargs="+", default=[f"{lstm}:{batch}" for lstm, batch in SETTINGS],
+                        help="LSTM:BATCH pairs (default: %(default)s)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--collect-repeats", type=int, default=3)
-    parser.add_argument("--n-envs", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--learn-steps", type=int, default=None, help="env steps per learn() (default: 2 rollouts)")
     parser.add_argument("--n-steps", type=int, default=128)
-    parser.add_argument("--n-epochs", type=int, default=4)
-    parser.add_argument("--lstm-hidden-size", type=int, default=256)
-    parser.add_argument("--window-size", type=int, default=16)
-    parser.add_argument("--batch-size", type=int, default=None, help="ResetPPO windows per minibatch (default: ResetPPO's)")
-    parser.add_argument("--consecutive-windows", type=int, default=None, help="ResetPPO's (default: its default)")
-    parser.add_argument("--rppo-batch-size", type=int, default=128, help="RecurrentPPO minibatch (its default)")
+    parser.add_argument("--n-epochs", type=int, default=10)
+    parser.add_argument("--memory", action="store_true", help="also measure the peak memory of train()")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write the figures to this file")
@@ -315,20 +362,29 @@ def main() -> None:
     th.set_num_threads(args.threads)
     import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
 
-    print("command: python " + " ".join(sys.argv))
+    print("command: python " + " ".join(sys.argv), flush=True)
     print(
-        f"settings: n_envs={args.n_envs} n_steps={args.n_steps} n_epochs={args.n_epochs} "
-        f"lstm_hidden_size={args.lstm_hidden_size} window_size={args.window_size} "
-        f"batch_size(ResetPPO)={args.batch_size or 'default'} batch_size(RecurrentPPO)={args.rppo_batch_size} "
-        f"threads={args.threads} repeats={args.repeats} torch={th.__version__} machine={platform.machine()}"
+        f"settings: n_steps={args.n_steps} n_epochs={args.n_epochs} window_size=16 (default) threads={args.threads} "
+        f"repeats={args.repeats} torch={th.__version__} machine={platform.machine()}",
+        flush=True,
     )
-    timed_tasks = [bench_task(name, args) for name in args.tasks]
-    # Memory after all timings (it changes the allocator's policy for the rest of the process)
-    for result, model in timed_tasks:
-        measure_memory(result, model)
-    results = [result for result, _ in timed_tasks]
+    results, memory_models = [], []
+    for name in args.tasks:
+        for index, setting in enumerate(args.settings):
+            lstm, batch_size = (int(part) for part in setting.split(":"))
+            learn_steps = args.learn_steps or 2 * args.n_steps * TASKS[name]["n_envs"]
+            result, model = bench_setting(name, lstm, batch_size, learn_steps, args)
+            results.append(result)
+            if index == 0:
+                memory_models.append((result, model))
+            print(json.dumps({k: v for k, v in result.items() if k not in VARIANTS}), flush=True)
+    if args.memory:
+        # After all timings (it changes the allocator's policy for the rest of the process)
+        for result, model in memory_models:
+            result["reset"]["buffer_bytes"] = buffer_bytes(model.rollout_buffer)
+            measure_memory(result, model)
     print()
-    print_table(results)
+    print_tables(results)
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"command": sys.argv, "settings": vars(args), "results": results}, out, indent=2)

@@ -110,3 +110,36 @@ def test_grid_commands_and_resume(tmp_path: Path) -> None:
         timeout=120,
     )
     assert "2 of 2 runs already done; 0 to run" in result.stdout
+
+
+def test_stride_study_settings_jobs_and_equal_time_budget() -> None:
+    bench = _load("bench_stride")
+    settings = bench.zoo_settings("CartPoleNoVel-v1")
+    # ppo_lstm.yml's CartPoleNoVel-v1 entry, as constructor arguments
+    assert (settings["n_envs"], settings["n_timesteps"], settings["normalize"]) == (8, 100_000, True)
+    kwargs = settings["kwargs"]
+    assert (kwargs["n_steps"], kwargs["batch_size"], kwargs["n_epochs"]) == (32, 256, 20)
+    assert callable(kwargs["learning_rate"]) and kwargs["learning_rate"](1.0) == 1e-3
+    assert kwargs["policy_kwargs"]["lstm_hidden_size"] == 64
+    # Whole rollouts (8 envs x 32 steps)
+    jobs = bench._jobs(["CartPoleNoVel-v1"], bench.VARIANTS, 1, [])
+    assert {job["variant"] for job in jobs} == {"recurrent_ppo", "reset", "reset_stride1"}
+    assert all(job["timesteps"] == 100_096 for job in jobs)
+    # The equal-time run gets the steps that fit in stride 1's CPU time, once both runs are done
+    done = [
+        {"env": "CartPoleNoVel-v1", "variant": "reset", "seed": 0, "timesteps": 100_096, "cpu_seconds": 50.0},
+        {"env": "CartPoleNoVel-v1", "variant": "reset_stride1", "seed": 0, "timesteps": 100_096, "cpu_seconds": 200.0},
+    ]
+    jobs = bench._jobs(["CartPoleNoVel-v1"], bench.VARIANTS, 1, done)
+    assert [(job["variant"], job["timesteps"]) for job in jobs] == [("recurrent_ppo", 100_096), ("reset_equal_time", 400_384)]
+
+
+def test_stride_study_summary() -> None:
+    bench = _load("bench_stride")
+    rows = [
+        {"env": "CueRecall-v0", "variant": "reset", "seed": seed, "timesteps": 1024, "eval_return": 0.9 + 0.1 * seed,
+         "last10_return": 0.8, "mean_return_over_training": 0.5, "cpu_seconds": 10.0 + seed, "wall_seconds": 12.0}
+        for seed in range(2)
+    ]  # fmt: skip
+    table = bench.summary(rows, ["CueRecall-v0"])
+    assert "| CueRecall-v0 | reset | 2 | 1,024 | 0.950 +- 0.071 | 0.800 +- 0.000 | 0.500 +- 0.000 | 10 | 12 |" in table
