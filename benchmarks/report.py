@@ -28,7 +28,7 @@ from rliable import library as rly
 from rliable import metrics, plot_utils
 
 HERE = Path(__file__).resolve().parent
-VARIANT_ORDER = ["reset", "reset_importance", "mask", "ppo_lstm"]
+VARIANT_ORDER = ["reset", "reset_importance", "mask", "mask_kept", "ppo_lstm"]
 BASELINE = "mask"
 # Reference (best) returns used for normalisation; random returns are measured by the report itself
 REFERENCE_RETURN = {

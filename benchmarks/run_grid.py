@@ -2,8 +2,9 @@
 Benchmark grid: variants x envs x seeds, each run trained and evaluated by the RL Zoo.
 
 Variants: ``reset`` (reset_ppo, boundary reset, uniform weighting), ``reset_importance`` (reset,
-importance), ``mask`` (reset_ppo, boundary mask, uniform: the masking baseline) and ``ppo_lstm``
-(sb3-contrib's RecurrentPPO). Runs go to ``<out>/<variant>/<env>/seed<k>/`` (the zoo's own log folder
+importance), ``mask`` (reset_ppo, boundary mask, uniform: the masking baseline, losses averaged over all
+``B * W`` slots), ``mask_kept`` (boundary mask, losses averaged over kept slots as sb3-contrib does) and
+``ppo_lstm`` (sb3-contrib's RecurrentPPO). Runs go to ``<out>/<variant>/<env>/seed<k>/`` (the zoo's own log folder
 inside, with ``evaluations.npz``); a finished run writes ``run.json`` and is skipped next time, so the grid
 is resumable. Runs execute in parallel worker processes, at most one per core, one torch thread each.
 
@@ -31,6 +32,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "reset": {"algo": "reset_ppo", "hyperparams": ["boundary:'reset'", "weighting:'uniform'"]},
     "reset_importance": {"algo": "reset_ppo", "hyperparams": ["boundary:'reset'", "weighting:'importance'"]},
     "mask": {"algo": "reset_ppo", "hyperparams": ["boundary:'mask'", "weighting:'uniform'"]},
+    # The masking rule with sb3-contrib's loss scale (mean over kept slots): separates the rule from the scale
+    "mask_kept": {"algo": "reset_ppo", "hyperparams": ["boundary:'mask'", "weighting:'kept_mean'"]},
     "ppo_lstm": {"algo": "ppo_lstm", "hyperparams": []},
 }
 # Envs that fit a 2-core machine; LunarLanderNoVel-v3 and CarRacing-v3 are configured in reset_ppo.yml

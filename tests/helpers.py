@@ -93,7 +93,7 @@ def brute_force_step_weights(
                 for slot, is_kept in enumerate(kept_of(env, start)):
                     if is_kept:
                         step = start + slot
-                        totals[step, env] += 1.0 if weighting == "uniform" else 1.0 / counts[step, env]
+                        totals[step, env] += 1.0 if weighting != "importance" else 1.0 / counts[step, env]
     return totals / stride
 
 
@@ -165,3 +165,11 @@ def resident_memory_bytes() -> int:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def assert_close_named(actual: "th.Tensor", expected: "th.Tensor", name: str, **tolerances: float) -> None:
+    """``torch.testing.assert_close`` whose failure message starts with ``name``."""
+    try:
+        th.testing.assert_close(actual, expected, **tolerances)  # type: ignore[arg-type]
+    except AssertionError as error:
+        raise AssertionError(f"{name}: {error}") from None

@@ -154,3 +154,71 @@ def test_value_clipping_and_missing_entropy() -> None:
     th.testing.assert_close(out.value_loss, ((inputs["returns"] - clipped) ** 2).mean())
     # No closed-form entropy: SB3's approximation -mean(-log_prob)
     th.testing.assert_close(out.entropy_loss, inputs["log_prob"].mean())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_kept_mean_averages_over_kept_slots_only(seed: int) -> None:
+    # sb3-contrib's convention: masked slots do not dilute the loss, whatever the episode lengths
+    inputs: dict[str, Any] = _inputs(seed)
+    policy, value, entropy = _terms(inputs)
+    episode_starts = (th.rand(6, 5, generator=th.Generator().manual_seed(seed)) < 0.4).float()
+    kept = kept_slots(slot_resets(episode_starts), "mask")
+    assert not kept.all()
+    weights = slot_weights(kept, th.ones(6, 5), "kept_mean")
+    th.testing.assert_close(weights, kept.float())
+    common: dict[str, Any] = dict(clip_range=0.2, clip_range_vf=None, ent_coef=0.0, vf_coef=0.5, normalize_advantage=False)
+    out = window_ppo_loss(**inputs, kept=kept, weights=weights, weighting="kept_mean", **common)
+    th.testing.assert_close(out.policy_loss, policy[kept].mean())
+    th.testing.assert_close(out.value_loss, value[kept].mean())
+    th.testing.assert_close(out.entropy_loss, entropy[kept].mean())
+    # The control: "uniform" on the same slots divides by all B * W slots
+    uniform = window_ppo_loss(**inputs, kept=kept, weights=weights, weighting="uniform", **common)
+    th.testing.assert_close(uniform.policy_loss, policy[kept].sum() / 30)
+    assert not th.allclose(uniform.policy_loss, out.policy_loss)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_importance_weighting_normalises_advantages_with_weighted_statistics(seed: int) -> None:
+    inputs = _inputs(seed)
+    generator = th.Generator().manual_seed(seed + 11)
+    kept = th.rand(6, 5, generator=generator) < 0.7
+    weights = slot_weights(kept, th.randint(1, 9, (6, 5), generator=generator).float(), "importance")
+
+    def policy_loss_at_ratio_one(advantages: th.Tensor) -> float:
+        # With ratio 1 (log_prob == old_log_prob) the per-slot surrogate is -advantage
+        out = window_ppo_loss(
+            **{**inputs, "log_prob": inputs["old_log_prob"], "advantages": advantages},
+            kept=kept,
+            weights=weights,
+            weighting="importance",
+            clip_range=0.2,
+            clip_range_vf=None,
+            ent_coef=0.0,
+            vf_coef=0.5,
+            normalize_advantage=True,
+        )
+        return float(out.policy_loss)
+
+    # The weighted mean of the normalised advantages is 0: the policy loss at ratio 1 vanishes
+    assert abs(policy_loss_at_ratio_one(inputs["advantages"] + 3.0)) < 1e-6
+    # Written out: weighted mean and unbiased weighted variance
+    adv = inputs["advantages"]
+    mean = (weights * adv).sum() / weights.sum()
+    variance = (weights * (adv - mean) ** 2).sum() / (weights.sum() - (weights**2).sum() / weights.sum())
+    normalised = (adv - mean) / (variance.sqrt() + 1e-8)
+    policy, _, _ = _terms({**inputs, "advantages": normalised})
+    out = window_ppo_loss(
+        **inputs,
+        kept=kept,
+        weights=weights,
+        weighting="importance",
+        clip_range=0.2,
+        clip_range_vf=None,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        normalize_advantage=True,
+    )
+    th.testing.assert_close(out.policy_loss, (weights * policy).sum() / weights.sum())
+    # The control: unweighted statistics over kept slots give a non-zero weighted mean
+    unweighted = (adv - adv[kept].mean()) / (adv[kept].std() + 1e-8)
+    assert abs(float((weights * unweighted).sum() / weights.sum())) > 1e-3

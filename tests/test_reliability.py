@@ -42,7 +42,7 @@ def _train(seed: int, boundary: str = "reset", weighting: str = "uniform", **kwa
 
 @pytest.mark.parametrize("window_stride", [1, None])
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
-@pytest.mark.parametrize("weighting", ["uniform", "importance"])
+@pytest.mark.parametrize("weighting", ["uniform", "importance", "kept_mean"])
 def test_same_seed_gives_bit_identical_parameters(boundary: str, weighting: str, window_stride: int | None) -> None:
     first = _train(7, boundary, weighting, window_stride=window_stride)
     second = _train(7, boundary, weighting, window_stride=window_stride)

@@ -39,7 +39,9 @@ def _predict_sequence(model: RecurrentPPO, observations: np.ndarray) -> np.ndarr
     return np.array(actions)
 
 
-@pytest.mark.parametrize("boundary,weighting,window_size", [("mask", "importance", 3), ("reset", "uniform", 5)])
+@pytest.mark.parametrize(
+    "boundary,weighting,window_size", [("mask", "importance", 3), ("reset", "uniform", 5), ("mask", "kept_mean", 4)]
+)
 def test_save_load_round_trip(tmp_path: Path, boundary: str, weighting: str, window_size: int) -> None:
     settings = {**SMALL, "window_size": window_size, "batch_size": 4 * window_size}
     model = ResetPPO("MlpLstmPolicy", _env(), boundary=boundary, weighting=weighting, seed=1, **settings)
@@ -227,7 +229,11 @@ def test_batch_size_counts_transitions(batch_size: int, windows: int) -> None:
         ({"window_size": 4.0}, TypeError, "window_size must be a positive int, got 4.0"),
         ({"window_size": 17}, ValueError, "window_size must be at most n_steps=16"),
         ({"boundary": "truncate"}, ValueError, r"boundary must be one of \('reset', 'mask'\), got 'truncate'"),
-        ({"weighting": "inverse"}, ValueError, r"weighting must be one of \('uniform', 'importance'\), got 'inverse'"),
+        (
+            {"weighting": "inverse"},
+            ValueError,
+            r"weighting must be one of \('uniform', 'importance', 'kept_mean'\), got 'inverse'",
+        ),
         ({"window_stride": 0}, ValueError, r"window_stride must be a positive int, got 0; or None \(window_size\)"),
         ({"window_stride": 2.0}, TypeError, "window_stride must be a positive int, got 2.0"),
         ({"batch_size": 0}, ValueError, "batch_size must be a positive int"),

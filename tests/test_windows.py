@@ -27,7 +27,7 @@ def rollouts(draw: st.DrawFn) -> tuple[np.ndarray, int, int]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(rollouts(), st.sampled_from(["reset", "mask"]), st.sampled_from(["uniform", "importance"]))
+@given(rollouts(), st.sampled_from(["reset", "mask"]), st.sampled_from(["uniform", "importance", "kept_mean"]))
 def test_window_weights_match_brute_force(rollout: tuple[np.ndarray, int, int], boundary: str, weighting: str) -> None:
     episode_starts, window_size, window_stride = rollout
     expected = brute_force_step_weights(episode_starts, window_size, boundary, weighting, window_stride)
@@ -158,7 +158,7 @@ def _filled_buffer(
     st.integers(1, 3),
     st.data(),
     st.sampled_from(["reset", "mask"]),
-    st.sampled_from(["uniform", "importance"]),
+    st.sampled_from(["uniform", "importance", "kept_mean"]),
 )
 def test_buffer_epoch_holds_the_windows_of_a_phase_with_brute_force_fields(
     n_steps: int, n_envs: int, data: st.DataObject, boundary: str, weighting: str
@@ -195,7 +195,7 @@ def test_buffer_epoch_holds_the_windows_of_a_phase_with_brute_force_fields(
                 alive = alive and not (reset and boundary == "mask")
                 assert bool(batch.resets[row, slot]) == reset
                 assert bool(batch.kept[row, slot]) == alive
-                expected_weight = float(alive) if weighting == "uniform" else float(alive) / max(counts[step, env], 1)
+                expected_weight = float(alive) / (max(counts[step, env], 1) if weighting == "importance" else 1)
                 assert float(batch.weights[row, slot]) == pytest.approx(expected_weight)
                 assert float(batch.episode_starts[row, slot]) == episode_starts[step, env]
     # Per env: the windows starting at a phase p < stride and every `stride` steps from it, each once

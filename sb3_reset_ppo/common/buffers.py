@@ -283,7 +283,7 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param n_envs: Number of parallel environments
     :param window_size: Steps per window
     :param boundary: ``"reset"`` or ``"mask"``
-    :param weighting: ``"uniform"`` or ``"importance"``
+    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
     :param window_stride: Steps between the starts of the windows of an epoch, from a random phase per env
         (``None``: ``window_size``)
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env

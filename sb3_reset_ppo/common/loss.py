@@ -18,6 +18,10 @@ class WindowLoss(NamedTuple):
     clip_fraction: th.Tensor
 
 
+# Guards divisions by a sum of weights that can be zero (a minibatch with no kept slot)
+_TINY = 1e-12
+
+
 def _kept_mean(values: th.Tensor, kept: th.Tensor) -> th.Tensor:
     return (values * kept).sum() / kept.sum().clamp(min=1.0)
 
@@ -43,8 +47,12 @@ def window_ppo_loss(
     PPO's clipped loss over the slots of ``B`` windows of ``W`` slots (every tensor argument ``(B, W)``).
 
     Per-slot terms (clipped surrogate, value loss with optional ``clip_range_vf``, entropy) are combined
-    as ``sum(w * term) / (B * W)`` for uniform weighting and ``sum(w * term) / sum(w)`` for importance
-    weighting. Advantage normalisation, ``approx_kl`` and ``clip_fraction`` use kept slots only.
+    as ``sum(w * term) / (B * W)`` for ``"uniform"`` weighting and ``sum(w * term) / sum(w)`` for
+    ``"importance"`` and ``"kept_mean"``. Advantages are normalised with the slot weights' statistics:
+    weighted mean ``sum(w * a) / sum(w)`` and unbiased weighted variance
+    ``sum(w * (a - mean)^2) / (sum(w) - sum(w^2) / sum(w))`` (for weights of 0 and 1: the mean and unbiased
+    variance over kept slots, as ``torch.std``), so that the weighted mean of the normalised advantages is 0.
+    ``approx_kl`` and ``clip_fraction`` are plain means over kept slots.
 
     :param log_prob: Log-probabilities under the current policy
     :param old_log_prob: Log-probabilities recorded in the rollout
@@ -55,20 +63,21 @@ def window_ppo_loss(
     :param entropy: Entropies, or ``None`` to use ``-log_prob`` as in SB3
     :param kept: Whether each slot is trained
     :param weights: Slot weights (zero where not kept)
-    :param weighting: ``"uniform"`` or ``"importance"``
+    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
     :param clip_range: PPO clip range
     :param clip_range_vf: Value clip range, ``None`` for no value clipping
     :param ent_coef: Entropy coefficient
     :param vf_coef: Value coefficient
-    :param normalize_advantage: Normalise advantages over the kept slots
+    :param normalize_advantage: Normalise advantages with the slot weights' statistics
     :return: The loss and its parts
     """
     kept_f = kept.float()
     if normalize_advantage:
-        n_kept = kept_f.sum()
-        mean = _kept_mean(advantages, kept_f)
-        # Unbiased std over kept slots, as torch.std; a single kept slot is only centred
-        variance = (((advantages - mean) ** 2) * kept_f).sum() / (n_kept - 1).clamp(min=1.0)
+        total = weights.sum().clamp(min=_TINY)
+        mean = (weights * advantages).sum() / total
+        # Unbiased weighted variance (reliability weights); a single kept slot is only centred
+        denominator = (total - (weights**2).sum() / total).clamp(min=_TINY)
+        variance = (weights * (advantages - mean) ** 2).sum() / denominator
         advantages = (advantages - mean) / (variance.sqrt() + 1e-8)
 
     log_ratio = log_prob - old_log_prob
@@ -84,7 +93,7 @@ def window_ppo_loss(
     # Approximate entropy when there is no closed form, as SB3 does
     entropy_term = log_prob if entropy is None else -entropy
 
-    normaliser = weights.sum() if weighting == "importance" else th.tensor(float(weights.numel()), device=weights.device)
+    normaliser = weights.sum() if weighting != "uniform" else th.tensor(float(weights.numel()), device=weights.device)
 
     def combine(term: th.Tensor) -> th.Tensor:
         return (weights * term).sum() / normaliser

@@ -1,5 +1,7 @@
 """Reset-and-continue: the one unroll used by actor and critic, and the window evaluation of a policy."""
 
+from collections.abc import Sequence
+
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
@@ -9,8 +11,38 @@ from torch.nn import functional as F
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.windows import ResetLayout
 
-# Added to the input- and forget-gate pre-activations at a reset step: both gates become exactly 0.
-_RESET_PREACTIVATION = -1e9
+# Added to the input- and forget-gate pre-activations at a reset step: both gates become exactly 0. The
+# sigmoid of it is exactly 0 in float16, bfloat16, float32 and float64 (exp(1e4) overflows in all four), it is
+# finite in all four (float16's largest is 65504), and 0 * it is 0 at the other steps (-1e9 is -inf in
+# float16, and 0 * -inf is NaN). Exact while the rest of a gate's pre-activation stays below ~9,000.
+RESET_PREACTIVATION = -1e4
+
+
+def fused_lstm_layer(
+    inputs: th.Tensor, state: tuple[th.Tensor, th.Tensor], weights: Sequence[th.Tensor], training: bool
+) -> th.Tensor:
+    """
+    One layer of torch's fused LSTM over a whole sequence: ``torch.lstm``, the call ``nn.LSTM.forward`` makes.
+
+    The weights are first copied into one contiguous buffer, in ``nn.LSTM``'s order (``w_ih, w_hh[, b_ih,
+    b_hh]``), and passed as views of it: the form ``nn.LSTM.flatten_parameters`` gives them, so cuDNN uses
+    them without re-packing (and without its "not part of single contiguous chunk of memory" warning).
+    ``tests/test_unroll.py`` checks this function against ``nn.LSTM`` so that a change in torch fails loudly.
+
+    :param inputs: Sequence, shape ``(steps, batch, input_size)``
+    :param state: ``(hidden, cell)`` entering the first step, each ``(1, batch, hidden_size)``
+    :param weights: ``[w_ih, w_hh]`` or ``[w_ih, w_hh, b_ih, b_hh]`` of one layer
+    :param training: Training mode (no effect without dropout; passed as ``nn.LSTM`` does)
+    :return: Outputs of every step, shape ``(steps, batch, hidden_size)``
+    """
+    # One copy into a flat buffer: [w_ih | w_hh | b_ih | b_hh]
+    flat = th.cat([weight.reshape(-1) for weight in weights])
+    views, offset = [], 0
+    for weight in weights:
+        views.append(flat[offset : offset + weight.numel()].view_as(weight))
+        offset += weight.numel()
+    outputs, _, _ = th.lstm(inputs, state, views, len(weights) == 4, 1, 0.0, training, False, False)
+    return outputs
 
 
 def check_supported_lstm(lstm: nn.LSTM) -> None:
@@ -67,7 +99,7 @@ def unroll_lstm(
     hidden_size = lstm.hidden_size
     # (4 * hidden, 1): weight of the reset input, on the input and forget gates (PyTorch order: i, f, g, o)
     reset_weight = slot_features.new_zeros(4 * hidden_size, 1)
-    reset_weight[: 2 * hidden_size] = _RESET_PREACTIVATION
+    reset_weight[: 2 * hidden_size] = RESET_PREACTIVATION
     for layer in range(lstm.num_layers):
         if layer > 0 and lstm.dropout > 0 and lstm.training:
             inputs = F.dropout(inputs, lstm.dropout, training=True)
@@ -78,16 +110,11 @@ def unroll_lstm(
         if lstm.bias:
             weights += [getattr(lstm, f"bias_ih_l{layer}"), getattr(lstm, f"bias_hh_l{layer}")]
         # (row_length, B, F + 1) -> (row_length, B, hidden)
-        inputs, _, _ = th._VF.lstm(  # type: ignore[attr-defined]
+        inputs = fused_lstm_layer(
             th.cat([inputs, reset_steps], dim=2),
             (hidden[layer : layer + 1], cell[layer : layer + 1]),
             weights,
-            lstm.bias,
-            1,
-            0.0,
             lstm.training,
-            False,
-            False,
         )
     # (row_length, B, hidden) -> (row_length * B, hidden) -> (B * W, hidden)
     return inputs.reshape(layout.row_length * n_windows, -1)[layout.slot_positions]

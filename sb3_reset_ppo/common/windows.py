@@ -15,9 +15,9 @@ import numpy as np
 import torch as th
 
 BOUNDARIES = ("reset", "mask")
-WEIGHTINGS = ("uniform", "importance")
+WEIGHTINGS = ("uniform", "importance", "kept_mean")
 Boundary = Literal["reset", "mask"]
-Weighting = Literal["uniform", "importance"]
+Weighting = Literal["uniform", "importance", "kept_mean"]
 
 # Number of windows handled at once when scanning a whole rollout (bounds temporary memory).
 _CHUNK_WINDOWS = 1 << 16
@@ -48,7 +48,7 @@ def check_window_settings(
 
     :param window_size: Number of consecutive steps in a window (positive int, at most ``n_steps``)
     :param boundary: ``"reset"`` or ``"mask"``
-    :param weighting: ``"uniform"`` or ``"importance"``
+    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
     :param window_stride: Steps between the starts of the windows of an epoch (positive int, or ``None``
         for ``window_size``)
     :param n_steps: Rollout length per env, when known
@@ -199,7 +199,7 @@ def slot_weights(kept: th.Tensor, step_counts: th.Tensor, weighting: Weighting) 
     :param kept: Kept flags, shape ``(B, W)``
     :param step_counts: For the step held by each slot, the number of windows in which that step is kept,
         shape ``(B, W)`` (see :func:`kept_counts`)
-    :param weighting: ``"uniform"`` (weight = kept) or ``"importance"`` (weight = kept / count)
+    :param weighting: ``"uniform"`` and ``"kept_mean"`` (weight = kept) or ``"importance"`` (weight = kept / count)
     :return: float32 tensor of shape ``(B, W)``
     """
     weights = kept.float()
@@ -252,7 +252,7 @@ class RolloutWindowStats:
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
     :param window_size: Steps per window
     :param boundary: ``"reset"`` or ``"mask"``
-    :param weighting: ``"uniform"`` or ``"importance"``
+    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
     :param window_stride: Steps between the starts of consecutive windows of an epoch
     """
 
@@ -325,7 +325,8 @@ def window_weights(
         shape ``(n_steps,)`` for one env or ``(n_steps, n_envs)`` as in SB3's rollout buffer
     :param window_size: Steps per window (``1 <= window_size <= n_steps``)
     :param boundary: ``"reset"`` (reset-and-continue) or ``"mask"`` (drop slots after an episode end)
-    :param weighting: ``"uniform"`` or ``"importance"``
+    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"`` (slot weights as ``"uniform"``; it
+        differs in the loss's normaliser only)
     :param window_stride: Steps between the starts of the windows of an epoch; ``None``: ``window_size``
         (ResetPPO's default). The default 1 gives the total over all windows.
     :return: float array of the same shape as ``episode_starts``

@@ -72,7 +72,8 @@ class ResetPPO(RecurrentPPO):
     :param clip_range_vf: Clipping parameter for the value function,
         it can be a function of the current progress remaining (from 1 to 0).
         If None is passed (default), no clipping will be done on the value function.
-    :param normalize_advantage: Whether to normalize or not the advantage (over kept slots)
+    :param normalize_advantage: Whether to normalize or not the advantage (weighted mean and variance over
+        the slot weights; over kept slots for ``"uniform"`` and ``"kept_mean"``)
     :param ent_coef: Entropy coefficient for the loss calculation
     :param vf_coef: Value function coefficient for the loss calculation
     :param max_grad_norm: The maximum value for the gradient clipping
@@ -90,9 +91,12 @@ class ResetPPO(RecurrentPPO):
         backpropagation-through-time length
     :param boundary: ``"reset"`` (reset-and-continue, default) or ``"mask"`` (drop every slot after the first
         episode end of a window, the baseline)
-    :param weighting: ``"uniform"`` (every kept slot weighs 1, losses averaged over ``B * W`` slots) or
+    :param weighting: ``"uniform"`` (every kept slot weighs 1, losses averaged over all ``B * W`` slots, the
+        seed trainer's convention), ``"kept_mean"`` (every kept slot weighs 1, losses averaged over kept slots,
+        sb3-contrib's convention; the same as ``"uniform"`` in reset mode, where every slot is kept) or
         ``"importance"`` (a kept slot weighs ``1 / count``, count being the number of windows in which its
-        step is kept, losses normalised by the sum of weights)
+        step is kept, losses normalised by the sum of weights). Advantages are normalised with the weights'
+        statistics.
     :param window_stride: Steps between the starts of the windows of an epoch, counted from a random phase per
         env drawn anew every epoch. ``None`` (default): ``window_size``, so an epoch trains every step once (the
         rollout's first and last ``window_size - 1`` steps with probability ``count / window_size``), at a slot

@@ -1,0 +1,140 @@
+"""The fused LSTM call the unroll is built on, and the reset step in every floating-point dtype."""
+
+import pytest
+import torch as th
+from helpers import reference_unroll
+from torch import nn
+
+from sb3_reset_ppo.common.unroll import RESET_PREACTIVATION, fused_lstm_layer, unroll_lstm
+from sb3_reset_ppo.common.windows import plan_reset_steps
+
+DTYPES = [th.float16, th.bfloat16, th.float32, th.float64]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_lstm_layer_is_nn_lstm(bias: bool) -> None:
+    # Wraps torch.lstm (what nn.LSTM.forward calls): fails loudly if torch changes it
+    th.manual_seed(0)
+    lstm = nn.LSTM(3, 4, bias=bias)
+    inputs = th.randn(7, 5, 3, requires_grad=True)
+    state = (th.randn(1, 5, 4), th.randn(1, 5, 4))
+    expected, _ = lstm(inputs, state)
+    weights = [p for _, p in lstm.named_parameters()]
+    actual = fused_lstm_layer(inputs, state, weights, training=True)
+    th.testing.assert_close(actual, expected, rtol=0, atol=0)
+    wrt = [inputs, *weights]
+    for grad_actual, grad_expected in zip(
+        th.autograd.grad(actual.square().sum(), wrt), th.autograd.grad(expected.square().sum(), wrt), strict=True
+    ):
+        th.testing.assert_close(grad_actual, grad_expected)
+
+
+def _windows(dtype: th.dtype, seed: int = 0) -> tuple[nn.LSTM, th.Tensor, tuple[th.Tensor, th.Tensor], th.Tensor]:
+    generator = th.Generator().manual_seed(seed)
+    th.manual_seed(seed)
+    lstm = nn.LSTM(3, 6, num_layers=2).to(dtype)
+    features = th.randn(5, 8, 3, generator=generator).to(dtype).requires_grad_(True)
+    memory = (th.randn(5, 8, 2, 6, generator=generator).to(dtype), th.randn(5, 8, 2, 6, generator=generator).to(dtype))
+    # Every window resets at slot 3, every other one at slot 6 too, and the first starts an episode at slot 0
+    episode_starts = th.zeros(5, 8, dtype=dtype)
+    episode_starts[:, 3] = 1.0
+    episode_starts[::2, 6] = 1.0
+    episode_starts[0, 0] = 1.0
+    return lstm, features, memory, episode_starts
+
+
+def _fused(lstm: nn.LSTM, features: th.Tensor, memory: tuple[th.Tensor, th.Tensor], episode_starts: th.Tensor) -> th.Tensor:
+    n_windows, window_size = episode_starts.shape
+    layout = plan_reset_steps(episode_starts.float().numpy())
+    # (B, W, L, H) -> (B, L, H): the memory recorded for slot 0; (B, W, F) -> (B * W, F)
+    out = unroll_lstm(
+        lstm,
+        features.reshape(n_windows * window_size, -1),
+        (memory[0][:, 0], memory[1][:, 0]),
+        1.0 - episode_starts[:, 0],
+        layout,
+    )
+    # (B * W, H) -> (B, W, H)
+    return out.reshape(n_windows, window_size, -1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_reset_step_zeroes_the_memory_exactly_in_every_dtype(dtype: th.dtype) -> None:
+    # The reset step's output is o * tanh(0 * c + 0 * g) = 0 exactly, and nothing is NaN or infinite
+    th.manual_seed(0)
+    lstm = nn.LSTM(3, 6).to(dtype)
+    reset_weight = th.zeros(24, 1, dtype=dtype)
+    reset_weight[:12] = RESET_PREACTIVATION
+    # Steps 0-1: normal inputs; step 2: the reset step (input 0, reset flag 1); steps 3-4 normal
+    inputs = th.randn(5, 4, 3).to(dtype) * 3
+    inputs[2] = 0
+    flags = th.zeros(5, 4, 1, dtype=dtype)
+    flags[2] = 1
+    state = (th.randn(1, 4, 6).to(dtype) * 3, th.randn(1, 4, 6).to(dtype) * 3)
+    weights = [
+        th.cat([lstm.get_parameter("weight_ih_l0"), reset_weight], dim=1),
+        *(lstm.get_parameter(name) for name in ("weight_hh_l0", "bias_ih_l0", "bias_hh_l0")),
+    ]
+    outputs = fused_lstm_layer(th.cat([inputs, flags], dim=2), state, weights, training=False)
+    assert th.isfinite(outputs).all()
+    assert th.equal(outputs[2], th.zeros_like(outputs[2]))
+    # After the reset the memory is zero: steps 3-4 equal an LSTM started from zero memory, in the same dtype
+    restarted, _ = lstm(inputs[3:], (th.zeros(1, 4, 6, dtype=dtype), th.zeros(1, 4, 6, dtype=dtype)))
+    th.testing.assert_close(outputs[3:], restarted, rtol=0, atol=0)
+    # The pre-activation -1e9 used before is -inf in float16: 0 * -inf made every step NaN there
+    assert th.isfinite(th.tensor(RESET_PREACTIVATION, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_unroll_matches_reference_in_every_dtype(dtype: th.dtype) -> None:
+    lstm, features, memory, episode_starts = _windows(dtype)
+    actual = _fused(lstm, features, memory, episode_starts)
+    # The slot-by-slot definition, computed in float64
+    lstm64 = nn.LSTM(3, 6, num_layers=2).double()
+    lstm64.load_state_dict({k: v.double() for k, v in lstm.state_dict().items()})
+    expected = reference_unroll(
+        lstm64, features.detach().double(), (memory[0].double(), memory[1].double()), episode_starts.double(), "reset"
+    )
+    assert actual.dtype == dtype and th.isfinite(actual).all()
+    tolerance = {th.float16: 1e-2, th.bfloat16: 5e-2, th.float32: 1e-5, th.float64: 1e-10}[dtype]
+    th.testing.assert_close(actual.double(), expected, rtol=tolerance, atol=tolerance)
+    # Backpropagation stays finite and stops at the reset of slot 3 exactly
+    (grad,) = th.autograd.grad(actual[:, 5].float().sum(), features)
+    assert th.isfinite(grad).all()
+    assert th.equal(grad[:, :3], th.zeros_like(grad[:, :3]))
+    assert (grad[:, 3:6].abs().sum(dim=-1) > 0).all()
+
+
+def test_dropout_between_layers_in_training_mode_matches_nn_lstm() -> None:
+    # With no reset the unroll is nn.LSTM's fused multi-layer call, dropout masks included (same seed)
+    lstm = nn.LSTM(3, 5, num_layers=3, dropout=0.4).train()
+    generator = th.Generator().manual_seed(0)
+    features = th.randn(4, 6, 3, generator=generator)
+    memory = (th.randn(4, 6, 3, 5, generator=generator), th.randn(4, 6, 3, 5, generator=generator))
+    no_starts = th.zeros(4, 6)
+    th.manual_seed(5)
+    actual = _fused(lstm, features, memory, no_starts)
+    th.manual_seed(5)
+    # (B, L, H) -> (L, B, H); (B, W, F) -> (W, B, F)
+    state = (memory[0][:, 0].transpose(0, 1).contiguous(), memory[1][:, 0].transpose(0, 1).contiguous())
+    expected, _ = lstm(features.transpose(0, 1), state)
+    th.testing.assert_close(actual, expected.transpose(0, 1), rtol=0, atol=0)
+    # Dropout is on: another seed gives other outputs
+    th.manual_seed(6)
+    assert not th.allclose(_fused(lstm, features, memory, no_starts), actual)
+
+
+@pytest.mark.skipif(not th.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_unroll_takes_weights_without_repacking() -> None:
+    # cuDNN warns (and re-packs on every call) when the weights are not one contiguous chunk: make it an error
+    import warnings
+
+    lstm, features, memory, episode_starts = _windows(th.float32)
+    lstm = lstm.cuda()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*contiguous chunk of memory.*")
+        with th.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            actual = _fused(lstm, features.detach().cuda(), (memory[0].cuda(), memory[1].cuda()), episode_starts.cuda())
+            actual.sum().backward()
+    expected = _fused(lstm.cpu(), features.detach(), memory, episode_starts)
+    th.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-5)
