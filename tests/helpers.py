@@ -64,7 +64,7 @@ def brute_force_step_weights(
     episode_starts: np.ndarray, window_size: int, boundary: str, weighting: str, window_stride: int = 1
 ) -> np.ndarray:
     """
-    The design document's expected per-epoch weights with explicit loops: every phase ``p`` of the epoch's
+    The design document's (docs/design.md) expected per-epoch weights with explicit loops: every phase ``p`` of the epoch's
     windows (starts ``p, p + k, ...``, ``k = min(stride, T - W + 1)``) is equally likely, so the expected
     weight is the mean over phases of the weights of that phase's windows; importance weighting divides by
     the number of windows (of all, one at every step) in which the step is kept. Input and output ``(T, E)``.
@@ -105,7 +105,7 @@ def reference_unroll(
     boundary: str,
 ) -> "th.Tensor":
     """
-    DESIGN.md's unroll written literally, one slot at a time.
+    The design document's (docs/design.md) unroll written literally, one slot at a time.
 
     :param features: ``(B, W, input)``
     :param memory: recorded (hidden, cell) entering every slot's step, each ``(B, W, n_layers, hidden)``

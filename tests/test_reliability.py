@@ -12,7 +12,6 @@ import pytest
 import torch as th
 from gymnasium import spaces
 from helpers import RandomEpisodeEnv, check_exact, resident_memory_bytes
-from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
@@ -170,33 +169,6 @@ def test_window_size_one_makes_reset_and_mask_identical() -> None:
     assert all(th.equal(a, b) for a, b in zip(reset, mask, strict=True))
     # Control: with longer windows the modes differ
     assert not all(th.equal(a, b) for a, b in zip(_train(3, "reset"), _train(3, "mask"), strict=True))
-
-
-def test_truncation_is_bootstrapped_as_in_recurrent_ppo() -> None:
-    def rollout(algo: type[RecurrentPPO], **extra: Any) -> np.ndarray:
-        model = algo(
-            "MlpLstmPolicy",
-            _env(truncate=True, max_length=4),
-            n_steps=16,
-            seed=4,
-            policy_kwargs={"lstm_hidden_size": 8},
-            **extra,
-        )
-        model._setup_learn(32, callback=None)
-        model.collect_rollouts(model.env, _Continue(model), model.rollout_buffer, 16)  # type: ignore[arg-type]
-        return model.rollout_buffer.returns.copy()
-
-    reset_returns = rollout(ResetPPO, window_size=4, batch_size=16)
-    np.testing.assert_allclose(reset_returns, rollout(RecurrentPPO, batch_size=16), rtol=1e-6)
-
-
-class _Continue(BaseCallback):
-    def __init__(self, model: Any) -> None:
-        super().__init__()
-        self.init_callback(model)
-
-    def _on_step(self) -> bool:
-        return True
 
 
 def _saved(tmp_path: Path) -> Path:

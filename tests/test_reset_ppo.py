@@ -173,11 +173,28 @@ def test_target_kl_stops_early() -> None:
 
 def test_clip_range_vf_vecnormalize_and_gsde() -> None:
     env = VecNormalize(_env(action_space=spaces.Box(-1, 1, (2,), dtype=np.float32), truncate=True))
-    model = ResetPPO("MlpLstmPolicy", env, clip_range_vf=0.2, use_sde=True, **SMALL)
+    model = ResetPPO("MlpLstmPolicy", env, clip_range_vf=lambda progress: 0.1 + 0.1 * progress, use_sde=True, **SMALL)
     model.set_logger(configure(None, []))
     model.learn(32)
+    # train() evaluates the schedule and passes the value to every minibatch's loss
+    passed: list[float | None] = []
+    minibatch_loss = model._minibatch_loss
+
+    def spy(samples: Any, clip_range: float, clip_range_vf: float | None) -> Any:
+        passed.append(clip_range_vf)
+        return minibatch_loss(samples, clip_range, clip_range_vf)
+
+    model._minibatch_loss = spy  # type: ignore[method-assign]
     model.train()
-    assert model.logger.name_to_value["train/clip_range_vf"] == 0.2
+    expected = 0.1 + 0.1 * model._current_progress_remaining
+    assert passed and all(value == pytest.approx(expected) for value in passed)
+    assert model.logger.name_to_value["train/clip_range_vf"] == pytest.approx(expected)
+    # ... where it clips: with moved parameters, a tiny clip range changes the value loss
+    samples = next(model.rollout_buffer.get(None))
+    with th.no_grad():
+        clipped = minibatch_loss(samples, 0.2, 1e-6).value_loss
+        unclipped = minibatch_loss(samples, 0.2, None).value_loss
+    assert not th.allclose(clipped, unclipped)
     assert "train/std" in model.logger.name_to_value
     assert isinstance(env.obs_rms, RunningMeanStd) and env.obs_rms.count > 32
 
