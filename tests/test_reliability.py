@@ -251,3 +251,10 @@ def test_memory_is_flat_over_300_updates() -> None:
     model.learn(301 * 32, callback=Measure())
     assert set(memory) == {30, 300}
     assert memory[300] <= 1.10 * memory[30], f"resident memory grew from {memory[30]} to {memory[300]} bytes"
+
+
+def test_missing_checkpoint_names_the_files_tried(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"no file .*missing\.zip$"):
+        ResetPPO.load(tmp_path / "missing.zip")
+    with pytest.raises(FileNotFoundError, match=r"no file .*missing or .*missing\.zip$"):
+        ResetPPO.load(tmp_path / "missing")

@@ -283,7 +283,7 @@ def test_consecutive_windows_auto_follows_observations_and_overlap() -> None:
 def test_non_recurrent_policy_is_rejected() -> None:
     with pytest.raises(ValueError, match=r"policy must be a RecurrentActorCriticPolicy subclass.*got ActorCriticPolicy"):
         ResetPPO(ActorCriticPolicy, _env(), **SMALL)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="MlpPolicy"):
+    with pytest.raises(ValueError, match=r"policy 'MlpPolicy' is unknown to ResetPPO.*'MlpLstmPolicy'"):
         ResetPPO("MlpPolicy", _env(), **SMALL)
 
 

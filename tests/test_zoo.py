@@ -110,3 +110,13 @@ def test_optimize_runs_one_trial(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     reports = list((tmp_path / "reset_ppo").glob("report_CueRecall-v0_1-trials-256-random-none_*"))
     assert reports, result.stdout[-2000:]
+
+
+def test_help_and_unknown_script_give_usage_not_tracebacks() -> None:
+    for args in ((), ("--help",)):
+        result = _zoo(*args)
+        assert "usage: python -m sb3_reset_ppo.zoo {train,enjoy," in result.stdout
+        assert "Traceback" not in result.stderr
+    assert _zoo("--help").returncode == 0 and _zoo().returncode == 2
+    unknown = _zoo("trian")
+    assert unknown.returncode == 1 and "unknown script 'trian'" in unknown.stderr and "Traceback" not in unknown.stderr

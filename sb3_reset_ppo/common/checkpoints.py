@@ -21,6 +21,13 @@ def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
 
     :param path: Path (``.zip`` may be omitted, as with SB3's ``load``) or an open binary file
     """
+    if isinstance(path, (str, pathlib.Path)):
+        candidates = [pathlib.Path(path)]
+        if pathlib.Path(path).suffix != ".zip":
+            candidates.append(pathlib.Path(f"{path}.zip"))
+        if not any(candidate.is_file() for candidate in candidates):
+            tried = " or ".join(str(candidate) for candidate in candidates)
+            raise FileNotFoundError(f"cannot load checkpoint: no file {tried}")
     file = open_path(path, "r", verbose=0, suffix="zip")
     try:
         with zipfile.ZipFile(file) as archive:

@@ -2,6 +2,24 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+# Rendering: "rgb_array" natively; gymnasium adds "human" (a pygame window) from it, at this frame rate
+METADATA = {"render_modes": ["rgb_array"], "render_fps": 4}
+
+
+def check_render_mode(render_mode: str | None) -> None:
+    """Raise a ``ValueError`` unless ``render_mode`` is ``None`` or ``"rgb_array"``."""
+    if render_mode not in (None, "rgb_array"):
+        raise ValueError(
+            f"render_mode must be None or 'rgb_array' (gymnasium.make(..., render_mode='human') wraps the latter "
+            f"in a window), got {render_mode!r}"
+        )
+
+
+def row_image(obs: np.ndarray) -> np.ndarray:
+    """A vector observation as a row of gray pixels, 8x8 each: ``(n,) -> (8, 8 * n, 3)`` uint8."""
+    row = np.repeat(obs * 255, 8).astype(np.uint8)
+    return np.repeat(row[None, :, None], 8, axis=0).repeat(3, axis=2)
+
 
 class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
     """
@@ -18,18 +36,18 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
     :param n_cues: Number of distinct cues (and actions)
     :param min_delay: Shortest number of blank steps between cue and query
     :param max_delay: Longest number of blank steps between cue and query
-    :param render_mode: ``None`` or ``"rgb_array"`` (the observation as a row of gray pixels)
+    :param render_mode: ``None`` or ``"rgb_array"`` (the observation as a row of gray pixels); with
+        ``gymnasium.make(..., render_mode="human")`` gymnasium shows these frames in a window (needs pygame)
     """
 
-    metadata = {"render_modes": ["rgb_array"]}  # noqa: RUF012
+    metadata = METADATA
 
     def __init__(self, n_cues: int = 4, min_delay: int = 1, max_delay: int = 6, render_mode: str | None = None) -> None:
         if n_cues < 2:
             raise ValueError(f"n_cues must be at least 2, got {n_cues}")
         if not 0 <= min_delay <= max_delay:
             raise ValueError(f"need 0 <= min_delay <= max_delay, got min_delay={min_delay}, max_delay={max_delay}")
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        check_render_mode(render_mode)
         self.render_mode = render_mode
         self.n_cues = n_cues
         self.min_delay = min_delay
@@ -65,9 +83,7 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
     def render(self) -> np.ndarray | None:  # type: ignore[override]
         if self.render_mode != "rgb_array":
             return None
-        # (n_cues + 1,) -> (8, 8 * (n_cues + 1), 3) uint8
-        row = np.repeat(self._obs() * 255, 8).astype(np.uint8)
-        return np.repeat(row[None, :, None], 8, axis=0).repeat(3, axis=2)
+        return row_image(self._obs())
 
 
 class CueRecallImageEnv(CueRecallEnv):

@@ -2,6 +2,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from sb3_reset_ppo.envs.cue_recall import METADATA, check_render_mode, row_image
+
 
 class EarlyChoiceEnv(gym.Env[np.ndarray, np.int64]):
     """
@@ -22,16 +24,26 @@ class EarlyChoiceEnv(gym.Env[np.ndarray, np.int64]):
     :param n_decisions: Decision steps at the start of each episode
     :param min_filler: Fewest filler steps
     :param max_filler: Most filler steps
+    :param render_mode: ``None`` or ``"rgb_array"`` (the observation as a row of gray pixels)
     """
 
-    metadata = {"render_modes": []}  # noqa: RUF012
+    metadata = METADATA
 
-    def __init__(self, n_choices: int = 4, n_decisions: int = 3, min_filler: int = 10, max_filler: int = 40) -> None:
+    def __init__(
+        self,
+        n_choices: int = 4,
+        n_decisions: int = 3,
+        min_filler: int = 10,
+        max_filler: int = 40,
+        render_mode: str | None = None,
+    ) -> None:
         if n_choices < 2 or n_decisions < 1 or not 0 <= min_filler <= max_filler:
             raise ValueError(
                 "need n_choices >= 2, n_decisions >= 1 and 0 <= min_filler <= max_filler, got "
                 f"n_choices={n_choices}, n_decisions={n_decisions}, min_filler={min_filler}, max_filler={max_filler}"
             )
+        check_render_mode(render_mode)
+        self.render_mode = render_mode
         self.n_choices = n_choices
         self.n_decisions = n_decisions
         self.min_filler = min_filler
@@ -69,3 +81,8 @@ class EarlyChoiceEnv(gym.Env[np.ndarray, np.int64]):
             reward = 0.01 if int(action) == 0 else 0.0
         self._t += 1
         return self._obs(), reward, self._t >= self._length, False, {}
+
+    def render(self) -> np.ndarray | None:  # type: ignore[override]
+        if self.render_mode != "rgb_array":
+            return None
+        return row_image(self._obs())

@@ -155,6 +155,11 @@ class ResetPPO(RecurrentPPO):
                 f"policy must be a RecurrentActorCriticPolicy subclass or one of {sorted(self.policy_aliases)}, "
                 f"got {policy.__name__}"
             )
+        if isinstance(policy, str) and policy not in self.policy_aliases:
+            raise ValueError(
+                f"policy {policy!r} is unknown to ResetPPO, a recurrent algorithm: use one of "
+                f"{sorted(self.policy_aliases)} (or a RecurrentActorCriticPolicy subclass)"
+            )
         # Checked before the env is built, and again in _setup_model (which load() calls too)
         check_window_settings(window_size, boundary, weighting, window_stride)
         _check_consecutive_windows(consecutive_windows)

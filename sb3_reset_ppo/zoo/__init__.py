@@ -75,15 +75,33 @@ def _with_default_conf_file(argv: list[str]) -> list[str]:
     return argv
 
 
+SCRIPTS = ("train", "enjoy", "plot_train", "plot_from_file", "all_plots")
+USAGE = f"""usage: python -m sb3_reset_ppo.zoo {{{",".join(SCRIPTS)}}} [options]
+
+The RL Zoo's command line with reset_ppo (ResetPPO) registered next to ppo_lstm. Each script takes the
+zoo's own options; see them with, e.g., `python -m sb3_reset_ppo.zoo train --help`. Examples:
+
+  python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CueRecall-v0
+  python -m sb3_reset_ppo.zoo enjoy --algo reset_ppo --env CueRecall-v0 -f logs/
+"""
+
+
 def main(argv: list[str] | None = None) -> None:
     """
     Run the RL Zoo's command line with ``reset_ppo`` registered.
 
     :param argv: Arguments after the program name (default: ``sys.argv[1:]``), e.g. ``["train", "--algo", ...]``
     """
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if not arguments or arguments[0] in ("-h", "--help"):
+        print(USAGE)
+        raise SystemExit(0 if arguments else 2)
+    if arguments[0] not in SCRIPTS:
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(f"error: unknown script {arguments[0]!r}; choose one of {', '.join(SCRIPTS)}")
     register()
     from rl_zoo3.cli import main as zoo_main
 
-    arguments = _with_default_conf_file(list(sys.argv[1:] if argv is None else argv))
+    arguments = _with_default_conf_file(arguments)
     sys.argv = [sys.argv[0], *arguments]
     zoo_main()
