@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -33,10 +35,16 @@ def test_quickstart() -> None:
 def test_loss_scale(tmp_path: Path) -> None:
     out = _run("loss_scale.py", "--lengths", "3", "12", "--output", str(tmp_path / "loss.png"))
     assert (tmp_path / "loss.png").stat().st_size > 0
-    rows = [line for line in out.splitlines() if line.startswith("| 3 ") or line.startswith("| 12 ")]
-    kept = [float(row.split("|")[2]) for row in rows]
+    rows = [[float(cell) for cell in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith(("| 3 ", "| 12 "))]
+    (length_short, kept_short, reset_short, mask_short, kept_mean_short, ratio_short), long = rows
+    assert (length_short, long[0]) == (3, 12)
     # Shorter episodes: fewer kept slots with masking
-    assert kept[0] < kept[1] < 1.0
+    assert kept_short < long[1] < 1.0
+    # The claim: reset's and kept_mean's logged entropy term does not depend on the episode length ...
+    assert reset_short == long[2] and kept_mean_short == long[4] == reset_short
+    # ... the B*W mean's is the same term times the kept fraction, and so is its value loss
+    assert mask_short == pytest.approx(reset_short * kept_short, abs=2e-3)
+    assert ratio_short == pytest.approx(kept_short, abs=2e-3)
 
 
 def test_compare_modes(tmp_path: Path) -> None:

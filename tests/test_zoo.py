@@ -120,3 +120,39 @@ def test_help_and_unknown_script_give_usage_not_tracebacks() -> None:
     assert _zoo("--help").returncode == 0 and _zoo().returncode == 2
     unknown = _zoo("trian")
     assert unknown.returncode == 1 and "unknown script 'trian'" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+@pytest.mark.filterwarnings("ignore:batch_size=")  # small sampled batches are one window: said by a warning
+def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
+    # The same sampled settings (batch_size, n_steps, n_epochs) for both: ResetPPO's epoch trains at most as many
+    # slots as RecurrentPPO's has transitions, in at most as many minibatches (gradient steps)
+    from rl_zoo3 import hyperparams_opt
+    from stable_baselines3.common.env_util import make_vec_env
+
+    import sb3_reset_ppo.envs  # noqa: F401
+    from sb3_reset_ppo.common.windows import windows_per_minibatch
+
+    n_envs = 2
+    env = make_vec_env("CueRecall-v0", n_envs=n_envs)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    checked = 0
+    for _ in range(60):
+        trial = study.ask()
+        params = sample_reset_ppo_params(trial, 4, n_envs, {})
+        same = {k: v for k, v in trial.params.items() if k != "window_size"}
+        ppo_lstm = hyperparams_opt.sample_ppo_lstm_params(cast(optuna.Trial, optuna.trial.FixedTrial(same)), 4, n_envs, {})
+        assert {k: params[k] for k in ("batch_size", "n_steps", "n_epochs")} == {
+            k: ppo_lstm[k] for k in ("batch_size", "n_steps", "n_epochs")
+        }
+        model = ResetPPO("MlpLstmPolicy", env, **{k: v for k, v in params.items() if k != "policy_kwargs"})
+        window_size, batch_size = model.window_size, model.batch_size
+        assert window_size <= params["n_steps"]
+        windows_per_epoch = model.rollout_buffer.n_windows  # the most an epoch can hold
+        windows = windows_per_minibatch(batch_size, window_size)
+        assert windows is not None
+        transitions = n_envs * params["n_steps"]
+        assert windows_per_epoch * window_size <= transitions
+        assert -(-windows_per_epoch // windows) <= -(-transitions // batch_size)
+        checked += 1
+        study.tell(trial, 0.0)
+    assert checked == 60
