@@ -64,10 +64,10 @@ def train(boundary: str, weighting: str, seed: int, total_timesteps: int, env_id
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="EarlyChoice-v0")
-    parser.add_argument("--total-timesteps", type=int, default=30_000)
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=Path("compare_modes.png"))
+    parser.add_argument("--env", default="EarlyChoice-v0", help="registered env id")
+    parser.add_argument("--total-timesteps", type=int, default=30_000, help="env steps per run")
+    parser.add_argument("--seeds", type=int, default=2, help="runs per mode (seeds 0, 1, ...)")
+    parser.add_argument("--output", type=Path, default=Path("compare_modes.png"), help="figure to write")
     args = parser.parse_args()
     th.set_num_threads(1)
 

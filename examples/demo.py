@@ -1,5 +1,5 @@
 """
-Demo: train ResetPPO on the CueRecall memory task for a couple of minutes on CPU.
+Demo: train ResetPPO on the CueRecall memory task (40,000 steps: about 15 s of training on one CPU core).
 
 CueRecall-v0 shows a cue at the first step of each episode and asks for it 2 to 7 steps later: only a
 policy that remembers scores above the random policy's 0.25 (the best return is 1.0). The script prints
@@ -47,11 +47,11 @@ class LearningCurve(BaseCallback):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--total-timesteps", type=int, default=40_000)
-    parser.add_argument("--window-size", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval-episodes", type=int, default=500)
-    parser.add_argument("--output-dir", type=Path, default=Path("demo_output"))
+    parser.add_argument("--total-timesteps", type=int, default=40_000, help="env steps to train")
+    parser.add_argument("--window-size", type=int, default=16, help="steps per training window (BPTT length)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model and the envs")
+    parser.add_argument("--eval-episodes", type=int, default=500, help="episodes of the final evaluation")
+    parser.add_argument("--output-dir", type=Path, default=Path("demo_output"), help="where to write learning_curve.png")
     args = parser.parse_args()
     th.set_num_threads(1)
 
@@ -77,9 +77,10 @@ def main() -> None:
     eval_env = make_vec_env(ENV_ID, n_envs=4, seed=args.seed + 1000)
     trained, trained_std = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes)
     random_return = random_policy_return(ENV_ID, args.eval_episodes, args.seed + 2000)
-    print(f"trained {args.total_timesteps} steps in {elapsed:.0f} s (window_size={args.window_size})")
-    print(f"evaluation return over {args.eval_episodes} episodes: ResetPPO {trained:.3f} +- {trained_std:.3f}")
-    print(f"                                          random policy {random_return:.3f}   (optimal 1.000)")
+    print(f"trained {args.total_timesteps:,} steps in {elapsed:.0f} s (window_size={args.window_size})")
+    print(f"mean evaluation return over {args.eval_episodes} episodes (optimal 1.000):")
+    print(f"  ResetPPO       {trained:.3f} +- {trained_std:.3f}")
+    print(f"  random policy  {random_return:.3f}")
 
     args.output_dir.mkdir(parents=True, exist_ok=True)
     figure, ax = plt.subplots(figsize=(6, 4))

@@ -22,8 +22,8 @@ from sb3_reset_ppo import ResetPPO
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--total-timesteps", type=int, default=20_000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--total-timesteps", type=int, default=20_000, help="env steps to train")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model and the envs")
     args = parser.parse_args()
     th.set_num_threads(1)
 

@@ -60,7 +60,9 @@ def draw_windows(ax: Axes, boundary: str) -> None:
             )
             ax.text(step + 0.47, -row + 0.45, labels[step], ha="center", va="center", fontsize=7)
             if boundary == "reset" and bool(resets[row, slot]):
-                ax.text(step + 0.08, -row + 0.72, "R", fontsize=7, color="crimson", fontweight="bold")
+                # Inside the slot's top-left corner, with the slot's left edge in red: the memory resets here
+                ax.plot([step, step], [-row, -row + 0.9], color="crimson", linewidth=2)
+                ax.text(step + 0.07, -row + 0.86, "R", fontsize=6, color="crimson", fontweight="bold", ha="left", va="top")
     counts = window_weights(episode_starts, SMALL_WINDOW, boundary)
     for step in range(n_steps):
         ax.text(step + 0.47, -len(slots) + 0.35, f"{counts[step]:g}", ha="center", fontsize=7)
@@ -92,14 +94,17 @@ def draw_profile(ax: Axes, n_steps: int = 256, window_size: int = 16) -> None:
         ax.axvline(float(step), color="gray", linewidth=0.5, linestyle=":")
     ax.set_xlabel("step of the rollout (dotted: episode start)")
     ax.set_ylabel("weight / mean weight")
-    ax.set_title(f"Total weight of each step over one pass over all windows (window {window_size})", fontsize=9)
+    ax.set_title(
+        f"Expected weight of each step per epoch, relative to the mean (window {window_size}; the same for every stride)",
+        fontsize=9,
+    )
     ax.set_ylim(0, 1.75)
     ax.legend(fontsize=8, loc="upper center", ncol=3)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", type=Path, default=Path("docs/weight_profile.png"))
+    parser.add_argument("--output", type=Path, default=Path("docs/weight_profile.png"), help="figure to write")
     args = parser.parse_args()
     figure = plt.figure(figsize=(11, 8))
     grid = figure.add_gridspec(2, 2, height_ratios=[1.3, 1])
