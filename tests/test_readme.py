@@ -1,0 +1,71 @@
+"""Every README command runs the way the README writes it, with tiny budgets appended."""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _code_block(heading: str, language: str) -> str:
+    """The first ``language`` code block after the ``heading`` line."""
+    section = README.split(f"\n{heading}\n", 1)[1]
+    match = re.search(rf"```{language}\n(.*?)```", section, re.DOTALL)
+    assert match is not None, f"no {language} block under {heading}"
+    return match.group(1)
+
+
+def _zoo_commands() -> list[list[str]]:
+    return [shlex.split(line) for line in _code_block("## RL Zoo", "bash").splitlines() if line.strip()]
+
+
+def _run(argv: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    assert argv[0] == "python", argv
+    return subprocess.run([sys.executable, *argv[1:]], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_usage_snippet_runs_as_written(tmp_path: Path) -> None:
+    code = _code_block("## Usage: a drop-in for RecurrentPPO", "python")
+    # The README's budget is 40,000 steps and 100 evaluation episodes (about 70 s): tiny ones here
+    assert "model.learn(40_000)" in code and "n_eval_episodes=100" in code
+    code = code.replace("model.learn(40_000)", "model.learn(1_024)").replace("n_eval_episodes=100", "n_eval_episodes=5")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"^mean return \d\.\d\d \+- \d\.\d\d$", result.stdout, re.MULTILINE), result.stdout[-500:]
+    assert (tmp_path / "reset_ppo_cue.zip").exists()
+
+
+def test_zoo_commands_run_as_written(tmp_path: Path) -> None:
+    commands = _zoo_commands()
+    assert [c[3] for c in commands] == ["train", "enjoy", "train", "train"]
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}  # enjoy renders: no display here
+    for command in commands:
+        if "-optimize" in command:
+            continue  # test_optimize_command_runs_as_written (slow)
+        budget = ["-n", "512"] if command[3] == "train" else ["-n", "60"]
+        result = subprocess.run(
+            [sys.executable, *command[1:], *budget], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+        )
+        assert result.returncode == 0, f"{shlex.join(command)}: {result.stderr[-3000:]}"
+        if command[3] == "enjoy":
+            # The run the first command trained, rendered
+            assert "CueRecall-v0_1" in result.stdout + result.stderr and "Mean reward" in result.stdout
+    assert (tmp_path / "logs" / "reset_ppo" / "CueRecall-v0_1" / "CueRecall-v0.zip").exists()
+    assert (tmp_path / "logs" / "reset_ppo" / "CartPoleNoVel-v1_1" / "CartPoleNoVel-v1.zip").exists()
+
+
+@pytest.mark.slow
+def test_optimize_command_runs_as_written(tmp_path: Path) -> None:
+    (command,) = [c for c in _zoo_commands() if "-optimize" in c]
+    result = subprocess.run(
+        [sys.executable, *command[1:], "-n", "256", "--n-trials", "1", "--n-jobs", "1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list((tmp_path / "logs" / "reset_ppo").glob("report_CueRecall-v0_1-trials-256-*"))
