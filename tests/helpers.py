@@ -131,7 +131,7 @@ def reference_unroll(
 
 def check_exact(model: "ResetPPO", expect_resets: bool = True, epochs: int = 3) -> None:
     """
-    Before any update, every kept slot's recomputed log-prob and value equal the rollout's, in every window of
+    Before any update, every slot's recomputed log-prob and value equal the rollout's, in every window of
     ``epochs`` epochs (with ``window_stride=1``, every window of the rollout).
     """
     batches = [next(model.rollout_buffer.get(None)) for _ in range(epochs)]
@@ -147,8 +147,9 @@ def check_exact(model: "ResetPPO", expect_resets: bool = True, epochs: int = 3) 
             assert kept.all()
         elif expect_resets and samples.resets.any():
             assert not kept.all()
-        th.testing.assert_close(log_prob[kept], samples.old_log_prob[kept], rtol=1e-5, atol=1e-5)
-        th.testing.assert_close(values[kept], samples.old_values[kept], rtol=1e-5, atol=1e-5)
+        # Every slot, dropped ones included: both boundaries share the unroll
+        th.testing.assert_close(log_prob, samples.old_log_prob, rtol=1e-5, atol=1e-5)
+        th.testing.assert_close(values, samples.old_values, rtol=1e-5, atol=1e-5)
         assert float(losses.approx_kl) < 1e-8
         assert float(losses.clip_fraction) == 0.0
 

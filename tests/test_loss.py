@@ -222,3 +222,38 @@ def test_importance_weighting_normalises_advantages_with_weighted_statistics(see
     # The control: unweighted statistics over kept slots give a non-zero weighted mean
     unweighted = (adv - adv[kept].mean()) / (adv[kept].std() + 1e-8)
     assert abs(float((weights * unweighted).sum() / weights.sum())) > 1e-3
+
+
+@pytest.mark.parametrize("weighting", ["uniform", "importance", "kept_mean"])
+def test_dropped_slots_cannot_poison_the_loss(weighting: str) -> None:
+    # A dropped slot whose ratio overflows (old log-prob -1e4) gives no NaN, in the loss or in the gradient
+    inputs: dict[str, Any] = _inputs(6)
+    log_prob = inputs["log_prob"].clone().requires_grad_(True)
+    old_log_prob = inputs["old_log_prob"].clone()
+    kept = th.ones(6, 5, dtype=th.bool)
+    kept[2, 3:] = False
+    old_log_prob[2, 4] = -1e4
+    out = window_ppo_loss(
+        **{**inputs, "log_prob": log_prob, "old_log_prob": old_log_prob},
+        kept=kept,
+        weights=kept.float(),
+        weighting=weighting,  # type: ignore[arg-type]
+        clip_range=0.2,
+        clip_range_vf=None,
+        ent_coef=0.01,
+        vf_coef=0.5,
+    )
+    (grad,) = th.autograd.grad(out.loss, log_prob)
+    assert th.isfinite(out.loss) and th.isfinite(grad).all()
+    assert th.all(grad[2, 3:] == 0)
+
+
+def test_a_single_kept_slot_is_not_normalised() -> None:
+    # As SB3 (no normalisation of a single sample): its advantage keeps its sign and size
+    inputs: dict[str, Any] = _inputs(7)
+    kept = th.zeros(6, 5, dtype=th.bool)
+    kept[0, 0] = True
+    common: dict[str, Any] = dict(kept=kept, weights=kept.float(), weighting="kept_mean", clip_range=0.2, clip_range_vf=None)
+    same_policy = {**inputs, "log_prob": inputs["old_log_prob"]}
+    out = window_ppo_loss(**same_policy, **common, ent_coef=0.0, vf_coef=0.5, normalize_advantage=True)
+    th.testing.assert_close(out.policy_loss, -inputs["advantages"][0, 0])

@@ -115,9 +115,17 @@ def test_optimize_runs_one_trial(tmp_path: Path) -> None:
 def test_help_and_unknown_script_give_usage_not_tracebacks() -> None:
     for args in ((), ("--help",)):
         result = _zoo(*args)
-        assert "usage: python -m sb3_reset_ppo.zoo {train,enjoy," in result.stdout
+        assert "usage: python -m sb3_reset_ppo.zoo {train,enjoy," in (result.stderr if not args else result.stdout)
         assert "Traceback" not in result.stderr
     assert _zoo("--help").returncode == 0 and _zoo().returncode == 2
+    # Every script we list is one the zoo's command line knows
+    import inspect
+
+    from rl_zoo3 import cli
+
+    from sb3_reset_ppo.zoo import SCRIPTS
+
+    assert all(f'"{script}":' in inspect.getsource(cli.main) for script in SCRIPTS)
     unknown = _zoo("trian")
     assert unknown.returncode == 1 and "unknown script 'trian'" in unknown.stderr and "Traceback" not in unknown.stderr
 

@@ -245,7 +245,7 @@ class _WindowBufferMixin:
         self._sampler = None
 
     def window_diagnostics(self) -> dict[str, float]:
-        """The ``train/`` window diagnostics of the current rollout (see the README)."""
+        """The ``train/`` window diagnostics of the current rollout (see ``docs/design.md``)."""
         return self.sampler().diagnostics
 
     def get(  # type: ignore[override]  # windows, not transitions

@@ -22,12 +22,11 @@ def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
     :param path: Path (``.zip`` may be omitted, as with SB3's ``load``) or an open binary file
     """
     if isinstance(path, (str, pathlib.Path)):
-        candidates = [pathlib.Path(path)]
-        if pathlib.Path(path).suffix != ".zip":
-            candidates.append(pathlib.Path(f"{path}.zip"))
+        # Where SB3's load looks: the path, then the path with ".zip" appended
+        candidates = [pathlib.Path(path), pathlib.Path(f"{path}.zip")]
         if not any(candidate.is_file() for candidate in candidates):
-            tried = " or ".join(str(candidate) for candidate in candidates)
-            raise FileNotFoundError(f"cannot load checkpoint: no file {tried}")
+            named = candidates[:1] if pathlib.Path(path).suffix == ".zip" else candidates
+            raise FileNotFoundError(f"cannot load checkpoint: no file {' or '.join(str(c) for c in named)}")
     file = open_path(path, "r", verbose=0, suffix="zip")
     try:
         with zipfile.ZipFile(file) as archive:

@@ -51,7 +51,9 @@ def window_ppo_loss(
     ``"importance"`` and ``"kept_mean"``. Advantages are normalised with the slot weights' statistics:
     weighted mean ``sum(w * a) / sum(w)`` and unbiased weighted variance
     ``sum(w * (a - mean)^2) / (sum(w) - sum(w^2) / sum(w))`` (for weights of 0 and 1: the mean and unbiased
-    variance over kept slots, as ``torch.std``), so that the weighted mean of the normalised advantages is 0.
+    variance over kept slots, as ``torch.std``), so that the weighted mean of the normalised advantages is 0;
+    with fewer than two kept slots advantages are left as they are (as SB3 does for a single sample).
+    Dropped slots contribute exactly nothing, even where their terms are not finite.
     ``approx_kl`` and ``clip_fraction`` are plain means over kept slots.
 
     :param log_prob: Log-probabilities under the current policy
@@ -75,12 +77,15 @@ def window_ppo_loss(
     if normalize_advantage:
         total = weights.sum().clamp(min=_TINY)
         mean = (weights * advantages).sum() / total
-        # Unbiased weighted variance (reliability weights); a single kept slot is only centred
+        # Unbiased weighted variance (reliability weights)
         denominator = (total - (weights**2).sum() / total).clamp(min=_TINY)
         variance = (weights * (advantages - mean) ** 2).sum() / denominator
-        advantages = (advantages - mean) / (variance.sqrt() + 1e-8)
+        # As SB3: a single sample is not normalised (selected on the device: no host read)
+        advantages = th.where(kept_f.sum() > 1, (advantages - mean) / (variance.sqrt() + 1e-8), advantages)
 
-    log_ratio = log_prob - old_log_prob
+    # Dropped slots enter as ratio 1 and zero terms: nothing they hold (an overflowing ratio) reaches the loss
+    # or the gradient
+    log_ratio = th.where(kept, log_prob - old_log_prob, th.zeros_like(log_prob))
     ratio = th.exp(log_ratio)
     policy_term = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range))
 
@@ -93,10 +98,11 @@ def window_ppo_loss(
     # Approximate entropy when there is no closed form, as SB3 does
     entropy_term = log_prob if entropy is None else -entropy
 
-    normaliser = weights.sum() if weighting != "uniform" else th.tensor(float(weights.numel()), device=weights.device)
+    # "uniform": all B * W slots (a number, not a tensor: no copy to the device per minibatch)
+    normaliser: th.Tensor | int = weights.sum() if weighting != "uniform" else weights.numel()
 
     def combine(term: th.Tensor) -> th.Tensor:
-        return (weights * term).sum() / normaliser
+        return (weights * th.where(kept, term, th.zeros_like(term))).sum() / normaliser
 
     policy_loss = combine(policy_term)
     value_loss = combine(value_term)

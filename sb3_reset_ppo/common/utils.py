@@ -1,5 +1,6 @@
 """Small helpers with no window logic."""
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -8,9 +9,12 @@ import sb3_contrib
 import stable_baselines3
 
 # Code in these folders is library code: a warning points at the first frame outside them
-_LIBRARY_DIRS = (
-    str(Path(__file__).resolve().parent.parent),
-    *(str(Path(str(module.__file__)).resolve().parent) for module in (stable_baselines3, sb3_contrib)),
+_LIBRARY_DIRS = tuple(
+    str(directory) + os.sep
+    for directory in (
+        Path(__file__).resolve().parent.parent,
+        *(Path(str(module.__file__)).resolve().parent for module in (stable_baselines3, sb3_contrib)),
+    )
 )
 
 

@@ -317,9 +317,9 @@ def window_weights(
     rollout (one at every step), divided by the stride an epoch uses (:func:`effective_stride`): an
     epoch draws each window with probability ``1 / stride``. It is computed by the same code that
     ResetPPO trains with. With ``window_stride=1`` (every window, every epoch) and uniform weighting, in
-    reset mode a step at position ``s`` gets ``min(s+1, W, T-s, T-W+1)``; in mask mode a step ``k`` steps
-    into an episode that began inside the rollout gets at most ``k+1``. With importance weighting every
-    trained step gets ``1 / stride``.
+    reset mode a step at position ``s`` gets ``min(s+1, W, T-s, T-W+1)``; in mask mode a step ``j`` steps
+    into an episode that began inside the rollout gets at most ``j+1``. With importance weighting every
+    trained step gets ``1 / k``, ``k`` being the stride an epoch uses.
 
     :param episode_starts: SB3's episode-start flags (step ``s`` is the first of an episode),
         shape ``(n_steps,)`` for one env or ``(n_steps, n_envs)`` as in SB3's rollout buffer

@@ -22,6 +22,7 @@ from sb3_reset_ppo.common.utils import warn_user
 from sb3_reset_ppo.common.windows import (
     check_positive_int,
     check_window_settings,
+    effective_stride,
     resolve_window_stride,
     windows_per_minibatch,
 )
@@ -45,8 +46,8 @@ def _check_consecutive_windows(value: object) -> None:
 
 class ResetPPO(RecurrentPPO):
     """
-    Recurrent PPO trained on fixed-length windows that start at every step of the rollout, with
-    reset-and-continue at episode boundaries inside a window.
+    Recurrent PPO trained on fixed-length windows of the rollout (starting at a random phase each epoch, so
+    that over epochs windows start at every step), with reset-and-continue at episode boundaries inside a window.
 
     A drop-in for sb3-contrib's ``RecurrentPPO``: same policies, arguments and logged keys. Each window is
     ``window_size`` consecutive steps of one env. Slot 0 starts from the LSTM memory recorded during the
@@ -269,7 +270,7 @@ class ResetPPO(RecurrentPPO):
             else [self.observation_space]
         )
         has_images = any(is_image_space(space, check_channels=False) for space in subspaces)
-        stride = resolve_window_stride(self.window_stride, self.window_size)
+        stride = effective_stride(self.n_steps, self.window_size, resolve_window_stride(self.window_stride, self.window_size))
         return -(-self.window_size // stride) if has_images else 1
 
     def set_random_seed(self, seed: int | None = None) -> None:

@@ -75,6 +75,7 @@ def _with_default_conf_file(argv: list[str]) -> list[str]:
     return argv
 
 
+# rl_zoo3.cli.main's scripts (tests/test_zoo.py checks each is known to it)
 SCRIPTS = ("train", "enjoy", "plot_train", "plot_from_file", "all_plots")
 USAGE = f"""usage: python -m sb3_reset_ppo.zoo {{{",".join(SCRIPTS)}}} [options]
 
@@ -93,9 +94,12 @@ def main(argv: list[str] | None = None) -> None:
     :param argv: Arguments after the program name (default: ``sys.argv[1:]``), e.g. ``["train", "--algo", ...]``
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if not arguments or arguments[0] in ("-h", "--help"):
+    if not arguments:
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(2)
+    if arguments[0] in ("-h", "--help"):
         print(USAGE)
-        raise SystemExit(0 if arguments else 2)
+        raise SystemExit(0)
     if arguments[0] not in SCRIPTS:
         print(USAGE, file=sys.stderr)
         raise SystemExit(f"error: unknown script {arguments[0]!r}; choose one of {', '.join(SCRIPTS)}")
