@@ -185,6 +185,32 @@ def summary(done: list[dict[str, Any]], envs: list[str]) -> str:
     return "\n".join(lines)
 
 
+COMPARISONS = (("reset", "recurrent_ppo"), ("reset", "reset_stride1"), ("reset_equal_time", "reset_stride1"))
+ENDPOINTS = ("eval_return", "last10_return", "mean_return_over_training")
+
+
+def comparisons(done: list[dict[str, Any]], envs: list[str]) -> str:
+    """Markdown table: per env, differences of means between variants with Welch's t-test p-values."""
+    from scipy.stats import ttest_ind
+
+    lines = [
+        "| env | comparison | evaluation return: difference (p) | last 10%: difference (p) | over training: difference (p) |",
+        "|---|---|---|---|---|",
+    ]
+    for env_id in envs:
+        for a, b in COMPARISONS:
+            rows = {v: [r for r in done if r["env"] == env_id and r["variant"] == v] for v in (a, b)}
+            if min(len(rows[a]), len(rows[b])) < 2:
+                continue
+            cells = []
+            for key in ENDPOINTS:
+                x, y = [r[key] for r in rows[a]], [r[key] for r in rows[b]]
+                p = ttest_ind(x, y, equal_var=False).pvalue
+                cells.append(f"{statistics.mean(x) - statistics.mean(y):+.3g} ({'n/a' if p != p else f'{p:.2f}'})")
+            lines.append(f"| {env_id} | {a} - {b} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=ENVS)
@@ -210,6 +236,8 @@ def main() -> None:
                 print(json.dumps(brief), flush=True)
     print()
     print(summary(done, args.envs))
+    print()
+    print(comparisons(done, args.envs))
 
 
 if __name__ == "__main__":

@@ -143,3 +143,18 @@ def test_stride_study_summary() -> None:
     ]  # fmt: skip
     table = bench.summary(rows, ["CueRecall-v0"])
     assert "| CueRecall-v0 | reset | 2 | 1,024 | 0.950 +- 0.071 | 0.800 +- 0.000 | 0.500 +- 0.000 | 10 | 12 |" in table
+
+
+def test_stride_study_comparisons_report_differences_and_welch_p() -> None:
+    bench = _load("bench_stride")
+    rows = [
+        {"env": "CueRecall-v0", "variant": variant, "seed": seed, "eval_return": value + 0.01 * seed,
+         "last10_return": value, "mean_return_over_training": value}
+        for variant, value in (("reset", 0.9), ("recurrent_ppo", 0.5))
+        for seed in range(3)
+    ]  # fmt: skip
+    table = bench.comparisons(rows, ["CueRecall-v0"])
+    line = next(row for row in table.splitlines() if "reset - recurrent_ppo" in row)
+    # A difference of 0.4 with tiny (or no) spread: significant
+    assert line == "| CueRecall-v0 | reset - recurrent_ppo | +0.4 (0.00) | +0.4 (0.00) | +0.4 (0.00) |"
+    assert "reset_stride1" not in table  # no runs: no row
