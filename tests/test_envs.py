@@ -83,3 +83,20 @@ def test_early_choice_returns() -> None:
     assert random_total / n_episodes == pytest.approx(unwrapped.optimal_return / 4, abs=0.05)
     # Most of the return comes from the first steps
     assert first_steps / optimal > 0.9
+
+
+@pytest.mark.parametrize("env_id", ["CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0", "CueRecallImage-v0"])
+def test_tasks_render_as_sb3_makes_them_without_warnings(env_id: str) -> None:
+    import warnings
+
+    from stable_baselines3.common.env_util import make_vec_env
+
+    # make_vec_env asks for render_mode="rgb_array": every task supports it, so gymnasium does not warn
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env = make_vec_env(env_id, n_envs=1, seed=0)
+        env.reset()
+        frame = env.render()
+    assert isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[2] == 3 and frame.max() > 0
+    # gymnasium's window for render_mode="human" needs the frame rate
+    assert gym.spec(env_id).entry_point and gym.make(env_id).metadata["render_fps"] > 0
