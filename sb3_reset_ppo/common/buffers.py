@@ -6,9 +6,11 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, RecurrentRolloutBuffer
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
+from sb3_reset_ppo.common.unroll import lstm_step_states
 from sb3_reset_ppo.common.windows import (
     Boundary,
     ResetLayout,
@@ -83,10 +85,49 @@ class _WindowSampler:
         else:
             self.observations = flat(observations)
         self.memory = {key: flat_memory(value) for key, value in memory.items()}
+        # The memory recorded during the rollout; `memory` may be refreshed (see `refresh_memory`)
+        self.recorded_memory = dict(self.memory)
         # (n_envs * n_steps,) -> (n_envs, n_steps)
         per_env_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
         self.stats = RolloutWindowStats(per_env_starts, window_size, boundary, weighting, window_stride)
         self.diagnostics = self.stats.diagnostics(per_env_starts)
+
+    def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
+        """
+        Recompute the memory entering every step of the rollout with the policy's current parameters (no
+        gradient): one pass per env from the memory recorded for its first step, with SB3's episode-start rule,
+        one fused LSTM call per layer (:func:`~sb3_reset_ppo.common.unroll.lstm_step_states`). Windows then
+        start from it. Before any update it equals the recorded memory (to float rounding).
+
+        :param policy: The recurrent policy
+        :return: Staleness of the recorded memory: ``||refreshed - recorded|| / ||recorded||`` over every step,
+            actor and critic, hidden and cell (a 0-d tensor, not read back to the host)
+        """
+        n_steps = self.n_steps
+        with th.no_grad():
+            features = policy.extract_features(self.observations)
+            pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
+            # (n_envs * n_steps,) -> (n_envs, n_steps)
+            episode_starts = self.data["episode_starts"].reshape(self.n_envs, n_steps)
+
+            def refresh(lstm: th.nn.LSTM, step_features: th.Tensor, hidden_key: str, cell_key: str) -> None:
+                # (n_envs * n_steps, F) -> (n_envs, n_steps, F); the memory recorded for each env's first step
+                sequences = step_features.reshape(self.n_envs, n_steps, -1)
+                first = (self.recorded_memory[hidden_key][::n_steps], self.recorded_memory[cell_key][::n_steps])
+                hidden, cell = lstm_step_states(lstm, sequences, first, episode_starts)
+                # (n_envs, n_steps, n_layers, H) -> (n_envs * n_steps, n_layers, H)
+                self.memory[hidden_key] = hidden.reshape(self.n_envs * n_steps, *hidden.shape[2:])
+                self.memory[cell_key] = cell.reshape(self.n_envs * n_steps, *cell.shape[2:])
+
+            refresh(policy.lstm_actor, pi_features, "hidden_pi", "cell_pi")
+            if policy.lstm_critic is not None:
+                refresh(policy.lstm_critic, vf_features, "hidden_vf", "cell_vf")
+            else:
+                # sb3-contrib's critic memory is the actor's when the critic has no LSTM of its own
+                self.memory["hidden_vf"], self.memory["cell_vf"] = self.memory["hidden_pi"], self.memory["cell_pi"]
+            difference = sum(((self.memory[k] - self.recorded_memory[k]) ** 2).sum() for k in self.memory)
+            size = sum((self.recorded_memory[k] ** 2).sum() for k in self.memory)
+            return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
 
     def _to_device(self, array: np.ndarray) -> th.Tensor:
         return th.as_tensor(array).to(self.device, non_blocking=True)
@@ -243,6 +284,10 @@ class _WindowBufferMixin:
     def release(self) -> None:
         """Drop the window view (the device copy of the rollout) until the next ``get``."""
         self._sampler = None
+
+    def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
+        """Refresh the stored memory of the current rollout with the policy's parameters (see ``_WindowSampler``)."""
+        return self.sampler().refresh_memory(policy)
 
     def window_diagnostics(self) -> dict[str, float]:
         """The ``train/`` window diagnostics of the current rollout (see ``docs/design.md``)."""

@@ -1,6 +1,6 @@
 """Reset-and-continue: the one unroll used by actor and critic, and the window evaluation of a policy."""
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch as th
 from gymnasium import spaces
@@ -9,7 +9,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.windows import ResetLayout
+from sb3_reset_ppo.common.windows import ResetLayout, plan_reset_steps
 
 # Added to the input- and forget-gate pre-activations at a reset step: both gates become exactly 0. The
 # sigmoid of it is exactly 0 in float16, bfloat16, float32 and float64 (exp(1e4) overflows in all four), it is
@@ -86,6 +86,23 @@ def unroll_lstm(
     :param layout: Where each slot and reset step sits (see :func:`~sb3_reset_ppo.common.windows.plan_reset_steps`)
     :return: LSTM outputs of every slot, shape ``(B * W, hidden)``
     """
+    layer_outputs = _layer_rows(lstm, slot_features, memory, memory_not_start, layout)
+    *_, last = layer_outputs
+    # (row_length, B, hidden) -> (row_length * B, hidden) -> (B * W, hidden)
+    return last.reshape(-1, last.shape[2])[layout.slot_positions]
+
+
+def _layer_rows(
+    lstm: nn.LSTM,
+    slot_features: th.Tensor,
+    memory: tuple[th.Tensor, ...],
+    memory_not_start: th.Tensor,
+    layout: ResetLayout,
+) -> Iterator[th.Tensor]:
+    """
+    The unroll of :func:`unroll_lstm`, layer by layer: yields each layer's outputs, ``(row_length, B, hidden)``
+    (slot ``i`` of window ``b`` at ``layout.slot_positions[b * W + i]`` of the flattened rows).
+    """
     n_windows = memory_not_start.shape[0]
     reset_steps = layout.reset_steps.to(slot_features.dtype)
     # (B * W, F) -> (row_length * B, F) -> (row_length, B, F): slots at their steps, zeros elsewhere
@@ -103,12 +120,7 @@ def unroll_lstm(
     for layer in range(lstm.num_layers):
         if layer > 0 and lstm.dropout > 0 and lstm.training:
             inputs = F.dropout(inputs, lstm.dropout, training=True)
-        weights = [
-            th.cat([getattr(lstm, f"weight_ih_l{layer}"), reset_weight], dim=1),
-            getattr(lstm, f"weight_hh_l{layer}"),
-        ]
-        if lstm.bias:
-            weights += [getattr(lstm, f"bias_ih_l{layer}"), getattr(lstm, f"bias_hh_l{layer}")]
+        weights = [th.cat([getattr(lstm, f"weight_ih_l{layer}"), reset_weight], dim=1), *_layer_weights(lstm, layer)[1:]]
         # (row_length, B, F + 1) -> (row_length, B, hidden)
         inputs = fused_lstm_layer(
             th.cat([inputs, reset_steps], dim=2),
@@ -116,8 +128,90 @@ def unroll_lstm(
             weights,
             lstm.training,
         )
-    # (row_length, B, hidden) -> (row_length * B, hidden) -> (B * W, hidden)
-    return inputs.reshape(layout.row_length * n_windows, -1)[layout.slot_positions]
+        yield inputs
+
+
+def _layer_weights(lstm: nn.LSTM, layer: int) -> list[th.Tensor]:
+    """``[w_ih, w_hh]`` or ``[w_ih, w_hh, b_ih, b_hh]`` of one layer."""
+    names = ["weight_ih", "weight_hh", *(["bias_ih", "bias_hh"] if lstm.bias else [])]
+    return [getattr(lstm, f"{name}_l{layer}") for name in names]
+
+
+def _linear_recurrence(decay: th.Tensor, drive: th.Tensor, initial: th.Tensor) -> th.Tensor:
+    """
+    ``c_t = decay_t * c_{t-1} + drive_t`` for every ``t``, from ``c_{-1} = initial``, as a parallel scan
+    (Hillis-Steele: ``log2(L)`` vectorised passes, no loop over steps).
+
+    :param decay: ``(B, L, H)``
+    :param drive: ``(B, L, H)``
+    :param initial: ``(B, H)``
+    :return: ``c_t`` for every step, ``(B, L, H)``
+    """
+    # Fold the initial value into step 0: c_0 = decay_0 * initial + drive_0, and nothing before it
+    drive = th.cat([decay[:, :1] * initial[:, None] + drive[:, :1], drive[:, 1:]], dim=1)
+    decay = th.cat([th.zeros_like(decay[:, :1]), decay[:, 1:]], dim=1)
+    offset = 1
+    while offset < drive.shape[1]:
+        # Compose each step with the one `offset` earlier: (a, b) after (a', b') is (a * a', a * b' + b)
+        drive = th.cat([drive[:, :offset], drive[:, offset:] + decay[:, offset:] * drive[:, :-offset]], dim=1)
+        decay = th.cat([decay[:, :offset], decay[:, offset:] * decay[:, :-offset]], dim=1)
+        offset *= 2
+    return drive
+
+
+@th.no_grad()
+def lstm_step_states(
+    lstm: nn.LSTM, features: th.Tensor, initial: tuple[th.Tensor, th.Tensor], episode_starts: th.Tensor
+) -> tuple[th.Tensor, th.Tensor]:
+    """
+    The memory entering every step of ``B`` sequences of ``L`` steps under SB3's episode-start rule, as the
+    rollout buffer records it (before the rule is applied at that step), without gradient and without dropout
+    (as during collection).
+
+    Each layer's hidden states come from one fused LSTM call over all steps (:func:`unroll_lstm`'s layout, a
+    reset step at every episode start); the cell states, which a fused call does not return, are recomputed
+    from the gates (one batched product over all steps) and the linear recurrence
+    ``c_t = f_t * (1 - episode_start_t) * c_{t-1} + i_t * g_t``, solved as a parallel scan.
+
+    :param lstm: The LSTM
+    :param features: Inputs, ``(B, L, input_size)``
+    :param initial: ``(hidden, cell)`` entering step 0 as recorded, each ``(B, n_layers, hidden)``
+    :param episode_starts: SB3's episode-start flags, ``(B, L)``
+    :return: ``(hidden, cell)`` entering every step, each ``(B, L, n_layers, hidden)``; step 0's is ``initial``
+    """
+    n_sequences, length, _ = features.shape
+    layout = plan_reset_steps(episode_starts.detach().cpu().numpy())
+    layout = layout._replace(
+        slot_positions=layout.slot_positions.to(features.device), reset_steps=layout.reset_steps.to(features.device)
+    )
+    training = lstm.training
+    lstm.train(False)
+    try:
+        # (B, L, F) -> (B * L, F): slots row-major over (B, L)
+        rows = list(_layer_rows(lstm, features.reshape(n_sequences * length, -1), initial, 1.0 - episode_starts[:, 0], layout))
+    finally:
+        lstm.train(training)
+    # (B, L) -> (B, L, 1): SB3's rule at every step
+    not_start = (1.0 - episode_starts)[:, :, None]
+    hidden_entering, cell_entering = [], []
+    inputs = features
+    for layer, row in enumerate(rows):
+        # (row_length, B, H) -> (row_length * B, H) -> (B * L, H) -> (B, L, H): the layer's output at every step
+        outputs = row.reshape(-1, row.shape[2])[layout.slot_positions].reshape(n_sequences, length, -1)
+        h_initial, c_initial = initial[0][:, layer], initial[1][:, layer]
+        # Raw hidden state entering every step: the initial one, then the previous step's output
+        h_entering = th.cat([h_initial[:, None], outputs[:, :-1]], dim=1)
+        weights = _layer_weights(lstm, layer)
+        gates = inputs @ weights[0].T + (h_entering * not_start) @ weights[1].T
+        if lstm.bias:
+            gates = gates + weights[2] + weights[3]
+        input_gate, forget_gate, cell_gate, _ = gates.chunk(4, dim=2)
+        cell = _linear_recurrence(th.sigmoid(forget_gate) * not_start, th.sigmoid(input_gate) * th.tanh(cell_gate), c_initial)
+        hidden_entering.append(h_entering)
+        cell_entering.append(th.cat([c_initial[:, None], cell[:, :-1]], dim=1))
+        inputs = outputs
+    # n_layers x (B, L, H) -> (B, L, n_layers, H)
+    return th.stack(hidden_entering, dim=2), th.stack(cell_entering, dim=2)
 
 
 def evaluate_windows(

@@ -44,6 +44,14 @@ def _check_consecutive_windows(value: object) -> None:
         raise type(error)(f"{error}; or 'auto'") from None
 
 
+def _check_memory_refresh(value: object) -> None:
+    message = f"memory_refresh must be a non-negative int (0: never; k: before every k-th epoch), got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(message)
+    if value < 0:
+        raise ValueError(message)
+
+
 class ResetPPO(RecurrentPPO):
     """
     Recurrent PPO trained on fixed-length windows of the rollout (starting at a random phase each epoch, so
@@ -108,6 +116,10 @@ class ResetPPO(RecurrentPPO):
         share steps, whose features (e.g. a CNN's) are computed once per minibatch instead of once per slot, at
         some cost in shuffling. ``"auto"`` (default): ``ceil(window_size / window_stride)`` when observations
         hold images and windows overlap, else 1.
+    :param memory_refresh: ``0`` (default): windows start from the memory recorded during the rollout. ``k >= 1``:
+        before every ``k``-th epoch (epochs ``k, 2k, ...``; the first epoch's memory is fresh anyway), recompute
+        the stored memory of the whole rollout with the current parameters (no gradient, one pass per env, one
+        fused LSTM call per layer); windows then start from it. Logs ``train/memory_staleness``.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -149,6 +161,7 @@ class ResetPPO(RecurrentPPO):
         weighting: str = "uniform",
         window_stride: int | None = None,
         consecutive_windows: int | str = "auto",
+        memory_refresh: int = 0,
         _init_setup_model: bool = True,
     ):
         if isinstance(policy, type) and not issubclass(policy, RecurrentActorCriticPolicy):
@@ -164,6 +177,8 @@ class ResetPPO(RecurrentPPO):
         # Checked before the env is built, and again in _setup_model (which load() calls too)
         check_window_settings(window_size, boundary, weighting, window_stride)
         _check_consecutive_windows(consecutive_windows)
+        _check_memory_refresh(memory_refresh)
+        self.memory_refresh = memory_refresh
         self.window_size = window_size
         self.boundary = boundary
         self.weighting = weighting
@@ -203,6 +218,7 @@ class ResetPPO(RecurrentPPO):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
         check_window_settings(self.window_size, self.boundary, self.weighting, self.window_stride, n_steps=self.n_steps)
         _check_consecutive_windows(self.consecutive_windows)
+        _check_memory_refresh(self.memory_refresh)
         if self.batch_size is not None:
             if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, (int, np.integer)):
                 raise TypeError(
@@ -319,8 +335,11 @@ class ResetPPO(RecurrentPPO):
 
         all_losses: list[WindowLoss] = []
         epoch_losses: list[WindowLoss] = []
+        staleness: list[th.Tensor] = []
         continue_training = True
         for epoch in range(self.n_epochs):
+            if self.memory_refresh and epoch > 0 and epoch % self.memory_refresh == 0:
+                staleness.append(self.rollout_buffer.refresh_memory(self.policy))
             epoch_losses = []
             for minibatch, samples in enumerate(self.rollout_buffer.get(self.batch_size)):
                 losses = self._minibatch_loss(samples, clip_range, clip_range_vf)
@@ -345,6 +364,8 @@ class ResetPPO(RecurrentPPO):
                 break
 
         self._record_train_logs(all_losses, epoch_losses, clip_range, clip_range_vf)
+        if staleness:
+            self.logger.record("train/memory_staleness", th.stack(staleness).mean().item())
         # The device copy of the rollout is not needed while the next rollout is collected
         self.rollout_buffer.release()
 

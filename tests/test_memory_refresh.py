@@ -1,0 +1,143 @@
+"""Refreshed memory: exact before any update, recomputed with the current parameters after, from a fused pass."""
+
+from typing import Any
+
+import pytest
+import torch as th
+from helpers import RandomEpisodeEnv
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import configure
+from torch import nn
+
+from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo.common.unroll import lstm_step_states
+
+
+def _reference_step_states(
+    lstm: nn.LSTM, features: th.Tensor, initial: tuple[th.Tensor, th.Tensor], episode_starts: th.Tensor
+) -> tuple[th.Tensor, th.Tensor]:
+    """Step by step with nn.LSTM, as collection does: record the memory entering a step, then apply SB3's rule."""
+    n_sequences, length, _ = features.shape
+    # (B, L, H) -> (L, B, H)
+    hidden, cell = (m.transpose(0, 1).contiguous() for m in initial)
+    hiddens, cells = [], []
+    for step in range(length):
+        hiddens.append(hidden.transpose(0, 1))
+        cells.append(cell.transpose(0, 1))
+        not_start = (1.0 - episode_starts[:, step]).reshape(1, n_sequences, 1)
+        _, (hidden, cell) = lstm(features[:, step][None], (hidden * not_start, cell * not_start))
+    return th.stack(hiddens, dim=1), th.stack(cells, dim=1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.integers(1, 70),
+    st.integers(1, 3),
+    st.booleans(),
+    st.sampled_from([0.0, 0.1, 0.5, 1.0]),
+    st.integers(0, 1000),
+)
+def test_step_states_equal_step_by_step_collection(
+    n_sequences: int, length: int, layers: int, bias: bool, density: float, seed: int
+) -> None:
+    generator = th.Generator().manual_seed(seed)
+    th.manual_seed(seed)
+    lstm = nn.LSTM(3, 5, num_layers=layers, bias=bias, dropout=0.3 if layers > 1 else 0.0).train()
+    features = th.randn(n_sequences, length, 3, generator=generator).requires_grad_(True)
+    initial = (th.randn(n_sequences, layers, 5, generator=generator), th.randn(n_sequences, layers, 5, generator=generator))
+    episode_starts = (th.rand(n_sequences, length, generator=generator) < density).float()
+    hidden, cell = lstm_step_states(lstm, features, initial, episode_starts)
+    # Collection runs without dropout: the reference too
+    with th.no_grad():
+        expected_hidden, expected_cell = _reference_step_states(lstm.eval(), features, initial, episode_starts)
+    th.testing.assert_close(hidden, expected_hidden, rtol=1e-5, atol=1e-5)
+    th.testing.assert_close(cell, expected_cell, rtol=1e-5, atol=1e-5)
+    # Computed without gradient: nothing to backpropagate into
+    assert not hidden.requires_grad and not cell.requires_grad
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "separate-critic-lstm": {},
+    "shared-lstm": {"shared_lstm": True, "enable_critic_lstm": False},
+    "no-critic-lstm": {"enable_critic_lstm": False},
+    "two-layers": {"n_lstm_layers": 2},
+    "separate-extractors": {"share_features_extractor": False},
+}
+
+
+def _model(policy_kwargs: dict[str, Any], learning_rate: float, **kwargs: Any) -> ResetPPO:
+    env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=0)
+    model = ResetPPO(
+        "MlpLstmPolicy",
+        env,
+        learning_rate=learning_rate,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=3,
+        window_size=8,
+        memory_refresh=1,
+        seed=0,
+        policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8], **policy_kwargs},
+        **kwargs,
+    )
+    model.set_logger(configure(None, []))
+    return model
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_refresh_before_any_update_is_the_recorded_memory(name: str) -> None:
+    model = _model(VARIANTS[name], learning_rate=0.0)
+    # Two rollouts: the second starts from non-zero memory carried over from the first
+    model.learn(2 * 32 * 2)
+    buffer = model.rollout_buffer
+    buffer.release()
+    staleness = buffer.refresh_memory(model.policy)
+    sampler = buffer.sampler()
+    for key, recorded in sampler.recorded_memory.items():
+        assert recorded.abs().sum() > 0
+        th.testing.assert_close(sampler.memory[key], recorded, rtol=1e-5, atol=1e-5)
+    assert float(staleness) < 1e-5
+    # train() refreshed before epochs 2 and 3 at learning rate 0: nothing moved
+    assert model.logger.name_to_value["train/memory_staleness"] < 1e-5
+    assert model.logger.name_to_value["train/approx_kl"] < 1e-8
+
+
+def test_refresh_after_updates_uses_the_current_parameters_and_windows_start_from_it() -> None:
+    model = _model({}, learning_rate=3e-3)
+    model.learn(3 * 32 * 2)
+    buffer = model.rollout_buffer
+    buffer.release()
+    staleness = float(buffer.refresh_memory(model.policy))
+    assert staleness > 1e-3
+    sampler = buffer.sampler()
+    # The refreshed memory is what the current parameters give, step by step from each env's first step
+    observations = sampler.observations
+    assert isinstance(observations, th.Tensor)
+    with th.no_grad():
+        features = model.policy.extract_features(observations)
+    assert isinstance(features, th.Tensor)
+    first = (sampler.recorded_memory["hidden_pi"][::32], sampler.recorded_memory["cell_pi"][::32])
+    # (n_envs * n_steps, F) -> (n_envs, n_steps, F)
+    hidden, _ = _reference_step_states(
+        model.policy.lstm_actor, features.reshape(2, 32, -1), first, sampler.data["episode_starts"].reshape(2, 32)
+    )
+    th.testing.assert_close(sampler.memory["hidden_pi"].reshape(2, 32, 1, -1), hidden, rtol=1e-5, atol=1e-5)
+    # Windows start from it
+    samples = next(buffer.get(None))
+    first_steps = samples.slot_steps[:, 0]
+    assert isinstance(samples.observations, th.Tensor)
+    # Flat step index of each window's slot 0: the rollout step whose (random, hence unique) observation it holds
+    slot0_observations = samples.observations[first_steps]
+    flat = (observations[None] == slot0_observations[:, None]).all(dim=-1).float().argmax(dim=1)
+    assert th.equal(observations[flat], slot0_observations)
+    th.testing.assert_close(samples.lstm_states.pi[0], sampler.memory["hidden_pi"][flat])
+    assert not th.allclose(samples.lstm_states.pi[0], sampler.recorded_memory["hidden_pi"][flat])
+
+
+@pytest.mark.parametrize("bad,error", [(-1, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_bad_memory_refresh(bad: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="memory_refresh must be a non-negative int"):
+        ResetPPO("MlpLstmPolicy", make_vec_env(RandomEpisodeEnv, n_envs=1), n_steps=16, window_size=4, memory_refresh=bad)  # type: ignore[arg-type]
