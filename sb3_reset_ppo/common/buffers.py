@@ -9,13 +9,14 @@ from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, Rec
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
-from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
+from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import lstm_step_states
 from sb3_reset_ppo.common.windows import (
     Boundary,
     ResetLayout,
     RolloutWindowStats,
     Weighting,
+    check_non_negative_int,
     check_positive_int,
     check_window_settings,
     effective_stride,
@@ -53,8 +54,10 @@ class _WindowSampler:
         window_stride: int,
         consecutive_windows: int,
         device: th.device,
+        burn_in: int = 0,
     ) -> None:
         self.n_envs = n_envs
+        self.burn_in = burn_in
         self.n_steps = n_steps
         self.window_size = window_size
         self.window_stride = window_stride
@@ -153,7 +156,10 @@ class _WindowSampler:
         for first in range(0, n_windows, windows):
             # (B,) window starts -> (B, W) flat step index of every slot
             host_slots = host_starts[order[first : first + windows], None] + np.arange(self.window_size)
-            steps, slot_steps = np.unique(host_slots, return_inverse=True)
+            burn_rows, burn_lengths = self._burn_in_rows(host_slots[:, 0])
+            # Distinct steps of the slots and the burn-in rows: features once per step
+            steps, inverse = np.unique(np.concatenate([host_slots.ravel(), burn_rows.ravel()]), return_inverse=True)
+            slot_steps = inverse[: host_slots.size]
             layout = plan_reset_steps(self.host_episode_starts[host_slots])
             slots = self._to_device(host_slots)
             distinct = self._to_device(steps)
@@ -187,7 +193,38 @@ class _WindowSampler:
                     reset_steps=self._to_device(layout.reset_steps.numpy()),
                     row_length=layout.row_length,
                 ),
+                burn_in=None if self.burn_in == 0 else self._burn_in(burn_rows, burn_lengths, inverse[host_slots.size :]),
             )
+
+    def _burn_in_rows(self, first_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """
+        Flat steps of each window's burn-in row (``max(0, t - burn_in)`` on, ``burn_in + 1`` of them, clamped to the
+        env's last step) and the burn-in length ``t - max(0, t - burn_in)``, ``t`` being the window's first step.
+
+        :param first_steps: Flat step index of each window's slot 0, ``(B,)``
+        :return: ``(B, burn_in + 1)`` flat steps (``(B, 0)`` without burn-in) and ``(B,)`` lengths
+        """
+        if self.burn_in == 0:
+            return np.zeros((first_steps.shape[0], 0), dtype=np.int64), np.zeros(first_steps.shape[0], dtype=np.int64)
+        env_start = first_steps - first_steps % self.n_steps
+        row_start = np.maximum(env_start, first_steps - self.burn_in)
+        # (B, 1) + (burn_in + 1,) -> (B, burn_in + 1), never past the env's last step
+        rows = np.minimum(row_start[:, None] + np.arange(self.burn_in + 1), env_start[:, None] + self.n_steps - 1)
+        return rows, first_steps - row_start
+
+    def _burn_in(self, rows: np.ndarray, lengths: np.ndarray, row_steps: np.ndarray) -> BurnIn:
+        """The burn-in part of a minibatch: rows into its distinct steps, their flags, lengths and first memory."""
+        device_rows = self._to_device(rows)
+        first = device_rows[:, 0]
+        return BurnIn(
+            steps=self._to_device(row_steps.reshape(rows.shape)),
+            episode_starts=self.data["episode_starts"][device_rows],
+            lengths=self._to_device(lengths),
+            memory=RNNStates(
+                (self.memory["hidden_pi"][first], self.memory["cell_pi"][first]),
+                (self.memory["hidden_vf"][first], self.memory["cell_vf"][first]),
+            ),
+        )
 
 
 class _WindowBufferMixin:
@@ -219,9 +256,12 @@ class _WindowBufferMixin:
         consecutive_windows: int,
         seed: int | None,
         n_steps: int,
+        burn_in: int = 0,
     ) -> None:
         check_window_settings(window_size, boundary, weighting, window_stride, n_steps=n_steps)
         check_positive_int("consecutive_windows", consecutive_windows)
+        check_non_negative_int("burn_in", burn_in)
+        self.burn_in = int(burn_in)
         self.window_size = window_size
         self.boundary: Boundary = boundary  # type: ignore[assignment]
         self.weighting: Weighting = weighting  # type: ignore[assignment]
@@ -278,6 +318,7 @@ class _WindowBufferMixin:
                 window_stride=self.window_stride,
                 consecutive_windows=self.consecutive_windows,
                 device=self.device,
+                burn_in=self.burn_in,
             )
         return self._sampler
 
@@ -334,6 +375,8 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env
         (shuffled as runs); runs share steps, whose features are then computed once
     :param seed: Seed of the generator that orders the windows
+    :param burn_in: Steps before each window run without gradient to obtain the memory of its slot 0 (0: the
+        stored memory of its step)
     """
 
     observations: np.ndarray
@@ -354,9 +397,10 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
         window_stride: int | None = None,
         consecutive_windows: int = 1,
         seed: int | None = None,
+        burn_in: int = 0,
     ) -> None:
         self._set_window_settings(
-            window_size, boundary, weighting, window_stride, consecutive_windows, seed, n_steps=buffer_size
+            window_size, boundary, weighting, window_stride, consecutive_windows, seed, n_steps=buffer_size, burn_in=burn_in
         )
         super().__init__(buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs)
 
@@ -386,9 +430,10 @@ class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  
         window_stride: int | None = None,
         consecutive_windows: int = 1,
         seed: int | None = None,
+        burn_in: int = 0,
     ) -> None:
         self._set_window_settings(
-            window_size, boundary, weighting, window_stride, consecutive_windows, seed, n_steps=buffer_size
+            window_size, boundary, weighting, window_stride, consecutive_windows, seed, n_steps=buffer_size, burn_in=burn_in
         )
         super().__init__(
             buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs

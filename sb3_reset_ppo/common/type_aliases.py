@@ -9,6 +9,23 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 from sb3_reset_ppo.common.windows import ResetLayout
 
 
+class BurnIn(NamedTuple):
+    """
+    The steps before each window that burn in its memory (``burn_in`` of them, fewer at the rollout start).
+
+    - ``steps``: row of each step in the minibatch's distinct observations, ``(B, burn_in + 1)``: the steps from
+      ``max(0, t - burn_in)`` on (clamped to the rollout), ``t`` being the window's first step
+    - ``episode_starts``: their episode-start flags, ``(B, burn_in + 1)``
+    - ``lengths``: burn-in steps of each window, ``t - max(0, t - burn_in)``, ``(B,)``
+    - ``memory``: the stored memory entering each row's first step, each tensor ``(B, n_layers, hidden_size)``
+    """
+
+    steps: th.Tensor
+    episode_starts: th.Tensor
+    lengths: th.Tensor
+    memory: RNNStates
+
+
 class WindowRolloutBufferSamples(NamedTuple):
     """
     A minibatch of ``B`` windows of ``W`` slots each.
@@ -22,6 +39,8 @@ class WindowRolloutBufferSamples(NamedTuple):
       ``(B, n_layers, hidden_size)``. A reset restores the recorded memory of its step times
       ``1 - episode_start``, which is zero, so no other recorded memory is needed.
     - ``layout``: where each slot sits in the fused LSTM input, with one reset step before every reset.
+    - ``burn_in``: with ``burn_in > 0``, the steps that burn in the memory of each window's slot 0 (which then
+      replaces ``lstm_states``), else ``None``.
     """
 
     observations: PyTorchObs
@@ -37,3 +56,4 @@ class WindowRolloutBufferSamples(NamedTuple):
     kept: th.Tensor
     weights: th.Tensor
     layout: ResetLayout
+    burn_in: BurnIn | None = None

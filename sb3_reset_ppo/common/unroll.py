@@ -8,7 +8,7 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from torch import nn
 from torch.nn import functional as F
 
-from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
+from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
 from sb3_reset_ppo.common.windows import ResetLayout, plan_reset_steps
 
 # Added to the input- and forget-gate pre-activations at a reset step: both gates become exactly 0. The
@@ -214,6 +214,29 @@ def lstm_step_states(
     return th.stack(hidden_entering, dim=2), th.stack(cell_entering, dim=2)
 
 
+def burned_in_memory(
+    lstm: nn.LSTM, step_features: th.Tensor, burn_in: BurnIn, first_memory: tuple[th.Tensor, ...]
+) -> tuple[th.Tensor, th.Tensor]:
+    """
+    The memory entering each window's first step after its burn-in: the LSTM run without gradient over the
+    ``burn_in`` steps before the window (fewer at the rollout start) from the stored memory of the first of them,
+    with SB3's episode-start rule (so an episode start inside the burn-in gives SB3's episode-start memory).
+
+    :param lstm: The LSTM
+    :param step_features: Features of the minibatch's distinct steps, ``(U, F)``
+    :param burn_in: The burn-in rows (see :class:`~sb3_reset_ppo.common.type_aliases.BurnIn`)
+    :param first_memory: Stored ``(hidden, cell)`` entering each row's first step, each ``(B, n_layers, hidden)``
+    :return: ``(hidden, cell)`` entering each window's first step, each ``(B, n_layers, hidden)``
+    """
+    # (B, burn_in + 1) rows -> (B, burn_in + 1, F)
+    hidden, cell = lstm_step_states(
+        lstm, step_features[burn_in.steps], (first_memory[0], first_memory[1]), burn_in.episode_starts
+    )
+    windows = th.arange(hidden.shape[0], device=hidden.device)
+    # (B, burn_in + 1, n_layers, H) -> (B, n_layers, H): the memory entering step t, `lengths` steps into the row
+    return hidden[windows, burn_in.lengths], cell[windows, burn_in.lengths]
+
+
 def evaluate_windows(
     policy: RecurrentActorCriticPolicy, samples: WindowRolloutBufferSamples
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
@@ -239,13 +262,19 @@ def evaluate_windows(
     else:
         pi_features = vf_features = features
     memory_not_start = 1.0 - samples.episode_starts[:, 0]
+    # The memory entering each window's slot 0: stored, or burned in over the steps before the window
+    pi_memory, vf_memory = samples.lstm_states.pi, samples.lstm_states.vf
+    if samples.burn_in is not None:
+        pi_memory = burned_in_memory(policy.lstm_actor, pi_features, samples.burn_in, samples.burn_in.memory.pi)
+        if policy.lstm_critic is not None:
+            vf_memory = burned_in_memory(policy.lstm_critic, vf_features, samples.burn_in, samples.burn_in.memory.vf)
 
     def unroll(lstm: nn.LSTM, step_features: th.Tensor, memory: tuple[th.Tensor, ...]) -> th.Tensor:
         return unroll_lstm(lstm, step_features[slot_steps], memory, memory_not_start, samples.layout)
 
-    latent_pi = unroll(policy.lstm_actor, pi_features, samples.lstm_states.pi)
+    latent_pi = unroll(policy.lstm_actor, pi_features, pi_memory)
     if policy.lstm_critic is not None:
-        latent_vf = unroll(policy.lstm_critic, vf_features, samples.lstm_states.vf)
+        latent_vf = unroll(policy.lstm_critic, vf_features, vf_memory)
     elif policy.shared_lstm:
         latent_vf = latent_pi.detach()
     else:

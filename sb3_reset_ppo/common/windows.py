@@ -36,6 +36,19 @@ def check_positive_int(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
+def check_non_negative_int(name: str, value: object) -> None:
+    """
+    Raise a ``TypeError`` / ``ValueError`` naming the parameter unless ``value`` is an int ``>= 0``.
+
+    :param name: Parameter name, for the message
+    :param value: The value given
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a non-negative int, got {value!r} of type {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+
+
 def check_window_settings(
     window_size: object,
     boundary: object,

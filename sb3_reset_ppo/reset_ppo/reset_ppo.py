@@ -20,6 +20,7 @@ from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import check_supported_lstm, evaluate_windows
 from sb3_reset_ppo.common.utils import warn_user
 from sb3_reset_ppo.common.windows import (
+    check_non_negative_int,
     check_positive_int,
     check_window_settings,
     effective_stride,
@@ -120,6 +121,9 @@ class ResetPPO(RecurrentPPO):
         before every ``k``-th epoch (epochs ``k, 2k, ...``; the first epoch's memory is fresh anyway), recompute
         the stored memory of the whole rollout with the current parameters (no gradient, one pass per env, one
         fused LSTM call per layer); windows then start from it. Logs ``train/memory_staleness``.
+    :param burn_in: ``0`` (default): slot 0 of a window starts from the stored memory of its step. ``b >= 1``: from
+        the memory obtained by running the ``b`` steps before the window (fewer at the rollout start) without
+        gradient, from the stored (or refreshed) memory of the first of them, with SB3's episode-start rule.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -162,6 +166,7 @@ class ResetPPO(RecurrentPPO):
         window_stride: int | None = None,
         consecutive_windows: int | str = "auto",
         memory_refresh: int = 0,
+        burn_in: int = 0,
         _init_setup_model: bool = True,
     ):
         if isinstance(policy, type) and not issubclass(policy, RecurrentActorCriticPolicy):
@@ -178,7 +183,9 @@ class ResetPPO(RecurrentPPO):
         check_window_settings(window_size, boundary, weighting, window_stride)
         _check_consecutive_windows(consecutive_windows)
         _check_memory_refresh(memory_refresh)
+        check_non_negative_int("burn_in", burn_in)
         self.memory_refresh = memory_refresh
+        self.burn_in = burn_in
         self.window_size = window_size
         self.boundary = boundary
         self.weighting = weighting
@@ -219,6 +226,7 @@ class ResetPPO(RecurrentPPO):
         check_window_settings(self.window_size, self.boundary, self.weighting, self.window_stride, n_steps=self.n_steps)
         _check_consecutive_windows(self.consecutive_windows)
         _check_memory_refresh(self.memory_refresh)
+        check_non_negative_int("burn_in", self.burn_in)
         if self.batch_size is not None:
             if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, (int, np.integer)):
                 raise TypeError(
@@ -251,6 +259,7 @@ class ResetPPO(RecurrentPPO):
             window_stride=self.window_stride,
             consecutive_windows=self._resolved_consecutive_windows(),
             seed=self.seed,
+            burn_in=self.burn_in,
         )
         self._warn_about_batch_size()
 

@@ -1,4 +1,4 @@
-"""Refreshed memory: exact before any update, recomputed with the current parameters after, from a fused pass."""
+"""Fresh memory: refreshed stored states and burn-in, exact before any update, checked against step-by-step references."""
 
 from typing import Any
 
@@ -141,3 +141,108 @@ def test_refresh_after_updates_uses_the_current_parameters_and_windows_start_fro
 def test_bad_memory_refresh(bad: object, error: type[Exception]) -> None:
     with pytest.raises(error, match="memory_refresh must be a non-negative int"):
         ResetPPO("MlpLstmPolicy", make_vec_env(RandomEpisodeEnv, n_envs=1), n_steps=16, window_size=4, memory_refresh=bad)  # type: ignore[arg-type]
+
+
+def _burn_in_model(burn_in: int, learning_rate: float, window_stride: int | None = None, **kwargs: Any) -> ResetPPO:
+    env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=1, env_kwargs=kwargs.pop("env_kwargs", {}))
+    model = ResetPPO(
+        "MlpLstmPolicy",
+        env,
+        learning_rate=learning_rate,
+        n_steps=32,
+        batch_size=64,
+        n_epochs=2,
+        window_size=8,
+        window_stride=window_stride,
+        burn_in=burn_in,
+        seed=1,
+        policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8], **kwargs.pop("policy_kwargs", {})},
+        **kwargs,
+    )
+    model.learn(3 * 32 * 2)
+    return model
+
+
+@pytest.mark.parametrize("window_stride", [1, None])
+@pytest.mark.parametrize("policy_kwargs", [{}, {"n_lstm_layers": 2}, {"enable_critic_lstm": False}])
+def test_burn_in_before_any_update_is_exact(window_stride: int | None, policy_kwargs: dict[str, Any]) -> None:
+    from helpers import check_exact
+
+    check_exact(_burn_in_model(5, 0.0, window_stride, policy_kwargs=policy_kwargs))
+
+
+def test_burn_in_equals_step_by_step_reference_and_stops_at_episode_starts() -> None:
+    burn_in = 6
+    model = _burn_in_model(burn_in, 3e-3, window_stride=1)
+    buffer = model.rollout_buffer
+    sampler = buffer.sampler()
+    samples = next(buffer.get(None))
+    assert samples.burn_in is not None
+    observations = sampler.observations
+    assert isinstance(observations, th.Tensor) and isinstance(samples.observations, th.Tensor)
+    # Flat step of each window's slot 0, from its (random, hence unique) observation
+    slot0 = samples.observations[samples.slot_steps[:, 0]]
+    flat = (observations[None] == slot0[:, None]).all(dim=-1).float().argmax(dim=1)
+    assert th.equal(observations[flat], slot0)
+    with th.no_grad():
+        features = model.policy.extract_features(samples.observations)
+        assert isinstance(features, th.Tensor)
+        from sb3_reset_ppo.common.unroll import burned_in_memory
+
+        hidden, cell = burned_in_memory(model.policy.lstm_actor, features, samples.burn_in, samples.burn_in.memory.pi)
+        all_features = model.policy.extract_features(observations)
+    assert isinstance(all_features, th.Tensor)
+    starts = sampler.data["episode_starts"]
+    checked_short, checked_reset = 0, 0
+    for window, step in enumerate(flat.tolist()):
+        t = step % 32
+        first = step - min(t, burn_in)
+        # Reference: nn.LSTM step by step from the stored memory entering `first`, SB3's rule at every step
+        memory = (sampler.memory["hidden_pi"][first : first + 1], sampler.memory["cell_pi"][first : first + 1])
+        expected = _reference_step_states(
+            model.policy.lstm_actor,
+            all_features[first : step + 1][None],
+            memory,
+            starts[first : step + 1][None],
+        )
+        th.testing.assert_close(hidden[window], expected[0][0, -1], rtol=1e-5, atol=1e-5)
+        th.testing.assert_close(cell[window], expected[1][0, -1], rtol=1e-5, atol=1e-5)
+        checked_short += t < burn_in
+        if bool(starts[first:step].any()):
+            checked_reset += 1
+            # An episode start inside the burn-in (before the window's first step): the memory before it does not
+            # matter
+            other = (memory[0] + 5.0, memory[1] - 5.0)
+            moved = _reference_step_states(
+                model.policy.lstm_actor, all_features[first : step + 1][None], other, starts[first : step + 1][None]
+            )
+            th.testing.assert_close(moved[0][0, -1], expected[0][0, -1])
+    assert checked_short > 0 and checked_reset > 0
+    # After updates the burned-in memory differs from the stored one: burn-in does something
+    assert not th.allclose(hidden, sampler.memory["hidden_pi"][flat], atol=1e-4)
+
+
+def test_no_gradient_flows_into_burn_in_steps() -> None:
+    model = _burn_in_model(6, 3e-3, window_stride=1, env_kwargs={"min_length": 1000, "max_length": 1000})
+    # Two windows: most of their burn-in steps are in neither window
+    samples = next(model.rollout_buffer.get(2 * 8))
+    assert samples.burn_in is not None and isinstance(samples.observations, th.Tensor)
+    observations = samples.observations.clone().requires_grad_(True)
+    from sb3_reset_ppo.common.unroll import evaluate_windows
+
+    values, log_prob, _ = evaluate_windows(model.policy, samples._replace(observations=observations))
+    (grad,) = th.autograd.grad(log_prob.sum() + values.sum(), observations)
+    in_windows = th.zeros(observations.shape[0], dtype=th.bool)
+    in_windows[samples.slot_steps.reshape(-1)] = True
+    burn_in_only = th.zeros_like(in_windows)
+    burn_in_only[samples.burn_in.steps.reshape(-1)] = True
+    burn_in_only &= ~in_windows
+    assert burn_in_only.any()
+    assert th.all(grad[burn_in_only] == 0)
+    assert th.all(grad[in_windows].abs().sum(dim=-1) > 0)
+
+
+@pytest.mark.parametrize("bad,error", [(-2, ValueError), (2.0, TypeError)])
+def test_bad_burn_in(bad: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="burn_in must be a non-negative int"):
+        ResetPPO("MlpLstmPolicy", make_vec_env(RandomEpisodeEnv, n_envs=1), n_steps=16, window_size=4, burn_in=bad)  # type: ignore[arg-type]
