@@ -127,12 +127,9 @@ def test_refresh_after_updates_uses_the_current_parameters_and_windows_start_fro
     th.testing.assert_close(sampler.memory["hidden_pi"].reshape(2, 32, 1, -1), hidden, rtol=1e-5, atol=1e-5)
     # Windows start from it
     samples = next(buffer.get(None))
-    first_steps = samples.slot_steps[:, 0]
+    flat = samples.window_starts
     assert isinstance(samples.observations, th.Tensor)
-    # Flat step index of each window's slot 0: the rollout step whose (random, hence unique) observation it holds
-    slot0_observations = samples.observations[first_steps]
-    flat = (observations[None] == slot0_observations[:, None]).all(dim=-1).float().argmax(dim=1)
-    assert th.equal(observations[flat], slot0_observations)
+    assert th.equal(observations[flat], samples.observations[samples.slot_steps[:, 0]])
     th.testing.assert_close(samples.lstm_states.pi[0], sampler.memory["hidden_pi"][flat])
     assert not th.allclose(samples.lstm_states.pi[0], sampler.recorded_memory["hidden_pi"][flat])
 
@@ -180,10 +177,9 @@ def test_burn_in_equals_step_by_step_reference_and_stops_at_episode_starts() -> 
     assert samples.burn_in is not None
     observations = sampler.observations
     assert isinstance(observations, th.Tensor) and isinstance(samples.observations, th.Tensor)
-    # Flat step of each window's slot 0, from its (random, hence unique) observation
-    slot0 = samples.observations[samples.slot_steps[:, 0]]
-    flat = (observations[None] == slot0[:, None]).all(dim=-1).float().argmax(dim=1)
-    assert th.equal(observations[flat], slot0)
+    # Flat step of each window's slot 0
+    flat = samples.window_starts
+    assert th.equal(observations[flat], samples.observations[samples.slot_steps[:, 0]])
     with th.no_grad():
         features = model.policy.extract_features(samples.observations)
         assert isinstance(features, th.Tensor)
@@ -246,3 +242,12 @@ def test_no_gradient_flows_into_burn_in_steps() -> None:
 def test_bad_burn_in(bad: object, error: type[Exception]) -> None:
     with pytest.raises(error, match="burn_in must be a non-negative int"):
         ResetPPO("MlpLstmPolicy", make_vec_env(RandomEpisodeEnv, n_envs=1), n_steps=16, window_size=4, burn_in=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("learning_rate", [0.0, 3e-3])
+def test_burn_in_logs_staleness(learning_rate: float) -> None:
+    model = _burn_in_model(6, learning_rate)
+    model.set_logger(configure(None, []))
+    model.train()
+    staleness = model.logger.name_to_value["train/memory_staleness"]
+    assert (staleness < 1e-5) if learning_rate == 0.0 else (staleness > 1e-3)

@@ -183,8 +183,9 @@ def test_buffer_epoch_holds_the_windows_of_a_phase_with_brute_force_fields(
         ids = distinct[batch.slot_steps]
         # Slots of a window are consecutive steps of one env
         assert th.all(ids[:, 1:] - ids[:, :-1] == 1)
-        # Recorded memory of each window's slot 0 is its step's
+        # Recorded memory of each window's slot 0 is its step's, and window_starts names that step
         assert th.equal(batch.lstm_states.pi[0][:, 0, 0].long(), ids[:, 0])
+        assert th.equal(batch.window_starts, ids[:, 0])
         assert th.equal(batch.lstm_states.vf[1][:, 0, 1].long(), ids[:, 0])
         for row, window_ids in enumerate(ids.tolist()):
             env, start = divmod(window_ids[0], n_steps)

@@ -193,6 +193,7 @@ class _WindowSampler:
                     reset_steps=self._to_device(layout.reset_steps.numpy()),
                     row_length=layout.row_length,
                 ),
+                window_starts=memory_steps,
                 burn_in=None if self.burn_in == 0 else self._burn_in(burn_rows, burn_lengths, inverse[host_slots.size :]),
             )
 

@@ -39,6 +39,7 @@ class WindowRolloutBufferSamples(NamedTuple):
       ``(B, n_layers, hidden_size)``. A reset restores the recorded memory of its step times
       ``1 - episode_start``, which is zero, so no other recorded memory is needed.
     - ``layout``: where each slot sits in the fused LSTM input, with one reset step before every reset.
+    - ``window_starts``: flat (env-major) rollout index of each window's first step, ``(B,)``.
     - ``burn_in``: with ``burn_in > 0``, the steps that burn in the memory of each window's slot 0 (which then
       replaces ``lstm_states``), else ``None``.
     """
@@ -56,4 +57,5 @@ class WindowRolloutBufferSamples(NamedTuple):
     kept: th.Tensor
     weights: th.Tensor
     layout: ResetLayout
+    window_starts: th.Tensor
     burn_in: BurnIn | None = None

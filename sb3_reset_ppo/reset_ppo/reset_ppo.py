@@ -17,7 +17,7 @@ from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutB
 from sb3_reset_ppo.common.checkpoints import check_checkpoint
 from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import check_supported_lstm, evaluate_windows
+from sb3_reset_ppo.common.unroll import burned_in_memory, check_supported_lstm, evaluate_windows
 from sb3_reset_ppo.common.utils import warn_user
 from sb3_reset_ppo.common.windows import (
     check_non_negative_int,
@@ -120,10 +120,13 @@ class ResetPPO(RecurrentPPO):
     :param memory_refresh: ``0`` (default): windows start from the memory recorded during the rollout. ``k >= 1``:
         before every ``k``-th epoch (epochs ``k, 2k, ...``; the first epoch's memory is fresh anyway), recompute
         the stored memory of the whole rollout with the current parameters (no gradient, one pass per env, one
-        fused LSTM call per layer); windows then start from it. Logs ``train/memory_staleness``.
+        fused LSTM call per layer); windows then start from it. Logs ``train/memory_staleness`` (see ``burn_in``).
     :param burn_in: ``0`` (default): slot 0 of a window starts from the stored memory of its step. ``b >= 1``: from
         the memory obtained by running the ``b`` steps before the window (fewer at the rollout start) without
         gradient, from the stored (or refreshed) memory of the first of them, with SB3's episode-start rule.
+        ``train/memory_staleness``: the relative distance between the memory windows start from and the one recorded
+        during the rollout, measured at each refresh (all steps) and, with burn-in, on the first minibatch of each
+        epoch after the first (its windows, actor memory).
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -351,6 +354,8 @@ class ResetPPO(RecurrentPPO):
                 staleness.append(self.rollout_buffer.refresh_memory(self.policy))
             epoch_losses = []
             for minibatch, samples in enumerate(self.rollout_buffer.get(self.batch_size)):
+                if self.burn_in and epoch > 0 and minibatch == 0:
+                    staleness.append(self._burn_in_staleness(samples))
                 losses = self._minibatch_loss(samples, clip_range, clip_range_vf)
                 # Kept for logging only: no graph held beyond this minibatch
                 epoch_losses.append(losses._replace(loss=losses.loss.detach()))
@@ -377,6 +382,24 @@ class ResetPPO(RecurrentPPO):
             self.logger.record("train/memory_staleness", th.stack(staleness).mean().item())
         # The device copy of the rollout is not needed while the next rollout is collected
         self.rollout_buffer.release()
+
+    def _burn_in_staleness(self, samples: WindowRolloutBufferSamples) -> th.Tensor:
+        """
+        ``||burned-in - recorded|| / ||recorded||`` of the actor memory entering the windows of one minibatch (the
+        memory they start from against the one recorded during the rollout), hidden and cell.
+        """
+        assert samples.burn_in is not None
+        with th.no_grad():
+            features = self.policy.extract_features(samples.observations)
+            pi_features = features[0] if isinstance(features, tuple) else features
+            burned = burned_in_memory(self.policy.lstm_actor, pi_features, samples.burn_in, samples.burn_in.memory.pi)
+            recorded = self.rollout_buffer.sampler().recorded_memory
+            difference = sum(
+                ((memory - recorded[key][samples.window_starts]) ** 2).sum()
+                for memory, key in zip(burned, ("hidden_pi", "cell_pi"), strict=True)
+            )
+            size = sum((recorded[key][samples.window_starts] ** 2).sum() for key in ("hidden_pi", "cell_pi"))
+            return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
 
     def _check_finite(self, losses: WindowLoss, grad_norm: th.Tensor, epoch: int, minibatch: int) -> None:
         terms = {
