@@ -8,10 +8,15 @@ importance), ``mask`` (reset_ppo, boundary mask, uniform: the masking baseline, 
 inside, with ``evaluations.npz``); a finished run writes ``run.json`` and is skipped next time, so the grid
 is resumable. Runs execute in parallel worker processes, at most one per core, one torch thread each.
 
-Usage: python benchmarks/run_grid.py [--envs ...] [--variants ...] [--seeds 5] [--workers 2]
+With ``--study fresh_memory``: the fresh-memory study of ``benchmarks/PROTOCOL_fresh_memory.md`` (variants
+``fm_*``, config ``benchmarks/fresh_memory.yml``, training logs kept as ``log.txt.gz``), into
+``benchmarks/results/fresh_memory``.
+
+Usage: python benchmarks/run_grid.py [--study grid|fresh_memory] [--envs ...] [--variants ...] [--seeds 5] [--workers 2]
 """
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -27,6 +32,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 RESET_PPO_CONF = HERE.parent / "sb3_reset_ppo" / "zoo" / "reset_ppo.yml"
 PPO_LSTM_CONF = HERE / "ppo_lstm.yml"
+FRESH_MEMORY_CONF = HERE / "fresh_memory.yml"
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "reset": {"algo": "reset_ppo", "hyperparams": ["boundary:'reset'", "weighting:'uniform'"]},
@@ -36,6 +42,27 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "mask_kept": {"algo": "reset_ppo", "hyperparams": ["boundary:'mask'", "weighting:'kept_mean'"]},
     "ppo_lstm": {"algo": "ppo_lstm", "hyperparams": []},
 }
+# The fresh-memory study (benchmarks/PROTOCOL_fresh_memory.md): its own config, each variant with the config's
+# n_epochs (10) and with 30 ("_e30", where stale memory should matter most)
+_FRESH_MEMORY = {
+    "fm_off": [],
+    "fm_refresh": ["memory_refresh:1"],
+    "fm_burn8": ["burn_in:8"],
+    "fm_burn16": ["burn_in:16"],
+    "fm_refresh_burn8": ["memory_refresh:1", "burn_in:8"],
+}
+for _name, _hyperparams in _FRESH_MEMORY.items():
+    for _suffix, _epochs in (("", []), ("_e30", ["n_epochs:30"])):
+        VARIANTS[_name + _suffix] = {"algo": "reset_ppo", "hyperparams": _hyperparams + _epochs, "conf": FRESH_MEMORY_CONF}
+FRESH_MEMORY_VARIANTS = [name for name in VARIANTS if name.startswith("fm_")]
+FRESH_MEMORY_ENVS = [
+    "CueRecall-v0",
+    "CueRecallLong-v0",
+    "EarlyChoice-v0",
+    "CartPoleNoVel-v1",
+    "PopgymRepeatPreviousEasy-v0",
+    "PopgymAutoencodeEasy-v0",
+]
 # Envs that fit a 2-core machine; LunarLanderNoVel-v3 and CarRacing-v3 are configured in reset_ppo.yml
 # but need more compute (and Box2D).
 DEFAULT_ENVS = [
@@ -49,19 +76,27 @@ DEFAULT_ENVS = [
 EVALUATIONS_PER_RUN = 20
 
 
-def n_timesteps(env_id: str) -> int:
-    return int(float(yaml.safe_load(RESET_PPO_CONF.read_text())[env_id]["n_timesteps"]))
+def conf_file(variant: str) -> Path:
+    """The hyperparameter file a variant trains with."""
+    spec = VARIANTS[variant]
+    return spec.get("conf", RESET_PPO_CONF if spec["algo"] == "reset_ppo" else PPO_LSTM_CONF)
+
+
+def n_timesteps(env_id: str, conf: Path = RESET_PPO_CONF) -> int:
+    return int(float(yaml.safe_load(conf.read_text())[env_id]["n_timesteps"]))
 
 
 def command(variant: str, env_id: str, seed: int, run_dir: Path, eval_episodes: int) -> list[str]:
     spec = VARIANTS[variant]
-    conf = RESET_PPO_CONF if spec["algo"] == "reset_ppo" else PPO_LSTM_CONF
+    conf = conf_file(variant)
     args = [
         sys.executable, "-m", "sb3_reset_ppo.zoo", "train",
         "--algo", spec["algo"], "--env", env_id, "--seed", str(seed), "-f", str(run_dir),
         "--conf-file", str(conf), "--num-threads", "1", "--vec-env", "dummy",
-        "--eval-freq", str(max(n_timesteps(env_id) // EVALUATIONS_PER_RUN, 1)),
-        "--eval-episodes", str(eval_episodes), "--n-eval-envs", "1", "--log-interval", "-1",
+        "--eval-freq", str(max(n_timesteps(env_id, conf) // EVALUATIONS_PER_RUN, 1)),
+        "--eval-episodes", str(eval_episodes), "--n-eval-envs", "1",
+        # The fresh-memory study keeps its training logs (train/ and rollout/ keys of every update)
+        "--log-interval", "1" if "conf" in spec else "-1",
     ]  # fmt: skip
     if spec["hyperparams"]:
         args += ["--hyperparams", *spec["hyperparams"]]
@@ -82,19 +117,29 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "seconds": time.perf_counter() - start, "command": " ".join(args),
     }  # fmt: skip
     if code == 0:
+        if "conf" in VARIANTS[job["variant"]]:
+            # Keep the training log, compressed (the uncompressed log is git-ignored)
+            with open(run_dir / "log.txt", "rb") as raw, gzip.open(run_dir / "log.txt.gz", "wb") as packed:
+                shutil.copyfileobj(raw, packed)
         (run_dir / "run.json").write_text(json.dumps(result, indent=2))
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=DEFAULT_ENVS)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--study", choices=["grid", "fresh_memory"], default="grid",
+                        help="default envs and variants: the published grid, or the fresh-memory study")  # fmt: skip
+    parser.add_argument("--envs", nargs="+", default=None)
+    parser.add_argument("--variants", nargs="+", default=None, choices=list(VARIANTS))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--eval-episodes", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "grid")
+    parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/<study>")
     args = parser.parse_args()
+    fresh = args.study == "fresh_memory"
+    args.envs = args.envs or (FRESH_MEMORY_ENVS if fresh else DEFAULT_ENVS)
+    args.variants = args.variants or (FRESH_MEMORY_VARIANTS if fresh else [v for v in VARIANTS if not v.startswith("fm_")])
+    args.out = args.out or HERE / "results" / args.study
     print("command: python " + " ".join(sys.argv), flush=True)
     jobs = [
         {"variant": variant, "env": env_id, "seed": seed, "run_dir": args.out / variant / env_id / f"seed{seed}",

@@ -158,3 +158,18 @@ def test_stride_study_comparisons_report_differences_and_welch_p() -> None:
     # A difference of 0.4 with tiny (or no) spread: significant
     assert line == "| CueRecall-v0 | reset - recurrent_ppo | +0.4 (0.00) | +0.4 (0.00) | +0.4 (0.00) |"
     assert "reset_stride1" not in table  # no runs: no row
+
+
+def test_fresh_memory_study_commands() -> None:
+    run_grid = _load("run_grid")
+    assert len(run_grid.FRESH_MEMORY_VARIANTS) == 10 and len(run_grid.FRESH_MEMORY_ENVS) == 6
+    both = run_grid.command("fm_refresh_burn8_e30", "PopgymAutoencodeEasy-v0", 2, Path("/tmp/x"), 20)
+    assert both[both.index("--conf-file") + 1] == str(run_grid.FRESH_MEMORY_CONF)
+    assert both[both.index("--hyperparams") + 1 :] == ["memory_refresh:1", "burn_in:8", "n_epochs:30"]
+    assert both[both.index("--log-interval") + 1] == "1"
+    # 1e5 steps, 20 evaluations
+    assert both[both.index("--eval-freq") + 1] == "5000"
+    off = run_grid.command("fm_off", "CueRecall-v0", 0, Path("/tmp/x"), 20)
+    assert "--hyperparams" not in off
+    # The published grid's variants are unchanged
+    assert run_grid.conf_file("reset") == run_grid.RESET_PPO_CONF and run_grid.conf_file("ppo_lstm") == run_grid.PPO_LSTM_CONF

@@ -100,3 +100,18 @@ def test_tasks_render_as_sb3_makes_them_without_warnings(env_id: str) -> None:
     assert isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[2] == 3 and frame.max() > 0
     # gymnasium's window for render_mode="human" needs the frame rate
     assert gym.spec(env_id).entry_point and gym.make(env_id).metadata["render_fps"] > 0
+
+
+@pytest.mark.parametrize("env_id", ["PopgymRepeatPreviousEasy-v0", "PopgymAutoencodeEasy-v0"])
+def test_popgym_tasks_train_through_sb3(env_id: str) -> None:
+    pytest.importorskip("popgym")
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from sb3_reset_ppo import ResetPPO
+
+    env = make_vec_env(env_id, n_envs=2, seed=0)
+    # Tuple observations (Autoencode) are flattened to one-hot vectors SB3 accepts
+    assert not isinstance(env.observation_space, gym.spaces.Tuple)
+    model = ResetPPO("MlpLstmPolicy", env, n_steps=32, batch_size=64, window_size=8, policy_kwargs={"lstm_hidden_size": 8})
+    model.learn(128)
+    assert model.num_timesteps == 128

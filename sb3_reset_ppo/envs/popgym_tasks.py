@@ -1,0 +1,44 @@
+"""
+POPGym memory tasks (``popgym`` on PyPI, numpy only) as gymnasium ids SB3 can train on.
+
+``Popgym<Task>-v0`` makes ``popgym.envs.<Task>()`` and flattens a ``Tuple`` observation space (which SB3 does
+not support, e.g. Autoencode's) into one-hot vectors with gymnasium's ``FlattenObservation``. Scores are in
+``[-1, 1]`` per episode. The ids are registered by :mod:`sb3_reset_ppo.envs`; ``popgym`` is imported only
+when one is made (install it with ``pip install "sb3-reset-ppo[evidence]"`` or ``pip install popgym``).
+"""
+
+import importlib
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+# POPGym tasks registered as Popgym<Task>-v0: the memory tasks of the benchmark (Easy level)
+TASKS = ("RepeatPreviousEasy", "RepeatFirstEasy", "AutoencodeEasy", "CountRecallEasy", "PositionOnlyCartPoleEasy")
+
+
+def make_popgym(task: str, **kwargs: Any) -> gym.Env:
+    """
+    Make the POPGym task ``task`` (a class name of ``popgym.envs``), with a ``Tuple`` observation flattened.
+
+    :param task: E.g. ``"RepeatPreviousEasy"``
+    :param kwargs: Passed to the task's constructor
+    :return: The environment
+    """
+    try:
+        envs = importlib.import_module("popgym.envs")
+    except ImportError as error:
+        raise ImportError(f"Popgym{task}-v0 needs the popgym package: pip install popgym") from error
+    kwargs.pop("render_mode", None)  # POPGym tasks do not render; make_vec_env asks for rgb_array
+    env: gym.Env = getattr(envs, task)(**kwargs)
+    if isinstance(env.observation_space, spaces.Tuple):
+        env = gym.wrappers.FlattenObservation(env)
+    return env
+
+
+def register() -> None:
+    """Register ``Popgym<Task>-v0`` for every task of :data:`TASKS` (idempotent; popgym is not imported)."""
+    for task in TASKS:
+        env_id = f"Popgym{task}-v0"
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point="sb3_reset_ppo.envs.popgym_tasks:make_popgym", kwargs={"task": task})
