@@ -112,12 +112,14 @@ class _WindowSampler:
             pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
             # (n_envs * n_steps,) -> (n_envs, n_steps)
             episode_starts = self.data["episode_starts"].reshape(self.n_envs, n_steps)
+            # (n_envs * n_steps,) -> (n_envs, n_steps) on the host: nothing is read back from the device
+            refresh_layout = self._device_layout(self.host_episode_starts.reshape(self.n_envs, n_steps))
 
             def refresh(lstm: th.nn.LSTM, step_features: th.Tensor, hidden_key: str, cell_key: str) -> None:
                 # (n_envs * n_steps, F) -> (n_envs, n_steps, F); the memory recorded for each env's first step
                 sequences = step_features.reshape(self.n_envs, n_steps, -1)
                 first = (self.recorded_memory[hidden_key][::n_steps], self.recorded_memory[cell_key][::n_steps])
-                hidden, cell = lstm_step_states(lstm, sequences, first, episode_starts)
+                hidden, cell = lstm_step_states(lstm, sequences, first, episode_starts, refresh_layout)
                 # (n_envs, n_steps, n_layers, H) -> (n_envs * n_steps, n_layers, H)
                 self.memory[hidden_key] = hidden.reshape(self.n_envs * n_steps, *hidden.shape[2:])
                 self.memory[cell_key] = cell.reshape(self.n_envs * n_steps, *cell.shape[2:])
@@ -134,6 +136,14 @@ class _WindowSampler:
 
     def _to_device(self, array: np.ndarray) -> th.Tensor:
         return th.as_tensor(array).to(self.device, non_blocking=True)
+
+    def _device_layout(self, host_episode_starts: np.ndarray) -> ResetLayout:
+        """``plan_reset_steps`` of host flags ``(B, W)``, planned on the host, its tensors on the buffer's device."""
+        layout = plan_reset_steps(host_episode_starts)
+        return layout._replace(
+            slot_positions=self._to_device(layout.slot_positions.numpy()),
+            reset_steps=self._to_device(layout.reset_steps.numpy()),
+        )
 
     def minibatches(
         self, batch_size: int | None, generator: np.random.Generator
@@ -160,7 +170,6 @@ class _WindowSampler:
             # Distinct steps of the slots and the burn-in rows: features once per step
             steps, inverse = np.unique(np.concatenate([host_slots.ravel(), burn_rows.ravel()]), return_inverse=True)
             slot_steps = inverse[: host_slots.size]
-            layout = plan_reset_steps(self.host_episode_starts[host_slots])
             slots = self._to_device(host_slots)
             distinct = self._to_device(steps)
             if isinstance(self.observations, dict):
@@ -188,11 +197,7 @@ class _WindowSampler:
                 resets=resets,
                 kept=kept,
                 weights=slot_weights(kept, self.stats.counts[slots], self.weighting),
-                layout=ResetLayout(
-                    slot_positions=self._to_device(layout.slot_positions.numpy()),
-                    reset_steps=self._to_device(layout.reset_steps.numpy()),
-                    row_length=layout.row_length,
-                ),
+                layout=self._device_layout(self.host_episode_starts[host_slots]),
                 window_starts=memory_steps,
                 burn_in=None if self.burn_in == 0 else self._burn_in(burn_rows, burn_lengths, inverse[host_slots.size :]),
             )
@@ -225,6 +230,8 @@ class _WindowSampler:
                 (self.memory["hidden_pi"][first], self.memory["cell_pi"][first]),
                 (self.memory["hidden_vf"][first], self.memory["cell_vf"][first]),
             ),
+            # Planned on the host from the host copy of the flags: nothing is read back from the device
+            layout=self._device_layout(self.host_episode_starts[rows]),
         )
 
 

@@ -18,12 +18,14 @@ class BurnIn(NamedTuple):
     - ``episode_starts``: their episode-start flags, ``(B, burn_in + 1)``
     - ``lengths``: burn-in steps of each window, ``t - max(0, t - burn_in)``, ``(B,)``
     - ``memory``: the stored memory entering each row's first step, each tensor ``(B, n_layers, hidden_size)``
+    - ``layout``: the rows laid out for the fused LSTM call, with a reset step before every episode start
     """
 
     steps: th.Tensor
     episode_starts: th.Tensor
     lengths: th.Tensor
     memory: RNNStates
+    layout: ResetLayout
 
 
 class WindowRolloutBufferSamples(NamedTuple):

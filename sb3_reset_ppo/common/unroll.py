@@ -161,7 +161,11 @@ def _linear_recurrence(decay: th.Tensor, drive: th.Tensor, initial: th.Tensor) -
 
 @th.no_grad()
 def lstm_step_states(
-    lstm: nn.LSTM, features: th.Tensor, initial: tuple[th.Tensor, th.Tensor], episode_starts: th.Tensor
+    lstm: nn.LSTM,
+    features: th.Tensor,
+    initial: tuple[th.Tensor, th.Tensor],
+    episode_starts: th.Tensor,
+    layout: ResetLayout | None = None,
 ) -> tuple[th.Tensor, th.Tensor]:
     """
     The memory entering every step of ``B`` sequences of ``L`` steps under SB3's episode-start rule, as the
@@ -177,13 +181,16 @@ def lstm_step_states(
     :param features: Inputs, ``(B, L, input_size)``
     :param initial: ``(hidden, cell)`` entering step 0 as recorded, each ``(B, n_layers, hidden)``
     :param episode_starts: SB3's episode-start flags, ``(B, L)``
+    :param layout: ``plan_reset_steps`` of the flags on the features' device, when the caller has it (planned on the
+        host from a host copy, it saves reading the flags back from the device)
     :return: ``(hidden, cell)`` entering every step, each ``(B, L, n_layers, hidden)``; step 0's is ``initial``
     """
     n_sequences, length, _ = features.shape
-    layout = plan_reset_steps(episode_starts.detach().cpu().numpy())
-    layout = layout._replace(
-        slot_positions=layout.slot_positions.to(features.device), reset_steps=layout.reset_steps.to(features.device)
-    )
+    if layout is None:
+        layout = plan_reset_steps(episode_starts.detach().cpu().numpy())
+        layout = layout._replace(
+            slot_positions=layout.slot_positions.to(features.device), reset_steps=layout.reset_steps.to(features.device)
+        )
     training = lstm.training
     lstm.train(False)
     try:
@@ -230,7 +237,7 @@ def burned_in_memory(
     """
     # (B, burn_in + 1) rows -> (B, burn_in + 1, F)
     hidden, cell = lstm_step_states(
-        lstm, step_features[burn_in.steps], (first_memory[0], first_memory[1]), burn_in.episode_starts
+        lstm, step_features[burn_in.steps], (first_memory[0], first_memory[1]), burn_in.episode_starts, burn_in.layout
     )
     windows = th.arange(hidden.shape[0], device=hidden.device)
     # (B, burn_in + 1, n_layers, H) -> (B, n_layers, H): the memory entering step t, `lengths` steps into the row
