@@ -103,6 +103,16 @@ def command(variant: str, env_id: str, seed: int, run_dir: Path, eval_episodes: 
     return args
 
 
+def code_version() -> dict[str, Any]:
+    """The commit the run trained with, and whether the package's code differed from it (uncommitted changes)."""
+
+    def git(*args: str) -> str:
+        result = subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True)
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "sb3_reset_ppo"))}
+
+
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     run_dir: Path = job["run_dir"]
     if run_dir.exists():
@@ -114,7 +124,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     result = {
         "variant": job["variant"], "env": job["env"], "seed": job["seed"], "returncode": code,
-        "seconds": time.perf_counter() - start, "command": " ".join(args),
+        "seconds": time.perf_counter() - start, "command": " ".join(args), **code_version(),
     }  # fmt: skip
     if code == 0:
         if "conf" in VARIANTS[job["variant"]]:

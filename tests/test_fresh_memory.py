@@ -204,16 +204,20 @@ def test_burn_in_equals_step_by_step_reference_and_stops_at_episode_starts() -> 
         th.testing.assert_close(hidden[window], expected[0][0, -1], rtol=1e-5, atol=1e-5)
         th.testing.assert_close(cell[window], expected[1][0, -1], rtol=1e-5, atol=1e-5)
         checked_short += t < burn_in
-        if bool(starts[first:step].any()):
-            checked_reset += 1
-            # An episode start inside the burn-in (before the window's first step): the memory before it does not
-            # matter
-            other = (memory[0] + 5.0, memory[1] - 5.0)
-            moved = _reference_step_states(
-                model.policy.lstm_actor, all_features[first : step + 1][None], other, starts[first : step + 1][None]
-            )
-            th.testing.assert_close(moved[0][0, -1], expected[0][0, -1])
+        checked_reset += bool(starts[first:step].any())
     assert checked_short > 0 and checked_reset > 0
+    # An episode start inside the burn-in (before the window's first step): the memory before it does not matter,
+    # in burned_in_memory itself
+    first_pi = samples.burn_in.memory.pi
+    with th.no_grad():
+        moved, _ = burned_in_memory(model.policy.lstm_actor, features, samples.burn_in, (first_pi[0] + 5.0, first_pi[1] - 5.0))
+    rows = samples.burn_in.episode_starts
+    lengths = samples.burn_in.lengths
+    # (B, burn_in + 1): an episode start among the first `lengths` steps of the row
+    inside = (rows * (th.arange(rows.shape[1])[None] < lengths[:, None])).sum(dim=1) > 0
+    assert inside.any() and (~inside).any()
+    th.testing.assert_close(moved[inside], hidden[inside])
+    assert not th.allclose(moved[~inside], hidden[~inside])
     # After updates the burned-in memory differs from the stored one: burn-in does something
     assert not th.allclose(hidden, sampler.memory["hidden_pi"][flat], atol=1e-4)
 
@@ -251,3 +255,25 @@ def test_burn_in_logs_staleness(learning_rate: float) -> None:
     model.train()
     staleness = model.logger.name_to_value["train/memory_staleness"]
     assert (staleness < 1e-5) if learning_rate == 0.0 else (staleness > 1e-3)
+
+
+def test_windows_start_from_the_burned_in_memory() -> None:
+    # After updates, evaluate_windows with burn-in equals the unroll from burned_in_memory, and differs from the
+    # unroll from the stored memory: the burn-in is used
+    from sb3_contrib.common.recurrent.type_aliases import RNNStates
+
+    from sb3_reset_ppo.common.unroll import burned_in_memory, evaluate_windows
+
+    model = _burn_in_model(6, 3e-3)
+    samples = next(model.rollout_buffer.get(None))
+    assert samples.burn_in is not None
+    with th.no_grad():
+        _, log_prob, _ = evaluate_windows(model.policy, samples)
+        features = model.policy.extract_features(samples.observations)
+        assert isinstance(features, th.Tensor)
+        pi = burned_in_memory(model.policy.lstm_actor, features, samples.burn_in, samples.burn_in.memory.pi)
+        vf = burned_in_memory(model.policy.lstm_critic, features, samples.burn_in, samples.burn_in.memory.vf)  # type: ignore[arg-type]
+        _, manual, _ = evaluate_windows(model.policy, samples._replace(burn_in=None, lstm_states=RNNStates(pi, vf)))
+        _, stored, _ = evaluate_windows(model.policy, samples._replace(burn_in=None))
+    th.testing.assert_close(log_prob, manual)
+    assert not th.allclose(log_prob, stored, atol=1e-5)

@@ -107,6 +107,15 @@ class _WindowSampler:
             actor and critic, hidden and cell (a 0-d tensor, not read back to the host)
         """
         n_steps = self.n_steps
+        # As during collection: no dropout, no batch-norm statistics updated (restored afterwards)
+        training = policy.training
+        policy.set_training_mode(False)
+        try:
+            return self._refresh_memory(policy, n_steps)
+        finally:
+            policy.set_training_mode(training)
+
+    def _refresh_memory(self, policy: RecurrentActorCriticPolicy, n_steps: int) -> th.Tensor:
         with th.no_grad():
             features = policy.extract_features(self.observations)
             pi_features, vf_features = features if isinstance(features, tuple) else (features, features)

@@ -389,6 +389,7 @@ class ResetPPO(RecurrentPPO):
         memory they start from against the one recorded during the rollout), hidden and cell.
         """
         assert samples.burn_in is not None
+        self.policy.set_training_mode(False)  # a measurement: no dropout, no batch-norm statistics updated
         with th.no_grad():
             features = self.policy.extract_features(samples.observations)
             pi_features = features[0] if isinstance(features, tuple) else features
@@ -399,7 +400,8 @@ class ResetPPO(RecurrentPPO):
                 for memory, key in zip(burned, ("hidden_pi", "cell_pi"), strict=True)
             )
             size = sum((recorded[key][samples.window_starts] ** 2).sum() for key in ("hidden_pi", "cell_pi"))
-            return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
+        self.policy.set_training_mode(True)
+        return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
 
     def _check_finite(self, losses: WindowLoss, grad_norm: th.Tensor, epoch: int, minibatch: int) -> None:
         terms = {
