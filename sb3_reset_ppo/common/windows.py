@@ -23,6 +23,13 @@ Weighting = Literal["uniform", "importance", "kept_mean"]
 _CHUNK_WINDOWS = 1 << 16
 
 
+def _check_int(name: str, value: object, minimum: int, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be {what}, got {value!r} of type {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+
+
 def check_positive_int(name: str, value: object) -> None:
     """
     Raise a ``TypeError`` / ``ValueError`` naming the parameter unless ``value`` is a positive int.
@@ -30,10 +37,7 @@ def check_positive_int(name: str, value: object) -> None:
     :param name: Parameter name, for the message
     :param value: The value given
     """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive int, got {value!r} of type {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    _check_int(name, value, 1, "a positive int")
 
 
 def check_non_negative_int(name: str, value: object) -> None:
@@ -43,10 +47,7 @@ def check_non_negative_int(name: str, value: object) -> None:
     :param name: Parameter name, for the message
     :param value: The value given
     """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a non-negative int, got {value!r} of type {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    _check_int(name, value, 0, "a non-negative int")
 
 
 def check_window_settings(
