@@ -45,14 +45,6 @@ def _check_consecutive_windows(value: object) -> None:
         raise type(error)(f"{error}; or 'auto'") from None
 
 
-def _check_memory_refresh(value: object) -> None:
-    message = f"memory_refresh must be a non-negative int (0: never; k: before every k-th epoch), got {value!r}"
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(message)
-    if value < 0:
-        raise ValueError(message)
-
-
 class ResetPPO(RecurrentPPO):
     """
     Recurrent PPO trained on fixed-length windows of the rollout (starting at a random phase each epoch, so
@@ -185,7 +177,7 @@ class ResetPPO(RecurrentPPO):
         # Checked before the env is built, and again in _setup_model (which load() calls too)
         check_window_settings(window_size, boundary, weighting, window_stride)
         _check_consecutive_windows(consecutive_windows)
-        _check_memory_refresh(memory_refresh)
+        check_non_negative_int("memory_refresh", memory_refresh)
         check_non_negative_int("burn_in", burn_in)
         self.memory_refresh = memory_refresh
         self.burn_in = burn_in
@@ -228,7 +220,7 @@ class ResetPPO(RecurrentPPO):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
         check_window_settings(self.window_size, self.boundary, self.weighting, self.window_stride, n_steps=self.n_steps)
         _check_consecutive_windows(self.consecutive_windows)
-        _check_memory_refresh(self.memory_refresh)
+        check_non_negative_int("memory_refresh", self.memory_refresh)
         check_non_negative_int("burn_in", self.burn_in)
         if self.batch_size is not None:
             if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, (int, np.integer)):
