@@ -7,6 +7,11 @@ mean of the normalised final return with 95% stratified-bootstrap confidence int
 the probability of improvement of each variant over the mask baseline, per-env tables (mean +- std,
 timesteps, wall time), and PNGs of the learning curves and rliable's aggregate plots.
 
+For another study in the same layout, name its variants and baseline, e.g. the fresh-memory study
+(``benchmarks/PROTOCOL_fresh_memory.md``; its primary endpoint is the mean of the last 2 of 20 evaluations):
+``--grid benchmarks/results/fresh_memory --variants fm_off fm_refresh fm_burn8 fm_burn16 fm_refresh_burn8
+--baseline fm_off --final-evaluations 2 --min-seeds 10 --out ... --figures ...``.
+
 Usage: python benchmarks/report.py [--grid benchmarks/results/grid] [--out benchmarks/RESULTS.md]
 """
 
@@ -39,11 +44,15 @@ REFERENCE_RETURN = {
     "PendulumNoVel-v1": -150.0,
     "MountainCarContinuousNoVel-v0": 93.0,
     "CueRecallImage-v0": 1.0,
+    # POPGym's scores are in [-1, 1]
+    "PopgymRepeatPreviousEasy-v0": 1.0,
+    "PopgymAutoencodeEasy-v0": 1.0,
 }
 # Aggregates are also reported per group: the claim is about memory, so the groups may disagree
 GROUPS = {
     "memory tasks": ["CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0", "CueRecallImage-v0"],
     "NoVel control": ["CartPoleNoVel-v1", "PendulumNoVel-v1", "MountainCarContinuousNoVel-v0"],
+    "POPGym": ["PopgymRepeatPreviousEasy-v0", "PopgymAutoencodeEasy-v0"],
 }
 
 
@@ -55,7 +64,8 @@ def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
     return random_policy_return(env_id, episodes, seed)
 
 
-def load_runs(grid: Path) -> list[dict[str, Any]]:
+def load_runs(grid: Path, final_evaluations: int = 1) -> list[dict[str, Any]]:
+    """Finished runs with their evaluations; ``final`` is the mean of the last ``final_evaluations`` evaluations."""
     runs = []
     for run_file in sorted(grid.glob("*/*/seed*/run.json")):
         run = json.loads(run_file.read_text())
@@ -66,13 +76,13 @@ def load_runs(grid: Path) -> list[dict[str, Any]]:
         run["timesteps"] = data["timesteps"]
         # (n_evaluations, n_episodes) -> (n_evaluations,)
         run["eval_mean"] = data["results"].mean(axis=1)
-        run["final"] = float(run["eval_mean"][-1])
+        run["final"] = float(run["eval_mean"][-final_evaluations:].mean())
         run["auc"] = float(run["eval_mean"].mean())
         runs.append(run)
     return runs
 
 
-def aggregate(score_dict: dict[str, np.ndarray], reps: int) -> tuple[dict, dict, dict, dict]:
+def aggregate(score_dict: dict[str, np.ndarray], reps: int, baseline: str = BASELINE) -> tuple[dict, dict, dict, dict]:
     def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
 
@@ -81,7 +91,7 @@ def aggregate(score_dict: dict[str, np.ndarray], reps: int) -> tuple[dict, dict,
     np.random.seed(0)  # noqa: NPY002  (rliable samples from the global generator)
     point, interval = rly.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
     # rliable's plot expects "x,y" keys
-    pairs = {f"{v},{BASELINE}": (score_dict[v], score_dict[BASELINE]) for v in score_dict if v != BASELINE}
+    pairs = {f"{v},{baseline}": (score_dict[v], score_dict[baseline]) for v in score_dict if v != baseline}
     poi, poi_ci = rly.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
     return point, interval, poi, poi_ci
 
@@ -94,12 +104,12 @@ def probability_text(poi: dict, poi_ci: dict, pair: str) -> str:
     return f"{probability:.3f} ({low:.3f} to {high:.3f})"
 
 
-def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path) -> None:
+def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path, variant_order: list[str]) -> None:
     columns = min(3, len(envs))
     rows = -(-len(envs) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
     for ax, env_id in zip(axes.flat, envs, strict=False):
-        for variant in VARIANT_ORDER:
+        for variant in variant_order:
             curves = [r for r in runs if r["env"] == env_id and r["variant"] == variant]
             if not curves:
                 continue
@@ -117,6 +127,18 @@ def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path) -> 
     axes.flat[0].legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
+
+
+def conf_files(runs: list[dict[str, Any]]) -> str:
+    """The hyperparameter files the runs used (from their commands), with the variants that used each."""
+    used: dict[str, set[str]] = {}
+    for run in runs:
+        words = run.get("command", "").split()
+        if "--conf-file" in words:
+            path = Path(words[words.index("--conf-file") + 1])
+            name = str(path.relative_to(HERE.parent)) if path.is_relative_to(HERE.parent) else path.name
+            used.setdefault(name, set()).add(run["variant"])
+    return ", ".join(f"`{name}` ({', '.join(sorted(variants))})" for name, variants in sorted(used.items())) or "unknown"
 
 
 def versions() -> str:
@@ -150,12 +172,16 @@ def main() -> None:
         "--min-seeds", type=int, default=5, help="seeds every variant needs for an env to enter the aggregates"
     )
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
+    parser.add_argument("--variants", nargs="+", default=VARIANT_ORDER, help="variants to report, in this order")
+    parser.add_argument("--baseline", default=BASELINE, help="the variant others are compared with")
+    parser.add_argument("--final-evaluations", type=int, default=1, help="the final score: mean of the last K evaluations")
     args = parser.parse_args()
     args.figures.mkdir(parents=True, exist_ok=True)
+    baseline = args.baseline
 
-    runs = load_runs(args.grid)
+    runs = [r for r in load_runs(args.grid, args.final_evaluations) if r["variant"] in args.variants]
     envs = [env for env in REFERENCE_RETURN if any(r["env"] == env for r in runs)]
-    variants = [v for v in VARIANT_ORDER if any(r["variant"] == v for r in runs)]
+    variants = [v for v in args.variants if any(r["variant"] == v for r in runs)]
     randoms = {env: random_return(env) for env in envs}
 
     def seeds(env: str, variant: str) -> list[dict[str, Any]]:
@@ -168,17 +194,19 @@ def main() -> None:
         "Measured by `benchmarks/run_grid.py` (runs through the RL Zoo) and summarised by `benchmarks/report.py`.",
         "Results are what was measured; nothing is tuned per variant beyond the hyperparameter files.",
         "",
-        f"- Command (grid): `python benchmarks/run_grid.py --envs {' '.join(envs)} --seeds {args.min_seeds}`",
+        f"- Command (grid): `python benchmarks/run_grid.py --envs {' '.join(envs)} --variants {' '.join(variants)} "
+        f"--seeds {args.min_seeds}`",
         "- Command (report): `python " + " ".join(["benchmarks/report.py", *sys.argv[1:]]) + "`",
         f"- Hardware: {hardware()}",
         f"- Packages: {versions()}",
-        "- Hyperparameters: `sb3_reset_ppo/zoo/reset_ppo.yml` (reset_ppo variants), `benchmarks/ppo_lstm.yml` (ppo_lstm).",
+        "- Hyperparameters: " + conf_files(runs) + ".",
         "- Runs: two at a time on the 2 cores (one torch thread each); wall time includes the evaluations.",
-        "- Score: mean return of the last evaluation (20 episodes, deterministic policy), normalised per env to",
+        f"- Score: mean return of the last {args.final_evaluations} evaluation(s) (20 episodes each, deterministic "
+        "policy), normalised per env to",
         "  `(score - random) / (reference - random)` with the random policy's return measured here.",
         "",
     ]
-    if complete and BASELINE in variants:
+    if complete and baseline in variants:
 
         def normalised(key: str, group: list[str] = complete) -> dict[str, np.ndarray]:
             # (n_envs, n_seeds) -> (n_seeds, n_envs) normalised scores per variant
@@ -203,7 +231,7 @@ def main() -> None:
                 "aggregate_auc",
             ),
         ):
-            point, interval, poi, poi_ci = aggregate(normalised(key), args.reps)
+            point, interval, poi, poi_ci = aggregate(normalised(key), args.reps, baseline)
             lines += [
                 f"## Aggregate: {title}",
                 "",
@@ -218,7 +246,7 @@ def main() -> None:
                     f"| {v} | {iqm:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f}) "
                     f"| {mean:.3f} ({interval[v][0, 1]:.3f} to {interval[v][1, 1]:.3f}) |"
                 )
-            lines += ["", f"Probability of improvement over `{BASELINE}` (95% CI):", "", "| pair | P(X > Y) |", "|---|---|"]
+            lines += ["", f"Probability of improvement over `{baseline}` (95% CI):", "", "| pair | P(X > Y) |", "|---|---|"]
             for pair in poi:
                 lines.append(f"| {pair.replace(',', ' vs ')} | {probability_text(poi, poi_ci, pair)} |")
             figure, _ = plot_utils.plot_interval_estimates(
@@ -238,9 +266,9 @@ def main() -> None:
         lines += [
             "## Aggregate by group of envs",
             "",
-            "The same estimates within each group (IQM with 95% CI; P(> mask) with 95% CI).",
+            f"The same estimates within each group (IQM with 95% CI; P(> {baseline}) with 95% CI).",
             "",
-            "| group | variant | final IQM | final P(> mask) | over training IQM | over training P(> mask) |",
+            f"| group | variant | final IQM | final P(> {baseline}) | over training IQM | over training P(> {baseline}) |",
             "|---|---|---|---|---|---|",
         ]
         for group_name, group_envs in GROUPS.items():
@@ -249,10 +277,10 @@ def main() -> None:
                 continue
             cells: dict[str, list[str]] = {v: [] for v in variants}
             for key in ("final", "auc"):
-                point, interval, poi, poi_ci = aggregate(normalised(key, group), args.reps)
+                point, interval, poi, poi_ci = aggregate(normalised(key, group), args.reps, baseline)
                 for v in variants:
                     cells[v].append(f"{point[v][0]:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f})")
-                    pair = f"{v},{BASELINE}"
+                    pair = f"{v},{baseline}"
                     cells[v].append(probability_text(poi, poi_ci, pair) if pair in poi else "-")
             for v in variants:
                 lines.append(f"| {group_name} ({len(group)} envs) | {v} | " + " | ".join(cells[v]) + " |")
@@ -287,17 +315,17 @@ def main() -> None:
                 f"| {np.mean([r['seconds'] for r in rows]):.0f} |"
             )
         lines.append("")
-    if "reset" in variants and BASELINE in variants:
+    if "reset" in variants and baseline in variants:
         lines += [
-            f"## Where reset does not beat {BASELINE}",
+            f"## Where reset does not beat {baseline}",
             "",
-            f"Envs where reset's mean (over seeds) is not above {BASELINE}'s, in raw returns:",
+            f"Envs where reset's mean (over seeds) is not above {baseline}'s, in raw returns:",
             "",
         ]
         for key, label in (("final", "final return"), ("auc", "return over training")):
             behind = []
             for env in envs:
-                reset_rows, baseline_rows = seeds(env, "reset"), seeds(env, BASELINE)
+                reset_rows, baseline_rows = seeds(env, "reset"), seeds(env, baseline)
                 if reset_rows and baseline_rows:
                     reset_mean = np.mean([r[key] for r in reset_rows])
                     baseline_mean = np.mean([r[key] for r in baseline_rows])
@@ -305,7 +333,7 @@ def main() -> None:
                         behind.append(f"{env} ({reset_mean:.3f} vs {baseline_mean:.3f})")
             lines.append(f"- {label}: {', '.join(behind) if behind else 'none'}")
         lines.append("")
-    learning_curves(runs, envs, args.figures / "learning_curves.png")
+    learning_curves(runs, envs, args.figures / "learning_curves.png", variants)
     lines += ["## Learning curves (mean +- std over seeds)", "", "![learning curves](figures/learning_curves.png)", ""]
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))

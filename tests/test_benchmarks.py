@@ -173,3 +173,25 @@ def test_fresh_memory_study_commands() -> None:
     assert "--hyperparams" not in off
     # The published grid's variants are unchanged
     assert run_grid.conf_file("reset") == run_grid.RESET_PPO_CONF and run_grid.conf_file("ppo_lstm") == run_grid.PPO_LSTM_CONF
+
+
+def test_report_of_another_study_with_its_baseline_and_final_evaluations(tmp_path: Path) -> None:
+    grid = tmp_path / "grid"
+    for seed in range(3):
+        _fake_run(grid, "fm_off", "CueRecall-v0", seed, [0.2, 0.4, 0.6])
+        _fake_run(grid, "fm_refresh", "CueRecall-v0", seed, [0.2, 0.8, 1.0])
+        _fake_run(grid, "reset", "CueRecall-v0", seed, [0.0, 0.0, 0.0])  # another study's: not reported
+    out = tmp_path / "RESULTS.md"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(out)]
+        + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3"]
+        + ["--variants", "fm_off", "fm_refresh", "--baseline", "fm_off", "--final-evaluations", "2"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    text = out.read_text()
+    # final = mean of the last 2 evaluations: (0.4 + 0.6) / 2 and (0.8 + 1.0) / 2
+    assert "| fm_off | 3 | 0.500 +- 0.000 |" in text and "| fm_refresh | 3 | 0.900 +- 0.000 |" in text
+    assert "| fm_refresh vs fm_off | 1.000 (1.000 to 1.000) |" in text
+    assert "| reset |" not in text and "Where reset does not beat" not in text
