@@ -152,7 +152,12 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
         assert {k: params[k] for k in ("batch_size", "n_steps", "n_epochs")} == {
             k: ppo_lstm[k] for k in ("batch_size", "n_steps", "n_epochs")
         }
-        model = ResetPPO("MlpLstmPolicy", env, **{k: v for k, v in params.items() if k != "policy_kwargs"})
+        # As the zoo merges them: the packaged config's entry, then the sampled values (its window_stride: 1 included)
+        config = {k: v for k, v in yaml.safe_load(DEFAULT_CONF_FILE.read_text())["CueRecall-v0"].items()}
+        assert config["window_stride"] == 1
+        merged = {**config, **params}
+        settings = {k: merged[k] for k in ("n_steps", "batch_size", "n_epochs", "window_size", "window_stride")}
+        model = ResetPPO("MlpLstmPolicy", env, **settings)
         window_size, batch_size = model.window_size, model.batch_size
         assert window_size <= params["n_steps"]
         windows_per_epoch = model.rollout_buffer.n_windows  # the most an epoch can hold

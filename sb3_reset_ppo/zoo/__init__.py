@@ -24,9 +24,14 @@ WINDOW_SIZES = (8, 16, 32)
 
 
 def _with_window_size(hyperparams: dict[str, Any], window_size: int) -> dict[str, Any]:
-    """Add ``window_size`` to ppo_lstm's parameters (at most ``n_steps``); ``batch_size`` counts transitions in both."""
+    """
+    Add ``window_size`` to ppo_lstm's parameters (at most ``n_steps``; ``batch_size`` counts transitions in both) and
+    ResetPPO's default ``window_stride`` (one pass over the data per epoch), which overrides a config's: a trial
+    then costs no more than the same ppo_lstm trial.
+    """
     n_steps = int(hyperparams.get("n_steps", 128))
     hyperparams["window_size"] = min(window_size, n_steps)
+    hyperparams["window_stride"] = None
     return hyperparams
 
 
