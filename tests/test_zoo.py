@@ -153,7 +153,7 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
             k: ppo_lstm[k] for k in ("batch_size", "n_steps", "n_epochs")
         }
         # As the zoo merges them: the packaged config's entry, then the sampled values (its window_stride: 1 included)
-        config = {k: v for k, v in yaml.safe_load(DEFAULT_CONF_FILE.read_text())["CueRecall-v0"].items()}
+        config = dict(yaml.safe_load(DEFAULT_CONF_FILE.read_text())["CueRecall-v0"])
         assert config["window_stride"] == 1
         merged = {**config, **params}
         settings = {k: merged[k] for k in ("n_steps", "batch_size", "n_epochs", "window_size", "window_stride")}
