@@ -20,7 +20,12 @@ interleaved so that all see the same machine load; the figures are medians over 
 With ``--memory``, the peak extra memory of one default ResetPPO ``train()`` per task (first setting) is
 measured after all timings, relative to the rollout buffer's size and to one minibatch.
 
-Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 3] [--json out.json]
+With ``--fresh-memory``, instead: the cost of fresh memory, i.e. seconds of one ResetPPO ``train()`` per task with
+RecurrentPPO's defaults (LSTM 256, ``batch_size=128``) for the defaults, ``memory_refresh=1`` (a refresh before
+each of epochs 2 to 10), ``burn_in=8`` and ``burn_in=16`` (one model per setting collects a rollout, then
+``train()`` is timed ``--repeats`` times: median of CPU time).
+
+Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 3] [--fresh-memory] [--json out.json]
 """
 
 import argparse
@@ -304,6 +309,41 @@ def bench_setting(
     return result, reset_model
 
 
+FRESH_MEMORY: dict[str, dict[str, int]] = {
+    "default": {},
+    "memory_refresh=1": {"memory_refresh": 1},
+    "burn_in=8": {"burn_in": 8},
+    "burn_in=16": {"burn_in": 16},
+}
+
+
+def fresh_memory_train_seconds(task: dict[str, Any], settings: dict[str, int], args: argparse.Namespace) -> float:
+    """Median CPU seconds of one ResetPPO ``train()`` (per-rollout setup included) with fresh-memory settings."""
+    env = make_vec_env(task["env_id"], n_envs=task["n_envs"], seed=args.seed, env_kwargs=task["env_kwargs"])
+    model = ResetPPO(task["policy"], env, n_steps=args.n_steps, n_epochs=args.n_epochs, seed=args.seed, **settings)  # type: ignore[arg-type]
+    model.learn(task["n_envs"] * args.n_steps)  # one rollout, and one train() as the warm-up
+    durations = []
+    for _ in range(args.repeats):
+        model.rollout_buffer.release()
+        start = time.process_time()
+        model.train()
+        durations.append(time.process_time() - start)
+    return statistics.median(durations)
+
+
+def bench_fresh_memory(args: argparse.Namespace) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    print("| task | setting | train() CPU s | relative to the default |\n|---|---|---|---|", flush=True)
+    for name in args.tasks:
+        baseline = None
+        for label, settings in FRESH_MEMORY.items():
+            seconds = fresh_memory_train_seconds(TASKS[name], settings, args)
+            baseline = baseline or seconds
+            results.append({"task": name, "setting": label, "train_cpu_seconds": seconds, "ratio": seconds / baseline})
+            print(f"| {name} | {label} | {seconds:.2f} | {seconds / baseline:.2f} |", flush=True)
+    return results
+
+
 def print_tables(results: list[dict[str, Any]]) -> None:
     print(
         "| task | LSTM | batch_size | RecurrentPPO learn() s | ResetPPO learn() s | ratio | stride 1 learn() s | ratio "
@@ -355,6 +395,7 @@ def main() -> None:
     parser.add_argument("--n-steps", type=int, default=128)
     parser.add_argument("--n-epochs", type=int, default=10)
     parser.add_argument("--memory", action="store_true", help="also measure the peak memory of train()")
+    parser.add_argument("--fresh-memory", action="store_true", help="instead: the cost of memory_refresh and burn_in")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write the figures to this file")
@@ -368,6 +409,12 @@ def main() -> None:
         f"repeats={args.repeats} torch={th.__version__} machine={platform.machine()}",
         flush=True,
     )
+    if args.fresh_memory:
+        fresh = bench_fresh_memory(args)
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"command": sys.argv, "settings": vars(args), "results": fresh}, out, indent=2)
+        return
     results, memory_models = [], []
     for name in args.tasks:
         for index, setting in enumerate(args.settings):
