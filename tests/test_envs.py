@@ -115,3 +115,23 @@ def test_popgym_tasks_train_through_sb3(env_id: str) -> None:
     model = ResetPPO("MlpLstmPolicy", env, n_steps=32, batch_size=64, window_size=8, policy_kwargs={"lstm_hidden_size": 8})
     model.learn(128)
     assert model.num_timesteps == 128
+
+
+def test_minigrid_memory_task_trains_through_sb3() -> None:
+    pytest.importorskip("minigrid")
+    import warnings
+
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from sb3_reset_ppo import ResetPPO
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no render_mode or re-registration warnings
+        env = make_vec_env("MiniGridMemoryS7Flat-v0", n_envs=2, seed=0)
+    # The agent's 7x7x3 view of object, colour and state indices, as float32 (not an image SB3 would scale)
+    assert env.observation_space.shape == (7, 7, 3) and env.observation_space.dtype == np.float32
+    observation = env.reset()
+    assert isinstance(observation, np.ndarray) and 0 < observation.max() <= 10
+    model = ResetPPO("MlpLstmPolicy", env, n_steps=32, batch_size=64, window_size=8, policy_kwargs={"lstm_hidden_size": 8})
+    model.learn(128)
+    assert model.num_timesteps == 128

@@ -7,11 +7,13 @@ Small numpy-only memory tasks, registered with gymnasium on import.
 - ``EarlyChoice-v0``: most of the return is earned by the first decisions of each episode
   (:class:`EarlyChoiceEnv`).
 - ``Popgym<Task>-v0``: POPGym's memory tasks (``popgym`` on PyPI; see :mod:`sb3_reset_ppo.envs.popgym_tasks`).
+- ``MiniGridMemoryS7Flat-v0``: MiniGrid's memory task (``minigrid`` on PyPI; see
+  :mod:`sb3_reset_ppo.envs.minigrid_tasks`).
 """
 
 import gymnasium as gym
 
-from sb3_reset_ppo.envs import popgym_tasks
+from sb3_reset_ppo.envs import minigrid_tasks, popgym_tasks
 from sb3_reset_ppo.envs.cue_recall import CueRecallEnv, CueRecallImageEnv
 from sb3_reset_ppo.envs.early_choice import EarlyChoiceEnv
 
@@ -51,3 +53,4 @@ for _env_id, (_entry_point, _kwargs) in _TASKS.items():
     if _env_id not in gym.registry:
         gym.register(_env_id, entry_point=_entry_point, kwargs=_kwargs, max_episode_steps=200)
 popgym_tasks.register()
+minigrid_tasks.register()

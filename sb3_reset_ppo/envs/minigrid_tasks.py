@@ -1,0 +1,52 @@
+"""
+MiniGrid's memory task (``minigrid`` on PyPI) as a gymnasium id SB3 can train on.
+
+``MiniGridMemoryS7Flat-v0`` makes ``MiniGrid-MemoryS7-v0`` (the task torch-ac's recurrent PPO examples use:
+see an object, walk down a hallway, choose the matching one) and keeps the agent's 7x7x3 view only
+(``ImgObsWrapper``), as ``float32``: the view holds object, colour and state indices (0 to 10), not pixels, so
+SB3 must not treat it as an image (scale by 255, or a CNN for 36x36 and larger images). Registered by
+:mod:`sb3_reset_ppo.envs`; ``minigrid`` is imported only when the env is made.
+"""
+
+import importlib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+ENV_ID = "MiniGridMemoryS7Flat-v0"
+
+
+class _Float32View(gym.ObservationWrapper):
+    """The agent's view as float32 indices."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        box = env.observation_space
+        assert isinstance(box, spaces.Box)
+        self.observation_space = spaces.Box(0.0, float(box.high.max()), shape=box.shape, dtype=np.float32)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation.astype(np.float32)
+
+
+def make_memory_s7(**kwargs: Any) -> gym.Env:
+    """
+    Make ``MiniGrid-MemoryS7-v0`` with the agent's view only, as float32.
+
+    :param kwargs: Passed to ``gymnasium.make`` (e.g. ``render_mode``)
+    :return: The environment
+    """
+    try:
+        # Importing minigrid registers its envs
+        wrappers = importlib.import_module("minigrid.wrappers")
+    except ImportError as error:
+        raise ImportError(f"{ENV_ID} needs the minigrid package: pip install minigrid") from error
+    return _Float32View(wrappers.ImgObsWrapper(gym.make("MiniGrid-MemoryS7-v0", **kwargs)))
+
+
+def register() -> None:
+    """Register :data:`ENV_ID` (idempotent; minigrid is not imported)."""
+    if ENV_ID not in gym.registry:
+        gym.register(ENV_ID, entry_point="sb3_reset_ppo.envs.minigrid_tasks:make_memory_s7")
