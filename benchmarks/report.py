@@ -104,6 +104,45 @@ def probability_text(poi: dict, poi_ci: dict, pair: str) -> str:
     return f"{probability:.3f} ({low:.3f} to {high:.3f})"
 
 
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (same order as given)."""
+    order = np.argsort(p_values)
+    adjusted = np.empty(len(p_values))
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+def difference_tests(
+    runs: list[dict[str, Any]], envs: list[str], variants: list[str], baseline: str, key: str, reps: int
+) -> list[str]:
+    """
+    Markdown rows: per env, each variant's mean minus the baseline's (raw returns), a 95% bootstrap interval
+    (resampling seeds within each arm), Welch's t-test p-value and its Holm adjustment over the whole table.
+    """
+    from scipy.stats import ttest_ind
+
+    generator = np.random.default_rng(0)
+    rows = []
+    for env in envs:
+        base = np.array([r[key] for r in runs if r["env"] == env and r["variant"] == baseline])
+        for v in variants:
+            other = np.array([r[key] for r in runs if r["env"] == env and r["variant"] == v])
+            if v == baseline or len(base) < 2 or len(other) < 2:
+                continue
+            boot = [generator.choice(other, len(other)).mean() - generator.choice(base, len(base)).mean() for _ in range(reps)]
+            low, high = np.percentile(boot, [2.5, 97.5])
+            p = float(ttest_ind(other, base, equal_var=False).pvalue)
+            rows.append((env, v, other.mean() - base.mean(), low, high, 1.0 if np.isnan(p) else p))
+    adjusted = holm([row[5] for row in rows])
+    return [
+        f"| {env} | {v} - {baseline} | {diff:+.3f} ({low:+.3f} to {high:+.3f}) | {p:.3f} | {p_holm:.3f} |"
+        for (env, v, diff, low, high, p), p_holm in zip(rows, adjusted, strict=True)
+    ]
+
+
 def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path, variant_order: list[str]) -> None:
     columns = min(3, len(envs))
     rows = -(-len(envs) // columns)
@@ -294,6 +333,20 @@ def main() -> None:
             "",
         ]
 
+    for key, label in (("final", "final return"), ("auc", "return over training")):
+        difference_rows = difference_tests(runs, envs, variants, baseline, key, args.reps)
+        if difference_rows:
+            lines += [
+                f"## Differences from `{baseline}` per env: {label}",
+                "",
+                "Mean over seeds minus the baseline's, in raw returns, with a 95% bootstrap interval; Welch's t-test "
+                "and its Holm adjustment over every row of this table.",
+                "",
+                "| env | comparison | difference (95% CI) | p | p (Holm) |",
+                "|---|---|---|---|---|",
+                *difference_rows,
+                "",
+            ]
     lines += ["## Per env", ""]
     for env in envs:
         lines += [

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import pytest
 from scipy.stats import trim_mean
 
 from sb3_reset_ppo.envs import random_policy_return
@@ -195,3 +196,12 @@ def test_report_of_another_study_with_its_baseline_and_final_evaluations(tmp_pat
     assert "| fm_off | 3 | 0.500 +- 0.000 |" in text and "| fm_refresh | 3 | 0.900 +- 0.000 |" in text
     assert "| fm_refresh vs fm_off | 1.000 (1.000 to 1.000) |" in text
     assert "| reset |" not in text and "Where reset does not beat" not in text
+    # Per-env differences with Holm-adjusted p-values: refresh ends 0.4 above off on every seed
+    assert "| CueRecall-v0 | fm_refresh - fm_off | +0.400 (+0.400 to +0.400) | 0.000 | 0.000 |" in text
+
+
+def test_holm_adjustment_matches_its_definition() -> None:
+    report = _load("report")
+    # Sorted p = 0.01, 0.02, 0.04 -> 3 * 0.01, max(0.03, 2 * 0.02), max(0.04, 1 * 0.04)
+    assert report.holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+    assert report.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
