@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 import torch as th
 
-from sb3_reset_ppo.common.loss import window_ppo_loss
+from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
 from sb3_reset_ppo.common.windows import kept_slots, slot_resets, slot_weights
 
 
@@ -26,6 +26,15 @@ def _inputs(seed: int, n_windows: int = 6, window_size: int = 5) -> dict[str, th
     )
 
 
+def _loss(**arguments: Any) -> WindowLoss:
+    """
+    ``window_ppo_loss`` with this file's usual settings (clip range 0.2, no value clipping, no entropy bonus, value
+    coefficient 0.5, no advantage normalisation), any of which ``arguments`` overrides.
+    """
+    usual: dict[str, Any] = dict(clip_range=0.2, clip_range_vf=None, ent_coef=0.0, vf_coef=0.5, normalize_advantage=False)
+    return window_ppo_loss(**{**usual, **arguments})
+
+
 def _terms(inputs: dict[str, th.Tensor], clip: float = 0.2) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     ratio = (inputs["log_prob"] - inputs["old_log_prob"]).exp()
     adv = inputs["advantages"]
@@ -42,16 +51,12 @@ def test_reset_mode_is_plain_mean_whatever_episode_lengths(seed: int) -> None:
         episode_starts = (th.rand(6, 5, generator=th.Generator().manual_seed(seed + 7)) < density).float()
         kept = kept_slots(slot_resets(episode_starts), "reset")
         weights = slot_weights(kept, th.ones(6, 5), "uniform")
-        out = window_ppo_loss(
+        out = _loss(
             **inputs,
             kept=kept,
             weights=weights,
             weighting="uniform",
-            clip_range=0.2,
-            clip_range_vf=None,
             ent_coef=0.01,
-            vf_coef=0.5,
-            normalize_advantage=False,
         )
         th.testing.assert_close(out.policy_loss, policy.mean())
         th.testing.assert_close(out.value_loss, value.mean())
@@ -67,16 +72,11 @@ def test_uniform_mask_mode_averages_over_all_slots(seed: int) -> None:
     kept = kept_slots(slot_resets(episode_starts), "mask")
     assert not kept.all()
     weights = slot_weights(kept, th.ones(6, 5), "uniform")
-    out = window_ppo_loss(
+    out = _loss(
         **inputs,
         kept=kept,
         weights=weights,
         weighting="uniform",
-        clip_range=0.2,
-        clip_range_vf=None,
-        ent_coef=0.0,
-        vf_coef=0.5,
-        normalize_advantage=False,
     )
     k = kept.float()
     th.testing.assert_close(out.policy_loss, (k * policy).sum() / 30)
@@ -93,16 +93,11 @@ def test_importance_weighting_divides_by_sum_of_weights(seed: int) -> None:
     counts = th.randint(1, 9, (6, 5), generator=generator).float()
     weights = slot_weights(kept, counts, "importance")
     th.testing.assert_close(weights, kept.float() / counts)
-    out = window_ppo_loss(
+    out = _loss(
         **inputs,
         kept=kept,
         weights=weights,
         weighting="importance",
-        clip_range=0.2,
-        clip_range_vf=None,
-        ent_coef=0.0,
-        vf_coef=0.5,
-        normalize_advantage=False,
     )
     th.testing.assert_close(out.policy_loss, (weights * policy).sum() / weights.sum())
     th.testing.assert_close(out.value_loss, (weights * value).sum() / weights.sum())
@@ -114,15 +109,11 @@ def test_advantage_normalisation_kl_and_clip_fraction_use_kept_slots_only() -> N
     kept = th.ones(6, 5, dtype=th.bool)
     kept[:, 3:] = False
     weights = kept.float()
-    out = window_ppo_loss(
+    out = _loss(
         **inputs,
         kept=kept,
         weights=weights,
         weighting="uniform",
-        clip_range=0.2,
-        clip_range_vf=None,
-        ent_coef=0.0,
-        vf_coef=0.5,
         normalize_advantage=True,
     )
     adv = inputs["advantages"][kept]
@@ -139,16 +130,12 @@ def test_value_clipping_and_missing_entropy() -> None:
     inputs = _inputs(4)
     kept = th.ones(6, 5, dtype=th.bool)
     no_entropy: dict[str, Any] = {**inputs, "entropy": None}
-    out = window_ppo_loss(
+    out = _loss(
         **no_entropy,
         kept=kept,
         weights=kept.float(),
         weighting="uniform",
-        clip_range=0.2,
         clip_range_vf=0.1,
-        ent_coef=0.0,
-        vf_coef=0.5,
-        normalize_advantage=False,
     )
     clipped = inputs["old_values"] + (inputs["values"] - inputs["old_values"]).clamp(-0.1, 0.1)
     th.testing.assert_close(out.value_loss, ((inputs["returns"] - clipped) ** 2).mean())
@@ -166,13 +153,12 @@ def test_kept_mean_averages_over_kept_slots_only(seed: int) -> None:
     assert not kept.all()
     weights = slot_weights(kept, th.ones(6, 5), "kept_mean")
     th.testing.assert_close(weights, kept.float())
-    common: dict[str, Any] = dict(clip_range=0.2, clip_range_vf=None, ent_coef=0.0, vf_coef=0.5, normalize_advantage=False)
-    out = window_ppo_loss(**inputs, kept=kept, weights=weights, weighting="kept_mean", **common)
+    out = _loss(**inputs, kept=kept, weights=weights, weighting="kept_mean")
     th.testing.assert_close(out.policy_loss, policy[kept].mean())
     th.testing.assert_close(out.value_loss, value[kept].mean())
     th.testing.assert_close(out.entropy_loss, entropy[kept].mean())
     # The control: "uniform" on the same slots divides by all B * W slots
-    uniform = window_ppo_loss(**inputs, kept=kept, weights=weights, weighting="uniform", **common)
+    uniform = _loss(**inputs, kept=kept, weights=weights, weighting="uniform")
     th.testing.assert_close(uniform.policy_loss, policy[kept].sum() / 30)
     assert not th.allclose(uniform.policy_loss, out.policy_loss)
 
@@ -186,15 +172,11 @@ def test_importance_weighting_normalises_advantages_with_weighted_statistics(see
 
     def policy_loss_at_ratio_one(advantages: th.Tensor) -> float:
         # With ratio 1 (log_prob == old_log_prob) the per-slot surrogate is -advantage
-        out = window_ppo_loss(
+        out = _loss(
             **{**inputs, "log_prob": inputs["old_log_prob"], "advantages": advantages},
             kept=kept,
             weights=weights,
             weighting="importance",
-            clip_range=0.2,
-            clip_range_vf=None,
-            ent_coef=0.0,
-            vf_coef=0.5,
             normalize_advantage=True,
         )
         return float(out.policy_loss)
@@ -207,15 +189,11 @@ def test_importance_weighting_normalises_advantages_with_weighted_statistics(see
     variance = (weights * (adv - mean) ** 2).sum() / (weights.sum() - (weights**2).sum() / weights.sum())
     normalised = (adv - mean) / (variance.sqrt() + 1e-8)
     policy, _, _ = _terms({**inputs, "advantages": normalised})
-    out = window_ppo_loss(
+    out = _loss(
         **inputs,
         kept=kept,
         weights=weights,
         weighting="importance",
-        clip_range=0.2,
-        clip_range_vf=None,
-        ent_coef=0.0,
-        vf_coef=0.5,
         normalize_advantage=True,
     )
     th.testing.assert_close(out.policy_loss, (weights * policy).sum() / weights.sum())
@@ -233,15 +211,12 @@ def test_dropped_slots_cannot_poison_the_loss(weighting: str) -> None:
     kept = th.ones(6, 5, dtype=th.bool)
     kept[2, 3:] = False
     old_log_prob[2, 4] = -1e4
-    out = window_ppo_loss(
+    out = _loss(
         **{**inputs, "log_prob": log_prob, "old_log_prob": old_log_prob},
         kept=kept,
         weights=kept.float(),
         weighting=weighting,  # type: ignore[arg-type]
-        clip_range=0.2,
-        clip_range_vf=None,
         ent_coef=0.01,
-        vf_coef=0.5,
     )
     (grad,) = th.autograd.grad(out.loss, log_prob)
     assert th.isfinite(out.loss) and th.isfinite(grad).all()
@@ -253,7 +228,6 @@ def test_a_single_kept_slot_is_not_normalised() -> None:
     inputs: dict[str, Any] = _inputs(7)
     kept = th.zeros(6, 5, dtype=th.bool)
     kept[0, 0] = True
-    common: dict[str, Any] = dict(kept=kept, weights=kept.float(), weighting="kept_mean", clip_range=0.2, clip_range_vf=None)
     same_policy = {**inputs, "log_prob": inputs["old_log_prob"]}
-    out = window_ppo_loss(**same_policy, **common, ent_coef=0.0, vf_coef=0.5, normalize_advantage=True)
+    out = _loss(**same_policy, kept=kept, weights=kept.float(), weighting="kept_mean", normalize_advantage=True)
     th.testing.assert_close(out.policy_loss, -inputs["advantages"][0, 0])
