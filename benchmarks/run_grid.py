@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +163,9 @@ def main() -> None:
         f"{len(jobs) - len(todo)} of {len(jobs)} runs already done; {len(todo)} to run on {args.workers} workers", flush=True
     )
     with ThreadPoolExecutor(max_workers=max(1, min(args.workers, os.cpu_count() or 1))) as pool:
-        for result in pool.map(run_one, todo):
+        # In the order runs finish (a slow run does not hold back the report of the others)
+        for future in as_completed([pool.submit(run_one, job) for job in todo]):
+            result = future.result()
             status = "ok" if result["returncode"] == 0 else f"FAILED ({result['returncode']})"
             print(
                 f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}: {status} in {result['seconds']:.0f} s",
