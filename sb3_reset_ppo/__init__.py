@@ -2,13 +2,25 @@
 
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.windows import window_weights
-from sb3_reset_ppo.reset_ppo import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy, NonFiniteTrainingError, ResetPPO
+from sb3_reset_ppo.reset_ppo import (
+    CnnGruPolicy,
+    CnnLstmPolicy,
+    MlpGruPolicy,
+    MlpLstmPolicy,
+    MultiInputGruPolicy,
+    MultiInputLstmPolicy,
+    NonFiniteTrainingError,
+    ResetPPO,
+)
 from sb3_reset_ppo.version import __version__
 
 __all__ = [
+    "CnnGruPolicy",
     "CnnLstmPolicy",
     "DictWindowRolloutBuffer",
+    "MlpGruPolicy",
     "MlpLstmPolicy",
+    "MultiInputGruPolicy",
     "MultiInputLstmPolicy",
     "NonFiniteTrainingError",
     "ResetPPO",

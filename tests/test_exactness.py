@@ -15,6 +15,8 @@ from sb3_reset_ppo.common.unroll import evaluate_windows
 N_STEPS = 16
 # Every window every epoch, and the default (windows every window_size steps from a random phase)
 STRIDES = pytest.mark.parametrize("window_stride", [1, None], ids=["stride1", "strideW"])
+# The LSTM policies and the GRU policies (policy names "<kind>LstmPolicy" / "<kind>GruPolicy")
+CELLS = pytest.mark.parametrize("cell", ["Lstm", "Gru"])
 
 
 def _rolled_out_model(
@@ -49,6 +51,7 @@ def _rolled_out_model(
     return model
 
 
+@CELLS
 @STRIDES
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
 @pytest.mark.parametrize(
@@ -63,10 +66,12 @@ def _rolled_out_model(
     ],
     ids=["separate-critic", "shared-lstm", "no-critic-lstm", "two-layers", "separate-extractors", "net-arch"],
 )
-def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any], window_stride: int | None) -> None:
-    check_exact(_rolled_out_model(boundary=boundary, policy_kwargs=policy_kwargs, window_stride=window_stride))
+def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any], window_stride: int | None, cell: str) -> None:
+    model = _rolled_out_model(f"Mlp{cell}Policy", boundary=boundary, policy_kwargs=policy_kwargs, window_stride=window_stride)
+    check_exact(model)
 
 
+@CELLS
 @STRIDES
 @pytest.mark.parametrize(
     "action_space",
@@ -79,44 +84,49 @@ def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any], window_st
     ids=["box", "discrete", "multidiscrete", "multibinary"],
 )
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
-def test_action_spaces(action_space: spaces.Space, boundary: str, window_stride: int | None) -> None:
-    check_exact(_rolled_out_model(action_space=action_space, boundary=boundary, window_stride=window_stride))
+def test_action_spaces(action_space: spaces.Space, boundary: str, window_stride: int | None, cell: str) -> None:
+    model = _rolled_out_model(f"Mlp{cell}Policy", action_space=action_space, boundary=boundary, window_stride=window_stride)
+    check_exact(model)
 
 
+@CELLS
 @STRIDES
-@pytest.mark.parametrize("weighting", ["uniform", "importance"])
-def test_gsde(weighting: str, window_stride: int | None) -> None:
+@pytest.mark.parametrize("weighting", ["uniform", "importance", "kept_mean"])
+def test_gsde(weighting: str, window_stride: int | None, cell: str) -> None:
     box = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
     model = _rolled_out_model(
-        action_space=box, use_sde=True, sde_sample_freq=4, weighting=weighting, window_stride=window_stride
+        f"Mlp{cell}Policy", action_space=box, use_sde=True, sde_sample_freq=4, weighting=weighting, window_stride=window_stride
     )
     check_exact(model)
 
 
+@CELLS
 @STRIDES
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
-def test_dict_observations(boundary: str, window_stride: int | None) -> None:
+def test_dict_observations(boundary: str, window_stride: int | None, cell: str) -> None:
     kwargs = {"features_extractor_kwargs": {"cnn_output_dim": 8}}
     model = _rolled_out_model(
-        "MultiInputLstmPolicy", obs_kind="dict", boundary=boundary, policy_kwargs=kwargs, window_stride=window_stride
+        f"MultiInput{cell}Policy", obs_kind="dict", boundary=boundary, policy_kwargs=kwargs, window_stride=window_stride
     )
     check_exact(model)
 
 
+@CELLS
 @STRIDES
 @pytest.mark.parametrize("share_features_extractor", [True, False])
-def test_cnn_policy(share_features_extractor: bool, window_stride: int | None) -> None:
+def test_cnn_policy(share_features_extractor: bool, window_stride: int | None, cell: str) -> None:
     kwargs = {"features_extractor_kwargs": {"features_dim": 8}, "share_features_extractor": share_features_extractor}
     model = _rolled_out_model(
-        "CnnLstmPolicy", obs_kind="image", window_size=4, policy_kwargs=kwargs, window_stride=window_stride
+        f"Cnn{cell}Policy", obs_kind="image", window_size=4, policy_kwargs=kwargs, window_stride=window_stride
     )
     check_exact(model)
 
 
-def test_invariant_fails_without_recorded_memory() -> None:
+@CELLS
+def test_invariant_fails_without_recorded_memory(cell: str) -> None:
     # Control: starting every window from zero memory instead of the recorded one breaks the invariant,
     # so the exactness checks above can fail.
-    model = _rolled_out_model()
+    model = _rolled_out_model(f"Mlp{cell}Policy")
     samples = next(model.rollout_buffer.get(None))
     zero_memory = type(samples.lstm_states)(
         tuple(th.zeros_like(t) for t in samples.lstm_states.pi), tuple(th.zeros_like(t) for t in samples.lstm_states.vf)

@@ -12,23 +12,33 @@ from stable_baselines3.common.logger import configure
 from torch import nn
 
 from sb3_reset_ppo import ResetPPO
-from sb3_reset_ppo.common.unroll import lstm_step_states
+from sb3_reset_ppo.common.unroll import rnn_step_states
+
+CELLS = pytest.mark.parametrize("cell", ["Lstm", "Gru"])
 
 
 def _reference_step_states(
-    lstm: nn.LSTM, features: th.Tensor, initial: tuple[th.Tensor, th.Tensor], episode_starts: th.Tensor
-) -> tuple[th.Tensor, th.Tensor]:
-    """Step by step with nn.LSTM, as collection does: record the memory entering a step, then apply SB3's rule."""
+    rnn: nn.Module, features: th.Tensor, initial: tuple[th.Tensor, ...], episode_starts: th.Tensor
+) -> tuple[th.Tensor, ...]:
+    """
+    Step by step with nn.LSTM (nn.GRU), as collection does: record the memory entering a step, then apply SB3's
+    rule. Returns ``(hidden, cell)`` (``(hidden,)``), each ``(B, L, n_layers, H)``.
+    """
     n_sequences, length, _ = features.shape
     # (B, L, H) -> (L, B, H)
-    hidden, cell = (m.transpose(0, 1).contiguous() for m in initial)
-    hiddens, cells = [], []
+    state = [m.transpose(0, 1).contiguous() for m in initial]
+    entering: list[list[th.Tensor]] = [[] for _ in state]
     for step in range(length):
-        hiddens.append(hidden.transpose(0, 1))
-        cells.append(cell.transpose(0, 1))
+        for record, tensor in zip(entering, state, strict=True):
+            record.append(tensor.transpose(0, 1))
         not_start = (1.0 - episode_starts[:, step]).reshape(1, n_sequences, 1)
-        _, (hidden, cell) = lstm(features[:, step][None], (hidden * not_start, cell * not_start))
-    return th.stack(hiddens, dim=1), th.stack(cells, dim=1)
+        if isinstance(rnn, nn.LSTM):
+            _, (hidden, cell) = rnn(features[:, step][None], (state[0] * not_start, state[1] * not_start))
+            state = [hidden, cell]
+        else:
+            _, hidden = rnn(features[:, step][None], state[0] * not_start)
+            state = [hidden]
+    return tuple(th.stack(record, dim=1) for record in entering)
 
 
 @settings(max_examples=30, deadline=None)
@@ -39,24 +49,30 @@ def _reference_step_states(
     st.booleans(),
     st.sampled_from([0.0, 0.1, 0.5, 1.0]),
     st.integers(0, 1000),
+    st.sampled_from([nn.LSTM, nn.GRU]),
 )
 def test_step_states_equal_step_by_step_collection(
-    n_sequences: int, length: int, layers: int, bias: bool, density: float, seed: int
+    n_sequences: int, length: int, layers: int, bias: bool, density: float, seed: int, rnn_class: type[nn.Module]
 ) -> None:
     generator = th.Generator().manual_seed(seed)
     th.manual_seed(seed)
-    lstm = nn.LSTM(3, 5, num_layers=layers, bias=bias, dropout=0.3 if layers > 1 else 0.0).train()
+    rnn = rnn_class(3, 5, num_layers=layers, bias=bias, dropout=0.3 if layers > 1 else 0.0).train()
     features = th.randn(n_sequences, length, 3, generator=generator).requires_grad_(True)
-    initial = (th.randn(n_sequences, layers, 5, generator=generator), th.randn(n_sequences, layers, 5, generator=generator))
+    initial: tuple[th.Tensor, ...] = (
+        th.randn(n_sequences, layers, 5, generator=generator),
+        th.randn(n_sequences, layers, 5, generator=generator),
+    )
+    initial = initial if rnn_class is nn.LSTM else initial[:1]
     episode_starts = (th.rand(n_sequences, length, generator=generator) < density).float()
-    hidden, cell = lstm_step_states(lstm, features, initial, episode_starts)
+    states = rnn_step_states(rnn, features, initial, episode_starts)  # type: ignore[arg-type]
     # Collection runs without dropout: the reference too
     with th.no_grad():
-        expected_hidden, expected_cell = _reference_step_states(lstm.eval(), features, initial, episode_starts)
-    th.testing.assert_close(hidden, expected_hidden, rtol=1e-5, atol=1e-5)
-    th.testing.assert_close(cell, expected_cell, rtol=1e-5, atol=1e-5)
-    # Computed without gradient: nothing to backpropagate into
-    assert not hidden.requires_grad and not cell.requires_grad
+        expected = _reference_step_states(rnn.eval(), features, initial, episode_starts)
+    assert len(states) == len(expected) == (2 if rnn_class is nn.LSTM else 1)
+    for state, expected_state in zip(states, expected, strict=True):
+        th.testing.assert_close(state, expected_state, rtol=1e-5, atol=1e-5)
+        # Computed without gradient: nothing to backpropagate into
+        assert not state.requires_grad
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -68,10 +84,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _model(policy_kwargs: dict[str, Any], learning_rate: float, **kwargs: Any) -> ResetPPO:
+def _model(policy_kwargs: dict[str, Any], learning_rate: float, cell: str = "Lstm", **kwargs: Any) -> ResetPPO:
     env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=0)
     model = ResetPPO(
-        "MlpLstmPolicy",
+        f"Mlp{cell}Policy",
         env,
         learning_rate=learning_rate,
         n_steps=32,
@@ -87,9 +103,10 @@ def _model(policy_kwargs: dict[str, Any], learning_rate: float, **kwargs: Any) -
     return model
 
 
+@CELLS
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_refresh_before_any_update_is_the_recorded_memory(name: str) -> None:
-    model = _model(VARIANTS[name], learning_rate=0.0)
+def test_refresh_before_any_update_is_the_recorded_memory(name: str, cell: str) -> None:
+    model = _model(VARIANTS[name], learning_rate=0.0, cell=cell)
     # Two rollouts: the second starts from non-zero memory carried over from the first
     model.learn(2 * 32 * 2)
     buffer = model.rollout_buffer
@@ -105,8 +122,9 @@ def test_refresh_before_any_update_is_the_recorded_memory(name: str) -> None:
     assert model.logger.name_to_value["train/approx_kl"] < 1e-8
 
 
-def test_refresh_after_updates_uses_the_current_parameters_and_windows_start_from_it() -> None:
-    model = _model({}, learning_rate=3e-3)
+@CELLS
+def test_refresh_after_updates_uses_the_current_parameters_and_windows_start_from_it(cell: str) -> None:
+    model = _model({}, learning_rate=3e-3, cell=cell)
     model.learn(3 * 32 * 2)
     buffer = model.rollout_buffer
     buffer.release()
@@ -119,9 +137,9 @@ def test_refresh_after_updates_uses_the_current_parameters_and_windows_start_fro
     with th.no_grad():
         features = model.policy.extract_features(observations)
     assert isinstance(features, th.Tensor)
-    first = (sampler.recorded_memory["hidden_pi"][::32], sampler.recorded_memory["cell_pi"][::32])
+    first = tuple(sampler.recorded_memory[f"{name}_pi"][::32] for name in model.rollout_buffer.state_names)
     # (n_envs * n_steps, F) -> (n_envs, n_steps, F)
-    hidden, _ = _reference_step_states(
+    hidden, *_ = _reference_step_states(
         model.policy.lstm_actor, features.reshape(2, 32, -1), first, sampler.data["episode_starts"].reshape(2, 32)
     )
     th.testing.assert_close(sampler.memory["hidden_pi"].reshape(2, 32, 1, -1), hidden, rtol=1e-5, atol=1e-5)
@@ -140,10 +158,12 @@ def test_bad_memory_refresh(bad: object, error: type[Exception]) -> None:
         ResetPPO("MlpLstmPolicy", make_vec_env(RandomEpisodeEnv, n_envs=1), n_steps=16, window_size=4, memory_refresh=bad)  # type: ignore[arg-type]
 
 
-def _burn_in_model(burn_in: int, learning_rate: float, window_stride: int | None = None, **kwargs: Any) -> ResetPPO:
+def _burn_in_model(
+    burn_in: int, learning_rate: float, window_stride: int | None = None, cell: str = "Lstm", **kwargs: Any
+) -> ResetPPO:
     env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=1, env_kwargs=kwargs.pop("env_kwargs", {}))
     model = ResetPPO(
-        "MlpLstmPolicy",
+        f"Mlp{cell}Policy",
         env,
         learning_rate=learning_rate,
         n_steps=32,
@@ -160,17 +180,20 @@ def _burn_in_model(burn_in: int, learning_rate: float, window_stride: int | None
     return model
 
 
+@CELLS
 @pytest.mark.parametrize("window_stride", [1, None])
 @pytest.mark.parametrize("policy_kwargs", [{}, {"n_lstm_layers": 2}, {"enable_critic_lstm": False}])
-def test_burn_in_before_any_update_is_exact(window_stride: int | None, policy_kwargs: dict[str, Any]) -> None:
+def test_burn_in_before_any_update_is_exact(window_stride: int | None, policy_kwargs: dict[str, Any], cell: str) -> None:
     from helpers import check_exact
 
-    check_exact(_burn_in_model(5, 0.0, window_stride, policy_kwargs=policy_kwargs))
+    check_exact(_burn_in_model(5, 0.0, window_stride, cell=cell, policy_kwargs=policy_kwargs))
 
 
-def test_burn_in_equals_step_by_step_reference_and_stops_at_episode_starts() -> None:
+@CELLS
+def test_burn_in_equals_step_by_step_reference_and_stops_at_episode_starts(cell: str) -> None:
     burn_in = 6
-    model = _burn_in_model(burn_in, 3e-3, window_stride=1)
+    model = _burn_in_model(burn_in, 3e-3, window_stride=1, cell=cell)
+    names = model.rollout_buffer.state_names
     buffer = model.rollout_buffer
     sampler = buffer.sampler()
     samples = next(buffer.get(None))
@@ -185,7 +208,8 @@ def test_burn_in_equals_step_by_step_reference_and_stops_at_episode_starts() -> 
         assert isinstance(features, th.Tensor)
         from sb3_reset_ppo.common.unroll import burned_in_memory
 
-        hidden, cell = burned_in_memory(model.policy.lstm_actor, features, samples.burn_in, samples.burn_in.memory.pi)
+        burned = burned_in_memory(model.policy.lstm_actor, features, samples.burn_in, samples.burn_in.memory.pi)
+        hidden = burned[0]
         all_features = model.policy.extract_features(observations)
     assert isinstance(all_features, th.Tensor)
     starts = sampler.data["episode_starts"]
@@ -194,15 +218,16 @@ def test_burn_in_equals_step_by_step_reference_and_stops_at_episode_starts() -> 
         t = step % 32
         first = step - min(t, burn_in)
         # Reference: nn.LSTM step by step from the stored memory entering `first`, SB3's rule at every step
-        memory = (sampler.memory["hidden_pi"][first : first + 1], sampler.memory["cell_pi"][first : first + 1])
+        memory = tuple(sampler.memory[f"{name}_pi"][first : first + 1] for name in names)
         expected = _reference_step_states(
             model.policy.lstm_actor,
             all_features[first : step + 1][None],
             memory,
             starts[first : step + 1][None],
         )
-        th.testing.assert_close(hidden[window], expected[0][0, -1], rtol=1e-5, atol=1e-5)
-        th.testing.assert_close(cell[window], expected[1][0, -1], rtol=1e-5, atol=1e-5)
+        assert len(burned) == len(expected) == len(names)
+        for state, expected_state in zip(burned, expected, strict=True):
+            th.testing.assert_close(state[window], expected_state[0, -1], rtol=1e-5, atol=1e-5)
         checked_short += t < burn_in
         checked_reset += bool(starts[first:step].any())
     assert checked_short > 0 and checked_reset > 0
@@ -210,7 +235,8 @@ def test_burn_in_equals_step_by_step_reference_and_stops_at_episode_starts() -> 
     # in burned_in_memory itself
     first_pi = samples.burn_in.memory.pi
     with th.no_grad():
-        moved, _ = burned_in_memory(model.policy.lstm_actor, features, samples.burn_in, (first_pi[0] + 5.0, first_pi[1] - 5.0))
+        shifted = tuple(tensor + 5.0 for tensor in first_pi)
+        moved = burned_in_memory(model.policy.lstm_actor, features, samples.burn_in, shifted)[0]
     rows = samples.burn_in.episode_starts
     lengths = samples.burn_in.lengths
     # (B, burn_in + 1): an episode start among the first `lengths` steps of the row
@@ -222,8 +248,9 @@ def test_burn_in_equals_step_by_step_reference_and_stops_at_episode_starts() -> 
     assert not th.allclose(hidden, sampler.memory["hidden_pi"][flat], atol=1e-4)
 
 
-def test_no_gradient_flows_into_burn_in_steps() -> None:
-    model = _burn_in_model(6, 3e-3, window_stride=1, env_kwargs={"min_length": 1000, "max_length": 1000})
+@CELLS
+def test_no_gradient_flows_into_burn_in_steps(cell: str) -> None:
+    model = _burn_in_model(6, 3e-3, window_stride=1, cell=cell, env_kwargs={"min_length": 1000, "max_length": 1000})
     # Two windows: most of their burn-in steps are in neither window
     samples = next(model.rollout_buffer.get(2 * 8))
     assert samples.burn_in is not None and isinstance(samples.observations, th.Tensor)
@@ -248,9 +275,10 @@ def test_bad_burn_in(bad: object, error: type[Exception]) -> None:
         ResetPPO("MlpLstmPolicy", make_vec_env(RandomEpisodeEnv, n_envs=1), n_steps=16, window_size=4, burn_in=bad)  # type: ignore[arg-type]
 
 
+@CELLS
 @pytest.mark.parametrize("learning_rate", [0.0, 3e-3])
-def test_burn_in_logs_staleness(learning_rate: float) -> None:
-    model = _burn_in_model(6, learning_rate)
+def test_burn_in_logs_staleness(learning_rate: float, cell: str) -> None:
+    model = _burn_in_model(6, learning_rate, cell=cell)
     model.set_logger(configure(None, []))
     model.train()
     staleness = model.logger.name_to_value["train/memory_staleness"]

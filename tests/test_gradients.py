@@ -15,11 +15,23 @@ from torch import nn
 
 from sb3_reset_ppo import ResetPPO
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import evaluate_windows, unroll_lstm
+from sb3_reset_ppo.common.unroll import evaluate_windows, unroll_rnn
 from sb3_reset_ppo.common.windows import kept_slots, plan_reset_steps, slot_resets
 
+# Both recurrent layers share the unroll (a reset step each): every unroll test runs for both
+RNNS = pytest.mark.parametrize("rnn_class", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
 
-def _random_windows(n_windows: int, window_size: int, layers: int, hidden: int, inputs: int, density: float, seed: int):
+
+def _random_windows(
+    n_windows: int,
+    window_size: int,
+    layers: int,
+    hidden: int,
+    inputs: int,
+    density: float,
+    seed: int,
+    rnn_class: type[nn.Module] = nn.LSTM,
+):
     generator = th.Generator().manual_seed(seed)
     features = th.randn(n_windows, window_size, inputs, generator=generator, requires_grad=True)
     memory = (
@@ -27,16 +39,17 @@ def _random_windows(n_windows: int, window_size: int, layers: int, hidden: int, 
         th.randn(n_windows, window_size, layers, hidden, generator=generator),
     )
     episode_starts = (th.rand(n_windows, window_size, generator=generator) < density).float()
-    return features, memory, episode_starts
+    # An LSTM's memory is (hidden, cell), a GRU's (hidden,)
+    return features, memory if rnn_class is nn.LSTM else memory[:1], episode_starts
 
 
-def _fused(lstm: nn.LSTM, features: th.Tensor, memory: tuple[th.Tensor, th.Tensor], episode_starts: th.Tensor) -> th.Tensor:
+def _fused(rnn: nn.Module, features: th.Tensor, memory: tuple[th.Tensor, ...], episode_starts: th.Tensor) -> th.Tensor:
     n_windows, window_size = episode_starts.shape
     layout = plan_reset_steps(episode_starts.numpy())
     # (B, W, L, H) -> (B, L, H): the memory recorded for slot 0
-    first = (memory[0][:, 0], memory[1][:, 0])
+    first = tuple(tensor[:, 0] for tensor in memory)
     # (B, W, F) -> (B * W, F)
-    out = unroll_lstm(lstm, features.reshape(n_windows * window_size, -1), first, 1.0 - episode_starts[:, 0], layout)
+    out = unroll_rnn(rnn, features.reshape(n_windows * window_size, -1), first, 1.0 - episode_starts[:, 0], layout)  # type: ignore[arg-type]
     # (B * W, H) -> (B, W, H)
     return out.reshape(n_windows, window_size, -1)
 
@@ -49,13 +62,14 @@ def _fused(lstm: nn.LSTM, features: th.Tensor, memory: tuple[th.Tensor, th.Tenso
     st.sampled_from([0.0, 0.2, 0.6, 1.0]),
     st.integers(0, 10_000),
     st.booleans(),
+    st.sampled_from([nn.LSTM, nn.GRU]),
 )
 def test_fused_unroll_equals_slot_by_slot_reference(
-    n_windows: int, window_size: int, layers: int, density: float, seed: int, bias: bool
+    n_windows: int, window_size: int, layers: int, density: float, seed: int, bias: bool, rnn_class: type[nn.Module]
 ) -> None:
     th.manual_seed(seed)
-    lstm = nn.LSTM(3, 5, num_layers=layers, bias=bias)
-    features, memory, episode_starts = _random_windows(n_windows, window_size, layers, 5, 3, density, seed)
+    lstm = rnn_class(3, 5, num_layers=layers, bias=bias)
+    features, memory, episode_starts = _random_windows(n_windows, window_size, layers, 5, 3, density, seed, rnn_class)
     expected = reference_unroll(lstm, features, memory, episode_starts, "reset")
     actual = _fused(lstm, features, memory, episode_starts)
     th.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
@@ -93,27 +107,29 @@ def test_reset_layout(n_windows: int, window_size: int, density: float, seed: in
     assert len(set(positions.reshape(-1).tolist())) == n_windows * window_size
 
 
-def test_dropout_and_no_bias_lstm_match_reference() -> None:
+@RNNS
+def test_dropout_and_no_bias_match_reference(rnn_class: type[nn.Module]) -> None:
     th.manual_seed(0)
-    features, memory, episode_starts = _random_windows(4, 6, 2, 5, 3, 0.3, 0)
-    lstm = nn.LSTM(3, 5, num_layers=2, bias=False)
+    features, memory, episode_starts = _random_windows(4, 6, 2, 5, 3, 0.3, 0, rnn_class)
+    lstm = rnn_class(3, 5, num_layers=2, bias=False)
     th.testing.assert_close(
         _fused(lstm, features, memory, episode_starts), reference_unroll(lstm, features, memory, episode_starts, "reset")
     )
     # Dropout between layers is random: in eval mode it is off and both agree
-    lstm = nn.LSTM(3, 5, num_layers=2, dropout=0.5).eval()
+    lstm = rnn_class(3, 5, num_layers=2, dropout=0.5).eval()
     th.testing.assert_close(
         _fused(lstm, features, memory, episode_starts), reference_unroll(lstm, features, memory, episode_starts, "reset")
     )
 
 
+@RNNS
 @pytest.mark.parametrize("layers", [1, 2])
 @pytest.mark.parametrize("seed", range(3))
-def test_gradient_is_zero_before_last_reset(layers: int, seed: int) -> None:
+def test_gradient_is_zero_before_last_reset(layers: int, seed: int, rnn_class: type[nn.Module]) -> None:
     th.manual_seed(seed)
     window_size = 8
-    lstm = nn.LSTM(5, 6, num_layers=layers)
-    features, memory, episode_starts = _random_windows(12, window_size, layers, 6, 5, 0.25, seed)
+    lstm = rnn_class(5, 6, num_layers=layers)
+    features, memory, episode_starts = _random_windows(12, window_size, layers, 6, 5, 0.25, seed, rnn_class)
     resets = slot_resets(episode_starts)
     outputs = _fused(lstm, features, memory, episode_starts)
     checked_zero = 0
@@ -132,19 +148,20 @@ def test_gradient_is_zero_before_last_reset(layers: int, seed: int) -> None:
     assert checked_zero > 0
 
 
-def test_reference_without_episode_starts_leaks_gradient() -> None:
+@RNNS
+def test_reference_without_episode_starts_leaks_gradient(rnn_class: type[nn.Module]) -> None:
     # Control for the test above: with no episode start, gradient flows back to slot 0.
-    lstm = nn.LSTM(3, 4)
-    features, memory, _ = _random_windows(2, 6, 1, 4, 3, 0.0, 0)
+    lstm = rnn_class(3, 4)
+    features, memory, _ = _random_windows(2, 6, 1, 4, 3, 0.0, 0, rnn_class)
     outputs = _fused(lstm, features, memory, th.zeros(2, 6))
     (grad,) = th.autograd.grad(outputs[0, 5].sum(), features)
     assert grad[0, 0].abs().sum() > 0
 
 
-def _policy_windows(boundary: str) -> tuple[ResetPPO, WindowRolloutBufferSamples]:
+def _policy_windows(boundary: str, policy: str = "MlpLstmPolicy") -> tuple[ResetPPO, WindowRolloutBufferSamples]:
     env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=3, env_kwargs=dict(max_length=5))
     model = ResetPPO(
-        "MlpLstmPolicy",
+        policy,
         env,
         n_steps=24,
         batch_size=32,
@@ -158,8 +175,9 @@ def _policy_windows(boundary: str) -> tuple[ResetPPO, WindowRolloutBufferSamples
     return model, next(model.rollout_buffer.get(None))
 
 
-def test_policy_gradient_stops_at_boundary_end_to_end() -> None:
-    model, samples = _policy_windows("reset")
+@pytest.mark.parametrize("policy", ["MlpLstmPolicy", "MlpGruPolicy"])
+def test_policy_gradient_stops_at_boundary_end_to_end(policy: str) -> None:
+    model, samples = _policy_windows("reset", policy)
     assert isinstance(samples.observations, th.Tensor)
     observations = samples.observations.clone().requires_grad_(True)
     _, log_prob, _ = evaluate_windows(model.policy, samples._replace(observations=observations))
@@ -174,8 +192,9 @@ def test_policy_gradient_stops_at_boundary_end_to_end() -> None:
         assert grad[rows[reset_slot]].abs().sum() > 0
 
 
-def test_mask_mode_dropped_slots_contribute_no_gradient() -> None:
-    model, samples = _policy_windows("mask")
+@pytest.mark.parametrize("policy", ["MlpLstmPolicy", "MlpGruPolicy"])
+def test_mask_mode_dropped_slots_contribute_no_gradient(policy: str) -> None:
+    model, samples = _policy_windows("mask", policy)
     dropped = ~samples.kept
     assert dropped.any()
     assert isinstance(samples.observations, th.Tensor)

@@ -8,10 +8,12 @@ import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecall-v0)
 from sb3_reset_ppo import ResetPPO
 
 
-def _train_and_evaluate(window_size: int, boundary: str, weighting: str, total_timesteps: int) -> float:
+def _train_and_evaluate(
+    window_size: int, boundary: str, weighting: str, total_timesteps: int, policy: str = "MlpLstmPolicy"
+) -> float:
     env = make_vec_env("CueRecall-v0", n_envs=8, seed=0)
     model = ResetPPO(
-        "MlpLstmPolicy",
+        policy,
         env,
         n_steps=64,
         batch_size=32,
@@ -31,8 +33,9 @@ def _train_and_evaluate(window_size: int, boundary: str, weighting: str, total_t
     return mean_return
 
 
-def test_reset_ppo_solves_cue_recall() -> None:
-    assert _train_and_evaluate(8, "reset", "uniform", 20_000) >= 0.9
+@pytest.mark.parametrize("policy", ["MlpLstmPolicy", "MlpGruPolicy"])
+def test_reset_ppo_solves_cue_recall(policy: str) -> None:
+    assert _train_and_evaluate(8, "reset", "uniform", 20_000, policy) >= 0.9
 
 
 @pytest.mark.slow

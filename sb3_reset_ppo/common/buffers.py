@@ -1,6 +1,7 @@
 """Rollout buffers that yield minibatches of fixed-length windows, gathered by index."""
 
 from collections.abc import Generator
+from typing import Any
 
 import numpy as np
 import torch as th
@@ -10,7 +11,7 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
 from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import lstm_step_states
+from sb3_reset_ppo.common.unroll import RecurrentLayerType, memory_state_names, rnn_step_states
 from sb3_reset_ppo.common.windows import (
     Boundary,
     ResetLayout,
@@ -55,8 +56,11 @@ class _WindowSampler:
         consecutive_windows: int,
         device: th.device,
         burn_in: int = 0,
+        state_names: tuple[str, ...] = ("hidden", "cell"),
     ) -> None:
         self.n_envs = n_envs
+        # The tensors of the memory: ("hidden", "cell") for an LSTM, ("hidden",) for a GRU
+        self.state_names = state_names
         self.burn_in = burn_in
         self.n_steps = n_steps
         self.window_size = window_size
@@ -99,12 +103,12 @@ class _WindowSampler:
         """
         Recompute the memory entering every step of the rollout with the policy's current parameters (no
         gradient): one pass per env from the memory recorded for its first step, with SB3's episode-start rule,
-        one fused LSTM call per layer (:func:`~sb3_reset_ppo.common.unroll.lstm_step_states`). Windows then
+        one fused call per layer (:func:`~sb3_reset_ppo.common.unroll.rnn_step_states`). Windows then
         start from it. Before any update it equals the recorded memory (to float rounding).
 
         :param policy: The recurrent policy
         :return: Staleness of the recorded memory: ``||refreshed - recorded|| / ||recorded||`` over every step,
-            actor and critic, hidden and cell (a 0-d tensor, not read back to the host)
+            actor and critic, every memory tensor (a 0-d tensor, not read back to the host)
         """
         n_steps = self.n_steps
         # As during collection: no dropout, no batch-norm statistics updated (restored afterwards)
@@ -124,21 +128,23 @@ class _WindowSampler:
             # (n_envs * n_steps,) -> (n_envs, n_steps) on the host: nothing is read back from the device
             refresh_layout = self._device_layout(self.host_episode_starts.reshape(self.n_envs, n_steps))
 
-            def refresh(lstm: th.nn.LSTM, step_features: th.Tensor, hidden_key: str, cell_key: str) -> None:
+            def refresh(rnn: th.nn.Module, step_features: th.Tensor, suffix: str) -> None:
+                keys = [f"{name}_{suffix}" for name in self.state_names]
                 # (n_envs * n_steps, F) -> (n_envs, n_steps, F); the memory recorded for each env's first step
                 sequences = step_features.reshape(self.n_envs, n_steps, -1)
-                first = (self.recorded_memory[hidden_key][::n_steps], self.recorded_memory[cell_key][::n_steps])
-                hidden, cell = lstm_step_states(lstm, sequences, first, episode_starts, refresh_layout)
-                # (n_envs, n_steps, n_layers, H) -> (n_envs * n_steps, n_layers, H)
-                self.memory[hidden_key] = hidden.reshape(self.n_envs * n_steps, *hidden.shape[2:])
-                self.memory[cell_key] = cell.reshape(self.n_envs * n_steps, *cell.shape[2:])
+                first = tuple(self.recorded_memory[key][::n_steps] for key in keys)
+                states = rnn_step_states(rnn, sequences, first, episode_starts, refresh_layout)  # type: ignore[arg-type]
+                for key, state in zip(keys, states, strict=True):
+                    # (n_envs, n_steps, n_layers, H) -> (n_envs * n_steps, n_layers, H)
+                    self.memory[key] = state.reshape(self.n_envs * n_steps, *state.shape[2:])
 
-            refresh(policy.lstm_actor, pi_features, "hidden_pi", "cell_pi")
+            refresh(policy.lstm_actor, pi_features, "pi")
             if policy.lstm_critic is not None:
-                refresh(policy.lstm_critic, vf_features, "hidden_vf", "cell_vf")
+                refresh(policy.lstm_critic, vf_features, "vf")
             else:
-                # sb3-contrib's critic memory is the actor's when the critic has no LSTM of its own
-                self.memory["hidden_vf"], self.memory["cell_vf"] = self.memory["hidden_pi"], self.memory["cell_pi"]
+                # sb3-contrib's critic memory is the actor's when the critic has no recurrent layer of its own
+                for name in self.state_names:
+                    self.memory[f"{name}_vf"] = self.memory[f"{name}_pi"]
             difference = sum(((self.memory[k] - self.recorded_memory[k]) ** 2).sum() for k in self.memory)
             size = sum((self.recorded_memory[k] ** 2).sum() for k in self.memory)
             return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
@@ -198,10 +204,7 @@ class _WindowSampler:
                 old_log_prob=self.data["old_log_prob"][slots],
                 advantages=self.data["advantages"][slots],
                 returns=self.data["returns"][slots],
-                lstm_states=RNNStates(
-                    (self.memory["hidden_pi"][memory_steps], self.memory["cell_pi"][memory_steps]),
-                    (self.memory["hidden_vf"][memory_steps], self.memory["cell_vf"][memory_steps]),
-                ),
+                lstm_states=self._memory_at(memory_steps),
                 episode_starts=episode_starts,
                 resets=resets,
                 kept=kept,
@@ -210,6 +213,13 @@ class _WindowSampler:
                 window_starts=memory_steps,
                 burn_in=None if self.burn_in == 0 else self._burn_in(burn_rows, burn_lengths, inverse[host_slots.size :]),
             )
+
+    def _memory_at(self, steps: th.Tensor) -> RNNStates:
+        """The stored (or refreshed) memory entering the given flat steps, actor and critic, each ``(B, n_layers, H)``."""
+        return RNNStates(
+            tuple(self.memory[f"{name}_pi"][steps] for name in self.state_names),
+            tuple(self.memory[f"{name}_vf"][steps] for name in self.state_names),
+        )
 
     def _burn_in_rows(self, first_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """
@@ -235,10 +245,7 @@ class _WindowSampler:
             steps=self._to_device(row_steps.reshape(rows.shape)),
             episode_starts=self.data["episode_starts"][device_rows],
             lengths=self._to_device(lengths),
-            memory=RNNStates(
-                (self.memory["hidden_pi"][first], self.memory["cell_pi"][first]),
-                (self.memory["hidden_vf"][first], self.memory["cell_vf"][first]),
-            ),
+            memory=self._memory_at(first),
             # Planned on the host from the host copy of the flags: nothing is read back from the device
             layout=self._device_layout(self.host_episode_starts[rows]),
         )
@@ -274,7 +281,12 @@ class _WindowBufferMixin:
         seed: int | None,
         n_steps: int,
         burn_in: int = 0,
+        recurrent_layer_type: str = "lstm",
     ) -> None:
+        if recurrent_layer_type not in ("lstm", "gru"):
+            raise ValueError(f"recurrent_layer_type must be 'lstm' or 'gru', got {recurrent_layer_type!r}")
+        self.recurrent_layer_type: RecurrentLayerType = recurrent_layer_type  # type: ignore[assignment]
+        self.state_names = memory_state_names(self.recurrent_layer_type)
         check_window_settings(window_size, boundary, weighting, window_stride, n_steps=n_steps)
         check_positive_int("consecutive_windows", consecutive_windows)
         check_non_negative_int("burn_in", burn_in)
@@ -303,7 +315,27 @@ class _WindowBufferMixin:
 
     def reset(self) -> None:
         super().reset()  # type: ignore[misc]
+        if self.recurrent_layer_type == "gru":
+            # A GRU has no cell state: nothing is stored for it (sb3-contrib's arrays, zero-width)
+            empty = np.zeros((*self.hidden_states_pi.shape[:3], 0), dtype=np.float32)
+            self.cell_states_pi, self.cell_states_vf = empty, empty.copy()
         self._sampler = None
+
+    def add(self, *args: Any, lstm_states: RNNStates, **kwargs: Any) -> None:
+        """
+        Add one step (sb3-contrib's ``add``); ``lstm_states`` is the memory entering it, actor and critic, each
+        ``(hidden, cell)`` for an LSTM or ``(hidden,)`` for a GRU, each tensor ``(n_layers, n_envs, hidden)``.
+        """
+        for states in lstm_states:
+            if len(states) != len(self.state_names):
+                raise ValueError(
+                    f"this buffer stores {self.recurrent_layer_type.upper()} memory {self.state_names}, got a state tuple "
+                    f"of {len(states)} tensors"
+                )
+        if self.recurrent_layer_type == "gru":
+            # sb3-contrib's add stores a (hidden, cell) pair: an empty cell goes into the zero-width arrays
+            lstm_states = RNNStates(*((states[0], states[0][..., :0]) for states in lstm_states))
+        super().add(*args, lstm_states=lstm_states, **kwargs)  # type: ignore[misc]
 
     def sampler(self) -> _WindowSampler:
         """The window view of the current (full) rollout, built on first use and kept until ``reset``."""
@@ -322,10 +354,9 @@ class _WindowBufferMixin:
                 },
                 observations=self.observations,
                 memory={
-                    "hidden_pi": self.hidden_states_pi,
-                    "cell_pi": self.cell_states_pi,
-                    "hidden_vf": self.hidden_states_vf,
-                    "cell_vf": self.cell_states_vf,
+                    f"{name}_{suffix}": getattr(self, f"{name}_states_{suffix}")
+                    for name in self.state_names
+                    for suffix in ("pi", "vf")
                 },
                 n_envs=self.n_envs,
                 n_steps=self.buffer_size,
@@ -336,6 +367,7 @@ class _WindowBufferMixin:
                 consecutive_windows=self.consecutive_windows,
                 device=self.device,
                 burn_in=self.burn_in,
+                state_names=self.state_names,
             )
         return self._sampler
 
@@ -367,7 +399,7 @@ class _WindowBufferMixin:
 
 class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: ignore[misc]  # get yields windows
     """
-    Rollout buffer that stores the LSTM memory entering every step and yields minibatches of windows.
+    Rollout buffer that stores the LSTM or GRU memory entering every step and yields minibatches of windows.
 
     Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch: it
     yields :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of
@@ -379,7 +411,7 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param buffer_size: Steps per env (``n_steps``)
     :param observation_space: Observation space
     :param action_space: Action space
-    :param hidden_state_shape: ``(n_steps, n_layers, n_envs, hidden_size)``
+    :param hidden_state_shape: ``(n_steps, n_layers, n_envs, hidden_size)`` of each memory tensor
     :param device: PyTorch device
     :param gae_lambda: GAE lambda
     :param gamma: Discount factor
@@ -394,6 +426,7 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param seed: Seed of the generator that orders the windows
     :param burn_in: Steps before each window run without gradient to obtain the memory of its slot 0 (0: the
         stored memory of its step)
+    :param recurrent_layer_type: ``"lstm"`` (stores hidden and cell states) or ``"gru"`` (hidden states only)
     """
 
     observations: np.ndarray
@@ -415,9 +448,18 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
         consecutive_windows: int = 1,
         seed: int | None = None,
         burn_in: int = 0,
+        recurrent_layer_type: str = "lstm",
     ) -> None:
         self._set_window_settings(
-            window_size, boundary, weighting, window_stride, consecutive_windows, seed, n_steps=buffer_size, burn_in=burn_in
+            window_size,
+            boundary,
+            weighting,
+            window_stride,
+            consecutive_windows,
+            seed,
+            n_steps=buffer_size,
+            burn_in=burn_in,
+            recurrent_layer_type=recurrent_layer_type,
         )
         super().__init__(buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs)
 
@@ -448,9 +490,18 @@ class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  
         consecutive_windows: int = 1,
         seed: int | None = None,
         burn_in: int = 0,
+        recurrent_layer_type: str = "lstm",
     ) -> None:
         self._set_window_settings(
-            window_size, boundary, weighting, window_stride, consecutive_windows, seed, n_steps=buffer_size, burn_in=burn_in
+            window_size,
+            boundary,
+            weighting,
+            window_stride,
+            consecutive_windows,
+            seed,
+            n_steps=buffer_size,
+            burn_in=burn_in,
+            recurrent_layer_type=recurrent_layer_type,
         )
         super().__init__(
             buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs

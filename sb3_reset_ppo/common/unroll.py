@@ -1,6 +1,7 @@
 """Reset-and-continue: the one unroll used by actor and critic, and the window evaluation of a policy."""
 
 from collections.abc import Iterator, Sequence
+from typing import Literal, TypeAlias
 
 import torch as th
 from gymnasium import spaces
@@ -16,6 +17,35 @@ from sb3_reset_ppo.common.windows import ResetLayout, plan_reset_steps
 # finite in all four (float16's largest is 65504), and 0 * it is 0 at the other steps (-1e9 is -inf in
 # float16, and 0 * -inf is NaN). Exact while the rest of a gate's pre-activation stays below ~9,000.
 RESET_PREACTIVATION = -1e4
+
+#: The recurrent layers the unroll supports: sb3-contrib's LSTM and the GRU of the GRU policies
+RecurrentLayer: TypeAlias = nn.LSTM | nn.GRU
+RecurrentLayerType = Literal["lstm", "gru"]
+
+
+def recurrent_layer_type(rnn: nn.Module) -> RecurrentLayerType:
+    """
+    ``"lstm"`` or ``"gru"``: the kind of a policy's recurrent layer.
+
+    :param rnn: The recurrent layer
+    :return: Its type
+    """
+    if isinstance(rnn, nn.LSTM):
+        return "lstm"
+    if isinstance(rnn, nn.GRU):
+        return "gru"
+    raise TypeError(f"the policy's recurrent layer must be an nn.LSTM or an nn.GRU, got {type(rnn).__name__}")
+
+
+def memory_state_names(layer_type: RecurrentLayerType) -> tuple[str, ...]:
+    """
+    The tensors that make a layer's memory, in the order of its state tuple: an LSTM's ``(hidden, cell)``, a GRU's
+    ``(hidden,)``.
+
+    :param layer_type: ``"lstm"`` or ``"gru"``
+    :return: ``("hidden", "cell")`` or ``("hidden",)``
+    """
+    return ("hidden", "cell") if layer_type == "lstm" else ("hidden",)
 
 
 def fused_lstm_layer(
@@ -35,72 +65,119 @@ def fused_lstm_layer(
     :param training: Training mode (no effect without dropout; passed as ``nn.LSTM`` does)
     :return: Outputs of every step, shape ``(steps, batch, hidden_size)``
     """
+    outputs, _, _ = th.lstm(inputs, state, _contiguous_views(weights), len(weights) == 4, 1, 0.0, training, False, False)
+    return outputs
+
+
+def fused_gru_layer(inputs: th.Tensor, hidden: th.Tensor, weights: Sequence[th.Tensor], training: bool) -> th.Tensor:
+    """
+    One layer of torch's fused GRU over a whole sequence: ``torch.gru``, the call ``nn.GRU.forward`` makes, with
+    the weights passed as in :func:`fused_lstm_layer`. ``tests/test_gru.py`` checks it against ``nn.GRU``.
+
+    :param inputs: Sequence, shape ``(steps, batch, input_size)``
+    :param hidden: Hidden state entering the first step, ``(1, batch, hidden_size)``
+    :param weights: ``[w_ih, w_hh]`` or ``[w_ih, w_hh, b_ih, b_hh]`` of one layer (gates in PyTorch's order r, z, n)
+    :param training: Training mode (no effect without dropout; passed as ``nn.GRU`` does)
+    :return: Outputs of every step, shape ``(steps, batch, hidden_size)``
+    """
+    outputs, _ = th.gru(inputs, hidden, _contiguous_views(weights), len(weights) == 4, 1, 0.0, training, False, False)
+    return outputs
+
+
+def _contiguous_views(weights: Sequence[th.Tensor]) -> list[th.Tensor]:
+    """The weights copied into one contiguous buffer, in the given order, as views of it."""
     # One copy into a flat buffer: [w_ih | w_hh | b_ih | b_hh]
     flat = th.cat([weight.reshape(-1) for weight in weights])
     views, offset = [], 0
     for weight in weights:
         views.append(flat[offset : offset + weight.numel()].view_as(weight))
         offset += weight.numel()
-    outputs, _, _ = th.lstm(inputs, state, views, len(weights) == 4, 1, 0.0, training, False, False)
-    return outputs
+    return views
 
 
-def check_supported_lstm(lstm: nn.LSTM) -> None:
+def check_supported_rnn(rnn: RecurrentLayer) -> None:
     """
-    Raise a ``ValueError`` for LSTM options the window unroll (and sb3-contrib's policies) do not support.
+    Raise a ``ValueError`` for recurrent-layer options the window unroll (and sb3-contrib's policies) do not support.
 
-    :param lstm: The policy's LSTM
+    :param rnn: The policy's LSTM or GRU
     """
     for option, value in (
-        ("bidirectional", lstm.bidirectional),
-        ("batch_first", lstm.batch_first),
-        ("proj_size", lstm.proj_size),
+        ("bidirectional", rnn.bidirectional),
+        ("batch_first", rnn.batch_first),
+        ("proj_size", getattr(rnn, "proj_size", 0)),
     ):
         if value:
             raise ValueError(f"policy_kwargs['lstm_kwargs'] sets {option}={value!r}, which ResetPPO does not support")
 
 
-def unroll_lstm(
-    lstm: nn.LSTM,
+def unroll_rnn(
+    rnn: RecurrentLayer,
     slot_features: th.Tensor,
     memory: tuple[th.Tensor, ...],
     memory_not_start: th.Tensor,
     layout: ResetLayout,
 ) -> th.Tensor:
     """
-    Run an LSTM over the slots of ``B`` windows with reset-and-continue, as one fused LSTM call per layer.
+    Run an LSTM or a GRU over the slots of ``B`` windows with reset-and-continue, as one fused call per layer.
 
     Slot 0 of a window starts from the memory recorded for its step, times ``1 - episode_start`` (SB3's
     rule). At a slot whose step starts an episode (a reset), the memory is the one recorded for that step
     times ``1 - episode_start``, i.e. zero; at every other slot it is carried from the previous slot through
-    the graph. The reset is realised as one extra *reset step* just before the reset slot, whose input and
-    forget gates are forced to exactly 0 by a constant extra input: the cell becomes ``0 * c + 0 * g = 0``
-    and the hidden state ``o * tanh(0) = 0``, and every gradient path through that step is exactly zero, so
-    backpropagation through time stops at the boundary. Each window then runs as one row of a single fused
-    LSTM call (``W`` steps plus its resets; rows are padded at the end).
+    the graph. The reset is realised as one extra *reset step* just before the reset slot, driven by a
+    constant extra input column (1 at reset steps, 0 elsewhere) whose weights force the step's output to
+    exactly 0 with every gradient path through the step exactly zero, so backpropagation through time stops at
+    the boundary:
 
-    :param lstm: The LSTM (``batch_first=False``, as in sb3-contrib's policies)
+    - LSTM: the input and forget gates get ``RESET_PREACTIVATION`` and become exactly 0: the cell is
+      ``0 * c + 0 * g = 0`` and the hidden state ``o * tanh(0) = 0``.
+    - GRU (``r, z, n`` gates): the reset and update gates get ``RESET_PREACTIVATION`` (``r = z = 0``), and the
+      candidate gate gets ``-b_in`` (its input bias, with autograd): ``n = tanh(-b_in + b_in + 0) = 0`` (the sum
+      of ``b_in``, ``-b_in`` and zeros is exactly 0 in any order), so ``h = (1 - z) * n + z * h_prev = 0``.
+
+    Each window then runs as one row of a single fused call per layer (``W`` steps plus its resets; rows are
+    padded at the end).
+
+    :param rnn: The LSTM or GRU (``batch_first=False``, as in sb3-contrib's policies)
     :param slot_features: Inputs of every slot, shape ``(B * W, input_size)``, slots row-major over ``(B, W)``
-    :param memory: Recorded ``(hidden, cell)`` entering each window's slot 0, each ``(B, n_layers, hidden)``
+    :param memory: Recorded memory entering each window's slot 0, LSTM ``(hidden, cell)`` or GRU ``(hidden,)``,
+        each ``(B, n_layers, hidden)``
     :param memory_not_start: ``1 - episode_start`` of each window's slot 0, shape ``(B,)``
     :param layout: Where each slot and reset step sits (see :func:`~sb3_reset_ppo.common.windows.plan_reset_steps`)
-    :return: LSTM outputs of every slot, shape ``(B * W, hidden)``
+    :return: Outputs of every slot, shape ``(B * W, hidden)``
     """
-    layer_outputs = _layer_rows(lstm, slot_features, memory, memory_not_start, layout)
+    layer_outputs = _layer_rows(rnn, slot_features, memory, memory_not_start, layout)
     *_, last = layer_outputs
     # (row_length, B, hidden) -> (row_length * B, hidden) -> (B * W, hidden)
     return last.reshape(-1, last.shape[2])[layout.slot_positions]
 
 
+def _reset_weight(rnn: RecurrentLayer, layer: int, like: th.Tensor) -> th.Tensor:
+    """
+    The weight column of the reset input of one layer, ``(gates * hidden, 1)`` (see :func:`unroll_rnn`): LSTM
+    (gates i, f, g, o) ``RESET_PREACTIVATION`` on i and f; GRU (gates r, z, n) ``RESET_PREACTIVATION`` on r and
+    z, ``-b_in`` on n (a function of the parameter, so that its gradients cancel exactly as its values do).
+    """
+    hidden_size = rnn.hidden_size
+    if isinstance(rnn, nn.LSTM):
+        column = like.new_zeros(4 * hidden_size)
+        column[: 2 * hidden_size] = RESET_PREACTIVATION
+    else:
+        gates = like.new_full((2 * hidden_size,), RESET_PREACTIVATION)
+        candidate = -getattr(rnn, f"bias_ih_l{layer}")[2 * hidden_size :] if rnn.bias else like.new_zeros(hidden_size)
+        column = th.cat([gates, candidate.to(like.dtype)])
+    # (gates * hidden,) -> (gates * hidden, 1)
+    return column[:, None]
+
+
 def _layer_rows(
-    lstm: nn.LSTM,
+    rnn: RecurrentLayer,
     slot_features: th.Tensor,
     memory: tuple[th.Tensor, ...],
     memory_not_start: th.Tensor,
     layout: ResetLayout,
 ) -> Iterator[th.Tensor]:
     """
-    The unroll of :func:`unroll_lstm`, layer by layer: yields each layer's outputs, ``(row_length, B, hidden)``
+    The unroll of :func:`unroll_rnn`, layer by layer: yields each layer's outputs, ``(row_length, B, hidden)``
     (slot ``i`` of window ``b`` at ``layout.slot_positions[b * W + i]`` of the flattened rows).
     """
     n_windows = memory_not_start.shape[0]
@@ -110,31 +187,28 @@ def _layer_rows(
     inputs = inputs.index_copy(0, layout.slot_positions, slot_features).reshape(layout.row_length, n_windows, -1)
     # (B,) -> (1, B, 1): broadcasts over layers and hidden units
     not_start = memory_not_start.reshape(1, n_windows, 1)
-    # (B, n_layers, hidden) -> (n_layers, B, hidden): nn.LSTM's state layout
-    hidden = memory[0].transpose(0, 1) * not_start
-    cell = memory[1].transpose(0, 1) * not_start
-    hidden_size = lstm.hidden_size
-    # (4 * hidden, 1): weight of the reset input, on the input and forget gates (PyTorch order: i, f, g, o)
-    reset_weight = slot_features.new_zeros(4 * hidden_size, 1)
-    reset_weight[: 2 * hidden_size] = RESET_PREACTIVATION
-    for layer in range(lstm.num_layers):
-        if layer > 0 and lstm.dropout > 0 and lstm.training:
-            inputs = F.dropout(inputs, lstm.dropout, training=True)
-        weights = [th.cat([getattr(lstm, f"weight_ih_l{layer}"), reset_weight], dim=1), *_layer_weights(lstm, layer)[1:]]
+    # (B, n_layers, hidden) -> (n_layers, B, hidden): torch's state layout; LSTM (hidden, cell), GRU (hidden,)
+    state = [tensor.transpose(0, 1) * not_start for tensor in memory]
+    for layer in range(rnn.num_layers):
+        if layer > 0 and rnn.dropout > 0 and rnn.training:
+            inputs = F.dropout(inputs, rnn.dropout, training=True)
+        layer_weights = _layer_weights(rnn, layer)
+        weights = [th.cat([layer_weights[0], _reset_weight(rnn, layer, slot_features)], dim=1), *layer_weights[1:]]
         # (row_length, B, F + 1) -> (row_length, B, hidden)
-        inputs = fused_lstm_layer(
-            th.cat([inputs, reset_steps], dim=2),
-            (hidden[layer : layer + 1], cell[layer : layer + 1]),
-            weights,
-            lstm.training,
-        )
+        with_reset_input = th.cat([inputs, reset_steps], dim=2)
+        if isinstance(rnn, nn.LSTM):
+            inputs = fused_lstm_layer(
+                with_reset_input, (state[0][layer : layer + 1], state[1][layer : layer + 1]), weights, rnn.training
+            )
+        else:
+            inputs = fused_gru_layer(with_reset_input, state[0][layer : layer + 1], weights, rnn.training)
         yield inputs
 
 
-def _layer_weights(lstm: nn.LSTM, layer: int) -> list[th.Tensor]:
+def _layer_weights(rnn: RecurrentLayer, layer: int) -> list[th.Tensor]:
     """``[w_ih, w_hh]`` or ``[w_ih, w_hh, b_ih, b_hh]`` of one layer."""
-    names = ["weight_ih", "weight_hh", *(["bias_ih", "bias_hh"] if lstm.bias else [])]
-    return [getattr(lstm, f"{name}_l{layer}") for name in names]
+    names = ["weight_ih", "weight_hh", *(["bias_ih", "bias_hh"] if rnn.bias else [])]
+    return [getattr(rnn, f"{name}_l{layer}") for name in names]
 
 
 def _linear_recurrence(decay: th.Tensor, drive: th.Tensor, initial: th.Tensor) -> th.Tensor:
@@ -160,30 +234,32 @@ def _linear_recurrence(decay: th.Tensor, drive: th.Tensor, initial: th.Tensor) -
 
 
 @th.no_grad()
-def lstm_step_states(
-    lstm: nn.LSTM,
+def rnn_step_states(
+    rnn: RecurrentLayer,
     features: th.Tensor,
-    initial: tuple[th.Tensor, th.Tensor],
+    initial: tuple[th.Tensor, ...],
     episode_starts: th.Tensor,
     layout: ResetLayout | None = None,
-) -> tuple[th.Tensor, th.Tensor]:
+) -> tuple[th.Tensor, ...]:
     """
     The memory entering every step of ``B`` sequences of ``L`` steps under SB3's episode-start rule, as the
     rollout buffer records it (before the rule is applied at that step), without gradient and without dropout
     (as during collection).
 
-    Each layer's hidden states come from one fused LSTM call over all steps (:func:`unroll_lstm`'s layout, a
-    reset step at every episode start); the cell states, which a fused call does not return, are recomputed
-    from the gates (one batched product over all steps) and the linear recurrence
-    ``c_t = f_t * (1 - episode_start_t) * c_{t-1} + i_t * g_t``, solved as a parallel scan.
+    Each layer's hidden states come from one fused call over all steps (:func:`unroll_rnn`'s layout, a reset
+    step at every episode start); a GRU's memory is its hidden state. An LSTM's cell states, which a fused call
+    does not return, are recomputed from the gates (one batched product over all steps) and the linear
+    recurrence ``c_t = f_t * (1 - episode_start_t) * c_{t-1} + i_t * g_t``, solved as a parallel scan.
 
-    :param lstm: The LSTM
+    :param rnn: The LSTM or GRU
     :param features: Inputs, ``(B, L, input_size)``
-    :param initial: ``(hidden, cell)`` entering step 0 as recorded, each ``(B, n_layers, hidden)``
+    :param initial: Memory entering step 0 as recorded (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each
+        ``(B, n_layers, hidden)``
     :param episode_starts: SB3's episode-start flags, ``(B, L)``
     :param layout: ``plan_reset_steps`` of the flags on the features' device, when the caller has it (planned on the
         host from a host copy, it saves reading the flags back from the device)
-    :return: ``(hidden, cell)`` entering every step, each ``(B, L, n_layers, hidden)``; step 0's is ``initial``
+    :return: Memory entering every step (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each
+        ``(B, L, n_layers, hidden)``; step 0's is ``initial``
     """
     n_sequences, length, _ = features.shape
     if layout is None:
@@ -191,13 +267,13 @@ def lstm_step_states(
         layout = layout._replace(
             slot_positions=layout.slot_positions.to(features.device), reset_steps=layout.reset_steps.to(features.device)
         )
-    training = lstm.training
-    lstm.train(False)
+    training = rnn.training
+    rnn.train(False)
     try:
         # (B, L, F) -> (B * L, F): slots row-major over (B, L)
-        rows = list(_layer_rows(lstm, features.reshape(n_sequences * length, -1), initial, 1.0 - episode_starts[:, 0], layout))
+        rows = list(_layer_rows(rnn, features.reshape(n_sequences * length, -1), initial, 1.0 - episode_starts[:, 0], layout))
     finally:
-        lstm.train(training)
+        rnn.train(training)
     # (B, L) -> (B, L, 1): SB3's rule at every step
     not_start = (1.0 - episode_starts)[:, :, None]
     hidden_entering, cell_entering = [], []
@@ -205,43 +281,47 @@ def lstm_step_states(
     for layer, row in enumerate(rows):
         # (row_length, B, H) -> (row_length * B, H) -> (B * L, H) -> (B, L, H): the layer's output at every step
         outputs = row.reshape(-1, row.shape[2])[layout.slot_positions].reshape(n_sequences, length, -1)
-        h_initial, c_initial = initial[0][:, layer], initial[1][:, layer]
         # Raw hidden state entering every step: the initial one, then the previous step's output
-        h_entering = th.cat([h_initial[:, None], outputs[:, :-1]], dim=1)
-        weights = _layer_weights(lstm, layer)
-        gates = inputs @ weights[0].T + (h_entering * not_start) @ weights[1].T
-        if lstm.bias:
-            gates = gates + weights[2] + weights[3]
-        input_gate, forget_gate, cell_gate, _ = gates.chunk(4, dim=2)
-        cell = _linear_recurrence(th.sigmoid(forget_gate) * not_start, th.sigmoid(input_gate) * th.tanh(cell_gate), c_initial)
+        h_entering = th.cat([initial[0][:, layer, None], outputs[:, :-1]], dim=1)
         hidden_entering.append(h_entering)
-        cell_entering.append(th.cat([c_initial[:, None], cell[:, :-1]], dim=1))
+        if isinstance(rnn, nn.LSTM):
+            c_initial = initial[1][:, layer]
+            weights = _layer_weights(rnn, layer)
+            gates = inputs @ weights[0].T + (h_entering * not_start) @ weights[1].T
+            if rnn.bias:
+                gates = gates + weights[2] + weights[3]
+            input_gate, forget_gate, cell_gate, _ = gates.chunk(4, dim=2)
+            cell = _linear_recurrence(
+                th.sigmoid(forget_gate) * not_start, th.sigmoid(input_gate) * th.tanh(cell_gate), c_initial
+            )
+            cell_entering.append(th.cat([c_initial[:, None], cell[:, :-1]], dim=1))
         inputs = outputs
     # n_layers x (B, L, H) -> (B, L, n_layers, H)
-    return th.stack(hidden_entering, dim=2), th.stack(cell_entering, dim=2)
+    if isinstance(rnn, nn.LSTM):
+        return th.stack(hidden_entering, dim=2), th.stack(cell_entering, dim=2)
+    return (th.stack(hidden_entering, dim=2),)
 
 
 def burned_in_memory(
-    lstm: nn.LSTM, step_features: th.Tensor, burn_in: BurnIn, first_memory: tuple[th.Tensor, ...]
-) -> tuple[th.Tensor, th.Tensor]:
+    rnn: RecurrentLayer, step_features: th.Tensor, burn_in: BurnIn, first_memory: tuple[th.Tensor, ...]
+) -> tuple[th.Tensor, ...]:
     """
-    The memory entering each window's first step after its burn-in: the LSTM run without gradient over the
+    The memory entering each window's first step after its burn-in: the LSTM or GRU run without gradient over the
     ``burn_in`` steps before the window (fewer at the rollout start) from the stored memory of the first of them,
     with SB3's episode-start rule (so an episode start inside the burn-in gives SB3's episode-start memory).
 
-    :param lstm: The LSTM
+    :param rnn: The LSTM or GRU
     :param step_features: Features of the minibatch's distinct steps, ``(U, F)``
     :param burn_in: The burn-in rows (see :class:`~sb3_reset_ppo.common.type_aliases.BurnIn`)
-    :param first_memory: Stored ``(hidden, cell)`` entering each row's first step, each ``(B, n_layers, hidden)``
-    :return: ``(hidden, cell)`` entering each window's first step, each ``(B, n_layers, hidden)``
+    :param first_memory: Stored memory entering each row's first step (LSTM ``(hidden, cell)``, GRU ``(hidden,)``),
+        each ``(B, n_layers, hidden)``
+    :return: Memory entering each window's first step, in the same form, each ``(B, n_layers, hidden)``
     """
     # (B, burn_in + 1) rows -> (B, burn_in + 1, F)
-    hidden, cell = lstm_step_states(
-        lstm, step_features[burn_in.steps], (first_memory[0], first_memory[1]), burn_in.episode_starts, burn_in.layout
-    )
-    windows = th.arange(hidden.shape[0], device=hidden.device)
+    states = rnn_step_states(rnn, step_features[burn_in.steps], first_memory, burn_in.episode_starts, burn_in.layout)
+    windows = th.arange(states[0].shape[0], device=states[0].device)
     # (B, burn_in + 1, n_layers, H) -> (B, n_layers, H): the memory entering step t, `lengths` steps into the row
-    return hidden[windows, burn_in.lengths], cell[windows, burn_in.lengths]
+    return tuple(state[windows, burn_in.lengths] for state in states)
 
 
 def evaluate_windows(
@@ -252,7 +332,7 @@ def evaluate_windows(
 
     The window counterpart of ``RecurrentActorCriticPolicy.evaluate_actions``: the same networks, critic
     variants (separate, shared or no critic LSTM) and features extractors, with the memory given by
-    :func:`unroll_lstm`. Features are computed once per distinct step of the minibatch, then gathered
+    :func:`unroll_rnn`. Features are computed once per distinct step of the minibatch, then gathered
     for every slot that holds the step.
 
     :param policy: The recurrent policy
@@ -276,8 +356,8 @@ def evaluate_windows(
         if policy.lstm_critic is not None:
             vf_memory = burned_in_memory(policy.lstm_critic, vf_features, samples.burn_in, samples.burn_in.memory.vf)
 
-    def unroll(lstm: nn.LSTM, step_features: th.Tensor, memory: tuple[th.Tensor, ...]) -> th.Tensor:
-        return unroll_lstm(lstm, step_features[slot_steps], memory, memory_not_start, samples.layout)
+    def unroll(rnn: RecurrentLayer, step_features: th.Tensor, memory: tuple[th.Tensor, ...]) -> th.Tensor:
+        return unroll_rnn(rnn, step_features[slot_steps], memory, memory_not_start, samples.layout)
 
     latent_pi = unroll(policy.lstm_actor, pi_features, pi_memory)
     if policy.lstm_critic is not None:

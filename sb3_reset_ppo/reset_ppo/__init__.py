@@ -1,4 +1,20 @@
-from sb3_reset_ppo.reset_ppo.policies import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
+from sb3_reset_ppo.reset_ppo.policies import (
+    CnnGruPolicy,
+    CnnLstmPolicy,
+    MlpGruPolicy,
+    MlpLstmPolicy,
+    MultiInputGruPolicy,
+    MultiInputLstmPolicy,
+)
 from sb3_reset_ppo.reset_ppo.reset_ppo import NonFiniteTrainingError, ResetPPO
 
-__all__ = ["CnnLstmPolicy", "MlpLstmPolicy", "MultiInputLstmPolicy", "NonFiniteTrainingError", "ResetPPO"]
+__all__ = [
+    "CnnGruPolicy",
+    "CnnLstmPolicy",
+    "MlpGruPolicy",
+    "MlpLstmPolicy",
+    "MultiInputGruPolicy",
+    "MultiInputLstmPolicy",
+    "NonFiniteTrainingError",
+    "ResetPPO",
+]

@@ -1,5 +1,191 @@
-"""Policies of ResetPPO: sb3-contrib's recurrent policies, unchanged."""
+"""
+Policies of ResetPPO: sb3-contrib's LSTM policies, unchanged, and GRU policies built on them.
 
+The GRU policies are sb3-contrib's recurrent policies with each ``nn.LSTM`` replaced by an ``nn.GRU`` of the same
+size. They take the same arguments, under sb3-contrib's names (``lstm_hidden_size``, ``n_lstm_layers``,
+``shared_lstm``, ``enable_critic_lstm``, ``lstm_kwargs``; the recurrent layers stay in the attributes
+``lstm_actor`` and ``lstm_critic``), so that a script or an RL Zoo config switches cells by changing the policy
+name only. A GRU's memory is its hidden state: the state tuple is ``(hidden,)``, where an LSTM's is
+``(hidden, cell)``.
+"""
+
+from typing import Any
+
+import numpy as np
+import torch as th
+from sb3_contrib.common.recurrent.policies import (
+    RecurrentActorCriticCnnPolicy,
+    RecurrentActorCriticPolicy,
+    RecurrentMultiInputActorCriticPolicy,
+)
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from sb3_contrib.ppo_recurrent.policies import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
+from torch import nn
 
-__all__ = ["CnnLstmPolicy", "MlpLstmPolicy", "MultiInputLstmPolicy"]
+__all__ = [
+    "CnnGruPolicy",
+    "CnnLstmPolicy",
+    "MlpGruPolicy",
+    "MlpLstmPolicy",
+    "MultiInputGruPolicy",
+    "MultiInputLstmPolicy",
+    "RecurrentActorCriticGruPolicy",
+]
+
+
+class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
+    """
+    sb3-contrib's ``RecurrentActorCriticPolicy`` with GRUs instead of LSTMs. Arguments are the LSTM policy's
+    (``lstm_hidden_size``, ``n_lstm_layers``, ``shared_lstm``, ``enable_critic_lstm``; ``lstm_kwargs`` go to
+    ``nn.GRU``). The memory ``state`` of ``predict`` is ``(hidden,)``, shape ``(n_layers, n_envs, hidden_size)``.
+
+    sb3-contrib's constructor builds LSTMs; they are replaced by GRUs of the same sizes (PyTorch's default
+    initialisation, as sb3-contrib's LSTMs) and the optimizer is rebuilt over the new parameters.
+
+    :param args: Positional arguments of ``RecurrentActorCriticPolicy``
+    :param kwargs: Keyword arguments of ``RecurrentActorCriticPolicy``
+    """
+
+    lstm_actor: nn.GRU  # type: ignore[assignment]
+    lstm_critic: nn.GRU | None  # type: ignore[assignment]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+        def gru_like(lstm: nn.Module) -> nn.GRU:
+            assert isinstance(lstm, nn.LSTM)
+            if lstm.proj_size:
+                raise ValueError(f"policy_kwargs['lstm_kwargs'] sets proj_size={lstm.proj_size!r}, which a GRU does not have")
+            return nn.GRU(lstm.input_size, lstm.hidden_size, num_layers=lstm.num_layers, **self.lstm_kwargs)
+
+        self.lstm_actor = gru_like(self.lstm_actor)
+        if self.lstm_critic is not None:
+            self.lstm_critic = gru_like(self.lstm_critic)
+        # The optimizer held the LSTMs' parameters
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr, **self.optimizer_kwargs)  # type: ignore[call-arg]
+
+    @staticmethod
+    def _process_sequence(  # type: ignore[override]
+        features: th.Tensor,
+        gru_states: tuple[th.Tensor, ...],
+        episode_starts: th.Tensor,
+        gru: nn.GRU,  # type: ignore[override]
+    ) -> tuple[th.Tensor, tuple[th.Tensor]]:
+        """
+        sb3-contrib's ``_process_sequence`` for a GRU: run it over the sequences of a batch, resetting the memory
+        at episode starts (SB3's rule: the memory entering the step is multiplied by ``1 - episode_start``).
+
+        :param features: Inputs, ``(n_seq * length, features_dim)``, sequences one after the other
+        :param gru_states: ``(hidden,)`` entering the sequences, ``(n_layers, n_seq, hidden)``
+        :param episode_starts: Episode-start flags of every step, ``(n_seq * length,)``
+        :param gru: The GRU
+        :return: Outputs ``(n_seq * length, hidden)`` and the state ``(hidden,)`` after the last step
+        """
+        if len(gru_states) != 1:
+            raise ValueError(
+                f"a GRU policy's state is (hidden,), one array of shape (n_layers, n_envs, hidden_size); got a tuple of "
+                f"{len(gru_states)} (an LSTM policy's state is (hidden, cell))"
+            )
+        hidden = gru_states[0]
+        n_seq = hidden.shape[1]
+        # (n_seq * length, F) -> (n_seq, length, F) -> (length, n_seq, F)
+        features_sequence = features.reshape((n_seq, -1, gru.input_size)).swapaxes(0, 1)
+        # (n_seq * length,) -> (n_seq, length) -> (length, n_seq)
+        episode_starts = episode_starts.reshape((n_seq, -1)).swapaxes(0, 1)
+        if th.all(episode_starts == 0.0):
+            output, hidden = gru(features_sequence, hidden)
+        else:
+            outputs = []
+            for step_features, episode_start in zip(features_sequence, episode_starts, strict=True):
+                # (n_seq,) -> (1, n_seq, 1): SB3's episode-start rule
+                step_output, hidden = gru(step_features.unsqueeze(dim=0), (1.0 - episode_start).view(1, n_seq, 1) * hidden)
+                outputs.append(step_output)
+            output = th.cat(outputs)
+        # (length, n_seq, H) -> (n_seq * length, H)
+        return th.flatten(output.transpose(0, 1), start_dim=0, end_dim=1), (hidden,)
+
+    def forward(  # type: ignore[override]  # as sb3-contrib's: the memory in and out
+        self, obs: th.Tensor, lstm_states: RNNStates, episode_starts: th.Tensor, deterministic: bool = False
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates]:
+        """
+        Forward pass in all the networks (actor and critic), as sb3-contrib's, with ``(hidden,)`` states.
+
+        :param obs: Observation
+        :param lstm_states: The memory of actor and critic, each ``(hidden,)``
+        :param episode_starts: Whether the observations start new episodes (the memory is reset then)
+        :param deterministic: Whether to sample or use deterministic actions
+        :return: action, value and log probability of the action, and the new memory
+        """
+        features = self.extract_features(obs)
+        pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
+        latent_pi, states_pi = self._process_sequence(pi_features, lstm_states.pi, episode_starts, self.lstm_actor)
+        if self.lstm_critic is not None:
+            latent_vf, states_vf = self._process_sequence(vf_features, lstm_states.vf, episode_starts, self.lstm_critic)
+        elif self.shared_lstm:
+            # Re-use the actor's memory but do not backpropagate
+            latent_vf, states_vf = latent_pi.detach(), (states_pi[0].detach(),)
+        else:
+            assert self.critic is not None
+            latent_vf, states_vf = self.critic(vf_features), states_pi
+        latent_pi = self.mlp_extractor.forward_actor(latent_pi)
+        latent_vf = self.mlp_extractor.forward_critic(latent_vf)
+        values = self.value_net(latent_vf)
+        distribution = self._get_action_dist_from_latent(latent_pi)
+        actions = distribution.get_actions(deterministic=deterministic)
+        log_prob = distribution.log_prob(actions)
+        actions = actions.reshape((-1, *self.action_space.shape))  # type: ignore[misc]
+        return actions, values, log_prob, RNNStates(states_pi, states_vf)
+
+    def _predict(  # type: ignore[override]
+        self,
+        observation: th.Tensor,
+        lstm_states: tuple[th.Tensor, ...],
+        episode_starts: th.Tensor,
+        deterministic: bool = False,
+    ) -> tuple[th.Tensor, tuple[th.Tensor, th.Tensor]]:
+        # Called by sb3-contrib's predict with the pair it builds from predict()'s (hidden,) (see predict)
+        distribution, (hidden,) = self.get_distribution(observation, lstm_states[:1], episode_starts)  # type: ignore[arg-type]
+        return distribution.get_actions(deterministic=deterministic), (hidden, hidden)
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """
+        Get the policy action from an observation and the memory, as for sb3-contrib's LSTM policies.
+
+        :param observation: The input observation
+        :param state: The memory ``(hidden,)``, shape ``(n_layers, n_envs, hidden_size)``; ``None``: zeros
+        :param episode_start: Whether the observations start new episodes (the memory is reset then)
+        :param deterministic: Whether or not to return deterministic actions
+        :return: The action and the next memory ``(hidden,)``
+        """
+        if state is not None and (not isinstance(state, tuple) or len(state) != 1):
+            raise ValueError(
+                "state must be None or (hidden,), one array of shape (n_layers, n_envs, hidden_size) (a GRU has no "
+                f"cell state); got {type(state).__name__} of length {len(state) if isinstance(state, tuple) else '?'}"
+            )
+        # sb3-contrib's predict handles an (hidden, cell) pair: pass the hidden state as both, _predict reads one
+        pair = None if state is None else (state[0], state[0])
+        actions, new_pair = super().predict(observation, pair, episode_start, deterministic)
+        assert new_pair is not None
+        return actions, (new_pair[0],)
+
+
+# sb3-contrib annotates the memory as (hidden, cell); the GRU methods take (hidden,): mypy sees the two bases'
+# definitions as incompatible
+class RecurrentActorCriticCnnGruPolicy(RecurrentActorCriticGruPolicy, RecurrentActorCriticCnnPolicy):  # type: ignore[misc]
+    """:class:`RecurrentActorCriticGruPolicy` with sb3-contrib's CNN features extractor (image observations)."""
+
+
+class RecurrentMultiInputActorCriticGruPolicy(RecurrentActorCriticGruPolicy, RecurrentMultiInputActorCriticPolicy):  # type: ignore[misc]
+    """:class:`RecurrentActorCriticGruPolicy` with sb3-contrib's combined extractor (``Dict`` observations)."""
+
+
+MlpGruPolicy = RecurrentActorCriticGruPolicy
+CnnGruPolicy = RecurrentActorCriticCnnGruPolicy
+MultiInputGruPolicy = RecurrentMultiInputActorCriticGruPolicy

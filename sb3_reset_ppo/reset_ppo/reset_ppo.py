@@ -1,6 +1,7 @@
 import io
 import math
 import pathlib
+from copy import deepcopy
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -8,16 +9,26 @@ import torch as th
 from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import explained_variance
+from stable_baselines3.common.utils import explained_variance, obs_as_tensor
+from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.checkpoints import check_checkpoint
 from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import burned_in_memory, check_supported_lstm, evaluate_windows
+from sb3_reset_ppo.common.unroll import (
+    burned_in_memory,
+    check_supported_rnn,
+    evaluate_windows,
+    memory_state_names,
+    recurrent_layer_type,
+)
 from sb3_reset_ppo.common.utils import warn_user
 from sb3_reset_ppo.common.windows import (
     check_non_negative_int,
@@ -27,7 +38,14 @@ from sb3_reset_ppo.common.windows import (
     resolve_window_stride,
     windows_per_minibatch,
 )
-from sb3_reset_ppo.reset_ppo.policies import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
+from sb3_reset_ppo.reset_ppo.policies import (
+    CnnGruPolicy,
+    CnnLstmPolicy,
+    MlpGruPolicy,
+    MlpLstmPolicy,
+    MultiInputGruPolicy,
+    MultiInputLstmPolicy,
+)
 
 SelfResetPPO = TypeVar("SelfResetPPO", bound="ResetPPO")
 
@@ -57,8 +75,9 @@ class ResetPPO(RecurrentPPO):
     backpropagation through time still stops at the boundary. ``boundary="mask"`` reproduces the masking
     baseline (every slot after the first episode end of a window is dropped).
 
-    :param policy: The policy model to use (MlpLstmPolicy, CnnLstmPolicy, MultiInputLstmPolicy or a
-        subclass of ``RecurrentActorCriticPolicy``)
+    :param policy: The policy model to use: an LSTM policy (MlpLstmPolicy, CnnLstmPolicy, MultiInputLstmPolicy), a
+        GRU policy (MlpGruPolicy, CnnGruPolicy, MultiInputGruPolicy: the same arguments, memory ``(hidden,)``) or a
+        subclass of ``RecurrentActorCriticPolicy`` whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, it can be a function
         of the current progress remaining (from 1 to 0)
@@ -126,9 +145,14 @@ class ResetPPO(RecurrentPPO):
         "MlpLstmPolicy": MlpLstmPolicy,
         "CnnLstmPolicy": CnnLstmPolicy,
         "MultiInputLstmPolicy": MultiInputLstmPolicy,
+        "MlpGruPolicy": MlpGruPolicy,
+        "CnnGruPolicy": CnnGruPolicy,
+        "MultiInputGruPolicy": MultiInputGruPolicy,
     }
     rollout_buffer: WindowRolloutBuffer | DictWindowRolloutBuffer  # type: ignore[assignment]
     policy: RecurrentActorCriticPolicy
+    # The memory after the last collected step (sb3-contrib declares it None until _setup_model sets it)
+    _last_lstm_states: RNNStates  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -237,7 +261,11 @@ class ResetPPO(RecurrentPPO):
     def _setup_model(self) -> None:
         self._check_settings()
         super()._setup_model()
-        check_supported_lstm(self.policy.lstm_actor)
+        check_supported_rnn(self.policy.lstm_actor)
+        layer_type = recurrent_layer_type(self.policy.lstm_actor)
+        if layer_type == "gru":
+            # sb3-contrib sets up an LSTM's (hidden, cell) memory; a GRU's is (hidden,)
+            self._last_lstm_states = RNNStates(self._last_lstm_states.pi[:1], self._last_lstm_states.vf[:1])
         buffer_cls = DictWindowRolloutBuffer if isinstance(self.observation_space, spaces.Dict) else WindowRolloutBuffer
         self.rollout_buffer = buffer_cls(
             self.n_steps,
@@ -255,6 +283,7 @@ class ResetPPO(RecurrentPPO):
             consecutive_windows=self._resolved_consecutive_windows(),
             seed=self.seed,
             burn_in=self.burn_in,
+            recurrent_layer_type=layer_type,
         )
         self._warn_about_batch_size()
 
@@ -303,6 +332,89 @@ class ResetPPO(RecurrentPPO):
         super().set_random_seed(seed)
         if isinstance(getattr(self, "rollout_buffer", None), (WindowRolloutBuffer, DictWindowRolloutBuffer)):
             self.rollout_buffer.seed(seed)
+
+    def collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        """
+        Collect experiences with the current policy into the window rollout buffer: ``RecurrentPPO``'s collection,
+        step for step (``tests/test_gru.py`` checks that both fill the buffer identically), with the memory as a
+        tuple of any length (an LSTM's ``(hidden, cell)``, a GRU's ``(hidden,)``).
+
+        :param env: The training environment
+        :param callback: Callback called at each step (and at the start and end of the rollout)
+        :param rollout_buffer: Buffer to fill
+        :param n_rollout_steps: Number of steps to collect per environment
+        :return: True if ``n_rollout_steps`` were collected, False if the callback stopped the rollout
+        """
+        assert isinstance(rollout_buffer, (WindowRolloutBuffer, DictWindowRolloutBuffer))
+        assert self._last_obs is not None, "No previous observation was provided"
+        # Eval mode (dropout, batch norm) during collection
+        self.policy.set_training_mode(False)
+        n_steps = 0
+        rollout_buffer.reset()
+        if self.use_sde:
+            self.policy.reset_noise(env.num_envs)
+        callback.on_rollout_start()
+        memory = deepcopy(self._last_lstm_states)
+
+        while n_steps < n_rollout_steps:
+            if self.use_sde and self.sde_sample_freq > 0 and n_steps % self.sde_sample_freq == 0:
+                self.policy.reset_noise(env.num_envs)
+            with th.no_grad():
+                obs_tensor = obs_as_tensor(self._last_obs, self.device)  # type: ignore[arg-type]
+                episode_starts = th.tensor(self._last_episode_starts, dtype=th.float32, device=self.device)
+                actions, values, log_probs, memory = self.policy(obs_tensor, memory, episode_starts)
+            actions = actions.cpu().numpy()
+            clipped_actions = actions
+            if isinstance(self.action_space, spaces.Box):
+                clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
+            new_obs, rewards, dones, infos = env.step(clipped_actions)
+            self.num_timesteps += env.num_envs
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+            self._update_info_buffer(infos, dones)
+            n_steps += 1
+            if isinstance(self.action_space, spaces.Discrete):
+                # (n_envs,) -> (n_envs, 1)
+                actions = actions.reshape(-1, 1)
+            self._bootstrap_truncations(rewards, dones, infos, memory)
+            rollout_buffer.add(
+                self._last_obs,  # type: ignore[arg-type]
+                actions,
+                rewards,
+                self._last_episode_starts,  # type: ignore[arg-type]
+                values,
+                log_probs,
+                lstm_states=self._last_lstm_states,
+            )
+            self._last_obs = new_obs  # type: ignore[assignment]
+            self._last_episode_starts = dones
+            self._last_lstm_states = memory
+
+        with th.no_grad():
+            # Value of the step after the rollout
+            episode_starts = th.tensor(dones, dtype=th.float32, device=self.device)
+            values = self.policy.predict_values(obs_as_tensor(new_obs, self.device), memory.vf, episode_starts)  # type: ignore[arg-type]
+        rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones)
+        callback.on_rollout_end()
+        return True
+
+    def _bootstrap_truncations(self, rewards: np.ndarray, dones: np.ndarray, infos: list[dict], memory: RNNStates) -> None:
+        """
+        Add ``gamma * V(terminal observation)`` to the reward of every env whose episode was truncated (SB3's
+        timeout handling), the value computed with the critic memory after the step.
+        """
+        for idx, done in enumerate(dones):
+            if done and infos[idx].get("terminal_observation") is not None and infos[idx].get("TimeLimit.truncated", False):
+                terminal_obs = self.policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
+                with th.no_grad():
+                    # (n_layers, n_envs, H) -> (n_layers, 1, H): this env's critic memory
+                    terminal_memory = tuple(state[:, idx : idx + 1, :].contiguous() for state in memory.vf)
+                    not_start = th.tensor([False], dtype=th.float32, device=self.device)
+                    terminal_value = self.policy.predict_values(terminal_obs, terminal_memory, not_start)[0]  # type: ignore[arg-type]
+                rewards[idx] += self.gamma * terminal_value
 
     def _minibatch_loss(
         self, samples: WindowRolloutBufferSamples, clip_range: float, clip_range_vf: float | None
@@ -378,7 +490,8 @@ class ResetPPO(RecurrentPPO):
     def _burn_in_staleness(self, samples: WindowRolloutBufferSamples) -> th.Tensor:
         """
         ``||burned-in - recorded|| / ||recorded||`` of the actor memory entering the windows of one minibatch (the
-        memory they start from against the one recorded during the rollout), hidden and cell.
+        memory they start from against the one recorded during the rollout), every memory tensor (LSTM: hidden and
+        cell; GRU: hidden).
         """
         assert samples.burn_in is not None
         self.policy.set_training_mode(False)  # a measurement: no dropout, no batch-norm statistics updated
@@ -387,11 +500,11 @@ class ResetPPO(RecurrentPPO):
             pi_features = features[0] if isinstance(features, tuple) else features
             burned = burned_in_memory(self.policy.lstm_actor, pi_features, samples.burn_in, samples.burn_in.memory.pi)
             recorded = self.rollout_buffer.sampler().recorded_memory
+            keys = [f"{name}_pi" for name in memory_state_names(self.rollout_buffer.recurrent_layer_type)]
             difference = sum(
-                ((memory - recorded[key][samples.window_starts]) ** 2).sum()
-                for memory, key in zip(burned, ("hidden_pi", "cell_pi"), strict=True)
+                ((memory - recorded[key][samples.window_starts]) ** 2).sum() for memory, key in zip(burned, keys, strict=True)
             )
-            size = sum((recorded[key][samples.window_starts] ** 2).sum() for key in ("hidden_pi", "cell_pi"))
+            size = sum((recorded[key][samples.window_starts] ** 2).sum() for key in keys)
         self.policy.set_training_mode(True)
         return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
 
