@@ -17,6 +17,11 @@ interleaved so that all see the same machine load; the figures are medians over 
   plus the optimizer step, on ResetPPO's minibatch shapes, with no buffer, no loss and no resets (features
   extractor once per distinct step of a minibatch), timed over one epoch.
 
+``--variants`` chooses the models (default: the three above); ``reset_gru`` is ``ResetPPO`` with the GRU policy
+of the task (``MlpGruPolicy``, ``CnnGruPolicy``) and otherwise the same arguments: its roofline is the same
+computation with the policy's GRUs. Each ResetPPO variant also reports the bytes of recurrent memory its buffer
+stores per step (hidden and cell states of actor and critic for an LSTM, hidden states for a GRU).
+
 With ``--memory``, the peak extra memory of one default ResetPPO ``train()`` per task (first setting) is
 measured after all timings, relative to the rollout buffer's size and to one minibatch.
 
@@ -25,7 +30,8 @@ RecurrentPPO's defaults (LSTM 256, ``batch_size=128``) for the defaults, ``memor
 each of epochs 2 to 10), ``burn_in=8`` and ``burn_in=16`` (one model per setting collects a rollout, then
 ``train()`` is timed ``--repeats`` times: median of CPU time).
 
-Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 3] [--fresh-memory] [--json out.json]
+Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 3] [--variants recurrent_ppo reset reset_gru]
+       [--fresh-memory] [--json out.json]
 """
 
 import argparse
@@ -56,7 +62,9 @@ TASKS: dict[str, dict[str, Any]] = {
     "mlp": dict(env_id="CartPoleNoVel-v1", policy="MlpLstmPolicy", env_kwargs={}, n_envs=8),
     "image": dict(env_id="CueRecallImage-v0", policy="CnnLstmPolicy", env_kwargs=dict(min_delay=4, max_delay=30), n_envs=4),
 }
-VARIANTS = ("recurrent_ppo", "reset", "reset_stride1")
+VARIANTS = ("recurrent_ppo", "reset", "reset_stride1", "reset_gru")
+DEFAULT_VARIANTS = ("recurrent_ppo", "reset", "reset_stride1")
+LABELS = {"recurrent_ppo": "RecurrentPPO", "reset": "ResetPPO", "reset_stride1": "stride 1", "reset_gru": "ResetPPO GRU"}
 # (lstm_hidden_size, batch_size): small and large LSTMs and minibatches
 SETTINGS = ((64, 128), (64, 1024), (256, 128), (256, 1024))
 
@@ -117,6 +125,12 @@ class PeakMemory:
         return self.peak - self.start
 
 
+def memory_bytes_per_step(buffer: Any) -> float:
+    """Bytes of recurrent memory the buffer stores per step (all envs' steps): LSTM hidden and cell, GRU hidden."""
+    arrays = [getattr(buffer, f"{name}_states_{side}") for name in ("hidden", "cell") for side in ("pi", "vf")]
+    return sum(array.nbytes for array in arrays) / (buffer.buffer_size * buffer.n_envs)
+
+
 def buffer_bytes(buffer: Any) -> int:
     """Size of the rollout buffer's stored arrays."""
     total = 0
@@ -143,9 +157,10 @@ def make_model(variant: str, task: dict[str, Any], lstm: int, batch_size: int, a
         return RecurrentPPO(task["policy"], env, **kwargs)
     if variant == "reset_stride1":
         kwargs["window_stride"] = 1
+    policy = task["policy"].replace("Lstm", "Gru") if variant == "reset_gru" else task["policy"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # batch_size 1024 > one epoch of the image task's windows: said in the table
-        return ResetPPO(task["policy"], env, **kwargs)
+        return ResetPPO(policy, env, **kwargs)
 
 
 class _TimedTrain:
@@ -268,7 +283,7 @@ def measure_memory(result: dict[str, Any], model: ResetPPO) -> None:
 
 def bench_setting(
     name: str, lstm: int, batch_size: int, learn_steps: int, args: argparse.Namespace
-) -> tuple[dict[str, Any], ResetPPO]:
+) -> tuple[dict[str, Any], ResetPPO | None]:
     task = TASKS[name]
     result: dict[str, Any] = {
         "task": name,
@@ -279,10 +294,10 @@ def bench_setting(
         "batch_size": batch_size,
         "learn_steps": learn_steps,
     }
-    runs: dict[str, list[dict[str, Any]]] = {variant: [] for variant in VARIANTS}
+    runs: dict[str, list[dict[str, Any]]] = {variant: [] for variant in args.variants}
     models: dict[str, RecurrentPPO] = {}
     for _ in range(args.repeats):
-        for variant in VARIANTS:
+        for variant in args.variants:
             models[variant] = make_model(variant, task, lstm, batch_size, args)
             runs[variant].append(timed_learn(models[variant], learn_steps))
     for variant, model in models.items():
@@ -300,12 +315,14 @@ def bench_setting(
             result[variant]["window_stride"] = model.rollout_buffer.window_stride
             result[variant]["roofline_train_cpu"] = roofline(model, repeats=args.repeats)
             result[variant]["share_of_roofline"] = result[variant]["roofline_train_cpu"] / medians["train_cpu"]
-    rppo = result["recurrent_ppo"]
-    for variant in ("reset", "reset_stride1"):
-        result[variant]["learn_ratio"] = result[variant]["learn_cpu"] / rppo["learn_cpu"]
-        result[variant]["train_ratio"] = result[variant]["train_cpu"] / rppo["train_cpu"]
-    reset_model = models["reset"]
-    assert isinstance(reset_model, ResetPPO)
+            result[variant]["memory_bytes_per_step"] = memory_bytes_per_step(model.rollout_buffer)
+    rppo = result.get("recurrent_ppo")
+    for variant in args.variants:
+        if variant != "recurrent_ppo" and rppo is not None:
+            result[variant]["learn_ratio"] = result[variant]["learn_cpu"] / rppo["learn_cpu"]
+            result[variant]["train_ratio"] = result[variant]["train_cpu"] / rppo["train_cpu"]
+    reset_model = models.get("reset")
+    assert reset_model is None or isinstance(reset_model, ResetPPO)
     return result, reset_model
 
 
@@ -344,34 +361,39 @@ def bench_fresh_memory(args: argparse.Namespace) -> list[dict[str, Any]]:
     return results
 
 
-def print_tables(results: list[dict[str, Any]]) -> None:
-    print(
-        "| task | LSTM | batch_size | RecurrentPPO learn() s | ResetPPO learn() s | ratio | stride 1 learn() s | ratio "
-        "| RecurrentPPO train() s | ResetPPO train() s | stride 1 train() s |"
-    )
-    print("|" + "---|" * 11)
+def print_tables(results: list[dict[str, Any]], variants: list[str]) -> None:
+    resets = [variant for variant in variants if variant != "recurrent_ppo"]
+    header = "| task | LSTM | batch_size |"
+    for variant in variants:
+        header += f" {LABELS[variant]} learn() s |" + (" ratio |" if variant != "recurrent_ppo" else "")
+    header += "".join(f" {LABELS[variant]} train() s |" for variant in variants)
+    print(header)
+    print("|" + "---|" * header.count(" |"))
     for r in results:
-        rppo, reset, stride1 = r["recurrent_ppo"], r["reset"], r["reset_stride1"]
-        print(
-            f"| {r['task']} | {r['lstm_hidden_size']} | {r['batch_size']} | {rppo['learn_cpu']:.1f} "
-            f"| {reset['learn_cpu']:.1f} | {reset['learn_ratio']:.2f} "
-            f"| {stride1['learn_cpu']:.1f} | {stride1['learn_ratio']:.2f} "
-            f"| {rppo['train_cpu']:.2f} | {reset['train_cpu']:.2f} | {stride1['train_cpu']:.2f} |"
-        )
+        row = f"| {r['task']} | {r['lstm_hidden_size']} | {r['batch_size']} |"
+        for variant in variants:
+            row += f" {r[variant]['learn_cpu']:.1f} |"
+            if "learn_ratio" in r[variant]:
+                row += f" {r[variant]['learn_ratio']:.2f} |"
+            elif variant != "recurrent_ppo":
+                row += " - |"
+        row += "".join(f" {r[variant]['train_cpu']:.2f} |" for variant in variants)
+        print(row)
     print()
-    print(
-        "| task | LSTM | batch_size | windows per minibatch | RecurrentPPO updates/s | ResetPPO updates/s | share of roofline "
-        "| stride 1 updates/s | share of roofline |"
-    )
-    print("|" + "---|" * 9)
+    header = "| task | LSTM | batch_size | windows per minibatch |"
+    for variant in variants:
+        header += f" {LABELS[variant]} updates/s |"
+        if variant != "recurrent_ppo":
+            header += " share of roofline | memory bytes per step |"
+    print(header)
+    print("|" + "---|" * header.count(" |"))
     for r in results:
-        rppo, reset, stride1 = r["recurrent_ppo"], r["reset"], r["reset_stride1"]
-        print(
-            f"| {r['task']} | {r['lstm_hidden_size']} | {r['batch_size']} | {reset['windows_per_minibatch']} "
-            f"| {rppo['updates_per_second']:,.0f} | {reset['updates_per_second']:,.0f} "
-            f"| {100 * reset['share_of_roofline']:.0f}% "
-            f"| {stride1['updates_per_second']:,.0f} | {100 * stride1['share_of_roofline']:.0f}% |"
-        )
+        row = f"| {r['task']} | {r['lstm_hidden_size']} | {r['batch_size']} | {r[resets[0]]['windows_per_minibatch']} |"
+        for variant in variants:
+            row += f" {r[variant]['updates_per_second']:,.0f} |"
+            if variant != "recurrent_ppo":
+                row += f" {100 * r[variant]['share_of_roofline']:.0f}% | {r[variant]['memory_bytes_per_step']:,.0f} |"
+        print(row)
     memory = [r for r in results if "train_extra_memory_over_buffer" in r]
     if memory:
         print()
@@ -394,12 +416,18 @@ def main() -> None:
     parser.add_argument("--learn-steps", type=int, default=None, help="env steps per learn() (default: 2 rollouts)")
     parser.add_argument("--n-steps", type=int, default=128)
     parser.add_argument("--n-epochs", type=int, default=10)
-    parser.add_argument("--memory", action="store_true", help="also measure the peak memory of train()")
+    parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=VARIANTS,
+                        help="models to compare (default: %(default)s; at least one ResetPPO variant)")  # fmt: skip
+    parser.add_argument("--memory", action="store_true", help="also measure the peak memory of train() (needs reset)")
     parser.add_argument("--fresh-memory", action="store_true", help="instead: the cost of memory_refresh and burn_in")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args()
+    if args.variants == ["recurrent_ppo"]:
+        parser.error("--variants needs at least one ResetPPO variant")
+    if args.memory and "reset" not in args.variants:
+        parser.error("--memory measures the 'reset' variant: add it to --variants")
     th.set_num_threads(args.threads)
     import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
 
@@ -422,7 +450,7 @@ def main() -> None:
             learn_steps = args.learn_steps or 2 * args.n_steps * TASKS[name]["n_envs"]
             result, model = bench_setting(name, lstm, batch_size, learn_steps, args)
             results.append(result)
-            if index == 0:
+            if index == 0 and model is not None:
                 memory_models.append((result, model))
             print(json.dumps({k: v for k, v in result.items() if k not in VARIANTS}), flush=True)
     if args.memory:
@@ -431,7 +459,7 @@ def main() -> None:
             result["reset"]["buffer_bytes"] = buffer_bytes(model.rollout_buffer)
             measure_memory(result, model)
     print()
-    print_tables(results)
+    print_tables(results, args.variants)
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"command": sys.argv, "settings": vars(args), "results": results}, out, indent=2)
