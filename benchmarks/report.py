@@ -204,7 +204,8 @@ def hardware() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--grid", type=Path, default=HERE / "results" / "grid")
+    parser.add_argument("--grid", type=Path, nargs="+", default=[HERE / "results" / "grid"],
+                        help="results folders (several: the runs of all, e.g. two studies' arms)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     parser.add_argument("--figures", type=Path, default=HERE / "figures")
     parser.add_argument(
@@ -218,7 +219,7 @@ def main() -> None:
     args.figures.mkdir(parents=True, exist_ok=True)
     baseline = args.baseline
 
-    runs = [r for r in load_runs(args.grid, args.final_evaluations) if r["variant"] in args.variants]
+    runs = [r for grid in args.grid for r in load_runs(grid, args.final_evaluations) if r["variant"] in args.variants]
     envs = [env for env in REFERENCE_RETURN if any(r["env"] == env for r in runs)]
     variants = [v for v in args.variants if any(r["variant"] == v for r in runs)]
     randoms = {env: random_return(env) for env in envs}

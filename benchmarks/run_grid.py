@@ -55,6 +55,11 @@ for _name, _hyperparams in _FRESH_MEMORY.items():
     for _suffix, _epochs in (("", []), ("_e30", ["n_epochs:30"])):
         VARIANTS[_name + _suffix] = {"algo": "reset_ppo", "hyperparams": _hyperparams + _epochs, "conf": FRESH_MEMORY_CONF}
 FRESH_MEMORY_VARIANTS = [name for name in VARIANTS if name.startswith("fm_")]
+# The GRU study (benchmarks/PROTOCOL_gru.md): the fresh-memory config with the GRU policy; its LSTM arm is the
+# fresh-memory study's fm_off
+VARIANTS["gru"] = {"algo": "reset_ppo", "hyperparams": ["policy:'MlpGruPolicy'"], "conf": FRESH_MEMORY_CONF}
+GRU_VARIANTS = ["gru"]
+GRU_ENVS = ["CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0", "CartPoleNoVel-v1", "PopgymRepeatPreviousEasy-v0"]
 FRESH_MEMORY_ENVS = [
     "CueRecall-v0",
     "CueRecallLong-v0",
@@ -137,8 +142,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--study", choices=["grid", "fresh_memory"], default="grid",
-                        help="default envs and variants: the published grid, or the fresh-memory study")  # fmt: skip
+    parser.add_argument("--study", choices=["grid", "fresh_memory", "gru"], default="grid",
+                        help="default envs and variants: the published grid, the fresh-memory or the GRU study")  # fmt: skip
     parser.add_argument("--envs", nargs="+", default=None)
     parser.add_argument("--variants", nargs="+", default=None, choices=list(VARIANTS))
     parser.add_argument("--seeds", type=int, default=5)
@@ -146,9 +151,13 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/<study>")
     args = parser.parse_args()
-    fresh = args.study == "fresh_memory"
-    args.envs = args.envs or (FRESH_MEMORY_ENVS if fresh else DEFAULT_ENVS)
-    args.variants = args.variants or (FRESH_MEMORY_VARIANTS if fresh else [v for v in VARIANTS if not v.startswith("fm_")])
+    studies = {
+        "grid": (DEFAULT_ENVS, [v for v in VARIANTS if "conf" not in VARIANTS[v]]),
+        "fresh_memory": (FRESH_MEMORY_ENVS, FRESH_MEMORY_VARIANTS),
+        "gru": (GRU_ENVS, GRU_VARIANTS),
+    }
+    args.envs = args.envs or studies[args.study][0]
+    args.variants = args.variants or studies[args.study][1]
     args.out = args.out or HERE / "results" / args.study
     print("command: python " + " ".join(sys.argv), flush=True)
     jobs = [

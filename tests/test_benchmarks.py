@@ -176,15 +176,25 @@ def test_fresh_memory_study_commands() -> None:
     assert run_grid.conf_file("reset") == run_grid.RESET_PPO_CONF and run_grid.conf_file("ppo_lstm") == run_grid.PPO_LSTM_CONF
 
 
+def test_gru_study_commands() -> None:
+    run_grid = _load("run_grid")
+    gru = run_grid.command("gru", "CartPoleNoVel-v1", 3, Path("/tmp/x"), 20)
+    assert gru[gru.index("--conf-file") + 1] == str(run_grid.FRESH_MEMORY_CONF)
+    assert gru[gru.index("--hyperparams") + 1 :] == ["policy:'MlpGruPolicy'"]
+    assert gru[gru.index("--log-interval") + 1] == "1"
+    assert set(run_grid.GRU_ENVS) < set(run_grid.FRESH_MEMORY_ENVS)
+
+
 def test_report_of_another_study_with_its_baseline_and_final_evaluations(tmp_path: Path) -> None:
-    grid = tmp_path / "grid"
+    grid, other = tmp_path / "grid", tmp_path / "other"
     for seed in range(3):
         _fake_run(grid, "fm_off", "CueRecall-v0", seed, [0.2, 0.4, 0.6])
-        _fake_run(grid, "fm_refresh", "CueRecall-v0", seed, [0.2, 0.8, 1.0])
+        # The arm compared with it, in another results folder
+        _fake_run(other, "fm_refresh", "CueRecall-v0", seed, [0.2, 0.8, 1.0])
         _fake_run(grid, "reset", "CueRecall-v0", seed, [0.0, 0.0, 0.0])  # another study's: not reported
     out = tmp_path / "RESULTS.md"
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(out)]
+        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), str(other), "--out", str(out)]
         + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3"]
         + ["--variants", "fm_off", "fm_refresh", "--baseline", "fm_off", "--final-evaluations", "2"],
         check=True,
