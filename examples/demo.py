@@ -5,7 +5,7 @@ CueRecall-v0 shows a cue at the first step of each episode and asks for it 2 to 
 policy that remembers scores above the random policy's 0.25 (the best return is 1.0). The script prints
 the evaluation return of the trained policy next to a random policy's and writes a learning curve.
 
-Usage: python examples/demo.py [--total-timesteps 40000] [--output-dir demo_output]
+Usage: python examples/demo.py [--total-timesteps 40000] [--policy MlpLstmPolicy] [--output-dir demo_output]
 """
 
 import argparse
@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--total-timesteps", type=int, default=40_000, help="env steps to train")
     parser.add_argument("--window-size", type=int, default=16, help="steps per training window (BPTT length)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the envs")
+    parser.add_argument("--policy", default="MlpLstmPolicy", choices=["MlpLstmPolicy", "MlpGruPolicy"], help="memory cell")
     parser.add_argument("--eval-episodes", type=int, default=500, help="episodes of the final evaluation")
     parser.add_argument("--output-dir", type=Path, default=Path("demo_output"), help="where to write learning_curve.png")
     args = parser.parse_args()
@@ -57,7 +58,7 @@ def main() -> None:
 
     env = make_vec_env(ENV_ID, n_envs=8, seed=args.seed)
     model = ResetPPO(
-        "MlpLstmPolicy",
+        args.policy,
         env,
         n_steps=64,
         batch_size=32,

@@ -2,9 +2,10 @@
 Quick start: ResetPPO as a drop-in for RecurrentPPO.
 
 Trains on the CueRecall memory task, evaluates with SB3's ``evaluate_policy``, saves, loads, and runs
-one episode by hand, carrying the LSTM state between ``predict`` calls.
+one episode by hand, carrying the recurrent memory between ``predict`` calls (an LSTM's ``(hidden, cell)``, a
+GRU's ``(hidden,)``: ``--policy MlpGruPolicy``).
 
-Usage: python examples/quickstart.py [--total-timesteps 20000]
+Usage: python examples/quickstart.py [--total-timesteps 20000] [--policy MlpLstmPolicy]
 """
 
 import argparse
@@ -24,13 +25,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--total-timesteps", type=int, default=20_000, help="env steps to train")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the envs")
+    parser.add_argument("--policy", default="MlpLstmPolicy", choices=["MlpLstmPolicy", "MlpGruPolicy"], help="memory cell")
     args = parser.parse_args()
     th.set_num_threads(1)
 
     env = make_vec_env("CueRecall-v0", n_envs=8, seed=args.seed)
     # Every RecurrentPPO argument works; window_size / boundary / weighting are ResetPPO's own
     model = ResetPPO(
-        "MlpLstmPolicy",
+        args.policy,
         env,
         n_steps=64,
         batch_size=32,
@@ -52,7 +54,7 @@ def main() -> None:
         model.save(path)
         model = ResetPPO.load(path, env=env)
 
-    # Predict by hand: the LSTM state goes back in at every step, episode_start resets it
+    # Predict by hand: the memory goes back in at every step, episode_start resets it
     single = make_vec_env("CueRecall-v0", n_envs=1, seed=args.seed + 1)
     obs = single.reset()
     state, episode_start, total, done = None, np.ones((1,), dtype=bool), 0.0, False
@@ -63,7 +65,8 @@ def main() -> None:
         episode_start = dones
         total += float(reward[0])
         done = bool(dones[0])
-    print(f"one episode after save/load: return {total:.1f}")
+    assert state is not None
+    print(f"one episode after save/load: return {total:.1f} (memory: {len(state)} array(s) of shape {state[0].shape})")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,12 @@ def test_weight_profile(tmp_path: Path) -> None:
 def test_quickstart() -> None:
     out = _run("quickstart.py", "--total-timesteps", "1024")
     assert "evaluation:" in out and "one episode after save/load" in out
+    assert "memory: 2 array(s) of shape (1, 1, 32)" in out
+
+
+def test_quickstart_with_a_gru() -> None:
+    out = _run("quickstart.py", "--total-timesteps", "1024", "--policy", "MlpGruPolicy")
+    assert "one episode after save/load" in out and "memory: 1 array(s) of shape (1, 1, 32)" in out
 
 
 def test_loss_scale(tmp_path: Path) -> None:

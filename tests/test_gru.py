@@ -1,11 +1,9 @@
 """
 GRU policies: usable by name, memory ``(hidden,)`` stored and predicted, collection identical to RecurrentPPO's,
-save/load, determinism, VecNormalize and gSDE, the zoo. Exactness, gradients and fresh memory are tested for both
-cells in test_exactness.py, test_gradients.py, test_unroll.py and test_fresh_memory.py.
+save/load, determinism, VecNormalize and gSDE (the zoo: test_readme.py). Exactness, gradients and fresh memory
+are tested for both cells in test_exactness.py, test_gradients.py, test_unroll.py and test_fresh_memory.py.
 """
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -211,17 +209,3 @@ def test_vecnormalize_and_gsde() -> None:
 def test_unsupported_gru_options(lstm_kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         ResetPPO("MlpGruPolicy", _env(), **{**SMALL, "policy_kwargs": {"lstm_hidden_size": 8, "lstm_kwargs": lstm_kwargs}})
-
-
-def test_zoo_trains_a_gru_policy(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "sb3_reset_ppo.zoo", "train", "--algo", "reset_ppo", "--env", "CueRecall-v0",
-            "-n", "256", "-f", str(tmp_path), "--seed", "1", "--eval-freq", "-1",
-            "--hyperparams", "policy:'MlpGruPolicy'", "n_steps:32", "n_envs:2", "batch_size:64",
-        ],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    model = ResetPPO.load(tmp_path / "reset_ppo" / "CueRecall-v0_1" / "CueRecall-v0.zip")
-    assert isinstance(model.policy, MlpGruPolicy) and isinstance(model.policy.lstm_actor, nn.GRU)

@@ -41,6 +41,22 @@ def test_usage_snippet_runs_as_written(tmp_path: Path) -> None:
     assert (tmp_path / "reset_ppo_cue.zip").exists()
 
 
+def test_gru_snippet_and_command_run_as_written(tmp_path: Path) -> None:
+    code = _code_block("## GRU policies", "python")
+    assert "model.learn(40_000)" in code
+    code = code.replace("model.learn(40_000)", "model.learn(1_024)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "1 (1, 8, 64)"
+    (command,) = [shlex.split(line) for line in _code_block("## GRU policies", "bash").splitlines() if line.strip()]
+    trained = _run([*command, "-n", "512", "-f", str(tmp_path / "logs")], tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    from sb3_reset_ppo import MlpGruPolicy, ResetPPO
+
+    model = ResetPPO.load(tmp_path / "logs" / "reset_ppo" / "CueRecall-v0_1" / "CueRecall-v0.zip")
+    assert isinstance(model.policy, MlpGruPolicy)
+
+
 def test_zoo_commands_run_as_written(tmp_path: Path) -> None:
     commands = _zoo_commands()
     assert [c[3] for c in commands] == ["train", "enjoy", "train", "train"]
