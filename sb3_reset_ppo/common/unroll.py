@@ -286,11 +286,13 @@ def rnn_step_states(
         hidden_entering.append(h_entering)
         if isinstance(rnn, nn.LSTM):
             c_initial = initial[1][:, layer]
-            weights = _layer_weights(rnn, layer)
+            # The input, forget and cell gates (rows i, f, g of the weights; the output gate is not needed)
+            gate_rows = slice(0, 3 * rnn.hidden_size)
+            weights = [weight[gate_rows] for weight in _layer_weights(rnn, layer)]
             gates = inputs @ weights[0].T + (h_entering * not_start) @ weights[1].T
             if rnn.bias:
-                gates = gates + weights[2] + weights[3]
-            input_gate, forget_gate, cell_gate, _ = gates.chunk(4, dim=2)
+                gates = gates + (weights[2] + weights[3])
+            input_gate, forget_gate, cell_gate = gates.chunk(3, dim=2)
             cell = _linear_recurrence(
                 th.sigmoid(forget_gate) * not_start, th.sigmoid(input_gate) * th.tanh(cell_gate), c_initial
             )
