@@ -36,6 +36,9 @@ HERE = Path(__file__).resolve().parent
 VARIANT_ORDER = ["reset", "reset_importance", "mask", "mask_kept", "ppo_lstm"]
 BASELINE = "mask"
 # Reference (best) returns used for normalisation; random returns are measured by the report itself
+sys.path.insert(0, str(HERE))
+import training_log  # noqa: E402  (benchmarks/training_log.py)
+
 REFERENCE_RETURN = {
     "CueRecall-v0": 1.0,
     "CueRecallLong-v0": 1.0,
@@ -46,14 +49,32 @@ REFERENCE_RETURN = {
     "CueRecallImage-v0": 1.0,
     # POPGym's scores are in [-1, 1]
     "PopgymRepeatPreviousEasy-v0": 1.0,
+    "PopgymRepeatFirstEasy-v0": 1.0,
+    "PopgymCountRecallEasy-v0": 1.0,
+    "PopgymPositionOnlyCartPoleEasy-v0": 1.0,
+    "PopgymNoisyPositionOnlyCartPoleEasy-v0": 1.0,
     "PopgymAutoencodeEasy-v0": 1.0,
+    # Success gives 1 - 0.9 * steps / max_steps: 1.0 bounds it
+    "MiniGridMemoryS7Flat-v0": 1.0,
 }
 # Aggregates are also reported per group: the claim is about memory, so the groups may disagree
 GROUPS = {
     "memory tasks": ["CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0", "CueRecallImage-v0"],
     "NoVel control": ["CartPoleNoVel-v1", "PendulumNoVel-v1", "MountainCarContinuousNoVel-v0"],
-    "POPGym": ["PopgymRepeatPreviousEasy-v0", "PopgymAutoencodeEasy-v0"],
+    "POPGym": [
+        "PopgymRepeatPreviousEasy-v0",
+        "PopgymRepeatFirstEasy-v0",
+        "PopgymCountRecallEasy-v0",
+        "PopgymPositionOnlyCartPoleEasy-v0",
+        "PopgymNoisyPositionOnlyCartPoleEasy-v0",
+        "PopgymAutoencodeEasy-v0",
+    ],
+    "MiniGrid": ["MiniGridMemoryS7Flat-v0"],
 }
+# Collapse: an evaluation below COLLAPSE_BELOW (normalised) after the run first reached SOLVED_AT
+SOLVED_AT, COLLAPSE_BELOW = 0.9, 0.8
+# Training diagnostics drawn per env with --diagnostics (train/ keys of the kept training logs)
+DIAGNOSTICS = ["approx_kl", "clip_fraction", "explained_variance", "kept_slot_fraction", "episode_start_weight"]
 
 
 def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
@@ -78,8 +99,59 @@ def load_runs(grid: Path, final_evaluations: int = 1) -> list[dict[str, Any]]:
         run["eval_mean"] = data["results"].mean(axis=1)
         run["final"] = float(run["eval_mean"][-final_evaluations:].mean())
         run["auc"] = float(run["eval_mean"].mean())
+        run["dir"] = run_file.parent
         runs.append(run)
     return runs
+
+
+def collapse_stats(eval_mean: np.ndarray, random: float, reference: float) -> tuple[bool, int, int]:
+    """
+    Whether a run solved its env (an evaluation at or above ``SOLVED_AT`` normalised), and of its evaluations after
+    the first solved one, how many fell below ``COLLAPSE_BELOW`` normalised, out of how many.
+    """
+    normalised = (np.asarray(eval_mean) - random) / (reference - random)
+    solved = np.flatnonzero(normalised >= SOLVED_AT)
+    if len(solved) == 0:
+        return False, 0, 0
+    after = normalised[solved[0] + 1 :]
+    return True, int((after < COLLAPSE_BELOW).sum()), len(after)
+
+
+def diagnostics_figure(runs: list[dict[str, Any]], env_id: str, variants: list[str], path: Path) -> bool:
+    """
+    Per variant, the median over seeds of each ``train/`` diagnostic against the number of ``train()`` calls, from
+    the runs' kept training logs. Returns False (and writes nothing) when no run has a log.
+    """
+    curves: dict[str, dict[str, list[list[float]]]] = {}
+    for run in runs:
+        if run["env"] != env_id or run["variant"] not in variants:
+            continue
+        rows = [row for row in training_log.training_rows(run["dir"]) if "train/approx_kl" in row]
+        if rows:
+            per_key = curves.setdefault(run["variant"], {})
+            for key in DIAGNOSTICS:
+                per_key.setdefault(key, []).append([row.get(f"train/{key}", np.nan) for row in rows])
+    if not curves:
+        return False
+    figure, axes = plt.subplots(1, len(DIAGNOSTICS), figsize=(4 * len(DIAGNOSTICS), 3.2), squeeze=False)
+    for ax, key in zip(axes[0], DIAGNOSTICS, strict=True):
+        for variant in variants:
+            series = curves.get(variant, {}).get(key)
+            if not series:
+                continue
+            length = min(len(s) for s in series)
+            values = np.array([s[:length] for s in series], dtype=float)
+            if np.isnan(values).all():
+                continue
+            ax.plot(np.arange(1, length + 1), np.nanmedian(values, axis=0), label=f"{variant} ({len(series)})")
+        ax.set_title(key, fontsize=10)
+        ax.set_xlabel("train() call")
+    axes[0, 0].legend(fontsize=7)
+    figure.suptitle(f"{env_id}: training diagnostics (median over seeds)", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return True
 
 
 def aggregate(score_dict: dict[str, np.ndarray], reps: int, baseline: str = BASELINE) -> tuple[dict, dict, dict, dict]:
@@ -215,6 +287,11 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=VARIANT_ORDER, help="variants to report, in this order")
     parser.add_argument("--baseline", default=BASELINE, help="the variant others are compared with")
     parser.add_argument("--final-evaluations", type=int, default=1, help="the final score: mean of the last K evaluations")
+    parser.add_argument("--title", default="Benchmark results", help="the report's heading")
+    parser.add_argument("--grid-command", default=None, help="the command that ran the grid, as the report states it")
+    parser.add_argument("--focus", default="reset", help="the variant whose shortfalls against the baseline are listed")
+    parser.add_argument("--diagnostics", action="store_true",
+                        help="draw the training diagnostics per env from the runs' kept logs")  # fmt: skip
     args = parser.parse_args()
     args.figures.mkdir(parents=True, exist_ok=True)
     baseline = args.baseline
@@ -229,13 +306,18 @@ def main() -> None:
 
     complete = [env for env in envs if all(len(seeds(env, v)) >= args.min_seeds for v in variants)]
     lines = [
-        "# Benchmark results",
+        f"# {args.title}",
         "",
         "Measured by `benchmarks/run_grid.py` (runs through the RL Zoo) and summarised by `benchmarks/report.py`.",
         "Results are what was measured; nothing is tuned per variant beyond the hyperparameter files.",
         "",
-        f"- Command (grid): `python benchmarks/run_grid.py --envs {' '.join(envs)} --variants {' '.join(variants)} "
-        f"--seeds {args.min_seeds}`",
+        "- Command (grid): `"
+        + (
+            args.grid_command
+            or f"python benchmarks/run_grid.py --envs {' '.join(envs)} --variants {' '.join(variants)} "
+            f"--seeds {args.min_seeds}"
+        )
+        + "`",
         "- Command (report): `python " + " ".join(["benchmarks/report.py", *sys.argv[1:]]) + "`",
         f"- Hardware: {hardware()}",
         f"- Packages: {versions()}",
@@ -369,17 +451,44 @@ def main() -> None:
                 f"| {np.mean([r['seconds'] for r in rows]):.0f} |"
             )
         lines.append("")
-    if "reset" in variants and baseline in variants:
+    lines += [
+        "## Collapses",
+        "",
+        f"Runs that solved the env (an evaluation at or above {SOLVED_AT} normalised) and, of their evaluations after "
+        f"the first solved one, the share below {COLLAPSE_BELOW} normalised (all seeds).",
+        "",
+        "| env | variant | runs that solved | later evaluations below threshold |",
+        "|---|---|---|---|",
+    ]
+    for env in envs:
+        for v in variants:
+            rows = seeds(env, v)
+            if not rows:
+                continue
+            stats = [collapse_stats(r["eval_mean"], randoms[env], REFERENCE_RETURN[env]) for r in rows]
+            solved = sum(s[0] for s in stats)
+            below, after = sum(s[1] for s in stats), sum(s[2] for s in stats)
+            share = f"{below} of {after} ({below / after:.0%})" if after else "-"
+            lines.append(f"| {env} | {v} | {solved} of {len(rows)} | {share} |")
+    lines.append("")
+    if args.diagnostics:
+        lines += ["## Training diagnostics", ""]
+        for env in envs:
+            name = f"diagnostics_{env}.png"
+            if diagnostics_figure(runs, env, variants, args.figures / name):
+                lines += [f"![{env} diagnostics](figures/{name})", ""]
+    focus = args.focus
+    if focus in variants and baseline in variants and focus != baseline:
         lines += [
-            f"## Where reset does not beat {baseline}",
+            f"## Where {focus} does not beat {baseline}",
             "",
-            f"Envs where reset's mean (over seeds) is not above {baseline}'s, in raw returns:",
+            f"Envs where {focus}'s mean (over seeds) is not above {baseline}'s, in raw returns:",
             "",
         ]
         for key, label in (("final", "final return"), ("auc", "return over training")):
             behind = []
             for env in envs:
-                reset_rows, baseline_rows = seeds(env, "reset"), seeds(env, baseline)
+                reset_rows, baseline_rows = seeds(env, focus), seeds(env, baseline)
                 if reset_rows and baseline_rows:
                     reset_mean = np.mean([r[key] for r in reset_rows])
                     baseline_mean = np.mean([r[key] for r in baseline_rows])

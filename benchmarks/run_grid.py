@@ -10,9 +10,13 @@ is resumable. Runs execute in parallel worker processes, at most one per core, o
 
 With ``--study fresh_memory``: the fresh-memory study of ``benchmarks/PROTOCOL_fresh_memory.md`` (variants
 ``fm_*``, config ``benchmarks/fresh_memory.yml``, training logs kept as ``log.txt.gz``), into
-``benchmarks/results/fresh_memory``.
+``benchmarks/results/fresh_memory``. With ``--study gru``: the GRU study (``benchmarks/PROTOCOL_gru.md``). With
+``--study evidence``: the evidence study (``benchmarks/PROTOCOL.md``: variants ``ev_*`` incl. ``ev_rppo``, config
+``benchmarks/evidence.yml``, per-env seed counts, secondary arms on a subset of envs). Studies with their own
+config keep every run's log as ``log.txt.gz`` and its curves as ``progress.csv.gz``.
 
-Usage: python benchmarks/run_grid.py [--study grid|fresh_memory] [--envs ...] [--variants ...] [--seeds 5] [--workers 2]
+Usage: python benchmarks/run_grid.py [--study grid|fresh_memory|gru|evidence] [--envs ...] [--variants ...]
+       [--seeds N] [--workers 2]
 """
 
 import argparse
@@ -29,10 +33,14 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import training_log  # benchmarks/training_log.py
+
 HERE = Path(__file__).resolve().parent
 RESET_PPO_CONF = HERE.parent / "sb3_reset_ppo" / "zoo" / "reset_ppo.yml"
 PPO_LSTM_CONF = HERE / "ppo_lstm.yml"
 FRESH_MEMORY_CONF = HERE / "fresh_memory.yml"
+EVIDENCE_CONF = HERE / "evidence.yml"
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "reset": {"algo": "reset_ppo", "hyperparams": ["boundary:'reset'", "weighting:'uniform'"]},
@@ -60,6 +68,38 @@ FRESH_MEMORY_VARIANTS = [name for name in VARIANTS if name.startswith("fm_")]
 VARIANTS["gru"] = {"algo": "reset_ppo", "hyperparams": ["policy:'MlpGruPolicy'"], "conf": FRESH_MEMORY_CONF}
 GRU_VARIANTS = ["gru"]
 GRU_ENVS = ["CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0", "CartPoleNoVel-v1", "PopgymRepeatPreviousEasy-v0"]
+# The evidence study (benchmarks/PROTOCOL.md): every arm trains with benchmarks/evidence.yml, RecurrentPPO too
+EVIDENCE_PRIMARY = {
+    "ev_reset": ["boundary:'reset'", "weighting:'uniform'"],
+    "ev_reset_importance": ["boundary:'reset'", "weighting:'importance'"],
+    "ev_mask": ["boundary:'mask'", "weighting:'uniform'"],
+    "ev_mask_kept": ["boundary:'mask'", "weighting:'kept_mean'"],
+}
+EVIDENCE_SECONDARY = {
+    "ev_reset_stride1": ["window_stride:1"],
+    "ev_reset_gru": ["policy:'MlpGruPolicy'"],
+    "ev_reset_refresh": ["memory_refresh:1"],
+}
+for _name, _hyperparams in {**EVIDENCE_PRIMARY, **EVIDENCE_SECONDARY}.items():
+    VARIANTS[_name] = {"algo": "reset_ppo", "hyperparams": _hyperparams, "conf": EVIDENCE_CONF}
+# RecurrentPPO with the same settings (the zoo's ppo_lstm algo reading the same file)
+VARIANTS["ev_rppo"] = {"algo": "ppo_lstm", "hyperparams": [], "conf": EVIDENCE_CONF}
+EVIDENCE_VARIANTS = [*EVIDENCE_PRIMARY, "ev_rppo", *EVIDENCE_SECONDARY]
+EVIDENCE_ENVS = [
+    "CueRecall-v0",
+    "CueRecallLong-v0",
+    "EarlyChoice-v0",
+    "CartPoleNoVel-v1",
+    "PendulumNoVel-v1",
+    "PopgymRepeatPreviousEasy-v0",
+    "PopgymNoisyPositionOnlyCartPoleEasy-v0",
+    "PopgymCountRecallEasy-v0",
+    "MiniGridMemoryS7Flat-v0",
+]
+# Seeds per env (the protocol's power calculation): 20 where it asks for them, else 10
+EVIDENCE_SEEDS = {"CartPoleNoVel-v1": 20, "EarlyChoice-v0": 20}
+# The secondary arms run on these envs only
+EVIDENCE_SECONDARY_ENVS = ["CueRecall-v0", "EarlyChoice-v0", "CartPoleNoVel-v1", "PopgymRepeatPreviousEasy-v0"]
 FRESH_MEMORY_ENVS = [
     "CueRecall-v0",
     "CueRecallLong-v0",
@@ -133,20 +173,34 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
     if code == 0:
         if "conf" in VARIANTS[job["variant"]]:
-            # Keep the training log, compressed (the uncompressed log is git-ignored)
+            # Keep the training log, compressed (the uncompressed log is git-ignored), and its curves as CSV
             with open(run_dir / "log.txt", "rb") as raw, gzip.open(run_dir / "log.txt.gz", "wb") as packed:
                 shutil.copyfileobj(raw, packed)
+            training_log.write_csv(training_log.parse_tables((run_dir / "log.txt").read_text()), run_dir / "progress.csv.gz")
         (run_dir / "run.json").write_text(json.dumps(result, indent=2))
     return result
 
 
+def seeds_of(args: argparse.Namespace, env_id: str) -> int:
+    """Seeds 0..N-1 of an env: ``--seeds`` if given, else the evidence protocol's count (that study) or 5."""
+    if args.seeds is not None:
+        return int(args.seeds)
+    return EVIDENCE_SEEDS.get(env_id, 10) if args.study == "evidence" else 5
+
+
+def runs_on(study: str, variant: str, env_id: str) -> bool:
+    """Whether a variant runs on an env: the evidence study's secondary arms run on a subset of its envs."""
+    return not (study == "evidence" and variant in EVIDENCE_SECONDARY and env_id not in EVIDENCE_SECONDARY_ENVS)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--study", choices=["grid", "fresh_memory", "gru"], default="grid",
+    parser.add_argument("--study", choices=["grid", "fresh_memory", "gru", "evidence"], default="grid",
                         help="default envs and variants: the published grid, the fresh-memory or the GRU study")  # fmt: skip
     parser.add_argument("--envs", nargs="+", default=None)
     parser.add_argument("--variants", nargs="+", default=None, choices=list(VARIANTS))
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="seeds 0..N-1 per env (default: 5; the evidence study: the protocol's counts)")  # fmt: skip
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/<study>")
@@ -155,6 +209,7 @@ def main() -> None:
         "grid": (DEFAULT_ENVS, [v for v in VARIANTS if "conf" not in VARIANTS[v]]),
         "fresh_memory": (FRESH_MEMORY_ENVS, FRESH_MEMORY_VARIANTS),
         "gru": (GRU_ENVS, GRU_VARIANTS),
+        "evidence": (EVIDENCE_ENVS, EVIDENCE_VARIANTS),
     }
     args.envs = args.envs or studies[args.study][0]
     args.variants = args.variants or studies[args.study][1]
@@ -163,9 +218,10 @@ def main() -> None:
     jobs = [
         {"variant": variant, "env": env_id, "seed": seed, "run_dir": args.out / variant / env_id / f"seed{seed}",
          "eval_episodes": args.eval_episodes}
-        for seed in range(args.seeds)
+        for seed in range(max(seeds_of(args, env_id) for env_id in args.envs))
         for env_id in args.envs
         for variant in args.variants
+        if seed < seeds_of(args, env_id) and runs_on(args.study, variant, env_id)
     ]  # fmt: skip
     todo = [job for job in jobs if not (job["run_dir"] / "run.json").exists()]
     print(

@@ -215,3 +215,144 @@ def test_holm_adjustment_matches_its_definition() -> None:
     # Sorted p = 0.01, 0.02, 0.04 -> 3 * 0.01, max(0.03, 2 * 0.02), max(0.04, 1 * 0.04)
     assert report.holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
     assert report.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+LOG = """Using cpu device
+---------------------------------
+| rollout/           |          |
+|    ep_len_mean     | 5.61     |
+|    ep_rew_mean     | 0.25     |
+| time/              |          |
+|    total_timesteps | 1024     |
+---------------------------------
+Eval num_timesteps=1496, episode_reward=0.20 +/- 0.40
+-----------------------------------------
+| eval/                      |          |
+|    mean_reward             | 0.2      |
+| train/                     |          |
+|    approx_kl               | 0.00776  |
+|    clip_range              | lin      |
+|    kept_slot_fraction      | 1        |
+-----------------------------------------
+"""
+
+
+def test_training_log_tables_to_csv_and_back(tmp_path: Path) -> None:
+    training_log = _load("training_log")
+    rows = training_log.parse_tables(LOG)
+    assert rows == [
+        {"rollout/ep_len_mean": 5.61, "rollout/ep_rew_mean": 0.25, "time/total_timesteps": 1024.0},
+        # Non-numbers are left out
+        {"eval/mean_reward": 0.2, "train/approx_kl": 0.00776, "train/kept_slot_fraction": 1.0},
+    ]
+    training_log.write_csv(rows, tmp_path / "progress.csv.gz")
+    assert training_log.read_csv(tmp_path / "progress.csv.gz") == rows
+    assert training_log.training_rows(tmp_path) == rows
+
+
+def test_evidence_study_jobs_follow_the_protocol(tmp_path: Path) -> None:
+    run_grid = _load("run_grid")
+    args = run_grid.argparse.Namespace(seeds=None, study="evidence")
+    assert run_grid.seeds_of(args, "CartPoleNoVel-v1") == 20 and run_grid.seeds_of(args, "EarlyChoice-v0") == 20
+    assert run_grid.seeds_of(args, "MiniGridMemoryS7Flat-v0") == 10
+    assert run_grid.seeds_of(run_grid.argparse.Namespace(seeds=3, study="evidence"), "CartPoleNoVel-v1") == 3
+    assert not run_grid.runs_on("evidence", "ev_reset_gru", "MiniGridMemoryS7Flat-v0")
+    assert run_grid.runs_on("evidence", "ev_reset_gru", "CartPoleNoVel-v1") and run_grid.runs_on(
+        "evidence", "ev_rppo", "PendulumNoVel-v1"
+    )
+    rppo = run_grid.command("ev_rppo", "CartPoleNoVel-v1", 0, tmp_path, 20)
+    assert rppo[rppo.index("--algo") + 1] == "ppo_lstm" and rppo[rppo.index("--conf-file") + 1] == str(run_grid.EVIDENCE_CONF)
+    mask = run_grid.command("ev_mask_kept", "CartPoleNoVel-v1", 0, tmp_path, 20)
+    assert mask[mask.index("--hyperparams") + 1 :] == ["boundary:'mask'", "weighting:'kept_mean'"]
+    # Every env of the study is configured in evidence.yml, and has a reference return for the report
+    import yaml
+
+    configured = yaml.safe_load(run_grid.EVIDENCE_CONF.read_text())
+    assert set(run_grid.EVIDENCE_ENVS) <= set(configured)
+    assert set(run_grid.EVIDENCE_ENVS) <= set(_load("report").REFERENCE_RETURN)
+
+
+def test_collapse_statistics() -> None:
+    report = _load("report")
+    # Normalised: solved at the 2nd evaluation (0.95), then 0.85 (kept) and 0.5 (a collapse)
+    assert report.collapse_stats(np.array([0.1, 0.95, 0.85, 0.5]), 0.0, 1.0) == (True, 1, 2)
+    assert report.collapse_stats(np.array([0.1, 0.5]), 0.0, 1.0) == (False, 0, 0)
+    # Raw returns are normalised with the random and reference returns
+    assert report.collapse_stats(np.array([100.0, 480.0, 300.0]), 20.0, 500.0) == (True, 1, 1)
+
+
+def test_power_calculation() -> None:
+    power = _load("power")
+    # A standardised difference of 1.07 (CartPoleNoVel's reset - mask in the first grid) needs 15 seeds per arm
+    assert power.seeds_for_power(1.07) == 15
+    assert power.power(1.07, 15) >= 0.8 > power.power(1.07, 14)
+    # The textbook value: d = 0.8 needs 26 per arm for 80% power at the 5% level
+    assert power.seeds_for_power(0.8) == 26
+    assert abs(power.detectable_effect(10) - 1.32) < 0.01
+
+
+def test_report_draws_diagnostics_and_counts_collapses(tmp_path: Path) -> None:
+    grid = tmp_path / "grid"
+    training_log = _load("training_log")
+    for seed in range(2):
+        _fake_run(grid, "ev_reset", "CueRecall-v0", seed, [0.2, 1.0, 0.3])
+        _fake_run(grid, "ev_mask", "CueRecall-v0", seed, [0.2, 0.5, 0.6])
+        rows = [{"train/approx_kl": 0.01 * k, "train/kept_slot_fraction": 1.0} for k in range(3)]
+        training_log.write_csv(rows, grid / "ev_reset" / "CueRecall-v0" / f"seed{seed}" / "progress.csv.gz")
+    out, figures = tmp_path / "RESULTS.md", tmp_path / "figures"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(out)]
+        + ["--figures", str(figures), "--reps", "50", "--min-seeds", "2", "--variants", "ev_reset", "ev_mask"]
+        + ["--baseline", "ev_mask", "--focus", "ev_reset", "--diagnostics", "--title", "Evidence"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    text = out.read_text()
+    assert text.startswith("# Evidence")
+    # random 0.25 on CueRecall: 1.0 solves, 0.3 collapses; mask never solves
+    assert "| CueRecall-v0 | ev_reset | 2 of 2 | 2 of 2 (100%) |" in text
+    assert "| CueRecall-v0 | ev_mask | 0 of 2 | - |" in text
+    assert (figures / "diagnostics_CueRecall-v0.png").stat().st_size > 0
+    assert "## Where ev_reset does not beat ev_mask" in text
+
+
+def test_tuning_rerun_config_is_the_trials_settings(tmp_path: Path) -> None:
+    tune = _load("tune")
+    raw = {
+        "window_size": 8, "batch_size_pow": 6, "n_steps_pow": 8, "one_minus_gamma": 0.01, "one_minus_gae_lambda": 0.05,
+        "learning_rate": 1e-3, "ent_coef": 0.01, "clip_range": 0.2, "n_epochs": 5, "max_grad_norm": 0.5,
+        "net_arch": "tiny", "activation_fn": "relu",
+    }  # fmt: skip
+    config = tune.best_config("reset_ppo", "CartPoleNoVel-v1", ROOT / "benchmarks" / "evidence.yml", raw)
+    # The sampled settings over the config's (as -optimize trained the trial), the rest of the entry kept
+    assert (config["batch_size"], config["n_steps"], config["window_size"], config["n_epochs"]) == (64, 256, 8, 5)
+    assert config["gamma"] == pytest.approx(0.99) and config["normalize"] is True
+    assert config["policy_kwargs"] == "dict(net_arch=dict(pi=[64], vf=[64]), activation_fn=nn.ReLU)"
+    raw.pop("window_size")
+    assert "window_size" not in tune.best_config("ppo_lstm", "CartPoleNoVel-v1", ROOT / "benchmarks" / "evidence.yml", raw)
+    assert tune.finished_trials(str(tmp_path / "none.log"), "missing") == 0
+    command = tune.optimize_command(
+        "EarlyChoice-v0",
+        "ev_mask_kept",
+        "s.log",
+        30,
+        1,
+        tmp_path,
+        tune.argparse.Namespace(n_evaluations=5, eval_episodes=10, n_timesteps=None),
+    )
+    assert command[command.index("--max-total-trials") + 1] == "30" and command[command.index("--storage") + 1] == "s.log"
+    assert command[command.index("--hyperparams") + 1 :] == ["boundary:'mask'", "weighting:'kept_mean'"]
+
+
+def test_reuse_only_runs_trained_the_same_way() -> None:
+    reuse = _load("reuse_runs")
+    # evidence.yml copies fresh_memory.yml's entries for our memory tasks and RepeatPrevious
+    for env_id in ("CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0", "PopgymRepeatPreviousEasy-v0"):
+        assert reuse.same_training("fm_off", "ev_reset", env_id)
+        assert reuse.same_training("fm_refresh", "ev_reset_refresh", env_id)
+        assert reuse.same_training("gru", "ev_reset_gru", env_id)
+    # CartPoleNoVel-v1 uses the zoo's tuned settings in evidence.yml, RecurrentPPO's defaults in fresh_memory.yml
+    assert not reuse.same_training("fm_off", "ev_reset", "CartPoleNoVel-v1")
+    assert not reuse.same_training("fm_off", "ev_mask", "CueRecall-v0")
+    assert not reuse.same_training("fm_refresh", "ev_reset", "CueRecall-v0")

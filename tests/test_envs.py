@@ -7,6 +7,7 @@ from gymnasium.utils.env_checker import check_env
 
 import sb3_reset_ppo.envs  # noqa: F401  (registers the tasks)
 from sb3_reset_ppo.envs import CueRecallEnv, EarlyChoiceEnv
+from sb3_reset_ppo.envs.popgym_tasks import TASKS as POPGYM_TASKS
 
 TASKS = ["CueRecall-v0", "CueRecallLong-v0", "CueRecallImage-v0", "EarlyChoice-v0"]
 
@@ -102,7 +103,7 @@ def test_tasks_render_as_sb3_makes_them_without_warnings(env_id: str) -> None:
     assert gym.spec(env_id).entry_point and gym.make(env_id).metadata["render_fps"] > 0
 
 
-@pytest.mark.parametrize("env_id", ["PopgymRepeatPreviousEasy-v0", "PopgymAutoencodeEasy-v0"])
+@pytest.mark.parametrize("env_id", [f"Popgym{task}-v0" for task in POPGYM_TASKS])
 def test_popgym_tasks_train_through_sb3(env_id: str) -> None:
     pytest.importorskip("popgym")
     from stable_baselines3.common.env_util import make_vec_env
@@ -110,8 +111,8 @@ def test_popgym_tasks_train_through_sb3(env_id: str) -> None:
     from sb3_reset_ppo import ResetPPO
 
     env = make_vec_env(env_id, n_envs=2, seed=0)
-    # Tuple observations (Autoencode) are flattened to one-hot vectors SB3 accepts
-    assert not isinstance(env.observation_space, gym.spaces.Tuple)
+    # Tuple (Autoencode) and MultiDiscrete (CountRecall) observations are flattened to one-hot vectors
+    assert not isinstance(env.observation_space, (gym.spaces.Tuple, gym.spaces.MultiDiscrete))
     model = ResetPPO("MlpLstmPolicy", env, n_steps=32, batch_size=64, window_size=8, policy_kwargs={"lstm_hidden_size": 8})
     model.learn(128)
     assert model.num_timesteps == 128

@@ -2,7 +2,8 @@
 POPGym memory tasks (``popgym`` on PyPI, numpy only) as gymnasium ids SB3 can train on.
 
 ``Popgym<Task>-v0`` makes ``popgym.envs.<Task>()`` and flattens a ``Tuple`` observation space (which SB3 does
-not support, e.g. Autoencode's) into one-hot vectors with gymnasium's ``FlattenObservation``. Scores are in
+not support, e.g. Autoencode's) or a ``MultiDiscrete`` one (CountRecall's: SB3 gives its flattened size as a numpy
+integer, which torch's LSTM rejects) into one-hot vectors with gymnasium's ``FlattenObservation``. Scores are in
 ``[-1, 1]`` per episode. The ids are registered by :mod:`sb3_reset_ppo.envs`; ``popgym`` is imported only
 when one is made (install it with ``pip install "sb3-reset-ppo[evidence]"`` or ``pip install popgym``).
 """
@@ -14,7 +15,14 @@ import gymnasium as gym
 from gymnasium import spaces
 
 # POPGym tasks registered as Popgym<Task>-v0: the memory tasks of the benchmark (Easy level)
-TASKS = ("RepeatPreviousEasy", "RepeatFirstEasy", "AutoencodeEasy", "CountRecallEasy", "PositionOnlyCartPoleEasy")
+TASKS = (
+    "RepeatPreviousEasy",
+    "RepeatFirstEasy",
+    "AutoencodeEasy",
+    "CountRecallEasy",
+    "PositionOnlyCartPoleEasy",
+    "NoisyPositionOnlyCartPoleEasy",
+)
 
 
 def make_popgym(task: str, **kwargs: Any) -> gym.Env:
@@ -31,7 +39,7 @@ def make_popgym(task: str, **kwargs: Any) -> gym.Env:
         raise ImportError(f"Popgym{task}-v0 needs the popgym package: pip install popgym") from error
     kwargs.pop("render_mode", None)  # POPGym tasks do not render; make_vec_env asks for rgb_array
     env: gym.Env = getattr(envs, task)(**kwargs)
-    if isinstance(env.observation_space, spaces.Tuple):
+    if isinstance(env.observation_space, (spaces.Tuple, spaces.MultiDiscrete)):
         env = gym.wrappers.FlattenObservation(env)
     return env
 

@@ -1,0 +1,224 @@
+"""
+Equal tuning budget (benchmarks/PROTOCOL.md, Q4): the RL Zoo's Optuna search for several arms, the same number of
+trials each, then the best trial of each arm re-run on fresh seeds.
+
+``optimize``: for every (env, arm), ``--workers`` zoo processes run ``-optimize`` on one shared study (the zoo's
+``--storage`` with a journal file, ``benchmarks/results/tuning/<env>/<arm>/study.log``; ``--max-total-trials``
+caps the trials of all workers together), the arm's fixed settings given with ``--hyperparams`` and everything
+else sampled (TPE sampler, median pruner, ``--n-evaluations`` evaluations per trial). The same command with a
+database URL as ``--storage`` (e.g. ``postgresql://user:password@host/db``) lets workers on several machines
+share the study. Resumable: a study already holding ``--trials`` finished or pruned trials is skipped.
+
+``rerun``: the best trial of each study trained again on ``--seeds`` fresh seeds (its settings written to
+``best.yml`` next to the study, with the trial in ``best.json``), as runs of the grid layout
+(``benchmarks/results/tuning/runs/tuned_<arm>/<env>/seed<k>/``) that ``report.py`` reads.
+
+Usage: python benchmarks/tune.py optimize [--envs EarlyChoice-v0 CartPoleNoVel-v1] [--arms ...] [--trials 30]
+       python benchmarks/tune.py rerun [--seeds 100 ... 109]
+"""
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import run_grid  # noqa: E402  (benchmarks/run_grid.py)
+
+OUT = HERE / "results" / "tuning"
+ARMS = ["ev_reset", "ev_mask_kept", "ev_rppo"]
+ENVS = ["EarlyChoice-v0", "CartPoleNoVel-v1"]
+
+
+def study_path(out: Path, env_id: str, arm: str) -> Path:
+    return out / env_id / arm / "study.log"
+
+
+def study_name(env_id: str, arm: str) -> str:
+    return f"{env_id}_{arm}"
+
+
+def _backend(storage: str) -> Any:
+    """Optuna storage: a journal file (``.log``, as the zoo opens it) or a database URL."""
+    import optuna
+
+    if storage.endswith(".log"):
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage))  # type: ignore[attr-defined]
+    return storage
+
+
+def finished_trials(storage: str, name: str) -> int:
+    """Trials of the study that completed or were pruned (0 if the study does not exist yet)."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=name, storage=_backend(storage))
+    except KeyError:
+        return 0
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return sum(trial.state in states for trial in study.trials)
+
+
+def best_trial(storage: str, name: str) -> tuple[int, float, dict[str, Any]]:
+    """Number, value and raw parameters of the study's best trial."""
+    import optuna
+
+    best = optuna.load_study(study_name=name, storage=_backend(storage)).best_trial
+    return best.number, float(best.value if best.value is not None else float("nan")), dict(best.params)
+
+
+def _literal(value: Any) -> str:
+    """A converted hyperparameter as the zoo's config files write it (classes of ``torch.nn`` as ``nn.<Name>``)."""
+    if isinstance(value, type):
+        return f"nn.{value.__name__}"
+    if isinstance(value, dict):
+        return "dict(" + ", ".join(f"{key}={_literal(item)}" for key, item in value.items()) + ")"
+    return repr(value)
+
+
+def best_config(algo: str, env_id: str, conf: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """
+    The env's entry of ``conf`` updated with a trial's converted parameters, as the zoo's ``-optimize`` trained it
+    (the config's settings, then the sampled ones over them). Written as a config file for the reruns: the zoo's
+    ``--trial-id`` cannot load trial 0 (rl_zoo3 2.9.2 tests ``if self.trial_id``).
+    """
+    import yaml
+    from rl_zoo3 import hyperparams_opt
+
+    import sb3_reset_ppo.zoo
+
+    sb3_reset_ppo.zoo.register()
+    entry = dict(yaml.safe_load(conf.read_text())[env_id])
+    converted = hyperparams_opt.HYPERPARAMS_CONVERTER[algo](params)
+    for key, value in converted.items():
+        entry[key] = _literal(value) if key == "policy_kwargs" else value
+    return entry
+
+
+def optimize_command(
+    env_id: str, arm: str, storage: str, trials: int, worker: int, log_dir: Path, args: argparse.Namespace
+) -> list[str]:
+    spec = run_grid.VARIANTS[arm]
+    command = [
+        sys.executable, "-m", "sb3_reset_ppo.zoo", "train", "--algo", spec["algo"], "--env", env_id,
+        "--conf-file", str(spec["conf"]), "-optimize", "--max-total-trials", str(trials), "--n-trials", str(trials),
+        "--n-jobs", "1", "--storage", storage, "--study-name", study_name(env_id, arm),
+        "--sampler", "tpe", "--pruner", "median", "--n-evaluations", str(args.n_evaluations),
+        "--eval-episodes", str(args.eval_episodes), "--seed", str(worker), "--num-threads", "1", "--vec-env", "dummy",
+        "-f", str(log_dir),
+    ]  # fmt: skip
+    if args.n_timesteps:
+        command += ["-n", str(args.n_timesteps)]
+    if spec["hyperparams"]:
+        command += ["--hyperparams", *spec["hyperparams"]]
+    return command
+
+
+def optimize(args: argparse.Namespace) -> None:
+    for env_id in args.envs:
+        for arm in args.arms:
+            path = study_path(args.out, env_id, arm)
+            storage = args.storage or str(path)
+            done = finished_trials(storage, study_name(env_id, arm)) if (args.storage or path.exists()) else 0
+            if done >= args.trials:
+                print(f"{env_id} {arm}: {done} trials already, skipped", flush=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            start = time.perf_counter()
+
+            def worker(index: int, env_id: str = env_id, arm: str = arm, storage: str = storage) -> int:
+                log_dir = args.out / env_id / arm / f"worker{index}"
+                with open(args.out / env_id / arm / f"worker{index}.txt", "a") as log:
+                    command = optimize_command(env_id, arm, storage, args.trials, index, log_dir, args)
+                    return subprocess.call(
+                        command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
+                    )
+
+            with ThreadPoolExecutor(max_workers=args.workers) as pool:
+                codes = list(pool.map(worker, range(args.workers)))
+            done = finished_trials(storage, study_name(env_id, arm))
+            print(f"{env_id} {arm}: {done} trials in {time.perf_counter() - start:.0f} s, exit codes {codes}", flush=True)
+
+
+def rerun(args: argparse.Namespace) -> None:
+    import yaml
+
+    jobs = []
+    for env_id in args.envs:
+        for arm in args.arms:
+            spec = run_grid.VARIANTS[arm]
+            storage = args.storage or str(study_path(args.out, env_id, arm))
+            number, value, params = best_trial(storage, study_name(env_id, arm))
+            folder = args.out / env_id / arm
+            config = best_config(spec["algo"], env_id, spec["conf"], params)
+            (folder / "best.yml").write_text(yaml.safe_dump({env_id: config}, sort_keys=True))
+            (folder / "best.json").write_text(json.dumps({"trial": number, "value": value, "params": params}, indent=2))
+            print(f"{env_id} {arm}: best trial {number} ({value:.3f}) {params}", flush=True)
+            jobs += [(env_id, arm, number, seed) for seed in args.seeds]
+
+    def run(job: tuple[str, str, int, int]) -> str:
+        env_id, arm, number, seed = job
+        run_dir = args.out / "runs" / f"tuned_{arm}" / env_id / f"seed{seed}"
+        if (run_dir / "run.json").exists():
+            return f"{run_dir}: done before"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        spec = run_grid.VARIANTS[arm]
+        conf = args.out / env_id / arm / "best.yml"
+        steps = args.n_timesteps or run_grid.n_timesteps(env_id, conf)
+        command = [
+            sys.executable, "-m", "sb3_reset_ppo.zoo", "train", "--algo", spec["algo"], "--env", env_id,
+            "--conf-file", str(conf), "--seed", str(seed), "--num-threads", "1", "--vec-env", "dummy",
+            "--eval-freq", str(max(steps // run_grid.EVALUATIONS_PER_RUN, 1)), "--eval-episodes", "20",
+            "--n-eval-envs", "1", "--log-interval", "1", "-f", str(run_dir),
+        ]  # fmt: skip
+        if args.n_timesteps:
+            command += ["-n", str(args.n_timesteps)]
+        if spec["hyperparams"]:
+            command += ["--hyperparams", *spec["hyperparams"]]
+        start = time.perf_counter()
+        with open(run_dir / "log.txt", "w") as log:
+            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if code == 0:
+            text = (run_dir / "log.txt").read_text()
+            with gzip.open(run_dir / "log.txt.gz", "wt") as packed:
+                packed.write(text)
+            run_grid.training_log.write_csv(run_grid.training_log.parse_tables(text), run_dir / "progress.csv.gz")
+            result = {
+                "variant": f"tuned_{arm}", "env": env_id, "seed": seed, "returncode": code, "trial": number,
+                "seconds": time.perf_counter() - start, "command": " ".join(command), **run_grid.code_version(),
+            }  # fmt: skip
+            (run_dir / "run.json").write_text(json.dumps(result, indent=2))
+        return f"{run_dir}: exit {code}"
+
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:
+        for line in pool.map(run, jobs):
+            print(line, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["optimize", "rerun"])
+    parser.add_argument("--envs", nargs="+", default=ENVS)
+    parser.add_argument("--arms", nargs="+", default=ARMS, choices=list(run_grid.VARIANTS))
+    parser.add_argument("--trials", type=int, default=30, help="trials per (env, arm), all workers together")
+    parser.add_argument("--workers", type=int, default=2, help="processes sharing a study (or running reruns)")
+    parser.add_argument("--n-evaluations", type=int, default=5, help="evaluations per trial (for the pruner)")
+    parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation of a trial")
+    parser.add_argument("--storage", default=None, help="a database URL instead of the journal files")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 110)), help="rerun seeds")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--n-timesteps", type=int, default=None, help="env steps per trial and rerun (default: the env's)")
+    args = parser.parse_args()
+    print("command: python " + " ".join(["benchmarks/tune.py", *sys.argv[1:]]), flush=True)
+    optimize(args) if args.mode == "optimize" else rerun(args)
+
+
+if __name__ == "__main__":
+    main()
