@@ -28,7 +28,8 @@ measured after all timings, relative to the rollout buffer's size and to one min
 With ``--fresh-memory``, instead: the cost of fresh memory, i.e. seconds of one ResetPPO ``train()`` per task with
 RecurrentPPO's defaults (LSTM 256, ``batch_size=128``) for the defaults, ``memory_refresh=1`` (a refresh before
 each of epochs 2 to 10), ``burn_in=8`` and ``burn_in=16`` (one model per setting collects a rollout, then
-``train()`` is timed ``--repeats`` times: median of CPU time).
+``train()`` is timed ``--repeats`` times: median of CPU time), with the task's LSTM policy and (default, refresh,
+burn-in 8) with its GRU policy.
 
 Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 3] [--variants recurrent_ppo reset reset_gru]
        [--fresh-memory] [--json out.json]
@@ -332,12 +333,17 @@ FRESH_MEMORY: dict[str, dict[str, int]] = {
     "burn_in=8": {"burn_in": 8},
     "burn_in=16": {"burn_in": 16},
 }
+# The same settings with the task's GRU policy (relative to the GRU default)
+FRESH_MEMORY_GRU = ("default", "memory_refresh=1", "burn_in=8")
 
 
-def fresh_memory_train_seconds(task: dict[str, Any], settings: dict[str, int], args: argparse.Namespace) -> float:
+def fresh_memory_train_seconds(
+    task: dict[str, Any], settings: dict[str, int], args: argparse.Namespace, policy: str | None = None
+) -> float:
     """Median CPU seconds of one ResetPPO ``train()`` (per-rollout setup included) with fresh-memory settings."""
     env = make_vec_env(task["env_id"], n_envs=task["n_envs"], seed=args.seed, env_kwargs=task["env_kwargs"])
-    model = ResetPPO(task["policy"], env, n_steps=args.n_steps, n_epochs=args.n_epochs, seed=args.seed, **settings)  # type: ignore[arg-type]
+    policy = policy or task["policy"]
+    model = ResetPPO(policy, env, n_steps=args.n_steps, n_epochs=args.n_epochs, seed=args.seed, **settings)  # type: ignore[arg-type]
     model.learn(task["n_envs"] * args.n_steps)  # one rollout, and one train() as the warm-up
     durations = []
     for _ in range(args.repeats):
@@ -350,14 +356,17 @@ def fresh_memory_train_seconds(task: dict[str, Any], settings: dict[str, int], a
 
 def bench_fresh_memory(args: argparse.Namespace) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
-    print("| task | setting | train() CPU s | relative to the default |\n|---|---|---|---|", flush=True)
+    print("| task | cell | setting | train() CPU s | relative to the default |\n|---|---|---|---|---|", flush=True)
     for name in args.tasks:
-        baseline = None
-        for label, settings in FRESH_MEMORY.items():
-            seconds = fresh_memory_train_seconds(TASKS[name], settings, args)
-            baseline = baseline or seconds
-            results.append({"task": name, "setting": label, "train_cpu_seconds": seconds, "ratio": seconds / baseline})
-            print(f"| {name} | {label} | {seconds:.2f} | {seconds / baseline:.2f} |", flush=True)
+        gru = TASKS[name]["policy"].replace("Lstm", "Gru")
+        for cell, labels, policy in (("LSTM", list(FRESH_MEMORY), None), ("GRU", list(FRESH_MEMORY_GRU), gru)):
+            baseline = None
+            for label in labels:
+                seconds = fresh_memory_train_seconds(TASKS[name], FRESH_MEMORY[label], args, policy)
+                baseline = baseline or seconds
+                row = {"task": name, "cell": cell, "setting": label, "train_cpu_seconds": seconds, "ratio": seconds / baseline}
+                results.append(row)
+                print(f"| {name} | {cell} | {label} | {seconds:.2f} | {seconds / baseline:.2f} |", flush=True)
     return results
 
 
