@@ -287,6 +287,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=VARIANT_ORDER, help="variants to report, in this order")
     parser.add_argument("--baseline", default=BASELINE, help="the variant others are compared with")
     parser.add_argument("--final-evaluations", type=int, default=1, help="the final score: mean of the last K evaluations")
+    parser.add_argument("--envs", nargs="+", default=None, help="envs to report (default: every env with runs)")
     parser.add_argument("--title", default="Benchmark results", help="the report's heading")
     parser.add_argument("--grid-command", default=None, help="the command that ran the grid, as the report states it")
     parser.add_argument("--focus", default="reset", help="the variant whose shortfalls against the baseline are listed")
@@ -296,7 +297,12 @@ def main() -> None:
     args.figures.mkdir(parents=True, exist_ok=True)
     baseline = args.baseline
 
+    def link(name: str) -> str:
+        """A figure's path as the report links it: relative to the report's folder."""
+        return os.path.relpath(args.figures / name, args.out.parent)
+
     runs = [r for grid in args.grid for r in load_runs(grid, args.final_evaluations) if r["variant"] in args.variants]
+    runs = [r for r in runs if args.envs is None or r["env"] in args.envs]
     envs = [env for env in REFERENCE_RETURN if any(r["env"] == env for r in runs)]
     variants = [v for v in args.variants if any(r["variant"] == v for r in runs)]
     randoms = {env: random_return(env) for env in envs}
@@ -380,11 +386,11 @@ def main() -> None:
                 xlabel_y_coordinate=-0.3,
             )
             figure.savefig(args.figures / f"{name}.png", dpi=100, bbox_inches="tight")
-            lines += ["", f"![{name}](figures/{name}.png)", ""]
+            lines += ["", f"![{name}]({link(name + '.png')})", ""]
             if poi:
                 axes = plot_utils.plot_probability_of_improvement(poi, poi_ci)
                 axes.figure.savefig(args.figures / f"{name}_probability_of_improvement.png", dpi=100, bbox_inches="tight")
-                lines += [f"![probability of improvement](figures/{name}_probability_of_improvement.png)", ""]
+                lines += [f"![probability of improvement]({link(name + '_probability_of_improvement.png')})", ""]
         lines += [
             "## Aggregate by group of envs",
             "",
@@ -409,7 +415,7 @@ def main() -> None:
         lines.append("")
     else:
         lines += ["No env has every variant with enough seeds yet: no aggregate.", ""]
-    missing = [env for env in REFERENCE_RETURN if env not in complete]
+    missing = [env for env in (args.envs or REFERENCE_RETURN) if env not in complete]
     if missing:
         lines += [
             f"Not in the aggregate (not run, or fewer than {args.min_seeds} seeds per variant): {', '.join(missing)}.",
@@ -476,7 +482,7 @@ def main() -> None:
         for env in envs:
             name = f"diagnostics_{env}.png"
             if diagnostics_figure(runs, env, variants, args.figures / name):
-                lines += [f"![{env} diagnostics](figures/{name})", ""]
+                lines += [f"![{env} diagnostics]({link(name)})", ""]
     focus = args.focus
     if focus in variants and baseline in variants and focus != baseline:
         lines += [
@@ -497,7 +503,7 @@ def main() -> None:
             lines.append(f"- {label}: {', '.join(behind) if behind else 'none'}")
         lines.append("")
     learning_curves(runs, envs, args.figures / "learning_curves.png", variants)
-    lines += ["## Learning curves (mean +- std over seeds)", "", "![learning curves](figures/learning_curves.png)", ""]
+    lines += ["## Learning curves (mean +- std over seeds)", "", f"![learning curves]({link('learning_curves.png')})", ""]
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
 
