@@ -247,7 +247,9 @@ def conf_files(runs: list[dict[str, Any]]) -> str:
         words = run.get("command", "").split()
         if "--conf-file" in words:
             path = Path(words[words.index("--conf-file") + 1])
-            name = str(path.relative_to(HERE.parent)) if path.is_relative_to(HERE.parent) else path.name
+            # Relative to the checkout the run trained in (runs may come from other worktrees of the repository)
+            parts = path.parts
+            name = str(Path(*parts[parts.index("benchmarks") :])) if "benchmarks" in parts else path.name
             used.setdefault(name, set()).add(run["variant"])
     return ", ".join(f"`{name}` ({', '.join(sorted(variants))})" for name, variants in sorted(used.items())) or "unknown"
 
@@ -289,6 +291,8 @@ def main() -> None:
     parser.add_argument("--final-evaluations", type=int, default=1, help="the final score: mean of the last K evaluations")
     parser.add_argument("--envs", nargs="+", default=None, help="envs to report (default: every env with runs)")
     parser.add_argument("--title", default="Benchmark results", help="the report's heading")
+    parser.add_argument("--notes", type=Path, default=None,
+                        help="a markdown file put after the header (the protocol, deviations, reading)")  # fmt: skip
     parser.add_argument("--grid-command", default=None, help="the command that ran the grid, as the report states it")
     parser.add_argument("--focus", default="reset", help="the variant whose shortfalls against the baseline are listed")
     parser.add_argument("--diagnostics", action="store_true",
@@ -334,6 +338,8 @@ def main() -> None:
         "  `(score - random) / (reference - random)` with the random policy's return measured here.",
         "",
     ]
+    if args.notes is not None:
+        lines += [args.notes.read_text().strip(), ""]
     if complete and baseline in variants:
 
         def normalised(key: str, group: list[str] = complete) -> dict[str, np.ndarray]:
@@ -352,7 +358,17 @@ def main() -> None:
             }
 
         for key, title, name in (
-            ("final", "final normalised return (last evaluation)", "aggregate"),
+            (
+                "final",
+                "final normalised return ("
+                + (
+                    "last evaluation"
+                    if args.final_evaluations == 1
+                    else f"mean of the last {args.final_evaluations} evaluations"
+                )
+                + ")",
+                "aggregate",
+            ),
             (
                 "auc",
                 "normalised return averaged over all evaluations of a run (area under the learning curve)",
