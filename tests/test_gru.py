@@ -110,6 +110,10 @@ def test_predict_state_is_hidden_only_and_resets_at_episode_start() -> None:
     np.testing.assert_allclose(carried[0], expected.numpy(), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"state must be None or \(hidden,\)"):
         model.predict(observations, state=(state[0], state[0]))
+    # A list of one array is accepted, like a tuple
+    _, from_list = model.predict(observations, state=[state[0]], deterministic=True)  # type: ignore[arg-type]
+    assert from_list is not None
+    np.testing.assert_array_equal(from_list[0], carried[0])
 
 
 def _buffer_arrays(model: Any) -> dict[str, np.ndarray]:
@@ -231,3 +235,33 @@ def test_zoo_config_entry_selects_the_gru_policy(tmp_path: Path) -> None:
     model = ResetPPO.load(tmp_path / "logs" / "reset_ppo" / "CueRecall-v0_1" / "CueRecall-v0.zip")
     assert isinstance(model.policy, MlpGruPolicy)
     assert model.policy.lstm_actor.num_layers == 2 and model.policy.lstm_actor.hidden_size == 16
+
+
+def test_callbacks_see_recurrent_ppos_locals() -> None:
+    # ResetPPO's collect_rollouts is RecurrentPPO's: a callback reading its locals (lstm_states, ...) keeps working
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Spy(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.keys: set[str] = set()
+            self.memory_lengths: set[int] = set()
+
+        def _on_step(self) -> bool:
+            self.keys |= set(self.locals)
+            self.memory_lengths.add(len(self.locals["lstm_states"].pi))
+            return True
+
+    spies = {}
+    for name, algo, policy in (
+        ("rppo", RecurrentPPO, "MlpLstmPolicy"),
+        ("lstm", ResetPPO, "MlpLstmPolicy"),
+        ("gru", ResetPPO, "MlpGruPolicy"),
+    ):
+        spies[name] = Spy()
+        kwargs = {key: value for key, value in SMALL.items() if algo is ResetPPO or key != "window_size"}
+        algo(policy, _env(truncate=True), **kwargs).learn(32, callback=spies[name])
+    # The names sb3-contrib's truncation loop leaves behind live in ResetPPO's _bootstrap_truncations
+    expected = spies["rppo"].keys - {"idx", "done_", "terminal_obs", "terminal_lstm_state", "terminal_value"}
+    assert expected <= spies["lstm"].keys and expected <= spies["gru"].keys
+    assert spies["lstm"].memory_lengths == {2} and spies["gru"].memory_lengths == {1}

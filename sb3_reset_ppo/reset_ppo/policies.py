@@ -164,10 +164,10 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         :param deterministic: Whether or not to return deterministic actions
         :return: The action and the next memory ``(hidden,)``
         """
-        if state is not None and (not isinstance(state, tuple) or len(state) != 1):
+        if state is not None and (not isinstance(state, (tuple, list)) or len(state) != 1):
             raise ValueError(
                 "state must be None or (hidden,), one array of shape (n_layers, n_envs, hidden_size) (a GRU has no "
-                f"cell state); got {type(state).__name__} of length {len(state) if isinstance(state, tuple) else '?'}"
+                f"cell state); got {type(state).__name__} of length {len(state) if isinstance(state, (tuple, list)) else '?'}"
             )
         # sb3-contrib's predict handles an (hidden, cell) pair: pass the hidden state as both, _predict reads one
         pair = None if state is None else (state[0], state[0])

@@ -339,7 +339,8 @@ class ResetPPO(RecurrentPPO):
         """
         Collect experiences with the current policy into the window rollout buffer: ``RecurrentPPO``'s collection,
         step for step (``tests/test_gru.py`` checks that both fill the buffer identically), with the memory as a
-        tuple of any length (an LSTM's ``(hidden, cell)``, a GRU's ``(hidden,)``).
+        tuple of any length (an LSTM's ``(hidden, cell)``, a GRU's ``(hidden,)``). Callbacks see the same locals
+        (``lstm_states``: the memory after the current step).
 
         :param env: The training environment
         :param callback: Callback called at each step (and at the start and end of the rollout)
@@ -356,7 +357,7 @@ class ResetPPO(RecurrentPPO):
         if self.use_sde:
             self.policy.reset_noise(env.num_envs)
         callback.on_rollout_start()
-        memory = deepcopy(self._last_lstm_states)
+        lstm_states = deepcopy(self._last_lstm_states)
 
         while n_steps < n_rollout_steps:
             if self.use_sde and self.sde_sample_freq > 0 and n_steps % self.sde_sample_freq == 0:
@@ -364,7 +365,7 @@ class ResetPPO(RecurrentPPO):
             with th.no_grad():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)  # type: ignore[arg-type]
                 episode_starts = th.tensor(self._last_episode_starts, dtype=th.float32, device=self.device)
-                actions, values, log_probs, memory = self.policy(obs_tensor, memory, episode_starts)
+                actions, values, log_probs, lstm_states = self.policy(obs_tensor, lstm_states, episode_starts)
             actions = actions.cpu().numpy()
             clipped_actions = actions
             if isinstance(self.action_space, spaces.Box):
@@ -379,7 +380,7 @@ class ResetPPO(RecurrentPPO):
             if isinstance(self.action_space, spaces.Discrete):
                 # (n_envs,) -> (n_envs, 1)
                 actions = actions.reshape(-1, 1)
-            self._bootstrap_truncations(rewards, dones, infos, memory)
+            self._bootstrap_truncations(rewards, dones, infos, lstm_states)
             rollout_buffer.add(
                 self._last_obs,  # type: ignore[arg-type]
                 actions,
@@ -391,12 +392,12 @@ class ResetPPO(RecurrentPPO):
             )
             self._last_obs = new_obs  # type: ignore[assignment]
             self._last_episode_starts = dones
-            self._last_lstm_states = memory
+            self._last_lstm_states = lstm_states
 
         with th.no_grad():
             # Value of the step after the rollout
             episode_starts = th.tensor(dones, dtype=th.float32, device=self.device)
-            values = self.policy.predict_values(obs_as_tensor(new_obs, self.device), memory.vf, episode_starts)  # type: ignore[arg-type]
+            values = self.policy.predict_values(obs_as_tensor(new_obs, self.device), lstm_states.vf, episode_starts)  # type: ignore[arg-type]
         rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones)
         callback.on_rollout_end()
         return True
