@@ -7,7 +7,10 @@ trials each, then the best trial of each arm re-run on fresh seeds.
 caps the trials of all workers together), the arm's fixed settings given with ``--hyperparams`` and everything
 else sampled (TPE sampler, median pruner, ``--n-evaluations`` evaluations per trial). The same command with a
 database URL as ``--storage`` (e.g. ``postgresql://user:password@host/db``) lets workers on several machines
-share the study. Resumable: a study already holding ``--trials`` finished or pruned trials is skipped.
+share the study. Resumable: a study already holding ``--trials`` finished or pruned trials is skipped; with the
+local journal files, trials left running by stopped workers (e.g. with a session) are marked failed first (the
+zoo counts running trials against the budget); with a database URL, where other machines' workers may be
+running, they are left as they are.
 
 ``rerun``: the best trial of each study trained again on ``--seeds`` fresh seeds (its settings written to
 ``best.yml`` next to the study, with the trial in ``best.json``), as runs of the grid layout
@@ -64,6 +67,25 @@ def finished_trials(storage: str, name: str) -> int:
         return 0
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     return sum(trial.state in states for trial in study.trials)
+
+
+def fail_stale_trials(storage: str, name: str) -> int:
+    """
+    Mark the study's RUNNING trials FAILED: left by workers killed with a session (no worker runs when this is
+    called). The zoo counts RUNNING trials against ``--max-total-trials``, so stale ones would shorten the search.
+
+    :return: How many trials were marked
+    """
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=name, storage=_backend(storage))
+    except KeyError:
+        return 0
+    stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for trial in stale:
+        study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL)
+    return len(stale)
 
 
 def best_trial(storage: str, name: str) -> tuple[int, float, dict[str, Any]]:
@@ -131,6 +153,10 @@ def optimize(args: argparse.Namespace) -> None:
                 print(f"{env_id} {arm}: {done} trials already, skipped", flush=True)
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
+            if args.storage is None and path.exists():
+                stale = fail_stale_trials(storage, study_name(env_id, arm))
+                if stale:
+                    print(f"{env_id} {arm}: {stale} trial(s) left running by a stopped worker marked failed", flush=True)
             start = time.perf_counter()
 
             def worker(index: int, env_id: str = env_id, arm: str = arm, storage: str = storage) -> int:

@@ -356,3 +356,17 @@ def test_reuse_only_runs_trained_the_same_way() -> None:
     assert not reuse.same_training("fm_off", "ev_reset", "CartPoleNoVel-v1")
     assert not reuse.same_training("fm_off", "ev_mask", "CueRecall-v0")
     assert not reuse.same_training("fm_refresh", "ev_reset", "CueRecall-v0")
+
+
+def test_tuning_marks_trials_of_stopped_workers_failed(tmp_path: Path) -> None:
+    import optuna
+
+    tune = _load("tune")
+    storage = str(tmp_path / "study.log")
+    study = optuna.create_study(study_name="s", storage=tune._backend(storage))
+    study.tell(study.ask(), 1.0)
+    study.ask()  # a worker stopped while this trial ran
+    assert tune.fail_stale_trials(storage, "s") == 1
+    states = [trial.state for trial in optuna.load_study(study_name="s", storage=tune._backend(storage)).trials]
+    assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
+    assert tune.finished_trials(storage, "s") == 1 and tune.fail_stale_trials(storage, "s") == 0
