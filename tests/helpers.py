@@ -17,7 +17,7 @@ class RandomEpisodeEnv(gym.Env):
     episode is a termination or, with ``truncate=True``, a truncation every other episode.
 
     :param action_space: Any action space
-    :param obs_kind: ``"box"``, ``"image"`` (36x36x1 uint8) or ``"dict"`` (image and vector)
+    :param obs_kind: ``"box"``, ``"image"`` (36x36x1 uint8), ``"dict"`` (image and vector) or ``"multidiscrete"``
     :param max_length: Longest episode
     :param min_length: Shortest episode
     :param truncate: Alternate terminations and truncations
@@ -34,7 +34,12 @@ class RandomEpisodeEnv(gym.Env):
         self.action_space = action_space if action_space is not None else spaces.Discrete(2)
         image = spaces.Box(0, 255, shape=(36, 36, 1), dtype=np.uint8)
         vector = spaces.Box(-5.0, 5.0, shape=(3,), dtype=np.float32)
-        kinds: dict[str, spaces.Space] = {"box": vector, "image": image, "dict": spaces.Dict({"image": image, "vec": vector})}
+        kinds: dict[str, spaces.Space] = {
+            "box": vector,
+            "image": image,
+            "dict": spaces.Dict({"image": image, "vec": vector}),
+            "multidiscrete": spaces.MultiDiscrete([3, 4]),
+        }
         self.observation_space = kinds[obs_kind]
         self.min_length = min_length
         self.max_length = max_length

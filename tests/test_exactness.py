@@ -134,3 +134,20 @@ def test_invariant_fails_without_recorded_memory(cell: str) -> None:
     with th.no_grad():
         _, log_prob, _ = evaluate_windows(model.policy, samples._replace(lstm_states=zero_memory))
     assert not th.allclose(log_prob, samples.old_log_prob, atol=1e-5)
+
+
+@CELLS
+@pytest.mark.parametrize("boundary", ["reset", "mask"])
+def test_multidiscrete_observations(boundary: str, cell: str) -> None:
+    # SB3 sizes MultiDiscrete observations with a numpy integer; ResetPPO's policies pass torch an int
+    check_exact(_rolled_out_model(f"Mlp{cell}Policy", obs_kind="multidiscrete", boundary=boundary))
+
+
+def test_sb3_contrib_policy_rejects_multidiscrete_observations() -> None:
+    # Why ResetPPO subclasses sb3-contrib's LSTM policies: theirs fail on MultiDiscrete observations with torch 2.13
+    # (if this starts passing upstream, the subclasses can go)
+    from sb3_contrib import RecurrentPPO
+
+    env = make_vec_env(RandomEpisodeEnv, n_envs=1, env_kwargs=dict(obs_kind="multidiscrete"))
+    with pytest.raises(TypeError, match="input_size should be of type int"):
+        RecurrentPPO("MlpLstmPolicy", env, n_steps=16, batch_size=16)

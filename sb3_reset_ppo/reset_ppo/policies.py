@@ -1,5 +1,6 @@
 """
-Policies of ResetPPO: sb3-contrib's LSTM policies, unchanged, and GRU policies built on them.
+Policies of ResetPPO: sb3-contrib's LSTM policies (subclassed only so that ``MultiDiscrete`` observations work:
+SB3 sizes them with a numpy integer, which torch's recurrent layers reject) and GRU policies built on them.
 
 The GRU policies are sb3-contrib's recurrent policies with each ``nn.LSTM`` replaced by an ``nn.GRU`` of the same
 size. They take the same arguments, under sb3-contrib's names (``lstm_hidden_size``, ``n_lstm_layers``,
@@ -19,7 +20,8 @@ from sb3_contrib.common.recurrent.policies import (
     RecurrentMultiInputActorCriticPolicy,
 )
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
-from sb3_contrib.ppo_recurrent.policies import CnnLstmPolicy, MlpLstmPolicy, MultiInputLstmPolicy
+from sb3_contrib.ppo_recurrent import policies as contrib_policies
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 __all__ = [
@@ -31,6 +33,36 @@ __all__ = [
     "MultiInputLstmPolicy",
     "RecurrentActorCriticGruPolicy",
 ]
+
+
+def _int_features_dim(extractor: BaseFeaturesExtractor) -> BaseFeaturesExtractor:
+    """
+    The extractor with its ``features_dim`` a Python ``int``: SB3 gives a ``MultiDiscrete`` observation space's
+    flattened size as a numpy integer, which ``nn.LSTM``/``nn.GRU`` (torch 2.13) reject as ``input_size``.
+    """
+    extractor._features_dim = int(extractor.features_dim)
+    return extractor
+
+
+class MlpLstmPolicy(contrib_policies.MlpLstmPolicy):
+    """sb3-contrib's ``MlpLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` observations)."""
+
+    def make_features_extractor(self) -> BaseFeaturesExtractor:
+        return _int_features_dim(super().make_features_extractor())
+
+
+class CnnLstmPolicy(contrib_policies.CnnLstmPolicy):
+    """sb3-contrib's ``CnnLstmPolicy``; only its features size is made a Python int."""
+
+    def make_features_extractor(self) -> BaseFeaturesExtractor:
+        return _int_features_dim(super().make_features_extractor())
+
+
+class MultiInputLstmPolicy(contrib_policies.MultiInputLstmPolicy):
+    """sb3-contrib's ``MultiInputLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` keys)."""
+
+    def make_features_extractor(self) -> BaseFeaturesExtractor:
+        return _int_features_dim(super().make_features_extractor())
 
 
 class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
@@ -64,6 +96,9 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         # The optimizer held the LSTMs' parameters
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr, **self.optimizer_kwargs)  # type: ignore[call-arg]
+
+    def make_features_extractor(self) -> BaseFeaturesExtractor:
+        return _int_features_dim(super().make_features_extractor())
 
     @staticmethod
     def _process_sequence(  # type: ignore[override]
