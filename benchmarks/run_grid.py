@@ -131,18 +131,32 @@ def n_timesteps(env_id: str, conf: Path = RESET_PPO_CONF) -> int:
     return int(float(yaml.safe_load(conf.read_text())[env_id]["n_timesteps"]))
 
 
-def command(variant: str, env_id: str, seed: int, run_dir: Path, eval_episodes: int) -> list[str]:
+def command(
+    variant: str,
+    env_id: str,
+    seed: int,
+    run_dir: Path,
+    eval_episodes: int,
+    conf: Path | None = None,
+    steps: int | None = None,
+) -> list[str]:
+    """
+    The zoo command of one run: the variant's algorithm and settings, its hyperparameter file (or ``conf``, e.g. a
+    tuned trial's), 20 evaluations over the env's budget (or ``steps``, which then replaces the budget).
+    """
     spec = VARIANTS[variant]
-    conf = conf_file(variant)
+    conf = conf or conf_file(variant)
     args = [
         sys.executable, "-m", "sb3_reset_ppo.zoo", "train",
         "--algo", spec["algo"], "--env", env_id, "--seed", str(seed), "-f", str(run_dir),
         "--conf-file", str(conf), "--num-threads", "1", "--vec-env", "dummy",
-        "--eval-freq", str(max(n_timesteps(env_id, conf) // EVALUATIONS_PER_RUN, 1)),
+        "--eval-freq", str(max((steps or n_timesteps(env_id, conf)) // EVALUATIONS_PER_RUN, 1)),
         "--eval-episodes", str(eval_episodes), "--n-eval-envs", "1",
-        # The fresh-memory study keeps its training logs (train/ and rollout/ keys of every update)
+        # The studies with their own config keep their training logs (train/ and rollout/ keys of every update)
         "--log-interval", "1" if "conf" in spec else "-1",
     ]  # fmt: skip
+    if steps:
+        args += ["-n", str(steps)]
     if spec["hyperparams"]:
         args += ["--hyperparams", *spec["hyperparams"]]
     return args
@@ -159,17 +173,25 @@ def code_version() -> dict[str, Any]:
 
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
+    """
+    Train and evaluate one run into ``job["run_dir"]`` and write its ``run.json`` if it finished. ``job`` holds
+    ``variant``, ``env``, ``seed``, ``run_dir``, ``eval_episodes`` and optionally ``conf`` and ``steps`` (see
+    :func:`command`), ``label`` (the variant name recorded, default ``variant``) and ``extra`` (more ``run.json``
+    fields).
+    """
     run_dir: Path = job["run_dir"]
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an unfinished earlier attempt
     run_dir.mkdir(parents=True)
-    args = command(job["variant"], job["env"], job["seed"], run_dir, job["eval_episodes"])
+    args = command(
+        job["variant"], job["env"], job["seed"], run_dir, job["eval_episodes"], conf=job.get("conf"), steps=job.get("steps")
+    )
     start = time.perf_counter()
     with open(run_dir / "log.txt", "w") as log:
         code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     result = {
-        "variant": job["variant"], "env": job["env"], "seed": job["seed"], "returncode": code,
-        "seconds": time.perf_counter() - start, "command": " ".join(args), **code_version(),
+        "variant": job.get("label", job["variant"]), "env": job["env"], "seed": job["seed"], "returncode": code,
+        "seconds": time.perf_counter() - start, "command": " ".join(args), **code_version(), **job.get("extra", {}),
     }  # fmt: skip
     if code == 0:
         if "conf" in VARIANTS[job["variant"]]:

@@ -21,7 +21,6 @@ Usage: python benchmarks/tune.py optimize [--envs EarlyChoice-v0 CartPoleNoVel-v
 """
 
 import argparse
-import gzip
 import json
 import os
 import subprocess
@@ -187,45 +186,25 @@ def rerun(args: argparse.Namespace) -> None:
             (folder / "best.yml").write_text(yaml.safe_dump({env_id: config}, sort_keys=True))
             (folder / "best.json").write_text(json.dumps({"trial": number, "value": value, "params": params}, indent=2))
             print(f"{env_id} {arm}: best trial {number} ({value:.3f}) {params}", flush=True)
-            jobs += [(env_id, arm, number, seed) for seed in args.seeds]
-
-    def run(job: tuple[str, str, int, int]) -> str:
-        env_id, arm, number, seed = job
-        run_dir = args.out / "runs" / f"tuned_{arm}" / env_id / f"seed{seed}"
-        if (run_dir / "run.json").exists():
-            return f"{run_dir}: done before"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        spec = run_grid.VARIANTS[arm]
-        conf = args.out / env_id / arm / "best.yml"
-        steps = args.n_timesteps or run_grid.n_timesteps(env_id, conf)
-        command = [
-            sys.executable, "-m", "sb3_reset_ppo.zoo", "train", "--algo", spec["algo"], "--env", env_id,
-            "--conf-file", str(conf), "--seed", str(seed), "--num-threads", "1", "--vec-env", "dummy",
-            "--eval-freq", str(max(steps // run_grid.EVALUATIONS_PER_RUN, 1)), "--eval-episodes", "20",
-            "--n-eval-envs", "1", "--log-interval", "1", "-f", str(run_dir),
-        ]  # fmt: skip
-        if args.n_timesteps:
-            command += ["-n", str(args.n_timesteps)]
-        if spec["hyperparams"]:
-            command += ["--hyperparams", *spec["hyperparams"]]
-        start = time.perf_counter()
-        with open(run_dir / "log.txt", "w") as log:
-            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        if code == 0:
-            text = (run_dir / "log.txt").read_text()
-            with gzip.open(run_dir / "log.txt.gz", "wt") as packed:
-                packed.write(text)
-            run_grid.training_log.write_csv(run_grid.training_log.parse_tables(text), run_dir / "progress.csv.gz")
-            result = {
-                "variant": f"tuned_{arm}", "env": env_id, "seed": seed, "returncode": code, "trial": number,
-                "seconds": time.perf_counter() - start, "command": " ".join(command), **run_grid.code_version(),
-            }  # fmt: skip
-            (run_dir / "run.json").write_text(json.dumps(result, indent=2))
-        return f"{run_dir}: exit {code}"
+            jobs += [
+                {
+                    "variant": arm,
+                    "label": f"tuned_{arm}",
+                    "env": env_id,
+                    "seed": seed,
+                    "eval_episodes": 20,
+                    "conf": folder / "best.yml",
+                    "steps": args.n_timesteps,
+                    "extra": {"trial": number},
+                    "run_dir": args.out / "runs" / f"tuned_{arm}" / env_id / f"seed{seed}",
+                }
+                for seed in args.seeds
+            ]
 
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        for line in pool.map(run, jobs):
-            print(line, flush=True)
+        for result in pool.map(run_grid.run_one, [job for job in jobs if not (job["run_dir"] / "run.json").exists()]):
+            status = "ok" if result["returncode"] == 0 else f"FAILED ({result['returncode']})"
+            print(f"{result['variant']} {result['env']} seed {result['seed']}: {status}", flush=True)
 
 
 def main() -> None:
