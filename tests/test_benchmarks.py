@@ -262,6 +262,10 @@ def test_evidence_study_jobs_follow_the_protocol(tmp_path: Path) -> None:
     )
     rppo = run_grid.command("ev_rppo", "CartPoleNoVel-v1", 0, tmp_path, 20)
     assert rppo[rppo.index("--algo") + 1] == "ppo_lstm" and rppo[rppo.index("--conf-file") + 1] == str(run_grid.EVIDENCE_CONF)
+    # A tuned trial's config file and a smaller budget (the tuning reruns' smoke runs)
+    tuned = run_grid.command("ev_reset", "CueRecall-v0", 100, tmp_path, 20, conf=tmp_path / "best.yml", steps=2048)
+    assert tuned[tuned.index("--conf-file") + 1] == str(tmp_path / "best.yml")
+    assert tuned[tuned.index("-n") + 1] == "2048" and tuned[tuned.index("--eval-freq") + 1] == "102"
     mask = run_grid.command("ev_mask_kept", "CartPoleNoVel-v1", 0, tmp_path, 20)
     assert mask[mask.index("--hyperparams") + 1 :] == ["boundary:'mask'", "weighting:'kept_mean'"]
     # Every env of the study is configured in evidence.yml, and has a reference return for the report
