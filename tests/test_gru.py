@@ -188,6 +188,38 @@ def test_save_load_round_trip_and_set_parameters(tmp_path: Path) -> None:
     assert len(loaded._last_lstm_states.pi) == 1
 
 
+@pytest.mark.parametrize("policy_name", ["MlpLstmPolicy", "MlpGruPolicy"])
+@pytest.mark.parametrize(
+    "recurrent_kwargs",
+    [
+        {"lstm_hidden_size": 6, "n_lstm_layers": 2},
+        {"lstm_hidden_size": 5, "shared_lstm": True, "enable_critic_lstm": False},
+        {"lstm_hidden_size": 7, "enable_critic_lstm": False, "lstm_kwargs": {"bias": False}},
+    ],
+)
+def test_policy_only_save_load_keeps_the_recurrent_arguments(
+    tmp_path: Path, policy_name: str, recurrent_kwargs: dict[str, Any]
+) -> None:
+    # sb3-contrib's policies do not save their recurrent arguments: `Policy.load` rebuilt default-sized layers
+    model = ResetPPO(policy_name, _env(), **{**SMALL, "policy_kwargs": {"net_arch": [8], **recurrent_kwargs}})
+    model.policy.save(str(tmp_path / "policy.pth"))
+    loaded = type(model.policy).load(str(tmp_path / "policy.pth"))
+    for name in ("lstm_actor", "lstm_critic"):
+        ours, theirs = getattr(model.policy, name), getattr(loaded, name)
+        assert type(ours) is type(theirs)
+        if ours is not None:
+            assert (theirs.hidden_size, theirs.num_layers, theirs.bias) == (ours.hidden_size, ours.num_layers, ours.bias)
+    assert (loaded.shared_lstm, loaded.enable_critic_lstm) == (model.policy.shared_lstm, model.policy.enable_critic_lstm)
+    observations = np.random.default_rng(1).normal(size=(2, 3)).astype(np.float32)
+    starts = np.array([False, True])
+    expected, expected_state = model.policy.predict(observations, episode_start=starts, deterministic=True)
+    actions, state = loaded.predict(observations, episode_start=starts, deterministic=True)
+    np.testing.assert_array_equal(actions, expected)
+    assert state is not None and expected_state is not None
+    for ours_state, theirs_state in zip(expected_state, state, strict=True):
+        np.testing.assert_array_equal(theirs_state, ours_state)
+
+
 def test_training_is_deterministic() -> None:
     def parameters() -> list[th.Tensor]:
         model = ResetPPO("MlpGruPolicy", _env(), **SMALL)

@@ -44,11 +44,30 @@ def _int_features_dim(extractor: BaseFeaturesExtractor) -> BaseFeaturesExtractor
     return extractor
 
 
+def _with_recurrent_parameters(policy: RecurrentActorCriticPolicy, data: dict[str, Any]) -> dict[str, Any]:
+    """
+    ``data`` (SB3's constructor parameters of an actor-critic policy) with the recurrent layers' arguments added.
+    sb3-contrib's policies do not save them, so ``policy.save`` then ``Policy.load`` rebuilt a policy of the
+    default sizes and failed to load its weights.
+    """
+    data.update(
+        lstm_hidden_size=policy.lstm_actor.hidden_size,
+        n_lstm_layers=policy.lstm_actor.num_layers,
+        shared_lstm=policy.shared_lstm,
+        enable_critic_lstm=policy.enable_critic_lstm,
+        lstm_kwargs=policy.lstm_kwargs,
+    )
+    return data
+
+
 class MlpLstmPolicy(contrib_policies.MlpLstmPolicy):
     """sb3-contrib's ``MlpLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` observations)."""
 
     def make_features_extractor(self) -> BaseFeaturesExtractor:
         return _int_features_dim(super().make_features_extractor())
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
 
 
 class CnnLstmPolicy(contrib_policies.CnnLstmPolicy):
@@ -57,12 +76,18 @@ class CnnLstmPolicy(contrib_policies.CnnLstmPolicy):
     def make_features_extractor(self) -> BaseFeaturesExtractor:
         return _int_features_dim(super().make_features_extractor())
 
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
+
 
 class MultiInputLstmPolicy(contrib_policies.MultiInputLstmPolicy):
     """sb3-contrib's ``MultiInputLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` keys)."""
 
     def make_features_extractor(self) -> BaseFeaturesExtractor:
         return _int_features_dim(super().make_features_extractor())
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
 
 
 class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
@@ -99,6 +124,9 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
 
     def make_features_extractor(self) -> BaseFeaturesExtractor:
         return _int_features_dim(super().make_features_extractor())
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
 
     @staticmethod
     def _process_sequence(  # type: ignore[override]
