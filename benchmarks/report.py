@@ -29,6 +29,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+import yaml
 from rliable import library as rly
 from rliable import metrics, plot_utils
 
@@ -85,8 +86,37 @@ def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
     return random_policy_return(env_id, episodes, seed)
 
 
+class _ZooYamlLoader(yaml.SafeLoader):
+    """A safe loader that reads the zoo's saved ``config.yml``/``args.yml`` (an ``OrderedDict`` tag) as a dict."""
+
+
+_ZooYamlLoader.add_constructor(
+    "tag:yaml.org,2002:python/object/apply:collections.OrderedDict",
+    lambda loader, node: dict(loader.construct_sequence(node, deep=True)[0]),  # type: ignore[arg-type]
+)
+
+
+def run_budget(run_dir: Path) -> float | None:
+    """
+    The env steps a run was asked for: the zoo's ``-n`` (its saved ``args.yml``) if given, else ``n_timesteps`` of
+    its saved ``config.yml``; None when neither is there.
+    """
+    for name in ("args.yml", "config.yml"):
+        saved = next(run_dir.glob(f"*/*/*/{name}"), None)
+        if saved is None:
+            continue
+        steps = yaml.load(saved.read_text(), Loader=_ZooYamlLoader).get("n_timesteps")
+        if steps is not None and float(steps) > 0:
+            return float(steps)
+    return None
+
+
 def load_runs(grid: Path, final_evaluations: int = 1) -> list[dict[str, Any]]:
-    """Finished runs with their evaluations; ``final`` is the mean of the last ``final_evaluations`` evaluations."""
+    """
+    Finished runs with their evaluations; ``final`` is the mean of the last ``final_evaluations`` evaluations.
+    Only evaluations at or before the run's budget count: the zoo finishes whole rollouts, so a run whose
+    ``n_steps * n_envs`` does not divide its budget (a tuned trial's settings) trains, and evaluates, past it.
+    """
     runs = []
     for run_file in sorted(grid.glob("*/*/seed*/run.json")):
         run = json.loads(run_file.read_text())
@@ -94,9 +124,12 @@ def load_runs(grid: Path, final_evaluations: int = 1) -> list[dict[str, Any]]:
         if evaluations is None:
             continue
         data = np.load(evaluations)
-        run["timesteps"] = data["timesteps"]
+        budget = run_budget(run_file.parent)
+        within = np.ones(len(data["timesteps"]), dtype=bool) if budget is None else data["timesteps"] <= budget
+        run["budget"] = budget
+        run["timesteps"] = data["timesteps"][within]
         # (n_evaluations, n_episodes) -> (n_evaluations,)
-        run["eval_mean"] = data["results"].mean(axis=1)
+        run["eval_mean"] = data["results"][within].mean(axis=1)
         run["final"] = float(run["eval_mean"][-final_evaluations:].mean())
         run["auc"] = float(run["eval_mean"].mean())
         run["dir"] = run_file.parent
@@ -285,6 +318,12 @@ def main() -> None:
     parser.add_argument(
         "--min-seeds", type=int, default=5, help="seeds every variant needs for an env to enter the aggregates"
     )
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="the aggregates use seeds first_seed .. first_seed + min_seeds - 1 (an env enters only with all of them)",
+    )
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
     parser.add_argument("--variants", nargs="+", default=VARIANT_ORDER, help="variants to report, in this order")
     parser.add_argument("--baseline", default=BASELINE, help="the variant others are compared with")
@@ -307,6 +346,9 @@ def main() -> None:
 
     runs = [r for grid in args.grid for r in load_runs(grid, args.final_evaluations) if r["variant"] in args.variants]
     runs = [r for r in runs if args.envs is None or r["env"] in args.envs]
+    failed = sorted(f"{r['variant']} {r['env']} seed {r['seed']}" for r in runs if r["returncode"] != 0)
+    runs = [r for r in runs if r["returncode"] == 0]
+    aggregate_seeds = list(range(args.first_seed, args.first_seed + args.min_seeds))
     envs = [env for env in REFERENCE_RETURN if any(r["env"] == env for r in runs)]
     variants = [v for v in args.variants if any(r["variant"] == v for r in runs)]
     randoms = {env: random_return(env) for env in envs}
@@ -314,7 +356,11 @@ def main() -> None:
     def seeds(env: str, variant: str) -> list[dict[str, Any]]:
         return sorted((r for r in runs if r["env"] == env and r["variant"] == variant), key=lambda r: r["seed"])
 
-    complete = [env for env in envs if all(len(seeds(env, v)) >= args.min_seeds for v in variants)]
+    def aggregate_runs(env: str, variant: str) -> list[dict[str, Any]]:
+        """The runs of the aggregate seeds (a missing seed is not replaced by another)."""
+        return [r for r in seeds(env, variant) if r["seed"] in aggregate_seeds]
+
+    complete = [env for env in envs if all(len(aggregate_runs(env, v)) == args.min_seeds for v in variants)]
     lines = [
         f"# {args.title}",
         "",
@@ -333,8 +379,9 @@ def main() -> None:
         f"- Packages: {versions()}",
         "- Hyperparameters: " + conf_files(runs) + ".",
         "- Runs: two at a time on the 2 cores (one torch thread each); wall time includes the evaluations.",
-        f"- Score: mean return of the last {args.final_evaluations} evaluation(s) (20 episodes each, deterministic "
-        "policy), normalised per env to",
+        f"- Score: mean return of the last {args.final_evaluations} evaluation(s) at or before the run's budget (20 "
+        "episodes each; deterministic policy, except on MiniGrid envs, which the RL Zoo evaluates with a stochastic "
+        "one), normalised per env to",
         "  `(score - random) / (reference - random)` with the random policy's return measured here.",
         "",
     ]
@@ -347,10 +394,7 @@ def main() -> None:
             return {
                 v: np.array(
                     [
-                        [
-                            (r[key] - randoms[env]) / (REFERENCE_RETURN[env] - randoms[env])
-                            for r in seeds(env, v)[: args.min_seeds]
-                        ]
+                        [(r[key] - randoms[env]) / (REFERENCE_RETURN[env] - randoms[env]) for r in aggregate_runs(env, v)]
                         for env in group
                     ]
                 ).T
@@ -379,7 +423,8 @@ def main() -> None:
             lines += [
                 f"## Aggregate: {title}",
                 "",
-                f"Over {len(complete)} envs ({', '.join(complete)}), {args.min_seeds} seeds each.",
+                f"Over {len(complete)} envs ({', '.join(complete)}), seeds {aggregate_seeds[0]} to {aggregate_seeds[-1]} "
+                "of each.",
                 "",
                 "| variant | IQM (95% CI) | mean (95% CI) |",
                 "|---|---|---|",
@@ -434,9 +479,12 @@ def main() -> None:
     missing = [env for env in (args.envs or REFERENCE_RETURN) if env not in complete]
     if missing:
         lines += [
-            f"Not in the aggregate (not run, or fewer than {args.min_seeds} seeds per variant): {', '.join(missing)}.",
+            f"Not in the aggregate (not run, or not every variant with seeds {aggregate_seeds[0]} to "
+            f"{aggregate_seeds[-1]}): {', '.join(missing)}.",
             "",
         ]
+    if failed:
+        lines += [f"Failed runs (left out everywhere): {', '.join(failed)}.", ""]
 
     for key, label in (("final", "final return"), ("auc", "return over training")):
         difference_rows = difference_tests(runs, envs, variants, baseline, key, args.reps)
@@ -458,21 +506,26 @@ def main() -> None:
             f"### {env} (random {randoms[env]:.2f}, reference {REFERENCE_RETURN[env]:g})",
             "",
             "| variant | seeds | final return (mean +- std) | return over training (mean +- std) | timesteps "
-            "| wall time per run (s) |",
-            "|---|---|---|---|---|---|",
+            f"| wall time per run (s) | wall time / {baseline}'s |",
+            "|---|---|---|---|---|---|---|",
         ]
+        baseline_seconds = np.mean([r["seconds"] for r in seeds(env, baseline)]) if seeds(env, baseline) else np.nan
         for v in variants:
             rows = seeds(env, v)
             if not rows:
                 continue
             finals = np.array([r["final"] for r in rows])
             aucs = np.array([r["auc"] for r in rows])
+            seconds = np.mean([r["seconds"] for r in rows])
+            reused = sum("reused_from" in r for r in rows)
             lines.append(
-                f"| {v} | {len(rows)} | {finals.mean():.3f} +- {finals.std():.3f} | {aucs.mean():.3f} +- {aucs.std():.3f} "
-                f"| {int(rows[0]['timesteps'][-1])} "
-                f"| {np.mean([r['seconds'] for r in rows]):.0f} |"
+                f"| {v} | {len(rows)}{f' ({reused} reused)' if reused else ''} "
+                f"| {finals.mean():.3f} +- {finals.std():.3f} | {aucs.mean():.3f} +- {aucs.std():.3f} "
+                f"| {int(rows[0]['timesteps'][-1])} | {seconds:.0f} | {seconds / baseline_seconds:.2f} |"
             )
         lines.append("")
+        if any("reused_from" in r for r in runs if r["env"] == env):
+            lines += ["Reused runs keep the wall time of the study that ran them.", ""]
     lines += [
         "## Collapses",
         "",

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,8 +25,19 @@ def _load(name: str) -> ModuleType:
     return module
 
 
-def _fake_run(grid: Path, variant: str, env_id: str, seed: int, eval_means: list[float]) -> None:
-    """A finished run as run_grid.py leaves it: run.json and the zoo's evaluations.npz."""
+def _fake_run(
+    grid: Path,
+    variant: str,
+    env_id: str,
+    seed: int,
+    eval_means: list[float],
+    budget: int | None = None,
+    **run_fields: Any,
+) -> None:
+    """
+    A finished run as run_grid.py leaves it: run.json and the zoo's evaluations.npz (an evaluation every 1000
+    steps), with the zoo's saved config.yml when ``budget`` is given.
+    """
     run_dir = grid / variant / env_id / f"seed{seed}"
     algo = "ppo_lstm" if variant == "ppo_lstm" else "reset_ppo"
     zoo_dir = run_dir / algo / f"{env_id}_1"
@@ -38,8 +50,15 @@ def _fake_run(grid: Path, variant: str, env_id: str, seed: int, eval_means: list
         results=np.repeat(np.array(eval_means)[:, None], n_episodes, axis=1),
         ep_lengths=np.ones((n_evaluations, n_episodes)),
     )
+    if budget is not None:
+        (zoo_dir / env_id).mkdir()
+        # The zoo's format (an OrderedDict as a list of pairs)
+        (zoo_dir / env_id / "config.yml").write_text(
+            "!!python/object/apply:collections.OrderedDict\n- - - n_envs\n    - 8\n"
+            f"  - - n_timesteps\n    - {float(budget)}\n  - - policy\n    - MlpLstmPolicy\n"
+        )
     run = {"variant": variant, "env": env_id, "seed": seed, "returncode": 0, "seconds": 10.0 + seed, "command": "x"}
-    (run_dir / "run.json").write_text(json.dumps(run))
+    (run_dir / "run.json").write_text(json.dumps({**run, **run_fields}))
 
 
 def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
@@ -64,13 +83,13 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
     text = out.read_text()
     lines = text.splitlines()
     # Per env: final return and return over training of every seed
-    assert "| reset | 5 | 1.000 +- 0.000 | 0.750 +- 0.000 | 2000 | 12 |" in lines
+    assert "| reset | 5 | 1.000 +- 0.000 | 0.750 +- 0.000 | 2000 | 12 | 1.00 |" in lines
     # the last evaluation is the final return, not the best one
-    assert "| mask | 5 | 0.620 +- 0.014 | 0.640 +- 0.005 | 3000 | 12 |" in lines
-    assert "| reset | 2 | 200.000 +- 0.000 | 150.000 +- 0.000 | 2000 | 10 |" in lines
+    assert "| mask | 5 | 0.620 +- 0.014 | 0.640 +- 0.005 | 3000 | 12 | 1.00 |" in lines
+    assert "| reset | 2 | 200.000 +- 0.000 | 150.000 +- 0.000 | 2000 | 10 | 1.00 |" in lines
     # Aggregates over the two complete envs: reset sits at the reference (normalised 1) and beats mask everywhere
     final_table = text.split("## Aggregate: final normalised return")[1]
-    assert "Over 2 envs (CueRecall-v0, EarlyChoice-v0), 5 seeds each." in final_table
+    assert "Over 2 envs (CueRecall-v0, EarlyChoice-v0), seeds 0 to 4 of each." in final_table
     assert "| reset | 1.000 (1.000 to 1.000) | 1.000 (1.000 to 1.000) |" in final_table
     assert "| reset vs mask | 1.000 (1.000 to 1.000) |" in final_table
     # mask: IQM of (score - random) / (reference - random) over 2 envs x 5 seeds, random measured as the report does
@@ -87,6 +106,37 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
     assert "- return over training: CartPoleNoVel-v1 (150.000 vs 200.000)" in lines
     for name in ("aggregate", "aggregate_auc", "aggregate_probability_of_improvement", "learning_curves"):
         assert (figures / f"{name}.png").stat().st_size > 0
+
+
+def test_report_uses_evaluations_within_the_budget_and_never_replaces_a_missing_seed(tmp_path: Path) -> None:
+    grid = tmp_path / "grid"
+    for seed in range(3):
+        # The zoo finished a rollout past the 2,500-step budget: the evaluations at 3000 and 4000 do not count
+        _fake_run(grid, "reset", "CueRecall-v0", seed, [0.3, 0.5, 0.9, 0.9], budget=2500)
+        _fake_run(grid, "reset", "EarlyChoice-v0", seed, [2.0, 3.0], reused_from="elsewhere", seconds=30.0)
+        _fake_run(grid, "mask", "EarlyChoice-v0", seed, [2.0, 2.5])
+    # mask on CueRecall: seed 1 failed and seed 3 must not stand in for it
+    for seed in (0, 2, 3):
+        _fake_run(grid, "mask", "CueRecall-v0", seed, [0.3, 0.4])
+    _fake_run(grid, "mask", "CueRecall-v0", 1, [0.3], returncode=1)
+    out = tmp_path / "RESULTS.md"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(out)]
+        + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3", "--final-evaluations", "2"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    text = out.read_text()
+    lines = text.splitlines()
+    # reset on CueRecall: last 2 evaluations within the budget (0.3, 0.5), the last one at step 2000
+    assert "| reset | 3 | 0.400 +- 0.000 | 0.400 +- 0.000 | 2000 | 11 | 0.94 |" in lines
+    assert "| mask | 3 | 0.350 +- 0.000 | 0.350 +- 0.000 | 2000 | 12 | 1.00 |" in lines
+    # Reused runs are counted and their wall time compared with the baseline's
+    assert "| reset | 3 (3 reused) | 2.500 +- 0.000 | 2.500 +- 0.000 | 2000 | 30 | 2.73 |" in lines
+    assert "Over 1 envs (EarlyChoice-v0), seeds 0 to 2 of each." in text
+    assert "CueRecall-v0" in text.split("Not in the aggregate")[1].splitlines()[0]
+    assert "Failed runs (left out everywhere): mask CueRecall-v0 seed 1." in lines
 
 
 def test_grid_commands_and_resume(tmp_path: Path) -> None:
