@@ -222,10 +222,10 @@ def holm(p_values: list[float]) -> list[float]:
 
 def difference_tests(
     runs: list[dict[str, Any]], envs: list[str], variants: list[str], baseline: str, key: str, reps: int
-) -> list[str]:
+) -> list[dict[str, Any]]:
     """
-    Markdown rows: per env, each variant's mean minus the baseline's (raw returns), a 95% bootstrap interval
-    (resampling seeds within each arm), Welch's t-test p-value and its Holm adjustment over the whole table.
+    Per env, each variant's mean minus the baseline's (raw returns), a 95% bootstrap interval (resampling seeds
+    within each arm), Welch's t-test p-value and its Holm adjustment over the whole table.
     """
     from scipy.stats import ttest_ind
 
@@ -243,9 +243,23 @@ def difference_tests(
             rows.append((env, v, other.mean() - base.mean(), low, high, 1.0 if np.isnan(p) else p))
     adjusted = holm([row[5] for row in rows])
     return [
-        f"| {env} | {v} - {baseline} | {diff:+.3f} ({low:+.3f} to {high:+.3f}) | {p:.3f} | {p_holm:.3f} |"
+        {"env": env, "variant": v, "difference": [float(diff), float(low), float(high)], "p": p, "p_holm": p_holm}
         for (env, v, diff, low, high, p), p_holm in zip(rows, adjusted, strict=True)
     ]
+
+
+def difference_row(row: dict[str, Any], baseline: str) -> str:
+    """One markdown row of :func:`difference_tests`' table."""
+    diff, low, high = row["difference"]
+    return (
+        f"| {row['env']} | {row['variant']} - {baseline} | {diff:+.3f} ({low:+.3f} to {high:+.3f}) "
+        f"| {row['p']:.3f} | {row['p_holm']:.3f} |"
+    )
+
+
+def interval_triple(point: float, low: float, high: float) -> list[float]:
+    """``[point, low, high]`` as plain floats (the JSON summary's form of an estimate with its interval)."""
+    return [float(point), float(low), float(high)]
 
 
 def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path, variant_order: list[str]) -> None:
@@ -334,6 +348,8 @@ def main() -> None:
                         help="a markdown file put after the header (the protocol, deviations, reading)")  # fmt: skip
     parser.add_argument("--grid-command", default=None, help="the command that ran the grid, as the report states it")
     parser.add_argument("--focus", default="reset", help="the variant whose shortfalls against the baseline are listed")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the estimates (aggregates, groups, per-env differences) as JSON")  # fmt: skip
     parser.add_argument("--diagnostics", action="store_true",
                         help="draw the training diagnostics per env from the runs' kept logs")  # fmt: skip
     args = parser.parse_args()
@@ -387,6 +403,16 @@ def main() -> None:
     ]
     if args.notes is not None:
         lines += [args.notes.read_text().strip(), ""]
+    # Estimates as [point, low, high] (95% intervals), for --json
+    summary: dict[str, Any] = {
+        "baseline": baseline,
+        "variants": variants,
+        "final_evaluations": args.final_evaluations,
+        "failed": failed,
+        "aggregate": {},
+        "groups": {},
+        "differences": {},
+    }
     if complete and baseline in variants:
 
         def normalised(key: str, group: list[str] = complete) -> dict[str, np.ndarray]:
@@ -420,6 +446,18 @@ def main() -> None:
             ),
         ):
             point, interval, poi, poi_ci = aggregate(normalised(key), args.reps, baseline)
+            summary["aggregate"][key] = {
+                "envs": complete,
+                "seeds": aggregate_seeds,
+                "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
+                "mean": {v: interval_triple(point[v][1], *interval[v][:, 1]) for v in variants},
+                "probability_of_improvement": {
+                    pair.split(",")[0]: interval_triple(
+                        np.asarray(poi[pair]).reshape(-1)[0], *np.asarray(poi_ci[pair]).reshape(-1)[:2]
+                    )
+                    for pair in poi
+                },
+            }
             lines += [
                 f"## Aggregate: {title}",
                 "",
@@ -467,6 +505,15 @@ def main() -> None:
             cells: dict[str, list[str]] = {v: [] for v in variants}
             for key in ("final", "auc"):
                 point, interval, poi, poi_ci = aggregate(normalised(key, group), args.reps, baseline)
+                summary["groups"].setdefault(group_name, {"envs": group})[key] = {
+                    "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
+                    "probability_of_improvement": {
+                        pair.split(",")[0]: interval_triple(
+                            np.asarray(poi[pair]).reshape(-1)[0], *np.asarray(poi_ci[pair]).reshape(-1)[:2]
+                        )
+                        for pair in poi
+                    },
+                }
                 for v in variants:
                     cells[v].append(f"{point[v][0]:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f})")
                     pair = f"{v},{baseline}"
@@ -487,7 +534,9 @@ def main() -> None:
         lines += [f"Failed runs (left out everywhere): {', '.join(failed)}.", ""]
 
     for key, label in (("final", "final return"), ("auc", "return over training")):
-        difference_rows = difference_tests(runs, envs, variants, baseline, key, args.reps)
+        differences = difference_tests(runs, envs, variants, baseline, key, args.reps)
+        summary["differences"][key] = differences
+        difference_rows = [difference_row(row, baseline) for row in differences]
         if difference_rows:
             lines += [
                 f"## Differences from `{baseline}` per env: {label}",
@@ -574,6 +623,8 @@ def main() -> None:
     learning_curves(runs, envs, args.figures / "learning_curves.png", variants)
     lines += ["## Learning curves (mean +- std over seeds)", "", f"![learning curves]({link('learning_curves.png')})", ""]
     args.out.write_text("\n".join(lines))
+    if args.json is not None:
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
     print("\n".join(lines))
 
 

@@ -75,13 +75,22 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
     out, figures = tmp_path / "RESULTS.md", tmp_path / "figures"
     subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(out)]
-        + ["--figures", str(figures), "--reps", "50"],
+        + ["--figures", str(figures), "--reps", "50", "--json", str(tmp_path / "summary.json")],
         check=True,
         capture_output=True,
         timeout=300,
     )
     text = out.read_text()
     lines = text.splitlines()
+    # The JSON summary holds the same estimates as the tables
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["aggregate"]["final"]["envs"] == ["CueRecall-v0", "EarlyChoice-v0"]
+    assert summary["aggregate"]["final"]["iqm"]["reset"] == [1.0, 1.0, 1.0]
+    assert summary["aggregate"]["final"]["probability_of_improvement"] == {"reset": [1.0, 1.0, 1.0]}
+    assert summary["groups"]["memory tasks"]["final"]["iqm"]["reset"] == [1.0, 1.0, 1.0]
+    cartpole = [row for row in summary["differences"]["final"] if row["env"] == "CartPoleNoVel-v1"]
+    assert len(cartpole) == 1 and cartpole[0]["variant"] == "reset" and cartpole[0]["difference"][0] == -100.0
+    assert any(line.startswith("| CartPoleNoVel-v1 | reset - mask | -100.000 (") for line in lines)
     # Per env: final return and return over training of every seed
     assert "| reset | 5 | 1.000 +- 0.000 | 0.750 +- 0.000 | 2000 | 12 | 1.00 |" in lines
     # the last evaluation is the final return, not the best one
