@@ -148,6 +148,42 @@ def test_report_uses_evaluations_within_the_budget_and_never_replaces_a_missing_
     assert "Failed runs (left out everywhere): mask CueRecall-v0 seed 1." in lines
 
 
+def test_readme_tables_from_a_summary() -> None:
+    tables = _load("readme_tables")
+    summary = {
+        "baseline": "off",
+        "variants": ["off", "a", "b"],
+        "final_evaluations": 2,
+        "aggregate": {
+            key: {
+                "envs": ["X", "Y"],
+                "seeds": list(range(10)),
+                "iqm": {"off": [0.5, 0.4, 0.6], "a": [0.7, 0.6, 0.8], "b": [0.3, 0.2, 0.4]},
+                "probability_of_improvement": {"a": [0.7, 0.55, 0.85], "b": [0.45, 0.3, 0.6]},
+            }
+            for key in ("final", "auc")
+        },
+        "differences": {
+            "final": [
+                {"env": "X", "variant": "a", "difference": [0.2, 0.1, 0.3], "p": 0.001, "p_holm": 0.004},
+                {"env": "Y", "variant": "b", "difference": [-0.1, -0.3, 0.1], "p": 0.03, "p_holm": 0.09},
+            ],
+            "auc": [],
+        },
+    }
+    lines = tables.aggregate_table("10 epochs", summary)
+    assert lines[0] == "10 epochs: 2 envs, seeds 0 to 9, final = mean of the last 2 evaluations."
+    assert "| `off` | 0.50 (0.40 to 0.60) | - |  | 0.50 (0.40 to 0.60) | - |  |" in lines
+    assert (
+        "| `a` | 0.70 (0.60 to 0.80) | 0.70 (0.55 to 0.85) | better | 0.70 (0.60 to 0.80) | 0.70 (0.55 to 0.85) | better |"
+        in lines
+    )
+    assert "| `b` | 0.30 (0.20 to 0.40) | 0.45 (0.30 to 0.60) | n.s. |" in lines[-1]
+    assert tables.verdict([0.3, 0.1, 0.45]) == "worse"
+    assert tables.significant_differences(summary, "final") == "a on X +0.2 (+0.1 to +0.3, Holm p 0.004)"
+    assert tables.significant_differences(summary, "auc") == "none"
+
+
 def test_grid_commands_and_resume(tmp_path: Path) -> None:
     run_grid = _load("run_grid")
     steps = run_grid.n_timesteps("CartPoleNoVel-v1")
