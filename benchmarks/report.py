@@ -150,7 +150,9 @@ def collapse_stats(eval_mean: np.ndarray, random: float, reference: float) -> tu
     return True, int((after < COLLAPSE_BELOW).sum()), len(after)
 
 
-def diagnostics_figure(runs: list[dict[str, Any]], env_id: str, variants: list[str], path: Path) -> bool:
+def diagnostics_figure(
+    runs: list[dict[str, Any]], env_id: str, variants: list[str], path: Path, keys: list[str] = DIAGNOSTICS
+) -> bool:
     """
     Per variant, the median over seeds of each ``train/`` diagnostic against the number of ``train()`` calls, from
     the runs' kept training logs. Returns False (and writes nothing) when no run has a log.
@@ -162,12 +164,12 @@ def diagnostics_figure(runs: list[dict[str, Any]], env_id: str, variants: list[s
         rows = [row for row in training_log.training_rows(run["dir"]) if "train/approx_kl" in row]
         if rows:
             per_key = curves.setdefault(run["variant"], {})
-            for key in DIAGNOSTICS:
+            for key in keys:
                 per_key.setdefault(key, []).append([row.get(f"train/{key}", np.nan) for row in rows])
     if not curves:
         return False
-    figure, axes = plt.subplots(1, len(DIAGNOSTICS), figsize=(4 * len(DIAGNOSTICS), 3.2), squeeze=False)
-    for ax, key in zip(axes[0], DIAGNOSTICS, strict=True):
+    figure, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
         for variant in variants:
             series = curves.get(variant, {}).get(key)
             if not series:
@@ -348,6 +350,8 @@ def main() -> None:
                         help="a markdown file put after the header (the protocol, deviations, reading)")  # fmt: skip
     parser.add_argument("--grid-command", default=None, help="the command that ran the grid, as the report states it")
     parser.add_argument("--focus", default="reset", help="the variant whose shortfalls against the baseline are listed")
+    parser.add_argument("--diagnostic-keys", nargs="+", default=DIAGNOSTICS,
+                        help="the train/ keys --diagnostics draws")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the estimates (aggregates, groups, per-env differences) as JSON")  # fmt: skip
     parser.add_argument("--diagnostics", action="store_true",
@@ -599,7 +603,7 @@ def main() -> None:
         lines += ["## Training diagnostics", ""]
         for env in envs:
             name = f"diagnostics_{env}.png"
-            if diagnostics_figure(runs, env, variants, args.figures / name):
+            if diagnostics_figure(runs, env, variants, args.figures / name, args.diagnostic_keys):
                 lines += [f"![{env} diagnostics]({link(name)})", ""]
     focus = args.focus
     if focus in variants and baseline in variants and focus != baseline:

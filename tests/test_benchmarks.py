@@ -414,6 +414,16 @@ def test_report_draws_diagnostics_and_counts_collapses(tmp_path: Path) -> None:
     assert "| CueRecall-v0 | ev_mask | 0 of 2 | - |" in text
     assert (figures / "diagnostics_CueRecall-v0.png").stat().st_size > 0
     assert "## Where ev_reset does not beat ev_mask" in text
+    # Other keys on request (--diagnostic-keys); a key no run logged is left blank, a run without a log skipped
+    report = _load("report")
+    runs = [
+        {"env": "CueRecall-v0", "variant": variant, "dir": grid / variant / "CueRecall-v0" / "seed0"}
+        for variant in ("ev_reset", "ev_mask")
+    ]
+    path = tmp_path / "keys.png"
+    assert report.diagnostics_figure(runs, "CueRecall-v0", ["ev_reset", "ev_mask"], path, ["approx_kl", "memory_staleness"])
+    assert path.stat().st_size > 0
+    assert not report.diagnostics_figure(runs[1:], "CueRecall-v0", ["ev_mask"], tmp_path / "none.png", ["approx_kl"])
 
 
 def test_tuning_rerun_config_is_the_trials_settings(tmp_path: Path) -> None:
