@@ -203,11 +203,16 @@ def aggregate(score_dict: dict[str, np.ndarray], reps: int, baseline: str = BASE
     return point, interval, poi, poi_ci
 
 
-def probability_text(poi: dict, poi_ci: dict, pair: str) -> str:
-    """``"P (low to high)"`` for one pair of rliable's probability-of-improvement estimates."""
+def probability_triple(poi: dict, poi_ci: dict, pair: str) -> list[float]:
+    """``[P, low, high]`` for one pair of rliable's probability-of-improvement estimates."""
     # rliable returns a scalar (or shape (1,)) estimate and a (2,) or (2, 1) interval
     low, high = np.asarray(poi_ci[pair]).reshape(-1)[:2]
-    probability = float(np.asarray(poi[pair]).reshape(-1)[0])
+    return [float(np.asarray(poi[pair]).reshape(-1)[0]), float(low), float(high)]
+
+
+def probability_text(poi: dict, poi_ci: dict, pair: str) -> str:
+    """``"P (low to high)"`` for one pair of rliable's probability-of-improvement estimates."""
+    probability, low, high = probability_triple(poi, poi_ci, pair)
     return f"{probability:.3f} ({low:.3f} to {high:.3f})"
 
 
@@ -455,12 +460,7 @@ def main() -> None:
                 "seeds": aggregate_seeds,
                 "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
                 "mean": {v: interval_triple(point[v][1], *interval[v][:, 1]) for v in variants},
-                "probability_of_improvement": {
-                    pair.split(",")[0]: interval_triple(
-                        np.asarray(poi[pair]).reshape(-1)[0], *np.asarray(poi_ci[pair]).reshape(-1)[:2]
-                    )
-                    for pair in poi
-                },
+                "probability_of_improvement": {pair.split(",")[0]: probability_triple(poi, poi_ci, pair) for pair in poi},
             }
             lines += [
                 f"## Aggregate: {title}",
@@ -511,12 +511,7 @@ def main() -> None:
                 point, interval, poi, poi_ci = aggregate(normalised(key, group), args.reps, baseline)
                 summary["groups"].setdefault(group_name, {"envs": group})[key] = {
                     "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
-                    "probability_of_improvement": {
-                        pair.split(",")[0]: interval_triple(
-                            np.asarray(poi[pair]).reshape(-1)[0], *np.asarray(poi_ci[pair]).reshape(-1)[:2]
-                        )
-                        for pair in poi
-                    },
+                    "probability_of_improvement": {pair.split(",")[0]: probability_triple(poi, poi_ci, pair) for pair in poi},
                 }
                 for v in variants:
                     cells[v].append(f"{point[v][0]:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f})")
