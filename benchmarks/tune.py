@@ -10,7 +10,8 @@ database URL as ``--storage`` (e.g. ``postgresql://user:password@host/db``) lets
 share the study. Resumable: a study already holding ``--trials`` finished or pruned trials is skipped; with the
 local journal files, trials left running by stopped workers (e.g. with a session) are marked failed first (the
 zoo counts running trials against the budget); with a database URL, where other machines' workers may be
-running, they are left as they are.
+running, they are left as they are. Every invocation appends to ``sessions.jsonl`` next to the study what it
+ran with (commit, dirty flag, command, trials before and after): the trials between two records ran at that commit.
 
 ``rerun``: the best trial of each study trained again on ``--seeds`` fresh seeds (its settings written to
 ``best.yml`` next to the study, with the trial in ``best.json``), as runs of the grid layout
@@ -123,6 +124,13 @@ def best_config(algo: str, env_id: str, conf: Path, params: dict[str, Any]) -> d
     return entry
 
 
+def record_session(folder: Path, **fields: Any) -> None:
+    """Append one JSON line to ``folder/sessions.jsonl``: the code version, the time and ``fields``."""
+    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **run_grid.code_version(), **fields}
+    with open(folder / "sessions.jsonl", "a") as log:
+        log.write(json.dumps(record) + "\n")
+
+
 def optimize_command(
     env_id: str, arm: str, storage: str, trials: int, worker: int, log_dir: Path, args: argparse.Namespace
 ) -> list[str]:
@@ -156,6 +164,13 @@ def optimize(args: argparse.Namespace) -> None:
                 stale = fail_stale_trials(storage, study_name(env_id, arm))
                 if stale:
                     print(f"{env_id} {arm}: {stale} trial(s) left running by a stopped worker marked failed", flush=True)
+            record_session(
+                path.parent,
+                event="start",
+                trials=done,
+                workers=args.workers,
+                command=" ".join(optimize_command(env_id, arm, storage, args.trials, 0, path.parent / "worker0", args)),
+            )
             start = time.perf_counter()
 
             def worker(index: int, env_id: str = env_id, arm: str = arm, storage: str = storage) -> int:
@@ -169,6 +184,7 @@ def optimize(args: argparse.Namespace) -> None:
             with ThreadPoolExecutor(max_workers=args.workers) as pool:
                 codes = list(pool.map(worker, range(args.workers)))
             done = finished_trials(storage, study_name(env_id, arm))
+            record_session(path.parent, event="end", trials=done, exit_codes=codes, seconds=time.perf_counter() - start)
             print(f"{env_id} {arm}: {done} trials in {time.perf_counter() - start:.0f} s, exit codes {codes}", flush=True)
 
 

@@ -479,3 +479,37 @@ def test_tuning_marks_trials_of_stopped_workers_failed(tmp_path: Path) -> None:
     states = [trial.state for trial in optuna.load_study(study_name="s", storage=tune._backend(storage)).trials]
     assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
     assert tune.finished_trials(storage, "s") == 1 and tune.fail_stale_trials(storage, "s") == 0
+
+
+def test_tuning_records_each_session_with_its_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import optuna
+
+    tune = _load("tune")
+    calls: list[list[str]] = []
+
+    def worker(command: list[str], **kwargs: Any) -> int:
+        """A zoo worker that finishes one trial of the shared study."""
+        calls.append(command)
+        storage, name = command[command.index("--storage") + 1], command[command.index("--study-name") + 1]
+        study = optuna.create_study(study_name=name, storage=tune._backend(storage), load_if_exists=True)
+        study.tell(study.ask(), 1.0)
+        return 0
+
+    monkeypatch.setattr(tune.subprocess, "call", worker)
+    args = tune.argparse.Namespace(
+        envs=["EarlyChoice-v0"], arms=["ev_reset"], trials=3, workers=2, storage=None, out=tmp_path,
+        n_evaluations=5, eval_episodes=10, n_timesteps=None,
+    )  # fmt: skip
+    tune.optimize(args)  # two workers, one trial each
+    tune.optimize(args)  # resumed: two more (the zoo's --max-total-trials would stop at 3)
+    tune.optimize(args)  # 4 >= 3 trials: skipped, nothing recorded
+    assert len(calls) == 4
+    lines = (tmp_path / "EarlyChoice-v0" / "ev_reset" / "sessions.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [(r["event"], r["trials"]) for r in records] == [("start", 0), ("end", 2), ("start", 2), ("end", 4)]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert all(r["commit"] == head and isinstance(r["dirty"], bool) for r in records)
+    # The command of worker 0 (seed 0) as it ran
+    (first,) = [command for command in calls[:2] if command[command.index("--seed") + 1] == "0"]
+    assert records[0]["command"] == " ".join(first)
+    assert records[1]["exit_codes"] == [0, 0]
