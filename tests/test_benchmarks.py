@@ -513,3 +513,27 @@ def test_tuning_records_each_session_with_its_commit(tmp_path: Path, monkeypatch
     (first,) = [command for command in calls[:2] if command[command.index("--seed") + 1] == "0"]
     assert records[0]["command"] == " ".join(first)
     assert records[1]["exit_codes"] == [0, 0]
+
+
+def test_every_study_keeps_its_records_and_ignores_models_and_raw_logs() -> None:
+    """What the studies write is committed or ignored by .gitignore as the protocols say (logs kept compressed)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tune = _load("tune")
+    rerun = tune.OUT.relative_to(ROOT) / "runs" / "tuned_ev_reset" / "EarlyChoice-v0" / "seed100"
+    study = tune.study_path(tune.OUT, "EarlyChoice-v0", "ev_reset").relative_to(ROOT)
+    evidence = Path("benchmarks/results/evidence/ev_reset/CueRecall-v0/seed0")
+    zoo = Path("reset_ppo/CueRecall-v0_1")
+    kept = [
+        *(run / name for run in (rerun, evidence) for name in ("run.json", "log.txt.gz", "progress.csv.gz")),
+        *(run / zoo / "evaluations.npz" for run in (rerun, evidence)),
+        study, study.with_name("sessions.jsonl"), study.with_name("worker0.txt"),
+    ]  # fmt: skip
+    ignored = [
+        *(run / "log.txt" for run in (rerun, evidence)),
+        *(run / zoo / "CueRecall-v0.zip" for run in (rerun, evidence)),
+        evidence / zoo / "0.monitor.csv",
+    ]
+    paths = [str(path) for path in kept + ignored]
+    result = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert set(result.stdout.split()) == {str(path) for path in ignored}
