@@ -11,7 +11,8 @@ share the study. Resumable: a study already holding ``--trials`` finished or pru
 local journal files, trials left running by stopped workers (e.g. with a session) are marked failed first (the
 zoo counts running trials against the budget); with a database URL, where other machines' workers may be
 running, they are left as they are. Every invocation appends to ``sessions.jsonl`` next to the study what it
-ran with (commit, dirty flag, command, trials before and after): the trials between two records ran at that commit.
+ran with (commit, dirty flag, command with a database password masked, trials before and after): the trials
+between two records ran at that commit.
 
 ``rerun``: the best trial of each study trained again on ``--seeds`` fresh seeds (its settings written to
 ``best.yml`` next to the study, with the trial in ``best.json``), as runs of the grid layout
@@ -30,6 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -124,6 +126,16 @@ def best_config(algo: str, env_id: str, conf: Path, params: dict[str, Any]) -> d
     return entry
 
 
+def redact(storage: str) -> str:
+    """A storage URL without its password (``postgresql://user:***@host/db``), e.g. for a committed record."""
+    parts = urlsplit(storage)
+    if not parts.password:
+        return storage
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def record_session(folder: Path, **fields: Any) -> None:
     """Append one JSON line to ``folder/sessions.jsonl``: the code version, the time and ``fields``."""
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **run_grid.code_version(), **fields}
@@ -169,7 +181,9 @@ def optimize(args: argparse.Namespace) -> None:
                 event="start",
                 trials=done,
                 workers=args.workers,
-                command=" ".join(optimize_command(env_id, arm, storage, args.trials, 0, path.parent / "worker0", args)),
+                command=" ".join(
+                    optimize_command(env_id, arm, redact(storage), args.trials, 0, path.parent / "worker0", args)
+                ),
             )
             start = time.perf_counter()
 

@@ -513,6 +513,10 @@ def test_tuning_records_each_session_with_its_commit(tmp_path: Path, monkeypatch
     (first,) = [command for command in calls[:2] if command[command.index("--seed") + 1] == "0"]
     assert records[0]["command"] == " ".join(first)
     assert records[1]["exit_codes"] == [0, 0]
+    # A database password never reaches the record
+    assert tune.redact("postgresql://user:secret@db.example:5432/optuna") == "postgresql://user:***@db.example:5432/optuna"
+    assert tune.redact("postgresql://db.example/optuna") == "postgresql://db.example/optuna"
+    assert tune.redact(str(tmp_path / "study.log")) == str(tmp_path / "study.log")
 
 
 def test_every_study_keeps_its_records_and_ignores_models_and_raw_logs() -> None:
