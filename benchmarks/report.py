@@ -269,6 +269,23 @@ def interval_triple(point: float, low: float, high: float) -> list[float]:
     return [float(point), float(low), float(high)]
 
 
+def paired_time_ratio(runs: list[dict[str, Any]], baseline_runs: list[dict[str, Any]]) -> tuple[float, int]:
+    """
+    The median over seeds of a run's wall time over the baseline's run of the same seed, counting only pairs that
+    trained at the same commit and are not reused: a study spans sessions on machines of different speeds, and each
+    session's runs share its worktree's commit, so a pair of one commit ran on one machine.
+
+    :return: The median ratio (NaN without a pair) and the number of pairs
+    """
+    baseline_of = {r["seed"]: r for r in baseline_runs if "reused_from" not in r}
+    ratios = [
+        r["seconds"] / baseline_of[r["seed"]]["seconds"]
+        for r in runs
+        if "reused_from" not in r and r["seed"] in baseline_of and r.get("commit") == baseline_of[r["seed"]].get("commit")
+    ]
+    return (float(np.median(ratios)) if ratios else float("nan")), len(ratios)
+
+
 def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path, variant_order: list[str]) -> None:
     columns = min(3, len(envs))
     rows = -(-len(envs) // columns)
@@ -554,8 +571,8 @@ def main() -> None:
             f"### {env} (random {randoms[env]:.2f}, reference {REFERENCE_RETURN[env]:g})",
             "",
             "| variant | seeds | final return (mean +- std) | return over training (mean +- std) | timesteps "
-            f"| wall time per run (s) | wall time / {baseline}'s |",
-            "|---|---|---|---|---|---|---|",
+            f"| wall time per run (s) | wall time / {baseline}'s | same-session pairs: median ratio (pairs) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         baseline_seconds = np.mean([r["seconds"] for r in seeds(env, baseline)]) if seeds(env, baseline) else np.nan
         for v in variants:
@@ -566,12 +583,19 @@ def main() -> None:
             aucs = np.array([r["auc"] for r in rows])
             seconds = np.mean([r["seconds"] for r in rows])
             reused = sum("reused_from" in r for r in rows)
+            ratio, pairs = paired_time_ratio(rows, seeds(env, baseline))
             lines.append(
                 f"| {v} | {len(rows)}{f' ({reused} reused)' if reused else ''} "
                 f"| {finals.mean():.3f} +- {finals.std():.3f} | {aucs.mean():.3f} +- {aucs.std():.3f} "
-                f"| {int(rows[0]['timesteps'][-1])} | {seconds:.0f} | {seconds / baseline_seconds:.2f} |"
+                f"| {int(rows[0]['timesteps'][-1])} | {seconds:.0f} | {seconds / baseline_seconds:.2f} "
+                f"| {f'{ratio:.2f} ({pairs})' if pairs else '-'} |"
             )
-        lines.append("")
+        lines += [
+            "",
+            f"Wall times mix sessions on machines of different speeds; the last column pairs each run with {baseline}'s "
+            "run of the same seed trained at the same commit (one session, one machine), reused runs left out.",
+            "",
+        ]
         if any("reused_from" in r for r in runs if r["env"] == env):
             lines += ["Reused runs keep the wall time of the study that ran them.", ""]
     lines += [

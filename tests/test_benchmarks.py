@@ -92,10 +92,10 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
     assert len(cartpole) == 1 and cartpole[0]["variant"] == "reset" and cartpole[0]["difference"][0] == -100.0
     assert any(line.startswith("| CartPoleNoVel-v1 | reset - mask | -100.000 (") for line in lines)
     # Per env: final return and return over training of every seed
-    assert "| reset | 5 | 1.000 +- 0.000 | 0.750 +- 0.000 | 2000 | 12 | 1.00 |" in lines
+    assert "| reset | 5 | 1.000 +- 0.000 | 0.750 +- 0.000 | 2000 | 12 | 1.00 | 1.00 (5) |" in lines
     # the last evaluation is the final return, not the best one
-    assert "| mask | 5 | 0.620 +- 0.014 | 0.640 +- 0.005 | 3000 | 12 | 1.00 |" in lines
-    assert "| reset | 2 | 200.000 +- 0.000 | 150.000 +- 0.000 | 2000 | 10 | 1.00 |" in lines
+    assert "| mask | 5 | 0.620 +- 0.014 | 0.640 +- 0.005 | 3000 | 12 | 1.00 | 1.00 (5) |" in lines
+    assert "| reset | 2 | 200.000 +- 0.000 | 150.000 +- 0.000 | 2000 | 10 | 1.00 | 1.00 (2) |" in lines
     # Aggregates over the two complete envs: reset sits at the reference (normalised 1) and beats mask everywhere
     final_table = text.split("## Aggregate: final normalised return")[1]
     assert "Over 2 envs (CueRecall-v0, EarlyChoice-v0), seeds 0 to 4 of each." in final_table
@@ -139,13 +139,34 @@ def test_report_uses_evaluations_within_the_budget_and_never_replaces_a_missing_
     text = out.read_text()
     lines = text.splitlines()
     # reset on CueRecall: last 2 evaluations within the budget (0.3, 0.5), the last one at step 2000
-    assert "| reset | 3 | 0.400 +- 0.000 | 0.400 +- 0.000 | 2000 | 11 | 0.94 |" in lines
-    assert "| mask | 3 | 0.350 +- 0.000 | 0.350 +- 0.000 | 2000 | 12 | 1.00 |" in lines
-    # Reused runs are counted and their wall time compared with the baseline's
-    assert "| reset | 3 (3 reused) | 2.500 +- 0.000 | 2.500 +- 0.000 | 2000 | 30 | 2.73 |" in lines
+    # Wall time: 11 s on average, 0.94 of mask's mean; paired by seed (mask seed 1 failed): seeds 0 and 2, ratio 1
+    assert "| reset | 3 | 0.400 +- 0.000 | 0.400 +- 0.000 | 2000 | 11 | 0.94 | 1.00 (2) |" in lines
+    assert "| mask | 3 | 0.350 +- 0.000 | 0.350 +- 0.000 | 2000 | 12 | 1.00 | 1.00 (3) |" in lines
+    # Reused runs are counted and their wall time compared with the baseline's, but never paired
+    assert "| reset | 3 (3 reused) | 2.500 +- 0.000 | 2.500 +- 0.000 | 2000 | 30 | 2.73 | - |" in lines
     assert "Over 1 envs (EarlyChoice-v0), seeds 0 to 2 of each." in text
     assert "CueRecall-v0" in text.split("Not in the aggregate")[1].splitlines()[0]
     assert "Failed runs (left out everywhere): mask CueRecall-v0 seed 1." in lines
+
+
+def test_wall_time_ratio_pairs_runs_of_one_seed_and_one_session() -> None:
+    report = _load("report")
+
+    def run(seed: int, seconds: float, commit: str, **fields: Any) -> dict[str, Any]:
+        return {"seed": seed, "seconds": seconds, "commit": commit, **fields}
+
+    baseline = [run(0, 10.0, "a"), run(1, 20.0, "a"), run(2, 25.0, "b"), run(3, 10.0, "b", reused_from="x")]
+    arm = [
+        run(0, 30.0, "a"),  # ratio 3
+        run(1, 80.0, "a"),  # ratio 4
+        run(2, 500.0, "c"),  # another session's machine than the baseline's seed 2: not paired
+        run(3, 40.0, "b"),  # the baseline's run is reused: not paired
+        run(4, 40.0, "a"),  # no baseline run of seed 4
+    ]
+    assert report.paired_time_ratio(arm, baseline) == (3.5, 2)
+    ratio, pairs = report.paired_time_ratio([run(2, 50.0, "c")], baseline)
+    assert np.isnan(ratio) and pairs == 0
+    assert report.paired_time_ratio([run(0, 5.0, "a", reused_from="y")], baseline)[1] == 0
 
 
 def test_readme_tables_from_a_summary() -> None:
