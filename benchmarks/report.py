@@ -368,8 +368,8 @@ def main() -> None:
     parser.add_argument("--final-evaluations", type=int, default=1, help="the final score: mean of the last K evaluations")
     parser.add_argument("--envs", nargs="+", default=None, help="envs to report (default: every env with runs)")
     parser.add_argument("--title", default="Benchmark results", help="the report's heading")
-    parser.add_argument("--notes", type=Path, default=None,
-                        help="a markdown file put after the header (the protocol, deviations, reading)")  # fmt: skip
+    parser.add_argument("--notes", type=Path, nargs="+", default=[],
+                        help="markdown files put after the header, in this order (protocol, deviations, reading)")  # fmt: skip
     parser.add_argument("--grid-command", default=None, help="the command that ran the grid, as the report states it")
     parser.add_argument("--focus", default="reset", help="the variant whose shortfalls against the baseline are listed")
     parser.add_argument("--diagnostic-keys", nargs="+", default=DIAGNOSTICS,
@@ -427,8 +427,8 @@ def main() -> None:
         "  `(score - random) / (reference - random)` with the random policy's return measured here.",
         "",
     ]
-    if args.notes is not None:
-        lines += [args.notes.read_text().strip(), ""]
+    for notes in args.notes:
+        lines += [notes.read_text().strip(), ""]
     # Estimates as [point, low, high] (95% intervals), for --json
     summary: dict[str, Any] = {
         "baseline": baseline,

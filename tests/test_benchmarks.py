@@ -84,7 +84,7 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
     lines = text.splitlines()
     # The JSON summary holds the same estimates as the tables
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["aggregate"]["final"]["envs"] == ["CueRecall-v0", "EarlyChoice-v0"]
+    assert summary["aggregate"]["final"]["envs"] == ["CueRecall-v0"]
     assert summary["aggregate"]["final"]["iqm"]["reset"] == [1.0, 1.0, 1.0]
     assert summary["aggregate"]["final"]["probability_of_improvement"] == {"reset": [1.0, 1.0, 1.0]}
     assert summary["groups"]["memory tasks"]["final"]["iqm"]["reset"] == [1.0, 1.0, 1.0]
@@ -309,15 +309,20 @@ def test_report_of_another_study_with_its_baseline_and_final_evaluations(tmp_pat
         _fake_run(other, "fm_refresh", "CueRecall-v0", seed, [0.2, 0.8, 1.0])
         _fake_run(grid, "reset", "CueRecall-v0", seed, [0.0, 0.0, 0.0])  # another study's: not reported
     out = tmp_path / "RESULTS.md"
+    (tmp_path / "study.md").write_text("## The study's notes\n")
+    (tmp_path / "other.md").write_text("## Other studies\n")
     subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), str(other), "--out", str(out)]
         + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3"]
-        + ["--variants", "fm_off", "fm_refresh", "--baseline", "fm_off", "--final-evaluations", "2"],
+        + ["--variants", "fm_off", "fm_refresh", "--baseline", "fm_off", "--final-evaluations", "2"]
+        + ["--notes", str(tmp_path / "study.md"), str(tmp_path / "other.md")],
         check=True,
         capture_output=True,
         timeout=300,
     )
     text = out.read_text()
+    # Several notes files, in the order given, before the first table
+    assert text.index("## The study's notes") < text.index("## Other studies") < text.index("## Aggregate")
     # final = mean of the last 2 evaluations: (0.4 + 0.6) / 2 and (0.8 + 1.0) / 2
     assert "| fm_off | 3 | 0.500 +- 0.000 |" in text and "| fm_refresh | 3 | 0.900 +- 0.000 |" in text
     assert "| fm_refresh vs fm_off | 1.000 (1.000 to 1.000) |" in text
@@ -602,3 +607,42 @@ def test_precondition_reruns_and_compares_bitwise(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(sys, "argv", ["precondition.py", "ev_mask/CueRecall-v0/0", "--results", str(tmp_path)])
     with pytest.raises(FileNotFoundError, match=r"run\.json missing"):
         precondition.main()
+
+
+def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path: Path) -> None:
+    evidence_report = _load("evidence_report")
+    grid, out_dir = tmp_path / "evidence", tmp_path / "out"
+    for seed in range(2):
+        _fake_run(grid, "ev_reset", "CueRecall-v0", seed, [0.2, 0.9, 1.0])
+        _fake_run(grid, "ev_mask", "CueRecall-v0", seed, [0.2, 0.3, 0.4])
+        _fake_run(grid, "ev_reset_stride1", "CueRecall-v0", seed, [0.2, 0.5, 0.6])
+    # A secondary arm on an env the protocol does not run it on is not reported
+    _fake_run(grid, "ev_reset_stride1", "PendulumNoVel-v1", 0, [-1000.0, -900.0, -800.0])
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "evidence_report.py"), "--out-dir", str(out_dir)]
+        + ["--evidence", str(grid), "--tuned", str(tmp_path / "missing"), "--min-seeds", "2", "--reps", "50"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "no tuned re-runs" in result.stdout and not (out_dir / "RESULTS_evidence_tuned.md").exists()
+    primary = (out_dir / "RESULTS.md").read_text()
+    assert primary.startswith("# Evidence: reset-and-continue against masking")
+    # The study's notes, then the other studies', before the tables
+    assert primary.index("## Protocol, deviations and reading") < primary.index("## Other studies")
+    assert primary.index("## Other studies") < primary.index("## Aggregate")
+    assert "--final-evaluations 2" in primary and "`python benchmarks/run_grid.py --study evidence" in primary
+    assert "| ev_reset | 2 | 0.950 +- 0.000 |" in primary and "| ev_reset_stride1 |" not in primary
+    secondary = (out_dir / "RESULTS_evidence_secondary.md").read_text()
+    assert "| ev_reset_stride1 | 2 | 0.550 +- 0.000 |" in secondary and "PendulumNoVel-v1" not in secondary
+    assert "ev_mask |" not in secondary
+    summary = json.loads((out_dir / "results" / "evidence_primary_summary.json").read_text())
+    assert summary["baseline"] == "ev_reset" and summary["aggregate"]["final"]["envs"] == ["CueRecall-v0"]
+    tables = (out_dir / "results" / "evidence_readme_tables.md").read_text()
+    assert "primary" in tables and "secondary" in tables and "`ev_mask`" in tables
+    assert (out_dir / "figures" / "evidence" / "aggregate.png").stat().st_size > 0
+    # Q4: the tuned re-runs on their fresh seeds, against the tuned ev_reset
+    tuned = evidence_report.report_commands(out_dir, grid, tmp_path / "tuned", 10, 2000, ["tuned"])["tuned"]
+    assert tuned[tuned.index("--first-seed") + 1] == "100" and tuned[tuned.index("--baseline") + 1] == "tuned_ev_reset"
+    assert tuned[tuned.index("--grid") + 1] == str(tmp_path / "tuned")

@@ -1,0 +1,167 @@
+"""
+The evidence study's reports (``benchmarks/PROTOCOL.md``, amendment 4) in one command, so that the report is
+regenerated from the runs exactly as the protocol fixed it.
+
+Runs ``report.py`` (as a subprocess, so each report states its own command) for:
+
+- the primary arms (``ev_reset``, ``ev_reset_importance``, ``ev_mask``, ``ev_mask_kept``, ``ev_rppo``) on the
+  study's 9 envs: ``RESULTS.md`` (with the study's notes, then the other studies' summary), figures in
+  ``figures/evidence/``;
+- the secondary arms (``ev_reset_stride1``, ``ev_reset_gru``, ``ev_reset_refresh``, each against ``ev_reset``)
+  on the 4 envs they run on: ``RESULTS_evidence_secondary.md``, figures in ``figures/evidence_secondary/``;
+- the tuned re-runs of Q4 (``tune.py rerun``: ``tuned_ev_reset`` against ``tuned_ev_mask_kept`` and
+  ``tuned_ev_rppo``, seeds 100 to 109), if any exist: ``RESULTS_evidence_tuned.md``, figures in
+  ``figures/evidence_tuned/``.
+
+Every report uses baseline ``ev_reset`` (its tuned counterpart for Q4), the mean of the last 2 of 20
+evaluations, aggregates over 10 named seeds and the training diagnostics. Each writes its estimates as JSON
+(``results/evidence_<report>_summary.json``), and ``results/evidence_readme_tables.md`` receives
+``readme_tables.py``'s tables of all of them, from which the README's "Evidence" section is written.
+
+``--out-dir`` writes everything under another folder (same layout), e.g. an interim look at a partial grid
+that must not overwrite the committed report: ``python benchmarks/evidence_report.py --out-dir /tmp/interim
+--min-seeds 2 --reps 200``.
+
+Usage: python benchmarks/evidence_report.py [--out-dir benchmarks] [--only primary secondary tuned]
+"""
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import run_grid  # noqa: E402  (benchmarks/run_grid.py)
+
+PRIMARY = [*run_grid.EVIDENCE_PRIMARY, "ev_rppo"]
+SECONDARY = ["ev_reset", *run_grid.EVIDENCE_SECONDARY]
+TUNED = ["tuned_ev_reset", "tuned_ev_mask_kept", "tuned_ev_rppo"]
+REPORTS = ["primary", "secondary", "tuned"]
+NOTES = HERE / "RESULTS_evidence_notes.md"
+OTHER_STUDIES = HERE / "RESULTS_notes.md"
+
+
+def report_commands(
+    out_dir: Path,
+    evidence: Path,
+    tuned: Path,
+    min_seeds: int,
+    reps: int,
+    only: list[str],
+) -> dict[str, list[str]]:
+    """
+    The ``report.py`` command line of each report to write.
+
+    :param out_dir: the folder of the reports (``benchmarks/`` for the committed ones)
+    :param evidence: the evidence grid's results folder
+    :param tuned: the tuned re-runs' results folder (``tune.py rerun``)
+    :param min_seeds: seeds of every env in the aggregates (the protocol: 10)
+    :param reps: bootstrap replications (the protocol: 2,000)
+    :param only: which of ``REPORTS`` to write
+    :return: report name -> argv
+    """
+    results = out_dir / "results"
+    common = ["--final-evaluations", "2", "--min-seeds", str(min_seeds), "--reps", str(reps), "--diagnostics"]
+    grid_command = "python benchmarks/run_grid.py --study evidence --workers 2"
+    settings = {
+        "primary": (
+            [evidence],
+            PRIMARY,
+            "ev_reset",
+            0,
+            run_grid.EVIDENCE_ENVS,
+            "RESULTS.md",
+            "Evidence: reset-and-continue against masking (benchmarks/PROTOCOL.md, primary arms)",
+            [NOTES, OTHER_STUDIES],
+            grid_command,
+        ),
+        "secondary": (
+            [evidence],
+            SECONDARY,
+            "ev_reset",
+            0,
+            run_grid.EVIDENCE_SECONDARY_ENVS,
+            "RESULTS_evidence_secondary.md",
+            "Evidence: window_stride 1, GRU and refreshed memory against ev_reset (benchmarks/PROTOCOL.md, Q3)",
+            [NOTES],
+            grid_command,
+        ),
+        "tuned": (
+            [tuned],
+            TUNED,
+            "tuned_ev_reset",
+            100,
+            ["EarlyChoice-v0", "CartPoleNoVel-v1"],
+            "RESULTS_evidence_tuned.md",
+            "Evidence: an equal tuning budget (benchmarks/PROTOCOL.md, Q4), best trials on fresh seeds",
+            [NOTES],
+            "python benchmarks/tune.py optimize && python benchmarks/tune.py rerun",
+        ),
+    }
+    commands = {}
+    for name in only:
+        grids, variants, baseline, first_seed, envs, out, title, notes, command = settings[name]
+        commands[name] = [
+            sys.executable,
+            str(HERE / "report.py"),
+            "--grid",
+            *map(str, grids),
+            "--variants",
+            *variants,
+            "--baseline",
+            baseline,
+            "--focus",
+            baseline,
+            "--first-seed",
+            str(first_seed),
+            "--envs",
+            *envs,
+            "--out",
+            str(out_dir / out),
+            "--figures",
+            str(out_dir / "figures" / ("evidence" if name == "primary" else f"evidence_{name}")),
+            "--json",
+            str(results / f"evidence_{name}_summary.json"),
+            "--title",
+            title,
+            "--grid-command",
+            command,
+            "--notes",
+            *map(str, notes),
+            *common,
+        ]
+    return commands
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out-dir", type=Path, default=HERE, help="the reports' folder (same layout as benchmarks/)")
+    parser.add_argument("--evidence", type=Path, default=HERE / "results" / "evidence", help="the grid's runs")
+    parser.add_argument("--tuned", type=Path, default=HERE / "results" / "tuning" / "runs", help="tuned re-runs")
+    parser.add_argument("--min-seeds", type=int, default=10, help="seeds per env in the aggregates (protocol: 10)")
+    parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications (protocol: 2000)")
+    parser.add_argument("--only", nargs="+", choices=REPORTS, default=REPORTS, help="the reports to write")
+    args = parser.parse_args()
+    if args.min_seeds < 1:
+        parser.error(f"--min-seeds must be at least 1, got {args.min_seeds}")
+    only = list(args.only)
+    if "tuned" in only and not args.tuned.is_dir():
+        print(f"no tuned re-runs in {args.tuned}: the tuned report is skipped")
+        only.remove("tuned")
+    (args.out_dir / "results").mkdir(parents=True, exist_ok=True)
+    summaries = []
+    for name, command in report_commands(args.out_dir, args.evidence, args.tuned, args.min_seeds, args.reps, only).items():
+        print(f"{name}: {' '.join(command[1:])}", flush=True)
+        subprocess.run(command, check=True)
+        summaries.append(f"{name}={args.out_dir / 'results' / f'evidence_{name}_summary.json'}")
+    tables = subprocess.run(
+        [sys.executable, str(HERE / "readme_tables.py"), *summaries], check=True, capture_output=True, text=True
+    ).stdout
+    out = args.out_dir / "results" / "evidence_readme_tables.md"
+    out.write_text(tables)
+    print(f"README tables: {out}")
+
+
+if __name__ == "__main__":
+    main()
