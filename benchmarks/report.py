@@ -336,6 +336,20 @@ def versions() -> str:
     return ", ".join(found)
 
 
+def machines(runs: list[dict[str, Any]]) -> str:
+    """The machines the runs trained on, as ``run_grid.py`` records them, with their number of runs."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        spec = run.get("machine")
+        name = (
+            f"{spec['cpu']}, {spec['cores']} cores" + (f" ({' '.join(spec['extensions'])})" if spec["extensions"] else "")
+            if spec
+            else "not recorded (runs made before run.json recorded the machine)"
+        )
+        counts[name] = counts.get(name, 0) + 1
+    return "; ".join(f"{name}: {count} runs" for name, count in sorted(counts.items(), key=lambda item: -item[1]))
+
+
 def hardware() -> str:
     model = "unknown CPU"
     if Path("/proc/cpuinfo").exists():
@@ -417,7 +431,8 @@ def main() -> None:
         )
         + "`",
         "- Command (report): `python " + " ".join(["benchmarks/report.py", *sys.argv[1:]]) + "`",
-        f"- Hardware: {hardware()}",
+        f"- Hardware (this report): {hardware()}",
+        f"- Machines (the runs): {machines(runs)}",
         f"- Packages: {versions()}",
         "- Hyperparameters: " + conf_files(runs) + ".",
         "- Runs: two at a time on the 2 cores (one torch thread each); wall time includes the evaluations.",

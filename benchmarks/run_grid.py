@@ -172,6 +172,24 @@ def code_version() -> dict[str, Any]:
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "sb3_reset_ppo"))}
 
 
+def machine() -> dict[str, Any]:
+    """
+    The machine a run trains on: CPU model, cores and the vector extensions that decide which kernels torch picks
+    (a study spanning sessions spans machines, and RecurrentPPO's floating-point path differs between them).
+    """
+    cpu, flags = "unknown CPU", set[str]()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and cpu == "unknown CPU":
+                cpu = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    extensions = [flag for flag in ("avx2", "avx512f", "amx_tile") if flag in flags]
+    return {"cpu": cpu, "cores": os.cpu_count(), "extensions": extensions}
+
+
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     """
     Train and evaluate one run into ``job["run_dir"]`` and write its ``run.json`` if it finished. ``job`` holds
@@ -186,12 +204,14 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     args = command(
         job["variant"], job["env"], job["seed"], run_dir, job["eval_episodes"], conf=job.get("conf"), steps=job.get("steps")
     )
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     start = time.perf_counter()
     with open(run_dir / "log.txt", "w") as log:
         code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     result = {
         "variant": job.get("label", job["variant"]), "env": job["env"], "seed": job["seed"], "returncode": code,
-        "seconds": time.perf_counter() - start, "command": " ".join(args), **code_version(), **job.get("extra", {}),
+        "seconds": time.perf_counter() - start, "command": " ".join(args), **code_version(), "started": started,
+        "machine": machine(), **job.get("extra", {}),
     }  # fmt: skip
     if code == 0:
         if "conf" in VARIANTS[job["variant"]]:

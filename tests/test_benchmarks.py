@@ -1,9 +1,12 @@
 """The benchmark grid runner and the report, on synthetic grids (no training)."""
 
+import calendar
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -84,7 +87,7 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
     lines = text.splitlines()
     # The JSON summary holds the same estimates as the tables
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["aggregate"]["final"]["envs"] == ["CueRecall-v0"]
+    assert summary["aggregate"]["final"]["envs"] == ["CueRecall-v0", "EarlyChoice-v0"]
     assert summary["aggregate"]["final"]["iqm"]["reset"] == [1.0, 1.0, 1.0]
     assert summary["aggregate"]["final"]["probability_of_improvement"] == {"reset": [1.0, 1.0, 1.0]}
     assert summary["groups"]["memory tasks"]["final"]["iqm"]["reset"] == [1.0, 1.0, 1.0]
@@ -646,3 +649,23 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
     tuned = evidence_report.report_commands(out_dir, grid, tmp_path / "tuned", 10, 2000, ["tuned"])["tuned"]
     assert tuned[tuned.index("--first-seed") + 1] == "100" and tuned[tuned.index("--baseline") + 1] == "tuned_ev_reset"
     assert tuned[tuned.index("--grid") + 1] == str(tmp_path / "tuned")
+
+
+def test_runs_record_when_and_on_which_machine_they_trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_grid, report = _load("run_grid"), _load("report")
+    # A trainer that exits at once: run_one's record, not training, is under test
+    monkeypatch.setattr(run_grid, "command", lambda *args, **kwargs: [sys.executable, "-c", "pass"])
+    job = {"variant": "reset", "env": "CueRecall-v0", "seed": 0, "run_dir": tmp_path / "run", "eval_episodes": 1}
+    result = run_grid.run_one(job)
+    stored = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert stored == result and stored["returncode"] == 0
+    assert stored["machine"]["cores"] == os.cpu_count() and stored["machine"]["cpu"]
+    assert set(stored["machine"]["extensions"]) <= {"avx2", "avx512f", "amx_tile"}
+    assert abs(calendar.timegm(time.strptime(stored["started"], "%Y-%m-%dT%H:%M:%SZ")) - time.time()) < 600
+    # The report counts the runs per machine, runs from before the record as not recorded
+    a = {"cpu": "CPU A", "cores": 2, "extensions": ["avx2"]}
+    b = {"cpu": "CPU B", "cores": 2, "extensions": []}
+    text = report.machines([{"machine": a}, {"machine": a}, {"machine": b}, {}])
+    assert text == "CPU A, 2 cores (avx2): 2 runs; CPU B, 2 cores: 1 runs; " + (
+        "not recorded (runs made before run.json recorded the machine): 1 runs"
+    )
