@@ -24,6 +24,7 @@ import gzip
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -235,6 +236,55 @@ def runs_on(study: str, variant: str, env_id: str) -> bool:
     return not (study == "evidence" and variant in EVIDENCE_SECONDARY and env_id not in EVIDENCE_SECONDARY_ENVS)
 
 
+def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: int) -> str:
+    """
+    How long the runs still to do take, from the median wall time of the finished runs of each (variant, env)
+    (reused runs, timed by another study, only where a pair has no other finished run). The grid spans machines of different speeds, so this is a
+    plan, not a measurement; (variant, env) pairs without a finished run are counted separately.
+
+    :param jobs: every run of the grid
+    :param todo: the runs not finished yet
+    :param workers: runs trained at a time
+    :return: a few lines of text: the total, then core-hours per variant and per env
+    """
+    own: dict[tuple[str, str], list[float]] = {}
+    reused: dict[tuple[str, str], list[float]] = {}
+    for job in jobs:
+        run_file = job["run_dir"] / "run.json"
+        if run_file.exists():
+            run = json.loads(run_file.read_text())
+            if run["returncode"] == 0:
+                timed = reused if "reused_from" in run else own
+                timed.setdefault((job["variant"], job["env"]), []).append(float(run["seconds"]))
+    # A pair whose finished runs are all reused is timed by them
+    times = {**reused, **own}
+    by_variant: dict[str, float] = {}
+    by_env: dict[str, float] = {}
+    unknown: dict[str, int] = {}
+    for job in todo:
+        key = (job["variant"], job["env"])
+        if key not in times:
+            unknown[f"{key[0]} on {key[1]}"] = unknown.get(f"{key[0]} on {key[1]}", 0) + 1
+            continue
+        seconds = statistics.median(times[key])
+        by_variant[key[0]] = by_variant.get(key[0], 0.0) + seconds
+        by_env[key[1]] = by_env.get(key[1], 0.0) + seconds
+    total = sum(by_variant.values())
+
+    def hours(spent: dict[str, float]) -> str:
+        return ", ".join(f"{name} {seconds / 3600:.1f}" for name, seconds in spent.items())
+
+    lines = [
+        f"forecast: {len(todo)} runs to do, {total / 3600:.1f} core-hours, about {total / 3600 / max(workers, 1):.1f} "
+        f"wall-hours on {workers} workers (medians of the finished runs of each variant and env)",
+        f"  core-hours by variant: {hours(by_variant)}",
+        f"  core-hours by env: {hours(by_env)}",
+    ]
+    if unknown:
+        lines.append("  not counted (no finished run yet): " + ", ".join(f"{k} ({n})" for k, n in unknown.items()))
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", choices=["grid", "fresh_memory", "gru", "evidence"], default="grid",
@@ -246,6 +296,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/<study>")
+    parser.add_argument("--forecast", action="store_true", help="print how long the remaining runs take; run nothing")
     args = parser.parse_args()
     studies = {
         "grid": (DEFAULT_ENVS, [v for v in VARIANTS if "conf" not in VARIANTS[v]]),
@@ -269,6 +320,9 @@ def main() -> None:
     print(
         f"{len(jobs) - len(todo)} of {len(jobs)} runs already done; {len(todo)} to run on {args.workers} workers", flush=True
     )
+    if args.forecast:
+        print(forecast(jobs, todo, args.workers))
+        return
     with ThreadPoolExecutor(max_workers=max(1, min(args.workers, os.cpu_count() or 1))) as pool:
         # In the order runs finish (a slow run does not hold back the report of the others)
         for future in as_completed([pool.submit(run_one, job) for job in todo]):

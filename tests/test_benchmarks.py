@@ -669,3 +669,35 @@ def test_runs_record_when_and_on_which_machine_they_trained(tmp_path: Path, monk
     assert text == "CPU A, 2 cores (avx2): 2 runs; CPU B, 2 cores: 1 runs; " + (
         "not recorded (runs made before run.json recorded the machine): 1 runs"
     )
+
+
+def test_forecast_of_the_remaining_runs_from_medians_of_finished_ones(tmp_path: Path) -> None:
+    run_grid = _load("run_grid")
+
+    def job(variant: str, env_id: str, seed: int, seconds: float | None = None, **fields: Any) -> dict[str, Any]:
+        run_dir = tmp_path / variant / env_id / f"seed{seed}"
+        if seconds is not None:
+            run_dir.mkdir(parents=True)
+            run = {"returncode": 0, "seconds": seconds, **fields}
+            (run_dir / "run.json").write_text(json.dumps(run))
+        return {"variant": variant, "env": env_id, "seed": seed, "run_dir": run_dir}
+
+    jobs = [
+        # a: median 3600 s of its own runs (the reused one, 60 s, is ignored), 2 runs to do
+        job("a", "E1", 0, 1800.0),
+        job("a", "E1", 1, 3600.0),
+        job("a", "E1", 2, 7200.0),
+        job("a", "E1", 3, 60.0, reused_from="x"),
+        job("a", "E1", 4),
+        job("a", "E1", 5),
+        # b: only reused runs, so they time it: 1800 s, 1 run to do
+        job("b", "E1", 0, 1800.0, reused_from="x"),
+        job("b", "E1", 1),
+        # c: nothing finished
+        job("c", "E2", 0),
+    ]
+    todo = [j for j in jobs if not (j["run_dir"] / "run.json").exists()]
+    text = run_grid.forecast(jobs, todo, 2)
+    assert text.splitlines()[0].startswith("forecast: 4 runs to do, 2.5 core-hours, about 1.2 wall-hours on 2 workers")
+    assert "core-hours by variant: a 2.0, b 0.5" in text and "core-hours by env: E1 2.5" in text
+    assert "not counted (no finished run yet): c on E2 (1)" in text
