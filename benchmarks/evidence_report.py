@@ -26,11 +26,13 @@ Usage: python benchmarks/evidence_report.py [--out-dir benchmarks] [--only prima
 """
 
 import argparse
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import run_grid  # noqa: E402  (benchmarks/run_grid.py)
 
@@ -38,8 +40,14 @@ PRIMARY = [*run_grid.EVIDENCE_PRIMARY, "ev_rppo"]
 SECONDARY = ["ev_reset", *run_grid.EVIDENCE_SECONDARY]
 TUNED = ["tuned_ev_reset", "tuned_ev_mask_kept", "tuned_ev_rppo"]
 REPORTS = ["primary", "secondary", "tuned"]
-NOTES = HERE / "RESULTS_evidence_notes.md"
-OTHER_STUDIES = HERE / "RESULTS_notes.md"
+NOTES = Path("benchmarks/RESULTS_evidence_notes.md")
+OTHER_STUDIES = Path("benchmarks/RESULTS_notes.md")
+
+
+def repository_path(path: Path) -> Path:
+    """``path`` relative to the repository's root if it lies inside it, else absolute."""
+    path = path.resolve()
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def report_commands(
@@ -53,7 +61,9 @@ def report_commands(
     """
     The ``report.py`` command line of each report to write.
 
-    :param out_dir: the folder of the reports (``benchmarks/`` for the committed ones)
+    The command runs from the repository's root: relative paths are relative to it.
+
+    :param out_dir: the folder of the reports (``benchmarks`` for the committed ones)
     :param evidence: the evidence grid's results folder
     :param tuned: the tuned re-runs' results folder (``tune.py rerun``)
     :param min_seeds: seeds of every env in the aggregates (the protocol: 10)
@@ -104,14 +114,12 @@ def report_commands(
         grids, variants, baseline, first_seed, envs, out, title, notes, command = settings[name]
         commands[name] = [
             sys.executable,
-            str(HERE / "report.py"),
+            "benchmarks/report.py",
             "--grid",
             *map(str, grids),
             "--variants",
             *variants,
             "--baseline",
-            baseline,
-            "--focus",
             baseline,
             "--first-seed",
             str(first_seed),
@@ -146,17 +154,22 @@ def main() -> None:
     if args.min_seeds < 1:
         parser.error(f"--min-seeds must be at least 1, got {args.min_seeds}")
     only = list(args.only)
-    if "tuned" in only and not args.tuned.is_dir():
-        print(f"no tuned re-runs in {args.tuned}: the tuned report is skipped")
+    if "tuned" in only and not any(args.tuned.glob("*/*/seed*/run.json")):
+        print(f"no finished tuned re-run in {args.tuned}: the tuned report is skipped")
         only.remove("tuned")
+    if not only:
+        return
     (args.out_dir / "results").mkdir(parents=True, exist_ok=True)
     summaries = []
-    for name, command in report_commands(args.out_dir, args.evidence, args.tuned, args.min_seeds, args.reps, only).items():
-        print(f"{name}: {' '.join(command[1:])}", flush=True)
-        subprocess.run(command, check=True)
-        summaries.append(f"{name}={args.out_dir / 'results' / f'evidence_{name}_summary.json'}")
+    # Paths inside the repository are given relative to it and the reports run from its root, so that the command
+    # each report states works in any checkout
+    out_dir, evidence, tuned = (repository_path(path) for path in (args.out_dir, args.evidence, args.tuned))
+    for name, command in report_commands(out_dir, evidence, tuned, args.min_seeds, args.reps, only).items():
+        print(f"{name}: {shlex.join(command[1:])}", flush=True)
+        subprocess.run(command, check=True, cwd=ROOT)
+        summaries.append(f"{name}={out_dir / 'results' / f'evidence_{name}_summary.json'}")
     tables = subprocess.run(
-        [sys.executable, str(HERE / "readme_tables.py"), *summaries], check=True, capture_output=True, text=True
+        [sys.executable, "benchmarks/readme_tables.py", *summaries], check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT
     ).stdout
     out = args.out_dir / "results" / "evidence_readme_tables.md"
     out.write_text(tables)

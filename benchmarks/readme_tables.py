@@ -30,6 +30,9 @@ def verdict(triple: list[float]) -> str:
 
 def aggregate_table(label: str, summary: dict[str, Any]) -> list[str]:
     baseline = summary["baseline"]
+    if not summary["aggregate"]:
+        # report.py found no env with every variant's aggregate seeds (a partial grid)
+        return [f"{label}: no aggregate yet (no env has the aggregate seeds of every variant)."]
     final, auc = summary["aggregate"]["final"], summary["aggregate"]["auc"]
     seeds = final["seeds"]
     lines = [

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -272,8 +273,8 @@ def interval_triple(point: float, low: float, high: float) -> list[float]:
 def paired_time_ratio(runs: list[dict[str, Any]], baseline_runs: list[dict[str, Any]]) -> tuple[float, int]:
     """
     The median over seeds of a run's wall time over the baseline's run of the same seed, counting only pairs that
-    trained at the same commit and are not reused: a study spans sessions on machines of different speeds, and each
-    session's runs share its worktree's commit, so a pair of one commit ran on one machine.
+    trained at the same commit, on the same machine where both record it, and are not reused: a study spans sessions
+    on machines of different speeds, and each session's runs share its worktree's commit.
 
     :return: The median ratio (NaN without a pair) and the number of pairs
     """
@@ -281,7 +282,12 @@ def paired_time_ratio(runs: list[dict[str, Any]], baseline_runs: list[dict[str, 
     ratios = [
         r["seconds"] / baseline_of[r["seed"]]["seconds"]
         for r in runs
-        if "reused_from" not in r and r["seed"] in baseline_of and r.get("commit") == baseline_of[r["seed"]].get("commit")
+        if "reused_from" not in r
+        and r["seed"] in baseline_of
+        and r.get("commit") == baseline_of[r["seed"]].get("commit")
+        and (
+            "machine" not in r or "machine" not in baseline_of[r["seed"]] or r["machine"] == baseline_of[r["seed"]]["machine"]
+        )
     ]
     return (float(np.median(ratios)) if ratios else float("nan")), len(ratios)
 
@@ -347,7 +353,9 @@ def machines(runs: list[dict[str, Any]]) -> str:
             else "not recorded (runs made before run.json recorded the machine)"
         )
         counts[name] = counts.get(name, 0) + 1
-    return "; ".join(f"{name}: {count} runs" for name, count in sorted(counts.items(), key=lambda item: -item[1]))
+    return "; ".join(
+        f"{name}: {count} run{'s' if count != 1 else ''}" for name, count in sorted(counts.items(), key=lambda item: -item[1])
+    )
 
 
 def hardware() -> str:
@@ -404,6 +412,8 @@ def main() -> None:
     runs = [r for r in runs if args.envs is None or r["env"] in args.envs]
     failed = sorted(f"{r['variant']} {r['env']} seed {r['seed']}" for r in runs if r["returncode"] != 0)
     runs = [r for r in runs if r["returncode"] == 0]
+    if not runs:
+        parser.error(f"no finished run of --variants {' '.join(args.variants)} in --grid {' '.join(map(str, args.grid))}")
     aggregate_seeds = list(range(args.first_seed, args.first_seed + args.min_seeds))
     envs = [env for env in REFERENCE_RETURN if any(r["env"] == env for r in runs)]
     variants = [v for v in args.variants if any(r["variant"] == v for r in runs)]
@@ -430,7 +440,7 @@ def main() -> None:
             f"--seeds {args.min_seeds}"
         )
         + "`",
-        "- Command (report): `python " + " ".join(["benchmarks/report.py", *sys.argv[1:]]) + "`",
+        "- Command (report): `python " + shlex.join(["benchmarks/report.py", *sys.argv[1:]]) + "`",
         f"- Hardware (this report): {hardware()}",
         f"- Machines (the runs): {machines(runs)}",
         f"- Packages: {versions()}",

@@ -173,13 +173,14 @@ def code_version() -> dict[str, Any]:
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "sb3_reset_ppo"))}
 
 
-def machine() -> dict[str, Any]:
+def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     """
     The machine a run trains on: CPU model, cores and the vector extensions that decide which kernels torch picks
     (a study spanning sessions spans machines, and RecurrentPPO's floating-point path differs between them).
+
+    :param cpuinfo: Linux's CPU description (elsewhere absent: the CPU is then "unknown CPU")
     """
     cpu, flags = "unknown CPU", set[str]()
-    cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         for line in cpuinfo.read_text().splitlines():
             key, _, value = line.partition(":")
@@ -239,8 +240,9 @@ def runs_on(study: str, variant: str, env_id: str) -> bool:
 def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: int) -> str:
     """
     How long the runs still to do take, from the median wall time of the finished runs of each (variant, env)
-    (reused runs, timed by another study, only where a pair has no other finished run). The grid spans machines of different speeds, so this is a
-    plan, not a measurement; (variant, env) pairs without a finished run are counted separately.
+    (reused runs, timed by another study, only where a pair has no other finished run). The grid spans machines
+    of different speeds, so this is a plan, not a measurement; (variant, env) pairs without a finished run are
+    listed, not counted, so the total is a lower bound when there are any.
 
     :param jobs: every run of the grid
     :param todo: the runs not finished yet
@@ -274,8 +276,10 @@ def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: in
     def hours(spent: dict[str, float]) -> str:
         return ", ".join(f"{name} {seconds / 3600:.1f}" for name, seconds in spent.items())
 
+    bound = "at least " if unknown else ""
     lines = [
-        f"forecast: {len(todo)} runs to do, {total / 3600:.1f} core-hours, about {total / 3600 / max(workers, 1):.1f} "
+        f"forecast: {len(todo)} runs to do, {bound}{total / 3600:.1f} core-hours, {bound or 'about '}"
+        f"{total / 3600 / max(workers, 1):.1f} "
         f"wall-hours on {workers} workers (medians of the finished runs of each variant and env)",
         f"  core-hours by variant: {hours(by_variant)}",
         f"  core-hours by env: {hours(by_env)}",
@@ -320,10 +324,11 @@ def main() -> None:
     print(
         f"{len(jobs) - len(todo)} of {len(jobs)} runs already done; {len(todo)} to run on {args.workers} workers", flush=True
     )
+    workers = max(1, min(args.workers, os.cpu_count() or 1))
     if args.forecast:
-        print(forecast(jobs, todo, args.workers))
+        print(forecast(jobs, todo, workers))
         return
-    with ThreadPoolExecutor(max_workers=max(1, min(args.workers, os.cpu_count() or 1))) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         # In the order runs finish (a slow run does not hold back the report of the others)
         for future in as_completed([pool.submit(run_one, job) for job in todo]):
             result = future.result()
