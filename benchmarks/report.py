@@ -39,6 +39,7 @@ VARIANT_ORDER = ["reset", "reset_importance", "mask", "mask_kept", "ppo_lstm"]
 BASELINE = "mask"
 # Reference (best) returns used for normalisation; random returns are measured by the report itself
 sys.path.insert(0, str(HERE))
+import run_grid  # noqa: E402  (benchmarks/run_grid.py)
 import training_log  # noqa: E402  (benchmarks/training_log.py)
 
 REFERENCE_RETURN = {
@@ -342,16 +343,17 @@ def versions() -> str:
     return ", ".join(found)
 
 
+def machine_name(spec: dict[str, Any]) -> str:
+    """A machine as ``run_grid.machine`` describes it: ``CPU, N cores (extensions)``."""
+    return f"{spec['cpu']}, {spec['cores']} cores" + (f" ({' '.join(spec['extensions'])})" if spec["extensions"] else "")
+
+
 def machines(runs: list[dict[str, Any]]) -> str:
     """The machines the runs trained on, as ``run_grid.py`` records them, with their number of runs."""
     counts: dict[str, int] = {}
     for run in runs:
         spec = run.get("machine")
-        name = (
-            f"{spec['cpu']}, {spec['cores']} cores" + (f" ({' '.join(spec['extensions'])})" if spec["extensions"] else "")
-            if spec
-            else "not recorded (runs made before run.json recorded the machine)"
-        )
+        name = machine_name(spec) if spec else "not recorded (runs made before run.json recorded the machine)"
         counts[name] = counts.get(name, 0) + 1
     return "; ".join(
         f"{name}: {count} run{'s' if count != 1 else ''}" for name, count in sorted(counts.items(), key=lambda item: -item[1])
@@ -359,14 +361,9 @@ def machines(runs: list[dict[str, Any]]) -> str:
 
 
 def hardware() -> str:
-    model = "unknown CPU"
-    if Path("/proc/cpuinfo").exists():
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    """The machine this report runs on."""
     system = f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"
-    return f"{model}, {os.cpu_count()} cores, {system}, no GPU"
+    return f"{machine_name(run_grid.machine())}, {system}, no GPU"
 
 
 def main() -> None:

@@ -713,6 +713,8 @@ def test_runs_record_when_and_on_which_machine_they_trained(tmp_path: Path, monk
     )
     assert run_grid.machine(cpuinfo) == {"cpu": "CPU A", "cores": os.cpu_count(), "extensions": ["avx2", "amx_tile"]}
     assert run_grid.machine(tmp_path / "absent")["cpu"] == "unknown CPU"
+    # The report's own machine is described the same way
+    assert report.hardware().startswith(report.machine_name(run_grid.machine()) + ", ")
     assert abs(calendar.timegm(time.strptime(stored["started"], "%Y-%m-%dT%H:%M:%SZ")) - time.time()) < 600
     # The report counts the runs per machine, runs from before the record as not recorded
     a = {"cpu": "CPU A", "cores": 2, "extensions": ["avx2"]}
