@@ -17,6 +17,8 @@ Every report uses baseline ``ev_reset`` (its tuned counterpart for Q4), the mean
 evaluations, aggregates over 10 named seeds and the training diagnostics. Each writes its estimates as JSON
 (``results/evidence_<report>_summary.json``), and ``results/evidence_readme_tables.md`` receives
 ``readme_tables.py``'s tables of all of them, from which the README's "Evidence" section is written.
+``RESULTS_evidence_decisions.md`` then states the claims and the default decisions the protocol's rules give
+(``decisions.py``, from every summary present).
 
 ``--out-dir`` writes everything under another folder (same layout), e.g. an interim look at a partial grid
 that must not overwrite the committed report: ``python benchmarks/evidence_report.py --out-dir /tmp/interim
@@ -174,6 +176,19 @@ def main() -> None:
     out = args.out_dir / "results" / "evidence_readme_tables.md"
     out.write_text(tables)
     print(f"README tables: {out}")
+    # The protocol's claims and decisions from every summary there is (a report not written now may exist from
+    # an earlier run of this script, e.g. the primary one while only the tuned report is rewritten)
+    decision_args = []
+    for name in REPORTS:
+        path = out_dir / "results" / f"evidence_{name}_summary.json"
+        if (ROOT / path).exists():
+            decision_args += [f"--{name}", str(path)]
+    if "--primary" in decision_args:
+        decisions_out = out_dir / "RESULTS_evidence_decisions.md"
+        subprocess.run(
+            [sys.executable, "benchmarks/decisions.py", *decision_args, "--out", str(decisions_out)], check=True, cwd=ROOT
+        )
+        print(f"claims and decisions: {decisions_out}")
 
 
 if __name__ == "__main__":

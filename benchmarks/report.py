@@ -394,7 +394,7 @@ def main() -> None:
     parser.add_argument("--diagnostic-keys", nargs="+", default=DIAGNOSTICS,
                         help="the train/ keys --diagnostics draws")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None,
-                        help="also write the estimates (aggregates, groups, per-env differences) as JSON")  # fmt: skip
+                        help="also write the estimates (aggregates, groups, differences, wall times) as JSON")  # fmt: skip
     parser.add_argument("--diagnostics", action="store_true",
                         help="draw the training diagnostics per env from the runs' kept logs")  # fmt: skip
     args = parser.parse_args()
@@ -460,6 +460,7 @@ def main() -> None:
         "aggregate": {},
         "groups": {},
         "differences": {},
+        "wall_time": {},
     }
     if complete and baseline in variants:
 
@@ -606,6 +607,12 @@ def main() -> None:
             seconds = np.mean([r["seconds"] for r in rows])
             reused = sum("reused_from" in r for r in rows)
             ratio, pairs = paired_time_ratio(rows, seeds(env, baseline))
+            summary["wall_time"].setdefault(env, {})[v] = {
+                "seconds": float(seconds),
+                "ratio_of_means": float(seconds / baseline_seconds) if np.isfinite(baseline_seconds) else None,
+                "paired_median_ratio": ratio if pairs else None,
+                "pairs": pairs,
+            }
             lines.append(
                 f"| {v} | {len(rows)}{f' ({reused} reused)' if reused else ''} "
                 f"| {finals.mean():.3f} +- {finals.std():.3f} | {aucs.mean():.3f} +- {aucs.std():.3f} "

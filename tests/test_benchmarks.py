@@ -94,6 +94,13 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
     cartpole = [row for row in summary["differences"]["final"] if row["env"] == "CartPoleNoVel-v1"]
     assert len(cartpole) == 1 and cartpole[0]["variant"] == "reset" and cartpole[0]["difference"][0] == -100.0
     assert any(line.startswith("| CartPoleNoVel-v1 | reset - mask | -100.000 (") for line in lines)
+    # Wall times as the per-env table shows them (seconds 10 + seed; seeds 0 to 4 paired with mask's)
+    assert summary["wall_time"]["CueRecall-v0"]["reset"] == {
+        "seconds": 12.0,
+        "ratio_of_means": 1.0,
+        "paired_median_ratio": 1.0,
+        "pairs": 5,
+    }
     # Per env: final return and return over training of every seed
     assert "| reset | 5 | 1.000 +- 0.000 | 0.750 +- 0.000 | 2000 | 12 | 1.00 | 1.00 (5) |" in lines
     # the last evaluation is the final return, not the best one
@@ -663,6 +670,16 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
     tables = (out_dir / "results" / "evidence_readme_tables.md").read_text()
     assert "primary" in tables and "secondary" in tables and "`ev_mask`" in tables
     assert (out_dir / "figures" / "evidence" / "aggregate.png").stat().st_size > 0
+    # The protocol's rules applied to the summaries: a claim where the interval excludes 0.5, "undecided" where an
+    # arm the rule needs has not run
+    claims = (out_dir / "RESULTS_evidence_decisions.md").read_text()
+    assert "- `ev_mask` is beaten by `ev_reset`: P(`ev_mask` > `ev_reset`) = 0.00 (0.00 to 0.00)" in claims
+    assert "- `ev_reset_stride1` is beaten by `ev_reset`" in claims and "Tuned re-runs not finished yet" in claims
+    assert (
+        "| `boundary` | stays `'reset'` unless a mask arm beats `ev_reset` in the aggregate primary endpoint | undecided"
+        in claims
+    )
+    assert "`python benchmarks/decisions.py --primary " in claims
     # Q4: the tuned re-runs on their fresh seeds, against the tuned ev_reset
     # The protocol's settings, as the committed reports are made
     commands = evidence_report.report_commands(out_dir, grid, tmp_path / "tuned", 10, 2000, evidence_report.REPORTS)
@@ -756,3 +773,98 @@ def test_forecast_of_the_remaining_runs_from_medians_of_finished_ones(tmp_path: 
     assert text.splitlines()[0].startswith("forecast: 4 runs to do, at least 2.5 core-hours, at least 1.2 wall-hours on 2")
     assert "core-hours by variant: a 2.0, b 0.5" in text and "core-hours by env: E1 2.5" in text
     assert "not counted (no finished run yet): c on E2 (1)" in text
+
+
+def _summary(baseline: str, probabilities: dict[str, list[float]], rows: list[dict[str, Any]], **extra: Any) -> dict:
+    """A report.py --json summary with the given aggregate P(X > baseline) and per-env difference rows."""
+    variants = [baseline, *probabilities]
+    iqm = {v: [0.5, 0.4, 0.6] for v in variants}
+    aggregate = {"envs": ["X"], "seeds": list(range(10)), "iqm": iqm, "probability_of_improvement": probabilities}
+    return {
+        "baseline": baseline,
+        "variants": variants,
+        "final_evaluations": 2,
+        "aggregate": {"final": aggregate, "auc": aggregate} if probabilities else {},
+        "differences": {"final": rows, "auc": []},
+        **extra,
+    }
+
+
+def _row(env: str, variant: str, difference: float, p_holm: float) -> dict[str, Any]:
+    return {
+        "env": env,
+        "variant": variant,
+        "difference": [difference, difference - 1, difference + 1],
+        "p": p_holm,
+        "p_holm": p_holm,
+    }
+
+
+def test_decisions_apply_the_protocols_rules_to_the_estimates() -> None:
+    decisions = _load("decisions")
+    not_significant = [0.5, 0.4, 0.6]
+    primary = _summary(
+        "ev_reset",
+        {
+            "ev_reset_importance": [0.7, 0.55, 0.85],
+            "ev_mask": [0.3, 0.2, 0.45],
+            "ev_mask_kept": not_significant,
+            "ev_rppo": [0.2, 0.1, 0.3],
+        },
+        [_row("X", "ev_reset_importance", 0.1, 0.2), _row("Y", "ev_mask", -2.0, 0.01), _row("X", "ev_rppo", -3.0, 0.04)],
+    )
+    boundary, weighting, stride, gru, refresh = decisions.decisions(primary, None)
+    # Neither mask arm beats ev_reset (one n.s.): reset stays, and the README must say it is not significant
+    assert boundary.fired is False and boundary.outcome.startswith("stays `'reset'`; the README says")
+    assert "P(`ev_mask_kept` > `ev_reset`) = 0.50 (0.40 to 0.60)" in boundary.evidence
+    # Importance beats ev_reset in the aggregate and is worse on no env: the rule fires
+    assert weighting.fired is True and weighting.outcome == "becomes `'importance'`"
+    # ... but not if it is significantly worse on one env (Holm), however good the aggregate
+    worse = {**primary, "differences": {"final": [_row("Y", "ev_reset_importance", -1.0, 0.03)], "auc": []}}
+    vetoed = decisions.decide_weighting(worse)
+    assert (
+        vetoed.fired is False and vetoed.outcome == "stays `'uniform'`" and "Y -1 (-2 to +0, Holm p 0.030)" in vetoed.evidence
+    )
+    # A mask arm that beats ev_reset changes the boundary, with that arm's weighting; the better of two wins
+    masked = {**primary, "aggregate": {"final": {**primary["aggregate"]["final"], "probability_of_improvement": {
+        "ev_mask": [0.62, 0.52, 0.7], "ev_mask_kept": [0.66, 0.51, 0.8]}}}}  # fmt: skip
+    changed = decisions.decide_boundary(masked)
+    assert (
+        changed.fired is True and changed.outcome == "becomes `boundary='mask'` with `weighting='kept_mean'` (`ev_mask_kept`)"
+    )
+    # Reset beating both mask arms needs no "not significant" remark
+    beaten = {**primary, "aggregate": {"final": {**primary["aggregate"]["final"], "probability_of_improvement": {
+        "ev_mask": [0.3, 0.2, 0.45], "ev_mask_kept": [0.2, 0.1, 0.4]}}}}  # fmt: skip
+    assert decisions.decide_boundary(beaten).outcome == "stays `'reset'`"
+    # Without the secondary report (or its aggregate) its decisions are undecided, never a silent "stays"
+    assert stride.fired is None and gru.fired is None and refresh.fired is None
+    assert stride.outcome == "undecided: no aggregate of `ev_reset_stride1` yet"
+    assert decisions.decide_boundary(_summary("ev_reset", {}, [])).fired is None
+    wall_time = {"X": {"ev_reset_stride1": {"seconds": 30.0, "ratio_of_means": 3.0, "paired_median_ratio": 2.9, "pairs": 4}}}
+    secondary = _summary(
+        "ev_reset",
+        {"ev_reset_stride1": [0.6, 0.45, 0.75], "ev_reset_gru": [0.7, 0.6, 0.8], "ev_reset_refresh": [0.4, 0.2, 0.55]},
+        [],
+        wall_time=wall_time,
+    )
+    _, _, stride, gru, refresh = decisions.decisions(primary, secondary)
+    # Stride 1's cost is reported next to its decision either way
+    assert stride.fired is False and stride.outcome == "stays `window_size`" and "X 2.90 (4 pairs)" in stride.evidence
+    assert gru.fired is True and "MlpGruPolicy" in gru.outcome and refresh.fired is False
+    # The protocol's wording: a claim only where the interval excludes 0.5
+    assert decisions.wording([0.3, 0.2, 0.45], "ev_mask", "ev_reset") == "`ev_mask` is beaten by `ev_reset`"
+    assert decisions.wording(not_significant, "ev_mask", "ev_reset") == "`ev_mask` against `ev_reset`: not significant"
+    text = decisions.comparison(primary, "ev_rppo")
+    assert text.startswith("- `ev_rppo` is beaten by `ev_reset`: P(`ev_rppo` > `ev_reset`) = 0.20 (0.10 to 0.30)")
+    assert "worse on X -3 (-4 to -2, Holm p 0.040)" in text and "better on none" in text
+    # Q4: the tuned verdict next to the untuned one on the same env
+    tuned = _summary(
+        "tuned_ev_reset",
+        {"tuned_ev_rppo": [0.4, 0.3, 0.5]},
+        [_row("X", "tuned_ev_rppo", -1.0, 0.2), _row("Z", "tuned_ev_mask_kept", 1.0, 0.01)],
+    )
+    q4 = decisions.tuned_lines(tuned, primary)
+    assert q4[0].startswith("- X, `tuned_ev_rppo` - `tuned_ev_reset`: n.s.") and q4[0].endswith("(differs)")
+    assert "untuned `ev_mask_kept` - `ev_reset`: not run" in q4[1]
+    document = decisions.document(primary, None, None)
+    assert "## Decisions" in document and "| `weighting` |" in document and "Tuned re-runs not finished yet" in document
