@@ -8,8 +8,9 @@ tuned re-runs exist, tuned) and writes markdown:
 
 - per question, each arm against the baseline in the aggregate primary endpoint (IQM and ``P(X > baseline)``
   with 95% intervals) in the protocol's wording: "beats" or "is beaten by" only where the probability-of-
-  improvement interval excludes 0.5, otherwise "not significant"; and the per-env differences that stay
-  significant after Holm's correction;
+  improvement interval excludes 0.5, otherwise "not significant"; the per-env differences that stay
+  significant after Holm's correction; the same wording for the secondary endpoint (over training) and per
+  group of envs;
 - Q4: per env and tuned arm, the tuned verdict next to the untuned one (whether Q1's conclusion holds);
 - the decisions on ``boundary``, ``weighting``, ``window_stride``, GRU and ``memory_refresh``, each with the rule,
   the numbers it was applied to and whether it fired ("undecided" while a report or its aggregate is missing).
@@ -27,7 +28,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from readme_tables import estimate  # noqa: E402  (benchmarks/readme_tables.py)
+from readme_tables import estimate, verdict  # noqa: E402  (benchmarks/readme_tables.py)
 
 ALPHA = 0.05
 # The masking arms and the weighting each one trains with (PROTOCOL.md, "Arms and settings")
@@ -95,11 +96,33 @@ def comparison(summary: dict[str, Any], variant: str) -> str:
     final = summary["aggregate"]["final"]
     better = significant_envs(summary, variant, "better")
     worse = significant_envs(summary, variant, "worse")
-    return (
+    text = (
         f"- {wording(triple, variant, baseline)}: P(`{variant}` > `{baseline}`) = {estimate(triple)}; IQM "
         f"{estimate(final['iqm'][variant])} against {estimate(final['iqm'][baseline])}. Per env, significant after "
         f"Holm: better on {'; '.join(better) if better else 'none'}; worse on {'; '.join(worse) if worse else 'none'}."
     )
+    auc = probability(summary, variant, "auc")
+    if auc is not None:
+        # The secondary endpoint: the same wording rule, never a decision
+        text += f" Over training (secondary endpoint): {wording(auc, variant, baseline)}, P = {estimate(auc)}."
+    return text
+
+
+def group_table(summary: dict[str, Any], variants: list[str]) -> list[str]:
+    """Per group of envs (the protocol's groups), each arm's P(X > baseline) and its verdict, both endpoints."""
+    baseline = summary["baseline"]
+    lines = [
+        f"| group | arm | final P(> `{baseline}`) | | over training P(> `{baseline}`) | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, group in summary.get("groups", {}).items():
+        for variant in variants:
+            cells = []
+            for key in ("final", "auc"):
+                triple = group.get(key, {}).get("probability_of_improvement", {}).get(variant)
+                cells += [estimate(triple), verdict(triple)] if triple else ["-", ""]
+            lines.append(f"| {name} ({len(group['envs'])} envs) | `{variant}` | " + " | ".join(cells) + " |")
+    return lines if len(lines) > 2 else []
 
 
 def decide_boundary(primary: dict[str, Any] | None) -> Decision:
@@ -209,6 +232,9 @@ def document(primary: dict[str, Any] | None, secondary: dict[str, Any] | None, t
         lines += [f"## {title}", ""]
         lines += [comparison(summary, v) for v in variants] if summary else ["- Report not written yet."]
         lines.append("")
+        groups = group_table(summary, variants) if summary else []
+        if groups:
+            lines += ["By group of envs (better/worse: the interval excludes 0.5; n.s.: it does not):", "", *groups, ""]
     lines += ["## Q4: an equal tuning budget (seeds 100 to 109)", ""]
     lines += (tuned_lines(tuned, primary) if tuned else ["- Tuned re-runs not finished yet."]) + [""]
     lines += ["## Decisions", "", "| setting | rule | outcome | evidence |", "|---|---|---|---|"]

@@ -866,5 +866,14 @@ def test_decisions_apply_the_protocols_rules_to_the_estimates() -> None:
     q4 = decisions.tuned_lines(tuned, primary)
     assert q4[0].startswith("- X, `tuned_ev_rppo` - `tuned_ev_reset`: n.s.") and q4[0].endswith("(differs)")
     assert "untuned `ev_mask_kept` - `ev_reset`: not run" in q4[1]
+    # The secondary endpoint gets the same wording, and so does each group of envs
+    assert text.endswith("Over training (secondary endpoint): `ev_rppo` is beaten by `ev_reset`, P = 0.20 (0.10 to 0.30).")
+    groups = {"NoVel": {"envs": ["A", "B"], "final": {"probability_of_improvement": {"ev_mask": [0.6, 0.52, 0.7]}}}}
+    table = decisions.group_table({**primary, "groups": groups}, ["ev_mask", "ev_rppo"])
+    assert table[2:] == [
+        "| NoVel (2 envs) | `ev_mask` | 0.60 (0.52 to 0.70) | better | - |  |",
+        "| NoVel (2 envs) | `ev_rppo` | - |  | - |  |",
+    ]
+    assert decisions.group_table(primary, ["ev_mask"]) == []
     document = decisions.document(primary, None, None)
     assert "## Decisions" in document and "| `weighting` |" in document and "Tuned re-runs not finished yet" in document
