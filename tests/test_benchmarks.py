@@ -73,7 +73,8 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
         _fake_run(grid, "reset", "EarlyChoice-v0", seed, [2.0, 3.25])
         _fake_run(grid, "mask", "EarlyChoice-v0", seed, [1.5, 3.0, 2.5 - 0.1 * seed])
     for seed in range(2):  # too few seeds: per-env table only, not in the aggregates
-        _fake_run(grid, "reset", "CartPoleNoVel-v1", seed, [100.0, 200.0])
+        # trained in another session than mask's runs, twice as slow: no same-session pair
+        _fake_run(grid, "reset", "CartPoleNoVel-v1", seed, [100.0, 200.0], seconds=2 * (10.0 + seed), commit="other")
         _fake_run(grid, "mask", "CartPoleNoVel-v1", seed, [100.0, 300.0])
     out, figures = tmp_path / "RESULTS.md", tmp_path / "figures"
     subprocess.run(
@@ -105,7 +106,13 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
     assert "| reset | 5 | 1.000 +- 0.000 | 0.750 +- 0.000 | 2000 | 12 | 1.00 | 1.00 (5) |" in lines
     # the last evaluation is the final return, not the best one
     assert "| mask | 5 | 0.620 +- 0.014 | 0.640 +- 0.005 | 3000 | 12 | 1.00 | 1.00 (5) |" in lines
-    assert "| reset | 2 | 200.000 +- 0.000 | 150.000 +- 0.000 | 2000 | 10 | 1.00 | 1.00 (2) |" in lines
+    assert "| reset | 2 | 200.000 +- 0.000 | 150.000 +- 0.000 | 2000 | 21 | 2.00 | - |" in lines
+    assert summary["wall_time"]["CartPoleNoVel-v1"]["reset"] == {
+        "seconds": 21.0,
+        "ratio_of_means": 2.0,
+        "paired_median_ratio": None,
+        "pairs": 0,
+    }
     # Aggregates over the two complete envs: reset sits at the reference (normalised 1) and beats mask everywhere
     final_table = text.split("## Aggregate: final normalised return")[1]
     assert "Over 2 envs (CueRecall-v0, EarlyChoice-v0), seeds 0 to 4 of each." in final_table
@@ -673,7 +680,9 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
     # The protocol's rules applied to the summaries: a claim where the interval excludes 0.5, "undecided" where an
     # arm the rule needs has not run
     claims = (out_dir / "RESULTS_evidence_decisions.md").read_text()
-    assert "- `ev_mask` is beaten by `ev_reset`: P(`ev_mask` > `ev_reset`) = 0.00 (0.00 to 0.00)" in claims
+    assert "- primary report: seeds 0 to 1 of 1 env: an interim look, not the protocol's aggregate" in claims
+    assert "- `ev_mask` is beaten by `ev_reset` (P(`ev_mask` > `ev_reset`) = 0.00 (0.00 to 0.00)" in claims
+    assert "Interim look (see above)" in claims
     assert "- `ev_reset_stride1` is beaten by `ev_reset`" in claims and "Tuned re-runs not finished yet" in claims
     assert (
         "| `boundary` | stays `'reset'` unless a mask arm beats `ev_reset` in the aggregate primary endpoint | undecided"
@@ -775,22 +784,22 @@ def test_forecast_of_the_remaining_runs_from_medians_of_finished_ones(tmp_path: 
     assert "not counted (no finished run yet): c on E2 (1)" in text
 
 
-def _summary(baseline: str, probabilities: dict[str, list[float]], rows: list[dict[str, Any]], **extra: Any) -> dict:
-    """A report.py --json summary with the given aggregate P(X > baseline) and per-env difference rows."""
-    variants = [baseline, *probabilities]
-    iqm = {v: [0.5, 0.4, 0.6] for v in variants}
-    aggregate = {"envs": ["X"], "seeds": list(range(10)), "iqm": iqm, "probability_of_improvement": probabilities}
-    return {
-        "baseline": baseline,
-        "variants": variants,
-        "final_evaluations": 2,
-        "aggregate": {"final": aggregate, "auc": aggregate} if probabilities else {},
-        "differences": {"final": rows, "auc": []},
-        **extra,
-    }
+PRIMARY_ENVS = [
+    "CueRecall-v0",
+    "CueRecallLong-v0",
+    "EarlyChoice-v0",
+    "CartPoleNoVel-v1",
+    "PendulumNoVel-v1",
+    "PopgymRepeatPreviousEasy-v0",
+    "PopgymNoisyPositionOnlyCartPoleEasy-v0",
+    "PopgymCountRecallEasy-v0",
+    "MiniGridMemoryS7Flat-v0",
+]
+SECONDARY_ENVS = ["CueRecall-v0", "EarlyChoice-v0", "CartPoleNoVel-v1", "PopgymRepeatPreviousEasy-v0"]
 
 
 def _row(env: str, variant: str, difference: float, p_holm: float) -> dict[str, Any]:
+    """A per-env difference row of report.py --json (interval: the difference +- 1)."""
     return {
         "env": env,
         "variant": variant,
@@ -798,6 +807,44 @@ def _row(env: str, variant: str, difference: float, p_holm: float) -> dict[str, 
         "p": p_holm,
         "p_holm": p_holm,
     }
+
+
+def _summary(
+    baseline: str,
+    probabilities: dict[str, list[float]],
+    rows: list[dict[str, Any]],
+    envs: list[str] | None = None,
+    seeds: list[int] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """
+    A report.py --json summary with the given aggregate P(X > baseline) over ``envs`` (default: the primary
+    report's 9) and ``seeds`` (default 0 to 9), per-env rows ``rows`` plus a not-significant row for every other
+    (env, variant).
+    """
+    envs = PRIMARY_ENVS if envs is None else envs
+    variants = [baseline, *probabilities]
+    iqm = {v: [0.5, 0.4, 0.6] for v in variants}
+    aggregate = {"envs": envs, "seeds": list(range(10)) if seeds is None else seeds, "iqm": iqm}
+    given = {(row["env"], row["variant"]) for row in rows}
+    rows = rows + [_row(env, v, 0.1, 0.9) for env in envs for v in probabilities if (env, v) not in given]
+    return {
+        "baseline": baseline,
+        "variants": variants,
+        "final_evaluations": 2,
+        "aggregate": {key: {**aggregate, "probability_of_improvement": probabilities} for key in ("final", "auc")}
+        if probabilities
+        else {},
+        "differences": {"final": rows, "auc": []},
+        **extra,
+    }
+
+
+def _with_probabilities(summary: dict[str, Any], **probabilities: list[float]) -> dict[str, Any]:
+    """``summary`` with some P(X > baseline) of the final aggregate replaced."""
+    final = summary["aggregate"]["final"]
+    new = {**final, "probability_of_improvement": {**final["probability_of_improvement"], **probabilities}}
+    return {**summary, "aggregate": {**summary["aggregate"], "final": new}}
 
 
 def test_decisions_apply_the_protocols_rules_to_the_estimates() -> None:
@@ -811,63 +858,92 @@ def test_decisions_apply_the_protocols_rules_to_the_estimates() -> None:
             "ev_mask_kept": not_significant,
             "ev_rppo": [0.2, 0.1, 0.3],
         },
-        [_row("X", "ev_reset_importance", 0.1, 0.2), _row("Y", "ev_mask", -2.0, 0.01), _row("X", "ev_rppo", -3.0, 0.04)],
+        # Importance significantly better on one env: no veto (only "worse" vetoes)
+        [_row("CueRecall-v0", "ev_reset_importance", 0.3, 0.01), _row("PendulumNoVel-v1", "ev_rppo", -3.0, 0.04)],
     )
+    assert decisions.coverage(primary, "primary") == (True, "seeds 0 to 9 of 9 envs: the protocol's aggregate")
     boundary, weighting, stride, gru, refresh = decisions.decisions(primary, None)
     # Neither mask arm beats ev_reset (one n.s.): reset stays, and the README must say it is not significant
     assert boundary.fired is False and boundary.outcome.startswith("stays `'reset'`; the README says")
     assert "P(`ev_mask_kept` > `ev_reset`) = 0.50 (0.40 to 0.60)" in boundary.evidence
+    # A point estimate above 0.5 is not enough: the interval must exclude 0.5
+    assert decisions.decide_boundary(_with_probabilities(primary, ev_mask=[0.6, 0.45, 0.7])).fired is False
+    # Reset beating both mask arms needs no "not significant" remark
+    beaten = _with_probabilities(primary, ev_mask_kept=[0.2, 0.1, 0.4])
+    assert decisions.decide_boundary(beaten).outcome == "stays `'reset'`"
     # Importance beats ev_reset in the aggregate and is worse on no env: the rule fires
-    assert weighting.fired is True and weighting.outcome == "becomes `'importance'`"
-    # ... but not if it is significantly worse on one env (Holm), however good the aggregate
-    worse = {**primary, "differences": {"final": [_row("Y", "ev_reset_importance", -1.0, 0.03)], "auc": []}}
-    vetoed = decisions.decide_weighting(worse)
+    assert weighting.fired is True and weighting.outcome == "becomes `'importance'`" and not boundary.notes
+    # ... not with an interval that includes 0.5, even with a point estimate above it ...
+    for triple in ([0.6, 0.45, 0.75], not_significant):
+        assert decisions.decide_weighting(_with_probabilities(primary, ev_reset_importance=triple)).fired is False
+    # ... nor if it is significantly worse on one env (Holm), however good the aggregate
+    vetoed_rows = [_row("PendulumNoVel-v1", "ev_reset_importance", -1.0, 0.03)]
+    vetoed = decisions.decide_weighting(_summary("ev_reset", {"ev_reset_importance": [0.7, 0.55, 0.85]}, vetoed_rows))
+    assert vetoed.fired is False and vetoed.outcome == "stays `'uniform'`"
+    assert "PendulumNoVel-v1 -1 (-2 to +0, Holm p 0.030)" in vetoed.evidence
+    # An env without its test (fewer than 2 seeds there) cannot pass the veto: undecided, not "worse on no env"
+    untested = {
+        **primary,
+        "differences": {"final": [r for r in primary["differences"]["final"] if r["env"] != "CueRecall-v0"]},
+    }
     assert (
-        vetoed.fired is False and vetoed.outcome == "stays `'uniform'`" and "Y -1 (-2 to +0, Holm p 0.030)" in vetoed.evidence
+        decisions.decide_weighting(untested).outcome == "undecided: no per-env test of `ev_reset_importance` on CueRecall-v0"
     )
+    # A NaN p-value or difference is never significant
+    assert decisions.env_verdict(_row("X", "a", -1.0, float("nan"))) == "n.s."
+    assert decisions.env_verdict(_row("X", "a", float("nan"), 0.01)) == "n.s."
     # A mask arm that beats ev_reset changes the boundary, with that arm's weighting; the better of two wins
-    masked = {**primary, "aggregate": {"final": {**primary["aggregate"]["final"], "probability_of_improvement": {
-        "ev_mask": [0.62, 0.52, 0.7], "ev_mask_kept": [0.66, 0.51, 0.8]}}}}  # fmt: skip
-    changed = decisions.decide_boundary(masked)
+    masked = _with_probabilities(primary, ev_mask=[0.62, 0.52, 0.7], ev_mask_kept=[0.66, 0.51, 0.8])
+    changed, weighting_too = decisions.decisions(masked, None)[:2]
     assert (
         changed.fired is True and changed.outcome == "becomes `boundary='mask'` with `weighting='kept_mean'` (`ev_mask_kept`)"
     )
-    # Reset beating both mask arms needs no "not significant" remark
-    beaten = {**primary, "aggregate": {"final": {**primary["aggregate"]["final"], "probability_of_improvement": {
-        "ev_mask": [0.3, 0.2, 0.45], "ev_mask_kept": [0.2, 0.1, 0.4]}}}}  # fmt: skip
-    assert decisions.decide_boundary(beaten).outcome == "stays `'reset'`"
+    # Both rules fire: the protocol has no rule for the combination, and the document says so
+    assert weighting_too.fired is True and "mask with importance weighting was not run" in changed.notes[0]
+    assert "- `boundary`: the new boundary comes with its arm's weighting" in decisions.document(masked, None, None)
+    # An interim aggregate (2 seeds, or fewer envs) decides nothing but shows its numbers
+    interim = _summary("ev_reset", primary["aggregate"]["final"]["probability_of_improvement"], [], seeds=[0, 1])
+    assert decisions.coverage(interim, "primary")[1].startswith("seeds 0 to 1 of 9 envs: an interim look")
+    for decision in decisions.decisions(interim, None)[:2]:
+        assert decision.fired is None and "an interim look" in decision.outcome and "P(`" in decision.evidence
+    one_env = _summary("ev_reset", {"ev_mask": [0.3, 0.2, 0.4], "ev_mask_kept": [0.3, 0.2, 0.4]}, [], envs=["CueRecall-v0"])
+    assert decisions.decide_boundary(one_env).fired is None
     # Without the secondary report (or its aggregate) its decisions are undecided, never a silent "stays"
     assert stride.fired is None and gru.fired is None and refresh.fired is None
     assert stride.outcome == "undecided: no aggregate of `ev_reset_stride1` yet"
     assert decisions.decide_boundary(_summary("ev_reset", {}, [])).fired is None
-    wall_time = {"X": {"ev_reset_stride1": {"seconds": 30.0, "ratio_of_means": 3.0, "paired_median_ratio": 2.9, "pairs": 4}}}
-    secondary = _summary(
-        "ev_reset",
-        {"ev_reset_stride1": [0.6, 0.45, 0.75], "ev_reset_gru": [0.7, 0.6, 0.8], "ev_reset_refresh": [0.4, 0.2, 0.55]},
-        [],
-        wall_time=wall_time,
-    )
+    wall_time = {
+        "CueRecall-v0": {"ev_reset_stride1": {"seconds": 30.0, "ratio_of_means": 3.0, "paired_median_ratio": 2.9, "pairs": 4}},
+        "EarlyChoice-v0": {
+            "ev_reset_stride1": {"seconds": 9.0, "ratio_of_means": 1.5, "paired_median_ratio": None, "pairs": 0}
+        },
+    }
+    probabilities = {
+        "ev_reset_stride1": [0.6, 0.45, 0.75],
+        "ev_reset_gru": [0.7, 0.6, 0.8],
+        "ev_reset_refresh": [0.4, 0.2, 0.55],
+    }
+    secondary = _summary("ev_reset", probabilities, [], envs=SECONDARY_ENVS, wall_time=wall_time)
     _, _, stride, gru, refresh = decisions.decisions(primary, secondary)
-    # Stride 1's cost is reported next to its decision either way
-    assert stride.fired is False and stride.outcome == "stays `window_size`" and "X 2.90 (4 pairs)" in stride.evidence
+    # Stride 1's cost is reported next to its decision either way: same-session pairs, else the ratio of means
+    assert stride.fired is False and stride.outcome == "stays `window_size`"
+    assert stride.evidence.endswith(
+        "CueRecall-v0 2.90 (4 same-session pairs), EarlyChoice-v0 1.50 (ratio of means, mixed sessions)"
+    )
+    without_times = {k: v for k, v in secondary.items() if k != "wall_time"}
+    assert (
+        "wall times not in the summary" in decisions.decide_opt_in(without_times, "ev_reset_stride1", "s", "a", "b").evidence
+    )
     assert gru.fired is True and "MlpGruPolicy" in gru.outcome and refresh.fired is False
     # The protocol's wording: a claim only where the interval excludes 0.5
+    assert decisions.wording([0.7, 0.55, 0.85], "ev_reset_gru", "ev_reset") == "`ev_reset_gru` beats `ev_reset`"
     assert decisions.wording([0.3, 0.2, 0.45], "ev_mask", "ev_reset") == "`ev_mask` is beaten by `ev_reset`"
-    assert decisions.wording(not_significant, "ev_mask", "ev_reset") == "`ev_mask` against `ev_reset`: not significant"
+    assert decisions.wording([0.6, 0.45, 0.7], "ev_mask", "ev_reset") == "`ev_mask` against `ev_reset`: not significant"
     text = decisions.comparison(primary, "ev_rppo")
-    assert text.startswith("- `ev_rppo` is beaten by `ev_reset`: P(`ev_rppo` > `ev_reset`) = 0.20 (0.10 to 0.30)")
-    assert "worse on X -3 (-4 to -2, Holm p 0.040)" in text and "better on none" in text
-    # Q4: the tuned verdict next to the untuned one on the same env
-    tuned = _summary(
-        "tuned_ev_reset",
-        {"tuned_ev_rppo": [0.4, 0.3, 0.5]},
-        [_row("X", "tuned_ev_rppo", -1.0, 0.2), _row("Z", "tuned_ev_mask_kept", 1.0, 0.01)],
-    )
-    q4 = decisions.tuned_lines(tuned, primary)
-    assert q4[0].startswith("- X, `tuned_ev_rppo` - `tuned_ev_reset`: n.s.") and q4[0].endswith("(differs)")
-    assert "untuned `ev_mask_kept` - `ev_reset`: not run" in q4[1]
+    assert text.startswith("- `ev_rppo` is beaten by `ev_reset` (P(`ev_rppo` > `ev_reset`) = 0.20 (0.10 to 0.30)")
+    assert "worse on PendulumNoVel-v1 -3 (-4 to -2, Holm p 0.040)" in text and "better on none" in text
     # The secondary endpoint gets the same wording, and so does each group of envs
-    assert text.endswith("Over training (secondary endpoint): `ev_rppo` is beaten by `ev_reset`, P = 0.20 (0.10 to 0.30).")
+    assert text.endswith("Over training (secondary endpoint): `ev_rppo` is beaten by `ev_reset` (P = 0.20 (0.10 to 0.30)).")
     groups = {"NoVel": {"envs": ["A", "B"], "final": {"probability_of_improvement": {"ev_mask": [0.6, 0.52, 0.7]}}}}
     table = decisions.group_table({**primary, "groups": groups}, ["ev_mask", "ev_rppo"])
     assert table[2:] == [
@@ -875,5 +951,34 @@ def test_decisions_apply_the_protocols_rules_to_the_estimates() -> None:
         "| NoVel (2 envs) | `ev_rppo` | - |  | - |  |",
     ]
     assert decisions.group_table(primary, ["ev_mask"]) == []
-    document = decisions.document(primary, None, None)
-    assert "## Decisions" in document and "| `weighting` |" in document and "Tuned re-runs not finished yet" in document
+    # Q4: the tuned verdict next to the untuned one on the same env, compared as verdicts
+    tuned = _summary(
+        "tuned_ev_reset",
+        {"tuned_ev_rppo": [0.4, 0.3, 0.5], "tuned_ev_mask_kept": [0.5, 0.4, 0.6]},
+        [_row("PendulumNoVel-v1", "tuned_ev_rppo", -1.0, 0.2), _row("EarlyChoice-v0", "tuned_ev_mask_kept", 1.0, 0.01)],
+        envs=["EarlyChoice-v0", "CartPoleNoVel-v1"],
+        seeds=list(range(100, 110)),
+    )
+    q4 = decisions.tuned_lines(tuned, primary)
+    pendulum = next(line for line in q4 if line.startswith("- PendulumNoVel-v1, `tuned_ev_rppo`"))
+    assert ": n.s., " in pendulum and pendulum.endswith(
+        "the untuned difference is not confirmed after tuning (not significant)"
+    )
+    early = next(line for line in q4 if line.startswith("- EarlyChoice-v0, `tuned_ev_mask_kept`"))
+    assert early.endswith("significant only after tuning")
+    cartpole = next(line for line in q4 if line.startswith("- CartPoleNoVel-v1, `tuned_ev_rppo`"))
+    assert cartpole.endswith("the same conclusion as untuned")
+    assert decisions.q4_reading("worse", "better") == "reversed after tuning"
+    assert "untuned `ev_rppo` - `ev_reset`: not run" in decisions.tuned_lines(tuned, None)[0]
+    document = decisions.document(primary, secondary, tuned)
+    assert "- tuned report: seeds 100 to 109 of 2 envs: the protocol's aggregate." in document
+    assert "Interim look" not in document and "Interim look" in decisions.document(interim, None, None)
+    assert "## Decisions" in document and "| `weighting` |" in document and "| `GRU` |" in document
+    assert "Tuned re-runs not finished yet" in decisions.document(primary, None, None)
+    # Wrong input names the report and what is wrong
+    with pytest.raises(ValueError, match="primary: the summary has no 'differences'"):
+        decisions.document({k: v for k, v in primary.items() if k != "differences"}, None, None)
+    with pytest.raises(ValueError, match="secondary: baseline 'ev_mask'; the protocol's secondary report uses 'ev_reset'"):
+        decisions.document(primary, {**secondary, "baseline": "ev_mask"}, None)
+    with pytest.raises(ValueError, match="final_evaluations 1"):
+        decisions.document({**primary, "final_evaluations": 1}, None, None)
