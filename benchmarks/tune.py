@@ -202,6 +202,24 @@ def optimize(args: argparse.Namespace) -> None:
             print(f"{env_id} {arm}: {done} trials in {time.perf_counter() - start:.0f} s, exit codes {codes}", flush=True)
 
 
+def unfinished_studies(args: argparse.Namespace) -> list[str]:
+    """
+    The (env, arm) studies ``rerun`` cannot use: absent, or with fewer than ``--trials`` finished (completed or
+    pruned) trials. The protocol re-runs the best of exactly that many trials, never of a partial search.
+    """
+    problems = []
+    for env_id in args.envs:
+        for arm in args.arms:
+            path = study_path(args.out, env_id, arm)
+            if args.storage is None and not path.exists():
+                problems.append(f"{env_id} {arm}: no study ({path})")
+                continue
+            done = finished_trials(args.storage or str(path), study_name(env_id, arm))
+            if done < args.trials:
+                problems.append(f"{env_id} {arm}: {done} of {args.trials} trials finished")
+    return problems
+
+
 def rerun(args: argparse.Namespace) -> None:
     import yaml
 
@@ -251,6 +269,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--n-timesteps", type=int, default=None, help="env steps per trial and rerun (default: the env's)")
     args = parser.parse_args()
+    for name in ("trials", "workers", "n_evaluations", "eval_episodes"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.n_timesteps is not None and args.n_timesteps < 1:
+        parser.error(f"--n-timesteps must be at least 1, got {args.n_timesteps}")
+    if args.mode == "rerun":
+        problems = unfinished_studies(args)
+        if problems:
+            parser.error(
+                f"rerun needs {args.trials} finished trials in every study (run `python benchmarks/tune.py optimize` "
+                "with the same --envs, --arms, --trials and --out first): " + "; ".join(problems)
+            )
     print("command: python " + " ".join(["benchmarks/tune.py", *sys.argv[1:]]), flush=True)
     optimize(args) if args.mode == "optimize" else rerun(args)
 

@@ -537,6 +537,39 @@ def test_tuning_marks_trials_of_stopped_workers_failed(tmp_path: Path) -> None:
     assert tune.finished_trials(storage, "s") == 1 and tune.fail_stale_trials(storage, "s") == 0
 
 
+def test_tuning_rerun_refuses_a_partial_or_missing_search(tmp_path: Path) -> None:
+    import optuna
+
+    tune = _load("tune")
+    path = tune.study_path(tmp_path, "EarlyChoice-v0", "ev_reset")
+    path.parent.mkdir(parents=True)
+    study = optuna.create_study(study_name=tune.study_name("EarlyChoice-v0", "ev_reset"), storage=tune._backend(str(path)))
+    study.tell(study.ask(), 1.0)
+    study.ask()  # running (or left by a stopped worker): not finished
+    args = tune.argparse.Namespace(envs=["EarlyChoice-v0"], arms=["ev_reset", "ev_rppo"], trials=2, storage=None, out=tmp_path)
+    problems = tune.unfinished_studies(args)
+    missing = tune.study_path(tmp_path, "EarlyChoice-v0", "ev_rppo")
+    assert problems == ["EarlyChoice-v0 ev_reset: 1 of 2 trials finished", f"EarlyChoice-v0 ev_rppo: no study ({missing})"]
+    assert tune.unfinished_studies(tune.argparse.Namespace(**{**vars(args), "arms": ["ev_reset"], "trials": 1})) == []
+    # From the command line: a usage error naming the studies, before anything is trained or written
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "tune.py"), "rerun", "--envs", "EarlyChoice-v0", "--arms", "ev_reset"]
+        + ["--trials", "2", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "EarlyChoice-v0 ev_reset: 1 of 2 trials finished" in result.stderr
+    assert not (path.parent / "best.yml").exists()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "tune.py"), "optimize", "--trials", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "--trials must be at least 1, got 0" in result.stderr
+
+
 def test_tuning_records_each_session_with_its_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import optuna
 
