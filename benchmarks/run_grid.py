@@ -15,8 +15,13 @@ With ``--study fresh_memory``: the fresh-memory study of ``benchmarks/PROTOCOL_f
 ``benchmarks/evidence.yml``, per-env seed counts, secondary arms on a subset of envs). Studies with their own
 config keep every run's log as ``log.txt.gz`` and its curves as ``progress.csv.gz``.
 
+With ``--minutes M`` a worker starts only runs expected to finish within M minutes of the start (the median
+wall time of the finished runs of the same variant and env, times 1.25; runs of a pair never timed only without
+``--minutes``), taking the next run in the grid's order that fits: a session that ends at a known time leaves no
+run half done. ``--forecast`` prints the time the remaining runs need.
+
 Usage: python benchmarks/run_grid.py [--study grid|fresh_memory|gru|evidence] [--envs ...] [--variants ...]
-       [--seeds N] [--workers 2]
+       [--seeds N] [--workers 2] [--minutes M] [--forecast]
 """
 
 import argparse
@@ -27,8 +32,8 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +125,8 @@ DEFAULT_ENVS = [
     "MountainCarContinuousNoVel-v0",
 ]
 EVALUATIONS_PER_RUN = 20
+# --minutes: a run is expected to take its pair's median wall time times this
+MARGIN = 1.25
 
 
 def conf_file(variant: str) -> Path:
@@ -237,6 +244,89 @@ def runs_on(study: str, variant: str, env_id: str) -> bool:
     return not (study == "evidence" and variant in EVIDENCE_SECONDARY and env_id not in EVIDENCE_SECONDARY_ENVS)
 
 
+def median_times(jobs: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """
+    The median wall time (seconds) of the finished runs of each (variant, env) of ``jobs``; reused runs, timed by
+    another study, count only where a pair has no other finished run.
+    """
+    own: dict[tuple[str, str], list[float]] = {}
+    reused: dict[tuple[str, str], list[float]] = {}
+    for job in jobs:
+        run_file = job["run_dir"] / "run.json"
+        if run_file.exists():
+            run = json.loads(run_file.read_text())
+            if run["returncode"] == 0:
+                timed = reused if "reused_from" in run else own
+                timed.setdefault((job["variant"], job["env"]), []).append(float(run["seconds"]))
+    # A pair whose finished runs are all reused is timed by them
+    return {key: statistics.median(seconds) for key, seconds in {**reused, **own}.items()}
+
+
+def next_job(
+    todo: list[dict[str, Any]], times: dict[tuple[str, str], float], seconds_left: float | None, margin: float = MARGIN
+) -> dict[str, Any] | None:
+    """
+    Take the first run of ``todo`` (in the grid's order) expected to finish within ``seconds_left``: its pair's
+    median time times ``margin``. With no time limit (None) that is the first run; a pair without a timed run
+    is started only then, since nothing says it fits. The run taken is removed from ``todo``.
+
+    :return: The run, or None if none fits
+    """
+    for index, job in enumerate(todo):
+        expected = times.get((job["variant"], job["env"]))
+        if seconds_left is None or (expected is not None and expected * margin <= seconds_left):
+            return todo.pop(index)
+    return None
+
+
+def run_until(
+    todo: list[dict[str, Any]], times: dict[tuple[str, str], float], workers: int, minutes: float | None
+) -> list[dict[str, Any]]:
+    """
+    Train the runs of ``todo`` on ``workers`` threads (one run each at a time), each worker taking the next run
+    that :func:`next_job` expects to finish ``minutes`` from now (no limit: None), so that a session's end does
+    not kill runs half done. Prints each run as it finishes.
+
+    :return: The results of the runs trained, in the order they finished
+    """
+    deadline = None if minutes is None else time.monotonic() + 60 * minutes
+    lock = threading.Lock()
+    results: list[dict[str, Any]] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                job = None if errors else next_job(todo, times, None if deadline is None else deadline - time.monotonic())
+            if job is None:
+                return
+            try:
+                result = run_one(job)
+            except BaseException as error:  # re-raised in the main thread once the other workers are done
+                with lock:
+                    errors.append(error)
+                return
+            status = "ok" if result["returncode"] == 0 else f"FAILED ({result['returncode']})"
+            with lock:
+                results.append(result)
+                print(
+                    f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}: {status} in "
+                    f"{result['seconds']:.0f} s",
+                    flush=True,
+                )
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    if todo:
+        print(f"{len(todo)} runs left for later: none expected to finish within the time left", flush=True)
+    return results
+
+
 def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: int) -> str:
     """
     How long the runs still to do take, from the median wall time of the finished runs of each (variant, env)
@@ -249,17 +339,7 @@ def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: in
     :param workers: runs trained at a time
     :return: a few lines of text: the total, then core-hours per variant and per env
     """
-    own: dict[tuple[str, str], list[float]] = {}
-    reused: dict[tuple[str, str], list[float]] = {}
-    for job in jobs:
-        run_file = job["run_dir"] / "run.json"
-        if run_file.exists():
-            run = json.loads(run_file.read_text())
-            if run["returncode"] == 0:
-                timed = reused if "reused_from" in run else own
-                timed.setdefault((job["variant"], job["env"]), []).append(float(run["seconds"]))
-    # A pair whose finished runs are all reused is timed by them
-    times = {**reused, **own}
+    times = median_times(jobs)
     by_variant: dict[str, float] = {}
     by_env: dict[str, float] = {}
     unknown: dict[str, int] = {}
@@ -268,7 +348,7 @@ def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: in
         if key not in times:
             unknown[f"{key[0]} on {key[1]}"] = unknown.get(f"{key[0]} on {key[1]}", 0) + 1
             continue
-        seconds = statistics.median(times[key])
+        seconds = times[key]
         by_variant[key[0]] = by_variant.get(key[0], 0.0) + seconds
         by_env[key[1]] = by_env.get(key[1], 0.0) + seconds
     total = sum(by_variant.values())
@@ -301,7 +381,13 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/<study>")
     parser.add_argument("--forecast", action="store_true", help="print how long the remaining runs take; run nothing")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="start only runs expected to finish within this many minutes (a session's end)")  # fmt: skip
     args = parser.parse_args()
+    if args.minutes is not None and args.minutes <= 0:
+        parser.error(f"--minutes must be positive, got {args.minutes}")
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
     studies = {
         "grid": (DEFAULT_ENVS, [v for v in VARIANTS if "conf" not in VARIANTS[v]]),
         "fresh_memory": (FRESH_MEMORY_ENVS, FRESH_MEMORY_VARIANTS),
@@ -328,15 +414,7 @@ def main() -> None:
     if args.forecast:
         print(forecast(jobs, todo, workers))
         return
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        # In the order runs finish (a slow run does not hold back the report of the others)
-        for future in as_completed([pool.submit(run_one, job) for job in todo]):
-            result = future.result()
-            status = "ok" if result["returncode"] == 0 else f"FAILED ({result['returncode']})"
-            print(
-                f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}: {status} in {result['seconds']:.0f} s",
-                flush=True,
-            )
+    run_until(todo, median_times(jobs), workers, args.minutes)
 
 
 if __name__ == "__main__":

@@ -815,6 +815,51 @@ def test_forecast_of_the_remaining_runs_from_medians_of_finished_ones(tmp_path: 
     assert text.splitlines()[0].startswith("forecast: 4 runs to do, at least 2.5 core-hours, at least 1.2 wall-hours on 2")
     assert "core-hours by variant: a 2.0, b 0.5" in text and "core-hours by env: E1 2.5" in text
     assert "not counted (no finished run yet): c on E2 (1)" in text
+    assert run_grid.median_times(jobs) == {("a", "E1"): 3600.0, ("b", "E1"): 1800.0}
+
+
+def test_grid_starts_only_runs_that_finish_before_the_time_limit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    run_grid = _load("run_grid")
+    times = {("long", "E"): 3000.0, ("short", "E"): 100.0}
+
+    def jobs() -> list[dict[str, Any]]:
+        return [
+            {"variant": variant, "env": "E", "seed": seed, "run_dir": tmp_path / variant / str(seed)}
+            for variant, seed in (("long", 0), ("short", 0), ("new", 0), ("short", 1))
+        ]
+
+    todo = jobs()
+    # No limit: the grid's order, an untimed pair included
+    assert [run_grid.next_job(todo, times, None)["variant"] for _ in range(4)] == ["long", "short", "new", "short"]
+    assert todo == [] and run_grid.next_job(todo, times, None) is None
+    # 1 hour left: the long run (3000 s x 1.25 margin) and the untimed one wait; the short ones go, in order
+    todo = jobs()
+    assert run_grid.next_job(todo, times, 3600.0)["seed"] == 0 and run_grid.next_job(todo, times, 3600.0)["seed"] == 1
+    assert run_grid.next_job(todo, times, 3600.0) is None and [job["variant"] for job in todo] == ["long", "new"]
+    # The margin: 3000 s fits in 3750 s, not in 3749 s
+    assert run_grid.next_job(jobs(), times, 3749.0)["variant"] == "short"
+    assert run_grid.next_job(jobs(), times, 3750.0)["variant"] == "long"
+    # The workers: every run that fits is trained once, the others are left for later
+    trained: list[str] = []
+
+    def fake_run(job: dict[str, Any]) -> dict[str, Any]:
+        trained.append(f"{job['variant']}{job['seed']}")
+        return {**job, "returncode": 0, "seconds": 1.0}
+
+    monkeypatch.setattr(run_grid, "run_one", fake_run)
+    todo = jobs()
+    results = run_grid.run_until(todo, times, 2, minutes=60)
+    assert sorted(trained) == ["short0", "short1"] and len(results) == 2 and [j["variant"] for j in todo] == ["long", "new"]
+    trained.clear()
+    assert len(run_grid.run_until(jobs(), times, 2, minutes=None)) == 4 and len(trained) == 4
+
+    # A worker's error reaches the caller, and no new run starts after it
+    def failing_run(job: dict[str, Any]) -> dict[str, Any]:
+        raise OSError(f"disk full at {job['variant']}")
+
+    monkeypatch.setattr(run_grid, "run_one", failing_run)
+    with pytest.raises(OSError, match="disk full"):
+        run_grid.run_until(jobs(), times, 1, minutes=None)
 
 
 PRIMARY_ENVS = [
