@@ -10,7 +10,9 @@ database URL as ``--storage`` (e.g. ``postgresql://user:password@host/db``) lets
 share the study. Resumable: a study already holding ``--trials`` finished or pruned trials is skipped; with the
 local journal files, trials left running by stopped workers (e.g. with a session) are marked failed first (the
 zoo counts running trials against the budget); with a database URL, where other machines' workers may be
-running, they are left as they are. Every invocation appends to ``sessions.jsonl`` next to the study what it
+running, they are left as they are. Each session's workers get sampler seeds no earlier session of the study
+used (1000 per recorded session, plus ``--seed-offset``, which machines sharing a database study set apart).
+Every invocation appends to ``sessions.jsonl`` next to the study what it
 ran with (commit, dirty flag, command with a database password masked, trials before and after): the trials
 between two records ran at that commit.
 
@@ -143,6 +145,21 @@ def record_session(folder: Path, **fields: Any) -> None:
         log.write(json.dumps(record) + "\n")
 
 
+def worker_seed_base(folder: Path, offset: int = 0) -> int:
+    """
+    The seed of a session's first worker (worker ``k`` gets this plus ``k``): ``offset`` plus 1000 per earlier
+    session of the study recorded in ``folder/sessions.jsonl``. The zoo seeds its sampler with the worker's
+    ``--seed`` (TPE's first ``--n-startup-trials`` trials are random draws of that generator), so a resumed study
+    whose workers kept their seeds would repeat the earlier sessions' random trials.
+
+    :param folder: the study's folder
+    :param offset: added to every seed (distinct per machine when several share a study through a database)
+    """
+    path = folder / "sessions.jsonl"
+    starts = sum(json.loads(line)["event"] == "start" for line in path.read_text().splitlines()) if path.exists() else 0
+    return offset + 1000 * starts
+
+
 def optimize_command(
     env_id: str, arm: str, storage: str, trials: int, worker: int, log_dir: Path, args: argparse.Namespace
 ) -> list[str]:
@@ -176,21 +193,24 @@ def optimize(args: argparse.Namespace) -> None:
                 stale = fail_stale_trials(storage, study_name(env_id, arm))
                 if stale:
                     print(f"{env_id} {arm}: {stale} trial(s) left running by a stopped worker marked failed", flush=True)
+            # Each session's workers get seeds no earlier session of this study used (below)
+            base = worker_seed_base(path.parent, args.seed_offset)
             record_session(
                 path.parent,
                 event="start",
                 trials=done,
                 workers=args.workers,
+                seeds=[base + index for index in range(args.workers)],
                 command=" ".join(
-                    optimize_command(env_id, arm, redact(storage), args.trials, 0, path.parent / "worker0", args)
+                    optimize_command(env_id, arm, redact(storage), args.trials, base, path.parent / "worker0", args)
                 ),
             )
             start = time.perf_counter()
 
-            def worker(index: int, env_id: str = env_id, arm: str = arm, storage: str = storage) -> int:
+            def worker(index: int, env_id: str = env_id, arm: str = arm, storage: str = storage, base: int = base) -> int:
                 log_dir = args.out / env_id / arm / f"worker{index}"
                 with open(args.out / env_id / arm / f"worker{index}.txt", "a") as log:
-                    command = optimize_command(env_id, arm, storage, args.trials, index, log_dir, args)
+                    command = optimize_command(env_id, arm, storage, args.trials, base + index, log_dir, args)
                     return subprocess.call(
                         command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
                     )
@@ -265,6 +285,8 @@ def main() -> None:
     parser.add_argument("--n-evaluations", type=int, default=5, help="evaluations per trial (for the pruner)")
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation of a trial")
     parser.add_argument("--storage", default=None, help="a database URL instead of the journal files")
+    parser.add_argument("--seed-offset", type=int, default=0,
+                        help="added to the workers' sampler seeds: distinct per machine sharing a database study")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 110)), help="rerun seeds")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--n-timesteps", type=int, default=None, help="env steps per trial and rerun (default: the env's)")

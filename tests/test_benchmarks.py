@@ -587,7 +587,7 @@ def test_tuning_records_each_session_with_its_commit(tmp_path: Path, monkeypatch
     monkeypatch.setattr(tune.subprocess, "call", worker)
     args = tune.argparse.Namespace(
         envs=["EarlyChoice-v0"], arms=["ev_reset"], trials=3, workers=2, storage=None, out=tmp_path,
-        n_evaluations=5, eval_episodes=10, n_timesteps=None,
+        n_evaluations=5, eval_episodes=10, n_timesteps=None, seed_offset=0,
     )  # fmt: skip
     tune.optimize(args)  # two workers, one trial each
     tune.optimize(args)  # resumed: two more (the zoo's --max-total-trials would stop at 3)
@@ -602,6 +602,11 @@ def test_tuning_records_each_session_with_its_commit(tmp_path: Path, monkeypatch
     (first,) = [command for command in calls[:2] if command[command.index("--seed") + 1] == "0"]
     assert records[0]["command"] == " ".join(first)
     assert records[1]["exit_codes"] == [0, 0]
+    # A resumed study's workers seed the zoo's sampler afresh: the same seeds would repeat the random startup trials
+    seeds = sorted(int(command[command.index("--seed") + 1]) for command in calls)
+    assert seeds == [0, 1, 1000, 1001] and [r["seeds"] for r in records if r["event"] == "start"] == [[0, 1], [1000, 1001]]
+    assert tune.worker_seed_base(tmp_path / "EarlyChoice-v0" / "ev_reset", offset=100000) == 102000
+    assert tune.worker_seed_base(tmp_path / "nowhere") == 0
     # A database password never reaches the record
     assert tune.redact("postgresql://user:secret@db.example:5432/optuna") == "postgresql://user:***@db.example:5432/optuna"
     assert tune.redact("postgresql://db.example/optuna") == "postgresql://db.example/optuna"
