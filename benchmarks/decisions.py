@@ -402,7 +402,13 @@ def document(
         if groups:
             lines += ["By group of envs (better/worse: the interval excludes 0.5; n.s.: it does not):", "", *groups, ""]
     first = EXPECTED["tuned"].first_seed
-    lines += [f"## Q4: an equal tuning budget (seeds {first} to {first + AGGREGATE_SEEDS - 1})", ""]
+    lines += [
+        f"## Q4: an equal tuning budget (seeds {first} to {first + AGGREGATE_SEEDS - 1})",
+        "",
+        "Per env, the tuned verdict (Holm over the tuned table: 2 envs x 2 comparisons) next to the untuned one (Holm "
+        "over the primary table); the two are compared as verdicts, never as numbers (PROTOCOL.md, amendment 6).",
+        "",
+    ]
     lines += (tuned_lines(tuned, primary) if tuned else ["- Tuned re-runs not finished yet."]) + [""]
     lines += ["## Decisions", "", "| setting | rule | outcome | evidence |", "|---|---|---|---|"]
     notes = []

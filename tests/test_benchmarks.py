@@ -1055,6 +1055,7 @@ def test_decisions_apply_the_protocols_rules_to_the_estimates() -> None:
     assert "untuned `ev_rppo` - `ev_reset`: not run" in decisions.tuned_lines(tuned, None)[0]
     document = decisions.document(primary, secondary, tuned)
     assert "- tuned report: seeds 100 to 109 of 2 envs: the protocol's aggregate." in document
+    assert "Holm over the tuned table: 2 envs x 2 comparisons" in document
     assert "Interim look" not in document and "Interim look" in decisions.document(interim, None, None)
     assert "## Decisions" in document and "| `weighting` |" in document and "| `GRU` |" in document
     assert "Tuned re-runs not finished yet" in decisions.document(primary, None, None)
