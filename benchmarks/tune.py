@@ -2,16 +2,22 @@
 Equal tuning budget (benchmarks/PROTOCOL.md, Q4): the RL Zoo's Optuna search for several arms, the same number of
 trials each, then the best trial of each arm re-run on fresh seeds.
 
-``optimize``: for every (env, arm), ``--workers`` zoo processes run ``-optimize`` on one shared study (the zoo's
-``--storage`` with a journal file, ``benchmarks/results/tuning/<env>/<arm>/study.log``; ``--max-total-trials``
-caps the trials of all workers together), the arm's fixed settings given with ``--hyperparams`` and everything
-else sampled (TPE sampler, median pruner, ``--n-evaluations`` evaluations per trial). The same command with a
+``optimize``: for every (env, arm), ``--workers`` workers run the zoo's ``-optimize`` on one shared study (the
+zoo's ``--storage`` with a journal file, ``benchmarks/results/tuning/<env>/<arm>/study.log``), one zoo process per
+trial (``--n-trials 1``; the zoo's ``--max-total-trials`` would make each process run until the study is full), a
+worker starting one only while the study has fewer than ``--trials`` trials finished or running, and, with
+``--minutes M`` a worker starts a trial only if it is expected to finish within M minutes (the median duration of
+the study's completed trials, before any the median of the arm's evidence runs on the env, times 1.25). The
+arm's fixed settings are given with ``--hyperparams``, everything else is sampled (TPE sampler, median pruner,
+``--n-evaluations`` evaluations per trial; both read the study's history from the storage, so a process per
+trial samples and prunes as one process would). The same command with a
 database URL as ``--storage`` (e.g. ``postgresql://user:password@host/db``) lets workers on several machines
 share the study. Resumable: a study already holding ``--trials`` finished or pruned trials is skipped; with the
 local journal files, trials left running by stopped workers (e.g. with a session) are marked failed first (the
 zoo counts running trials against the budget); with a database URL, where other machines' workers may be
 running, they are left as they are. Each session's workers get sampler seeds no earlier session of the study
-used (1000 per recorded session, plus ``--seed-offset``, which machines sharing a database study set apart).
+used (1000 per recorded session plus ``--seed-offset``, which machines sharing a database study set apart; each
+trial its own seed within the session).
 Every invocation appends to ``sessions.jsonl`` next to the study what it
 ran with (commit, dirty flag, command with a database password masked, trials before and after): the trials
 between two records ran at that commit.
@@ -25,10 +31,13 @@ Usage: python benchmarks/tune.py optimize [--envs EarlyChoice-v0 CartPoleNoVel-v
 """
 
 import argparse
+import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -76,7 +85,7 @@ def finished_trials(storage: str, name: str) -> int:
 def fail_stale_trials(storage: str, name: str) -> int:
     """
     Mark the study's RUNNING trials FAILED: left by workers killed with a session (no worker runs when this is
-    called). The zoo counts RUNNING trials against ``--max-total-trials``, so stale ones would shorten the search.
+    called). Running trials count against ``--trials``, so stale ones would shorten the search.
 
     :return: How many trials were marked
     """
@@ -160,16 +169,15 @@ def worker_seed_base(folder: Path, offset: int = 0) -> int:
     return offset + 1000 * starts
 
 
-def optimize_command(
-    env_id: str, arm: str, storage: str, trials: int, worker: int, log_dir: Path, args: argparse.Namespace
-) -> list[str]:
+def optimize_command(env_id: str, arm: str, storage: str, seed: int, log_dir: Path, args: argparse.Namespace) -> list[str]:
+    """The zoo's ``-optimize`` command of one trial of the study, its sampler seeded with ``seed``."""
     spec = run_grid.VARIANTS[arm]
     command = [
         sys.executable, "-m", "sb3_reset_ppo.zoo", "train", "--algo", spec["algo"], "--env", env_id,
-        "--conf-file", str(spec["conf"]), "-optimize", "--max-total-trials", str(trials), "--n-trials", str(trials),
+        "--conf-file", str(spec["conf"]), "-optimize", "--n-trials", "1",
         "--n-jobs", "1", "--storage", storage, "--study-name", study_name(env_id, arm),
         "--sampler", "tpe", "--pruner", "median", "--n-evaluations", str(args.n_evaluations),
-        "--eval-episodes", str(args.eval_episodes), "--seed", str(worker), "--num-threads", "1", "--vec-env", "dummy",
+        "--eval-episodes", str(args.eval_episodes), "--seed", str(seed), "--num-threads", "1", "--vec-env", "dummy",
         "-f", str(log_dir),
     ]  # fmt: skip
     if args.n_timesteps:
@@ -179,7 +187,111 @@ def optimize_command(
     return command
 
 
+def trial_count(storage: str, name: str, running: bool = False) -> int:
+    """Trials of the study in any state, or only the running ones (0 if the study does not exist yet)."""
+    import optuna
+
+    try:
+        trials = optuna.load_study(study_name=name, storage=_backend(storage)).trials
+    except KeyError:
+        return 0
+    return sum(trial.state == optuna.trial.TrialState.RUNNING for trial in trials) if running else len(trials)
+
+
+def expected_trial_seconds(storage: str, env_id: str, arm: str, grid: Path) -> float | None:
+    """
+    How long a trial of the study is expected to take: the median duration of its completed trials (pruned ones
+    stop early, so they are left out); before any, the median wall time of the arm's finished runs on the env in
+    ``grid`` (a run at the env's budget with the arm's fixed settings); None if neither exists.
+    """
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=study_name(env_id, arm), storage=_backend(storage))
+        durations = [
+            trial.duration.total_seconds()
+            for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if trial.duration is not None
+        ]
+    except KeyError:
+        durations = []
+    if durations:
+        return statistics.median(durations)
+    runs = [json.loads(path.read_text()) for path in sorted((grid / arm / env_id).glob("seed*/run.json"))]
+    seconds = [float(run["seconds"]) for run in runs if run.get("returncode") == 0]
+    return statistics.median(seconds) if seconds else None
+
+
+def fits(expected: float | None, deadline: float | None) -> bool:
+    """Whether a trial expected to take ``expected`` seconds (times the grid's margin) ends before ``deadline``."""
+    if deadline is None:
+        return True
+    return expected is not None and expected * run_grid.MARGIN <= deadline - time.monotonic()
+
+
+def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Namespace, deadline: float | None) -> list[int]:
+    """
+    ``--workers`` threads, each starting one zoo process per trial (``--n-trials 1``) while the study has fewer
+    than ``--trials`` trials finished or running, and, with a deadline, while a trial is expected to end
+    before it (:func:`expected_trial_seconds`): a session's end then kills no trial half done. Trial ``k`` of
+    worker ``i`` seeds the zoo's sampler with ``base + k * workers + i``, a seed no other trial of the study used.
+    A worker stops at a failing process, or one that started no trial (the zoo's own check found the study full).
+
+    :return: Each worker's last exit code
+    """
+    name = study_name(env_id, arm)
+    lock = threading.Lock()
+    active = 0  # zoo processes running now, each of which runs at most one trial
+    codes = [0] * args.workers
+    errors: list[BaseException] = []
+    (args.out / env_id / arm).mkdir(parents=True, exist_ok=True)
+
+    def worker(index: int) -> None:
+        try:
+            work(index)
+        except BaseException as error:  # re-raised in the calling thread once the other workers are done
+            with lock:
+                errors.append(error)
+
+    def work(index: int) -> None:
+        nonlocal active
+        log_dir = args.out / env_id / arm / f"worker{index}"
+        for k in itertools.count():
+            with lock:
+                # Running trials: ours (some not in the storage yet) or, with a database, other machines'
+                if (
+                    errors
+                    or finished_trials(storage, name) + max(active, trial_count(storage, name, running=True)) >= args.trials
+                ):
+                    return
+                if not fits(expected_trial_seconds(storage, env_id, arm, args.grid), deadline):
+                    print(f"{env_id} {arm} worker {index}: no time left for a trial", flush=True)
+                    return
+                active += 1
+                before = trial_count(storage, name)
+            command = optimize_command(env_id, arm, storage, base + k * args.workers + index, log_dir, args)
+            with open(args.out / env_id / arm / f"worker{index}.txt", "a") as log:
+                code = subprocess.call(
+                    command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
+                )
+            with lock:
+                active -= 1
+                codes[index] = code
+                if code != 0 or trial_count(storage, name) == before:
+                    return
+
+    threads = [threading.Thread(target=worker, args=(index,)) for index in range(args.workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return codes
+
+
 def optimize(args: argparse.Namespace) -> None:
+    deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
     for env_id in args.envs:
         for arm in args.arms:
             path = study_path(args.out, env_id, arm)
@@ -193,30 +305,21 @@ def optimize(args: argparse.Namespace) -> None:
                 stale = fail_stale_trials(storage, study_name(env_id, arm))
                 if stale:
                     print(f"{env_id} {arm}: {stale} trial(s) left running by a stopped worker marked failed", flush=True)
-            # Each session's workers get seeds no earlier session of this study used (below)
+            if deadline is not None and not fits(expected_trial_seconds(storage, env_id, arm, args.grid), deadline):
+                print(f"{env_id} {arm}: no trial expected to finish within the time left; left for later", flush=True)
+                continue
+            # Each session's trials get sampler seeds no earlier session of this study used (see run_trials)
             base = worker_seed_base(path.parent, args.seed_offset)
             record_session(
                 path.parent,
                 event="start",
                 trials=done,
                 workers=args.workers,
-                seeds=[base + index for index in range(args.workers)],
-                command=" ".join(
-                    optimize_command(env_id, arm, redact(storage), args.trials, base, path.parent / "worker0", args)
-                ),
+                seed_base=base,
+                command=" ".join(optimize_command(env_id, arm, redact(storage), base, path.parent / "worker0", args)),
             )
             start = time.perf_counter()
-
-            def worker(index: int, env_id: str = env_id, arm: str = arm, storage: str = storage, base: int = base) -> int:
-                log_dir = args.out / env_id / arm / f"worker{index}"
-                with open(args.out / env_id / arm / f"worker{index}.txt", "a") as log:
-                    command = optimize_command(env_id, arm, storage, args.trials, base + index, log_dir, args)
-                    return subprocess.call(
-                        command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
-                    )
-
-            with ThreadPoolExecutor(max_workers=args.workers) as pool:
-                codes = list(pool.map(worker, range(args.workers)))
+            codes = run_trials(env_id, arm, storage, base, args, deadline)
             done = finished_trials(storage, study_name(env_id, arm))
             record_session(path.parent, event="end", trials=done, exit_codes=codes, seconds=time.perf_counter() - start)
             print(f"{env_id} {arm}: {done} trials in {time.perf_counter() - start:.0f} s, exit codes {codes}", flush=True)
@@ -285,6 +388,10 @@ def main() -> None:
     parser.add_argument("--n-evaluations", type=int, default=5, help="evaluations per trial (for the pruner)")
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation of a trial")
     parser.add_argument("--storage", default=None, help="a database URL instead of the journal files")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="optimize: start only trials expected to finish within this many minutes")  # fmt: skip
+    parser.add_argument("--grid", type=Path, default=HERE / "results" / "evidence",
+                        help="the evidence grid's runs: a study's first trials are expected to take as long")  # fmt: skip
     parser.add_argument("--seed-offset", type=int, default=0,
                         help="added to the workers' sampler seeds: distinct per machine sharing a database study")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 110)), help="rerun seeds")
@@ -294,6 +401,8 @@ def main() -> None:
     for name in ("trials", "workers", "n_evaluations", "eval_episodes"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.minutes is not None and args.minutes <= 0:
+        parser.error(f"--minutes must be positive, got {args.minutes}")
     if args.n_timesteps is not None and args.n_timesteps < 1:
         parser.error(f"--n-timesteps must be at least 1, got {args.n_timesteps}")
     if args.mode == "rerun":

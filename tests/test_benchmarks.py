@@ -501,12 +501,13 @@ def test_tuning_rerun_config_is_the_trials_settings(tmp_path: Path) -> None:
         "EarlyChoice-v0",
         "ev_mask_kept",
         "s.log",
-        30,
-        1,
+        7,
         tmp_path,
         tune.argparse.Namespace(n_evaluations=5, eval_episodes=10, n_timesteps=None),
     )
-    assert command[command.index("--max-total-trials") + 1] == "30" and command[command.index("--storage") + 1] == "s.log"
+    # One trial per process (tune.py counts the study's trials; the zoo's --max-total-trials would run until full)
+    assert command[command.index("--n-trials") + 1] == "1" and "--max-total-trials" not in command
+    assert command[command.index("--storage") + 1] == "s.log" and command[command.index("--seed") + 1] == "7"
     assert command[command.index("--hyperparams") + 1 :] == ["boundary:'mask'", "weighting:'kept_mean'"]
 
 
@@ -587,30 +588,89 @@ def test_tuning_records_each_session_with_its_commit(tmp_path: Path, monkeypatch
     monkeypatch.setattr(tune.subprocess, "call", worker)
     args = tune.argparse.Namespace(
         envs=["EarlyChoice-v0"], arms=["ev_reset"], trials=3, workers=2, storage=None, out=tmp_path,
-        n_evaluations=5, eval_episodes=10, n_timesteps=None, seed_offset=0,
+        n_evaluations=5, eval_episodes=10, n_timesteps=None, seed_offset=0, minutes=None, grid=tmp_path / "grid",
     )  # fmt: skip
-    tune.optimize(args)  # two workers, one trial each
-    tune.optimize(args)  # resumed: two more (the zoo's --max-total-trials would stop at 3)
-    tune.optimize(args)  # 4 >= 3 trials: skipped, nothing recorded
+    tune.optimize(args)  # two workers, a zoo process per trial: exactly 3 trials
+    assert len(calls) == 3 and all(command[command.index("--n-trials") + 1] == "1" for command in calls)
+    tune.optimize(tune.argparse.Namespace(**{**vars(args), "trials": 4}))  # resumed with a larger budget: one more
+    tune.optimize(tune.argparse.Namespace(**{**vars(args), "trials": 4}))  # 4 >= 4 trials: skipped, nothing recorded
     assert len(calls) == 4
     lines = (tmp_path / "EarlyChoice-v0" / "ev_reset" / "sessions.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
-    assert [(r["event"], r["trials"]) for r in records] == [("start", 0), ("end", 2), ("start", 2), ("end", 4)]
+    assert [(r["event"], r["trials"]) for r in records] == [("start", 0), ("end", 3), ("start", 3), ("end", 4)]
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert all(r["commit"] == head and isinstance(r["dirty"], bool) for r in records)
-    # The command of worker 0 (seed 0) as it ran
-    (first,) = [command for command in calls[:2] if command[command.index("--seed") + 1] == "0"]
+    # The command of the session's first trial (seed 0) as it ran
+    (first,) = [command for command in calls[:3] if command[command.index("--seed") + 1] == "0"]
     assert records[0]["command"] == " ".join(first)
     assert records[1]["exit_codes"] == [0, 0]
-    # A resumed study's workers seed the zoo's sampler afresh: the same seeds would repeat the random startup trials
-    seeds = sorted(int(command[command.index("--seed") + 1]) for command in calls)
-    assert seeds == [0, 1, 1000, 1001] and [r["seeds"] for r in records if r["event"] == "start"] == [[0, 1], [1000, 1001]]
+    # Every trial seeds the zoo's sampler afresh, a resumed study's too: repeated seeds repeat random startup trials
+    seeds = [int(command[command.index("--seed") + 1]) for command in calls]
+    assert len(set(seeds)) == 4 and all(seed < 1000 for seed in seeds[:3]) and 1000 <= seeds[3] < 2000
+    assert [r["seed_base"] for r in records if r["event"] == "start"] == [0, 1000]
     assert tune.worker_seed_base(tmp_path / "EarlyChoice-v0" / "ev_reset", offset=100000) == 102000
     assert tune.worker_seed_base(tmp_path / "nowhere") == 0
     # A database password never reaches the record
     assert tune.redact("postgresql://user:secret@db.example:5432/optuna") == "postgresql://user:***@db.example:5432/optuna"
     assert tune.redact("postgresql://db.example/optuna") == "postgresql://db.example/optuna"
     assert tune.redact(str(tmp_path / "study.log")) == str(tmp_path / "study.log")
+
+
+def test_tuning_starts_only_trials_that_finish_in_time_and_never_spins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import optuna
+
+    tune = _load("tune")
+    storage = str(tmp_path / "study.log")
+    name = tune.study_name("EarlyChoice-v0", "ev_reset")
+    calls: list[list[str]] = []
+    behaviour = {"trial": True, "code": 0}
+
+    def worker(command: list[str], **kwargs: Any) -> int:
+        calls.append(command)
+        if behaviour["trial"]:
+            study = optuna.create_study(study_name=name, storage=tune._backend(storage), load_if_exists=True)
+            study.tell(study.ask(), 1.0)
+        return behaviour["code"]
+
+    monkeypatch.setattr(tune.subprocess, "call", worker)
+    grid = tmp_path / "grid"
+    args = tune.argparse.Namespace(
+        trials=5, workers=2, out=tmp_path, grid=grid, n_evaluations=5, eval_episodes=10, n_timesteps=None
+    )
+    # Nothing timed yet: with a deadline no trial starts (nothing says one fits), without one they all do
+    assert tune.expected_trial_seconds(storage, "EarlyChoice-v0", "ev_reset", grid) is None
+    assert tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, args, time.monotonic() + 3600) == [0, 0]
+    assert calls == []
+    # Before the study's first completed trial, the arm's grid runs on the env time it
+    for seed, seconds in enumerate((100.0, 300.0, 200.0)):
+        _fake_run(grid, "ev_reset", "EarlyChoice-v0", seed, [1.0], seconds=seconds)
+    assert tune.expected_trial_seconds(storage, "EarlyChoice-v0", "ev_reset", grid) == 200.0
+    assert not tune.fits(200.0, time.monotonic() + 249.0) and tune.fits(200.0, time.monotonic() + 300.0)
+    assert tune.fits(None, None) and not tune.fits(None, time.monotonic() + 1e6)
+    tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, args, time.monotonic() + 240.0)
+    assert calls == []
+    tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, args, time.monotonic() + 3600.0)
+    assert len(calls) == 5 and tune.finished_trials(storage, name) == 5
+    # The study's own completed trials time it from then on (the fake's trials take no time)
+    assert tune.expected_trial_seconds(storage, "EarlyChoice-v0", "ev_reset", grid) < 1.0
+    # A process that starts no trial (the zoo found the study full) or fails stops its worker instead of spinning
+    nine = tune.argparse.Namespace(**{**vars(args), "trials": 9})
+    calls.clear()
+    behaviour["trial"] = False
+    assert tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, nine, None) == [0, 0] and len(calls) == 2
+    calls.clear()
+    behaviour.update(trial=True, code=1)
+    assert tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, nine, None) == [1, 1] and len(calls) == 2
+
+    # An error in a worker reaches the caller
+    def broken(command: list[str], **kwargs: Any) -> int:
+        raise OSError("no zoo")
+
+    monkeypatch.setattr(tune.subprocess, "call", broken)
+    with pytest.raises(OSError, match="no zoo"):
+        tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, nine, None)
 
 
 def test_every_study_keeps_its_records_and_ignores_models_and_raw_logs() -> None:
