@@ -323,7 +323,7 @@ def run_until(
     if errors:
         raise errors[0]
     if todo:
-        print(f"{len(todo)} runs left for later: none expected to finish within the time left", flush=True)
+        print(f"{len(todo)} runs left for later: not expected to finish in the time left, or never timed", flush=True)
     return results
 
 

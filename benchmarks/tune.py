@@ -13,11 +13,12 @@ arm's fixed settings are given with ``--hyperparams``, everything else is sample
 trial samples and prunes as one process would). The same command with a
 database URL as ``--storage`` (e.g. ``postgresql://user:password@host/db``) lets workers on several machines
 share the study. Resumable: a study already holding ``--trials`` finished or pruned trials is skipped; with the
-local journal files, trials left running by stopped workers (e.g. with a session) are marked failed first (the
-zoo counts running trials against the budget); with a database URL, where other machines' workers may be
-running, they are left as they are. Each session's workers get sampler seeds no earlier session of the study
-used (1000 per recorded session plus ``--seed-offset``, which machines sharing a database study set apart; each
-trial its own seed within the session).
+local journal files, trials left running by stopped workers (e.g. with a session) are marked failed first
+(running trials count against the budget) and queued again with their settings; with a database URL, where other
+machines' workers may be running, they are left as they are (fail them by hand once no worker runs) and the
+count of trials across machines is approximate (each machine sees the others' trials once they have started).
+Each session's trials get sampler seeds no earlier session of the study used (1000 per recorded session plus
+``--seed-offset``, which machines sharing a database study set 100000 apart; each trial its own seed).
 Every invocation appends to ``sessions.jsonl`` next to the study what it
 ran with (commit, dirty flag, command with a database password masked, trials before and after): the trials
 between two records ran at that commit.
@@ -49,6 +50,8 @@ sys.path.insert(0, str(HERE))
 import run_grid  # noqa: E402  (benchmarks/run_grid.py)
 
 OUT = HERE / "results" / "tuning"
+# A worker stops after this many failed trials in a row (a broken setting would otherwise fail until the deadline)
+MAX_FAILURES = 3
 ARMS = ["ev_reset", "ev_mask_kept", "ev_rppo"]
 ENVS = ["EarlyChoice-v0", "CartPoleNoVel-v1"]
 
@@ -85,7 +88,8 @@ def finished_trials(storage: str, name: str) -> int:
 def fail_stale_trials(storage: str, name: str) -> int:
     """
     Mark the study's RUNNING trials FAILED: left by workers killed with a session (no worker runs when this is
-    called). Running trials count against ``--trials``, so stale ones would shorten the search.
+    called). Running trials count against ``--trials``, so stale ones would shorten the search. Each is queued
+    again with its settings (Optuna's ``enqueue_trial``: the next trial to start takes them).
 
     :return: How many trials were marked
     """
@@ -98,6 +102,9 @@ def fail_stale_trials(storage: str, name: str) -> int:
     stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     for trial in stale:
         study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL)
+        # Tried again with the same settings: otherwise the settings that take longest, the likeliest to be cut
+        # by a session's end, would be tried less often than the sampler chose them
+        study.enqueue_trial(trial.params)
     return len(stale)
 
 
@@ -156,7 +163,7 @@ def record_session(folder: Path, **fields: Any) -> None:
 
 def worker_seed_base(folder: Path, offset: int = 0) -> int:
     """
-    The seed of a session's first worker (worker ``k`` gets this plus ``k``): ``offset`` plus 1000 per earlier
+    The seed of a session's first trial (see :func:`run_trials` for the others): ``offset`` plus 1000 per earlier
     session of the study recorded in ``folder/sessions.jsonl``. The zoo seeds its sampler with the worker's
     ``--seed`` (TPE's first ``--n-startup-trials`` trials are random draws of that generator), so a resumed study
     whose workers kept their seeds would repeat the earlier sessions' random trials.
@@ -178,7 +185,7 @@ def optimize_command(env_id: str, arm: str, storage: str, seed: int, log_dir: Pa
         "--n-jobs", "1", "--storage", storage, "--study-name", study_name(env_id, arm),
         "--sampler", "tpe", "--pruner", "median", "--n-evaluations", str(args.n_evaluations),
         "--eval-episodes", str(args.eval_episodes), "--seed", str(seed), "--num-threads", "1", "--vec-env", "dummy",
-        "-f", str(log_dir),
+        "--no-optim-plots", "-f", str(log_dir),
     ]  # fmt: skip
     if args.n_timesteps:
         command += ["-n", str(args.n_timesteps)]
@@ -187,15 +194,23 @@ def optimize_command(env_id: str, arm: str, storage: str, seed: int, log_dir: Pa
     return command
 
 
-def trial_count(storage: str, name: str, running: bool = False) -> int:
-    """Trials of the study in any state, or only the running ones (0 if the study does not exist yet)."""
+def state_counts(storage: str, name: str) -> dict[str, int]:
+    """How many of the study's trials are in each state, by name (``COMPLETE``, ``RUNNING``, ...; none: empty)."""
     import optuna
 
     try:
         trials = optuna.load_study(study_name=name, storage=_backend(storage)).trials
     except KeyError:
-        return 0
-    return sum(trial.state == optuna.trial.TrialState.RUNNING for trial in trials) if running else len(trials)
+        return {}
+    counts: dict[str, int] = {}
+    for trial in trials:
+        counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
+    return counts
+
+
+def ended(counts: dict[str, int]) -> int:
+    """Trials that ended: completed, pruned or failed."""
+    return sum(counts.get(state, 0) for state in ("COMPLETE", "PRUNED", "FAIL"))
 
 
 def expected_trial_seconds(storage: str, env_id: str, arm: str, grid: Path) -> float | None:
@@ -233,9 +248,12 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
     """
     ``--workers`` threads, each starting one zoo process per trial (``--n-trials 1``) while the study has fewer
     than ``--trials`` trials finished or running, and, with a deadline, while a trial is expected to end
-    before it (:func:`expected_trial_seconds`): a session's end then kills no trial half done. Trial ``k`` of
-    worker ``i`` seeds the zoo's sampler with ``base + k * workers + i``, a seed no other trial of the study used.
-    A worker stops at a failing process, or one that started no trial (the zoo's own check found the study full).
+    before it (:func:`expected_trial_seconds`, a heuristic: a trial's settings are sampled inside the zoo
+    process, so its cost is not known before it starts). Trial ``k`` of worker ``i`` seeds the zoo's sampler with
+    ``base + k * workers + i``, a seed no other trial of the study used. A worker goes on after a process that
+    exits with an error but ended a trial (the zoo exits 1 after a pruned or failed trial while no trial has
+    completed), and stops after ``MAX_FAILURES`` failed trials in a row or a process that ended no trial (it
+    could not start one: the setup is broken).
 
     :return: Each worker's last exit code
     """
@@ -256,19 +274,19 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
     def work(index: int) -> None:
         nonlocal active
         log_dir = args.out / env_id / arm / f"worker{index}"
+        failures = 0
         for k in itertools.count():
             with lock:
                 # Running trials: ours (some not in the storage yet) or, with a database, other machines'
-                if (
-                    errors
-                    or finished_trials(storage, name) + max(active, trial_count(storage, name, running=True)) >= args.trials
-                ):
+                counts = state_counts(storage, name)
+                finished = counts.get("COMPLETE", 0) + counts.get("PRUNED", 0)
+                if errors or finished + max(active, counts.get("RUNNING", 0)) >= args.trials:
                     return
                 if not fits(expected_trial_seconds(storage, env_id, arm, args.grid), deadline):
-                    print(f"{env_id} {arm} worker {index}: no time left for a trial", flush=True)
+                    print(f"{env_id} {arm} worker {index}: no trial expected to finish in the time left", flush=True)
                     return
                 active += 1
-                before = trial_count(storage, name)
+                before = counts
             command = optimize_command(env_id, arm, storage, base + k * args.workers + index, log_dir, args)
             with open(args.out / env_id / arm / f"worker{index}.txt", "a") as log:
                 code = subprocess.call(
@@ -277,7 +295,14 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
             with lock:
                 active -= 1
                 codes[index] = code
-                if code != 0 or trial_count(storage, name) == before:
+                after = state_counts(storage, name)
+                if ended(after) <= ended(before):
+                    print(f"{env_id} {arm} worker {index}: the zoo ended no trial (exit code {code}); stopped", flush=True)
+                    return
+                failed = code != 0 and after.get("FAIL", 0) > before.get("FAIL", 0)
+                failures = failures + 1 if failed else 0
+                if failures >= MAX_FAILURES:
+                    print(f"{env_id} {arm} worker {index}: {failures} failed trials in a row; stopped", flush=True)
                     return
 
     threads = [threading.Thread(target=worker, args=(index,)) for index in range(args.workers)]
@@ -393,7 +418,7 @@ def main() -> None:
     parser.add_argument("--grid", type=Path, default=HERE / "results" / "evidence",
                         help="the evidence grid's runs: a study's first trials are expected to take as long")  # fmt: skip
     parser.add_argument("--seed-offset", type=int, default=0,
-                        help="added to the workers' sampler seeds: distinct per machine sharing a database study")  # fmt: skip
+                        help="added to the sampler seeds: 0, 100000, ... on machines sharing a database study")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 110)), help="rerun seeds")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--n-timesteps", type=int, default=None, help="env steps per trial and rerun (default: the env's)")
@@ -401,6 +426,8 @@ def main() -> None:
     for name in ("trials", "workers", "n_evaluations", "eval_episodes"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.trials * args.workers >= 1000:
+        parser.error(f"--trials x --workers must be below 1000 (the seeds of a session), got {args.trials * args.workers}")
     if args.minutes is not None and args.minutes <= 0:
         parser.error(f"--minutes must be positive, got {args.minutes}")
     if args.n_timesteps is not None and args.n_timesteps < 1:

@@ -531,11 +531,18 @@ def test_tuning_marks_trials_of_stopped_workers_failed(tmp_path: Path) -> None:
     storage = str(tmp_path / "study.log")
     study = optuna.create_study(study_name="s", storage=tune._backend(storage))
     study.tell(study.ask(), 1.0)
-    study.ask()  # a worker stopped while this trial ran
+    cut = study.ask()  # a worker stopped while this trial ran
+    cut.suggest_int("n_steps_pow", 3, 12)
     assert tune.fail_stale_trials(storage, "s") == 1
-    states = [trial.state for trial in optuna.load_study(study_name="s", storage=tune._backend(storage)).trials]
-    assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
+    loaded = optuna.load_study(study_name="s", storage=tune._backend(storage))
+    states = [trial.state for trial in loaded.trials]
+    assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]
     assert tune.finished_trials(storage, "s") == 1 and tune.fail_stale_trials(storage, "s") == 0
+    # The cut trial's settings are tried again by the next trial to start
+    again = loaded.ask()
+    assert again.suggest_int("n_steps_pow", 3, 12) == cut.params["n_steps_pow"]
+    assert tune.state_counts(storage, "s") == {"COMPLETE": 1, "FAIL": 1, "RUNNING": 1}
+    assert tune.ended({"COMPLETE": 1, "FAIL": 2, "RUNNING": 5, "PRUNED": 1}) == 4
 
 
 def test_tuning_rerun_refuses_a_partial_or_missing_search(tmp_path: Path) -> None:
@@ -625,14 +632,18 @@ def test_tuning_starts_only_trials_that_finish_in_time_and_never_spins(
     storage = str(tmp_path / "study.log")
     name = tune.study_name("EarlyChoice-v0", "ev_reset")
     calls: list[list[str]] = []
-    behaviour = {"trial": True, "code": 0}
+    behaviour: dict[str, Any] = {"trial": True, "code": 0}
 
     def worker(command: list[str], **kwargs: Any) -> int:
+        """A zoo process: one trial, completed (True), pruned or failed, or none (False)."""
         calls.append(command)
         if behaviour["trial"]:
             study = optuna.create_study(study_name=name, storage=tune._backend(storage), load_if_exists=True)
-            study.tell(study.ask(), 1.0)
-        return behaviour["code"]
+            if behaviour["trial"] is True:
+                study.tell(study.ask(), 1.0)
+            else:
+                study.tell(study.ask(), state=getattr(optuna.trial.TrialState, str(behaviour["trial"])))
+        return int(behaviour["code"])
 
     monkeypatch.setattr(tune.subprocess, "call", worker)
     grid = tmp_path / "grid"
@@ -660,9 +671,16 @@ def test_tuning_starts_only_trials_that_finish_in_time_and_never_spins(
     calls.clear()
     behaviour["trial"] = False
     assert tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, nine, None) == [0, 0] and len(calls) == 2
+    # The zoo exits 1 after a pruned trial while none has completed: the trial counts and the worker goes on
     calls.clear()
-    behaviour.update(trial=True, code=1)
-    assert tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, nine, None) == [1, 1] and len(calls) == 2
+    behaviour.update(trial="PRUNED", code=1)
+    tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, tune.argparse.Namespace(**{**vars(args), "trials": 7}), None)
+    assert len(calls) == 2 and tune.finished_trials(storage, name) == 7
+    # Failed trials do not count; a worker stops after MAX_FAILURES of them in a row
+    calls.clear()
+    behaviour.update(trial="FAIL", code=1)
+    assert tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, nine, None) == [1, 1]
+    assert len(calls) == 2 * tune.MAX_FAILURES and tune.finished_trials(storage, name) == 7
 
     # An error in a worker reaches the caller
     def broken(command: list[str], **kwargs: Any) -> int:
@@ -691,6 +709,7 @@ def test_every_study_keeps_its_records_and_ignores_models_and_raw_logs() -> None
         *(run / "log.txt" for run in (rerun, evidence)),
         *(run / zoo / "CueRecall-v0.zip" for run in (rerun, evidence)),
         evidence / zoo / "0.monitor.csv",
+        study.parent / "worker0" / "reset_ppo" / "report_EarlyChoice-v0_1-trials-50000-tpe-median_1796143083.csv",
     ]
     paths = [str(path) for path in kept + ignored]
     result = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
