@@ -75,14 +75,7 @@ def _backend(storage: str) -> Any:
 
 def finished_trials(storage: str, name: str) -> int:
     """Trials of the study that completed or were pruned (0 if the study does not exist yet)."""
-    import optuna
-
-    try:
-        study = optuna.load_study(study_name=name, storage=_backend(storage))
-    except KeyError:
-        return 0
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    return sum(trial.state in states for trial in study.trials)
+    return finished(state_counts(storage, name))
 
 
 def fail_stale_trials(storage: str, name: str) -> int:
@@ -208,6 +201,11 @@ def state_counts(storage: str, name: str) -> dict[str, int]:
     return counts
 
 
+def finished(counts: dict[str, int]) -> int:
+    """Trials that count toward ``--trials``: completed or pruned."""
+    return counts.get("COMPLETE", 0) + counts.get("PRUNED", 0)
+
+
 def ended(counts: dict[str, int]) -> int:
     """Trials that ended: completed, pruned or failed."""
     return sum(counts.get(state, 0) for state in ("COMPLETE", "PRUNED", "FAIL"))
@@ -279,8 +277,7 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
             with lock:
                 # Running trials: ours (some not in the storage yet) or, with a database, other machines'
                 counts = state_counts(storage, name)
-                finished = counts.get("COMPLETE", 0) + counts.get("PRUNED", 0)
-                if errors or finished + max(active, counts.get("RUNNING", 0)) >= args.trials:
+                if errors or finished(counts) + max(active, counts.get("RUNNING", 0)) >= args.trials:
                     return
                 if not fits(expected_trial_seconds(storage, env_id, arm, args.grid), deadline):
                     print(f"{env_id} {arm} worker {index}: no trial expected to finish in the time left", flush=True)
