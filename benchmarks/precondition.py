@@ -87,8 +87,10 @@ def main() -> None:
     todo = [job for job in jobs if not (job["run_dir"] / "run.json").exists()]
     with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
         for result in pool.map(run_grid.run_one, todo):
-            if result["returncode"] != 0:
-                raise SystemExit(f"{result['variant']} {result['env']} seed {result['seed']}: the re-run failed")
+            if not run_grid.completed(result):
+                raise SystemExit(
+                    f"{result['variant']} {result['env']} seed {result['seed']}: the re-run failed: {run_grid.status(result)}"
+                )
     summary: dict[str, Any] = {"commit": version["commit"], "runs": []}
     for job in jobs:
         name = f"{job['variant']}/{job['env']}/{job['seed']}"

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -199,9 +200,37 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     return {"cpu": cpu, "cores": os.cpu_count(), "extensions": extensions}
 
 
+def evaluations_done(run_dir: Path) -> int:
+    """
+    How many evaluations the zoo stored in a run's ``<algo>/<env>_<k>/evaluations.npz`` (0 without exactly one such
+    file). A run that trained its whole budget has at least :data:`EVALUATIONS_PER_RUN`: the zoo's evaluation
+    interval rounds down and training ends at a rollout's end on or past the budget.
+    """
+    paths = sorted(run_dir.glob("*/*/evaluations.npz"))
+    if len(paths) != 1:
+        return 0
+    with np.load(paths[0]) as data:
+        return len(data["timesteps"])
+
+
+def completed(result: dict[str, Any]) -> bool:
+    """Whether a result of :func:`run_one` is a finished run: the trainer exited 0 and evaluated its whole budget."""
+    return bool(result["returncode"] == 0 and result.get("evaluations", EVALUATIONS_PER_RUN) >= EVALUATIONS_PER_RUN)
+
+
+def status(result: dict[str, Any]) -> str:
+    """A result of :func:`run_one` in words: "ok", "FAILED (<exit code>)" or "TRUNCATED (<n> evaluations)"."""
+    if result["returncode"] != 0:
+        return f"FAILED ({result['returncode']})"
+    return "ok" if completed(result) else f"TRUNCATED ({result['evaluations']} evaluations)"
+
+
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     """
-    Train and evaluate one run into ``job["run_dir"]`` and write its ``run.json`` if it finished. ``job`` holds
+    Train and evaluate one run into ``job["run_dir"]`` and write its ``run.json`` if it finished: the trainer exited
+    0 and stored all its evaluations (the zoo's ``train`` turns a KeyboardInterrupt into exit 0 and saves the
+    truncated run, which must not count as done; such a result has ``evaluations`` below
+    :data:`EVALUATIONS_PER_RUN` and :func:`completed` is False for it). ``job`` holds
     ``variant``, ``env``, ``seed``, ``run_dir``, ``eval_episodes`` and optionally ``conf`` and ``steps`` (see
     :func:`command`), ``label`` (the variant name recorded, default ``variant``) and ``extra`` (more ``run.json``
     fields).
@@ -220,9 +249,9 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     result = {
         "variant": job.get("label", job["variant"]), "env": job["env"], "seed": job["seed"], "returncode": code,
         "seconds": time.perf_counter() - start, "command": " ".join(args), **code_version(), "started": started,
-        "machine": machine(), **job.get("extra", {}),
+        "machine": machine(), "evaluations": evaluations_done(run_dir), **job.get("extra", {}),
     }  # fmt: skip
-    if code == 0:
+    if completed(result):
         if "conf" in VARIANTS[job["variant"]]:
             # Keep the training log, compressed (the uncompressed log is git-ignored), and its curves as CSV
             with open(run_dir / "log.txt", "rb") as raw, gzip.open(run_dir / "log.txt.gz", "wb") as packed:
@@ -306,11 +335,10 @@ def run_until(
                 with lock:
                     errors.append(error)
                 return
-            status = "ok" if result["returncode"] == 0 else f"FAILED ({result['returncode']})"
             with lock:
                 results.append(result)
                 print(
-                    f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}: {status} in "
+                    f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}: {status(result)} in "
                     f"{result['seconds']:.0f} s",
                     flush=True,
                 )

@@ -396,8 +396,7 @@ def rerun(args: argparse.Namespace) -> None:
 
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
         for result in pool.map(run_grid.run_one, [job for job in jobs if not (job["run_dir"] / "run.json").exists()]):
-            status = "ok" if result["returncode"] == 0 else f"FAILED ({result['returncode']})"
-            print(f"{result['variant']} {result['env']} seed {result['seed']}: {status}", flush=True)
+            print(f"{result['variant']} {result['env']} seed {result['seed']}: {run_grid.status(result)}", flush=True)
 
 
 def main() -> None:

@@ -841,12 +841,22 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
 
 def test_runs_record_when_and_on_which_machine_they_trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_grid, report = _load("run_grid"), _load("report")
-    # A trainer that exits at once: run_one's record, not training, is under test
-    monkeypatch.setattr(run_grid, "command", lambda *args, **kwargs: [sys.executable, "-c", "pass"])
+    # A trainer that only writes its evaluations: run_one's record, not training, is under test
+    evaluations = {"count": run_grid.EVALUATIONS_PER_RUN}
+
+    def fake_trainer(variant: str, env_id: str, seed: int, run_dir: Path, *args: Any, **kwargs: Any) -> list[str]:
+        folder = run_dir / "reset_ppo" / f"{env_id}_1"
+        code = (
+            f"import numpy; numpy.savez({str(folder / 'evaluations.npz')!r}, timesteps=numpy.arange({evaluations['count']}))"
+        )
+        return [sys.executable, "-c", f"import os; os.makedirs({str(folder)!r}); {code}"]
+
+    monkeypatch.setattr(run_grid, "command", fake_trainer)
     job = {"variant": "reset", "env": "CueRecall-v0", "seed": 0, "run_dir": tmp_path / "run", "eval_episodes": 1}
     result = run_grid.run_one(job)
     stored = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert stored == result and stored["returncode"] == 0
+    assert stored == result and stored["returncode"] == 0 and stored["evaluations"] == 20
+    assert run_grid.completed(result) and run_grid.status(result) == "ok"
     assert stored["machine"] == run_grid.machine() and stored["machine"]["cores"] == os.cpu_count()
     # Read from Linux's CPU description: the first model name, the extensions among the flags; absent elsewhere
     cpuinfo = tmp_path / "cpuinfo"
@@ -866,6 +876,34 @@ def test_runs_record_when_and_on_which_machine_they_trained(tmp_path: Path, monk
     assert text == "CPU A, 2 cores (avx2): 2 runs; CPU B, 2 cores: 1 run; " + (
         "not recorded (runs made before run.json recorded the machine): 1 run"
     )
+
+
+def test_a_run_cut_short_with_exit_0_is_not_stored_as_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_grid = _load("run_grid")
+    # The zoo's train swallows KeyboardInterrupt and exits 0 with the evaluations made so far
+    count = {"evaluations": 7}
+
+    def fake_trainer(variant: str, env_id: str, seed: int, run_dir: Path, *args: Any, **kwargs: Any) -> list[str]:
+        folder = run_dir / "reset_ppo" / f"{env_id}_1"
+        save = f"numpy.savez({str(folder / 'evaluations.npz')!r}, timesteps=numpy.arange({count['evaluations']}))"
+        return [sys.executable, "-c", f"import os, numpy; os.makedirs({str(folder)!r}); {save}"]
+
+    monkeypatch.setattr(run_grid, "command", fake_trainer)
+    job = {"variant": "reset", "env": "CueRecall-v0", "seed": 0, "run_dir": tmp_path / "run", "eval_episodes": 1}
+    result = run_grid.run_one(job)
+    assert result["returncode"] == 0 and result["evaluations"] == 7
+    assert not run_grid.completed(result) and run_grid.status(result) == "TRUNCATED (7 evaluations)"
+    assert not (tmp_path / "run" / "run.json").exists()  # the grid trains it again next time
+    # One short of the budget is still cut short; the whole budget (or more: rollouts overshoot) is finished
+    count["evaluations"] = run_grid.EVALUATIONS_PER_RUN - 1
+    assert not run_grid.completed(run_grid.run_one(job))
+    count["evaluations"] = run_grid.EVALUATIONS_PER_RUN + 1
+    assert run_grid.completed(run_grid.run_one(job)) and (tmp_path / "run" / "run.json").exists()
+    # No evaluations file (or several) counts as none; a failed exit stays a failure
+    assert run_grid.evaluations_done(tmp_path / "absent") == 0
+    assert run_grid.status({"returncode": 2, "evaluations": 0}) == "FAILED (2)"
+    # Runs stored before run.json recorded the count were all checked to hold their 20 evaluations
+    assert run_grid.completed({"returncode": 0})
 
 
 def test_forecast_of_the_remaining_runs_from_medians_of_finished_ones(tmp_path: Path) -> None:
