@@ -14,7 +14,6 @@ Usage: python benchmarks/precondition.py [--study evidence] ev_mask/CueRecall-v0
 import argparse
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +84,11 @@ def main() -> None:
         for arm, env_id, seed in runs
     ]
     todo = [job for job in jobs if not (job["run_dir"] / "run.json").exists()]
-    with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        for result in pool.map(run_grid.run_one, todo):
-            if not run_grid.completed(result):
-                raise SystemExit(
-                    f"{result['variant']} {result['env']} seed {result['seed']}: the re-run failed: {run_grid.status(result)}"
-                )
+    for result in run_grid.run_until(todo, {}, max(1, args.workers), None):
+        if not run_grid.completed(result):
+            raise SystemExit(
+                f"{result['variant']} {result['env']} seed {result['seed']}: the re-run failed: {run_grid.status(result)}"
+            )
     summary: dict[str, Any] = {"commit": version["commit"], "runs": []}
     for job in jobs:
         name = f"{job['variant']}/{job['env']}/{job['seed']}"

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -308,6 +309,45 @@ def next_job(
     return None
 
 
+def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> None:
+    """
+    Run ``work(index, stop)`` on ``workers`` threads and wait for them. ``stop`` is set when a worker raises or
+    when the waiting thread is interrupted (Ctrl-C, SIGINT): each worker must check it before starting more work,
+    so an interrupted grid or search finishes (or, if the signal reached them too, ends) the runs it has and starts
+    no new one.
+
+    :raises BaseException: a worker's first error (after the others are done), else KeyboardInterrupt if
+        interrupted
+    """
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def guarded(index: int) -> None:
+        try:
+            work(index, stop)
+        except BaseException as error:  # re-raised in the calling thread once the other workers are done
+            errors.append(error)
+            stop.set()
+
+    threads = [threading.Thread(target=guarded, args=(index,)) for index in range(workers)]
+    for thread in threads:
+        thread.start()
+    interrupted = False
+    for thread in threads:
+        while thread.is_alive():
+            try:
+                thread.join(timeout=0.5)  # wakes up to take a signal however it arrived
+            except KeyboardInterrupt:
+                if not interrupted:
+                    print("interrupted: no new run starts; waiting for the running ones", flush=True)
+                interrupted = True
+                stop.set()
+    if errors:
+        raise errors[0]
+    if interrupted:
+        raise KeyboardInterrupt
+
+
 def run_until(
     todo: list[dict[str, Any]], times: dict[tuple[str, str], float], workers: int, minutes: float | None
 ) -> list[dict[str, Any]]:
@@ -321,20 +361,15 @@ def run_until(
     deadline = None if minutes is None else time.monotonic() + 60 * minutes
     lock = threading.Lock()
     results: list[dict[str, Any]] = []
-    errors: list[BaseException] = []
 
-    def worker() -> None:
+    def worker(index: int, stop: threading.Event) -> None:
         while True:
             with lock:
-                job = None if errors else next_job(todo, times, None if deadline is None else deadline - time.monotonic())
+                left = None if deadline is None else deadline - time.monotonic()
+                job = None if stop.is_set() else next_job(todo, times, left)
             if job is None:
                 return
-            try:
-                result = run_one(job)
-            except BaseException as error:  # re-raised in the main thread once the other workers are done
-                with lock:
-                    errors.append(error)
-                return
+            result = run_one(job)
             with lock:
                 results.append(result)
                 print(
@@ -343,13 +378,7 @@ def run_until(
                     flush=True,
                 )
 
-    threads = [threading.Thread(target=worker) for _ in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    run_workers(worker, workers)
     if todo:
         print(f"{len(todo)} runs left for later: not expected to finish in the time left, or never timed", flush=True)
     return results

@@ -40,7 +40,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -259,17 +258,9 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
     lock = threading.Lock()
     active = 0  # zoo processes running now, each of which runs at most one trial
     codes = [0] * args.workers
-    errors: list[BaseException] = []
     (args.out / env_id / arm).mkdir(parents=True, exist_ok=True)
 
-    def worker(index: int) -> None:
-        try:
-            work(index)
-        except BaseException as error:  # re-raised in the calling thread once the other workers are done
-            with lock:
-                errors.append(error)
-
-    def work(index: int) -> None:
+    def work(index: int, stop: threading.Event) -> None:
         nonlocal active
         log_dir = args.out / env_id / arm / f"worker{index}"
         failures = 0
@@ -277,7 +268,7 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
             with lock:
                 # Running trials: ours (some not in the storage yet) or, with a database, other machines'
                 counts = state_counts(storage, name)
-                if errors or finished(counts) + max(active, counts.get("RUNNING", 0)) >= args.trials:
+                if stop.is_set() or finished(counts) + max(active, counts.get("RUNNING", 0)) >= args.trials:
                     return
                 if not fits(expected_trial_seconds(storage, env_id, arm, args.grid), deadline):
                     print(f"{env_id} {arm} worker {index}: no trial expected to finish in the time left", flush=True)
@@ -302,13 +293,7 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
                     print(f"{env_id} {arm} worker {index}: {failures} failed trials in a row; stopped", flush=True)
                     return
 
-    threads = [threading.Thread(target=worker, args=(index,)) for index in range(args.workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    run_grid.run_workers(work, args.workers)
     return codes
 
 
@@ -394,9 +379,8 @@ def rerun(args: argparse.Namespace) -> None:
                 for seed in args.seeds
             ]
 
-    with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        for result in pool.map(run_grid.run_one, [job for job in jobs if not (job["run_dir"] / "run.json").exists()]):
-            print(f"{result['variant']} {result['env']} seed {result['seed']}: {run_grid.status(result)}", flush=True)
+    # In order, on --workers threads; Ctrl-C lets the running reruns end and starts no new one
+    run_grid.run_until([job for job in jobs if not (job["run_dir"] / "run.json").exists()], {}, args.workers, None)
 
 
 def main() -> None:

@@ -1,11 +1,13 @@
 """The benchmark grid runner and the report, on synthetic grids (no training)."""
 
+import _thread
 import calendar
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -734,7 +736,7 @@ def test_precondition_reruns_and_compares_bitwise(tmp_path: Path, monkeypatch: p
         trained.append(job["variant"])
         means = curve if job["variant"] == "ev_reset" else [0.1, 0.5, 0.8, 1.0]
         _fake_run(tmp_path / "evidence" / "precondition" / "abcdef0", job["variant"], job["env"], job["seed"], means)
-        return {"variant": job["variant"], "env": job["env"], "seed": job["seed"], "returncode": 0}
+        return {"variant": job["variant"], "env": job["env"], "seed": job["seed"], "returncode": 0, "seconds": 1.0}
 
     monkeypatch.setattr(precondition.run_grid, "run_one", rerun)
     runs = ["ev_reset/CueRecall-v0/0", "ev_rppo/CueRecall-v0/0"]
@@ -982,6 +984,41 @@ def test_grid_starts_only_runs_that_finish_before_the_time_limit(monkeypatch: py
     monkeypatch.setattr(run_grid, "run_one", failing_run)
     with pytest.raises(OSError, match="disk full"):
         run_grid.run_until(jobs(), times, 1, minutes=None)
+
+
+def test_an_interrupted_grid_starts_no_new_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    run_grid = _load("run_grid")
+    trained: list[int] = []
+
+    # Ctrl-C while the second run trains (the zoo's train then exits 0, see run_one): the runs already started
+    # end, the other 48 are not started, and the caller sees the interrupt
+    def interrupted_run(job: dict[str, Any]) -> dict[str, Any]:
+        trained.append(job["seed"])
+        if len(trained) == 2:
+            _thread.interrupt_main()
+        time.sleep(0.05)
+        return {**job, "returncode": 0, "seconds": 0.05}
+
+    monkeypatch.setattr(run_grid, "run_one", interrupted_run)
+    todo = [{"variant": "a", "env": "E", "seed": seed, "run_dir": tmp_path / str(seed)} for seed in range(50)]
+    with pytest.raises(KeyboardInterrupt):
+        run_grid.run_until(todo, {}, 2, minutes=None)
+    # The waiting thread takes the signal within its 0.5 s join timeout: at most about 20 more 0.05 s runs
+    assert 2 <= len(trained) <= 30 and len(todo) == 50 - len(trained)
+
+    # The same harness runs tune.py's workers: one worker's error stops the others' loops too
+    loops = [0, 0]
+
+    def work(index: int, stop: threading.Event) -> None:
+        while not stop.is_set() and loops[index] < 10_000:
+            loops[index] += 1
+            if index == 0 and loops[0] == 3:
+                raise ValueError("worker 0 broke")
+            time.sleep(0.001)
+
+    with pytest.raises(ValueError, match="worker 0 broke"):
+        run_grid.run_workers(work, 2)
+    assert loops[0] == 3 and loops[1] < 10_000
 
 
 PRIMARY_ENVS = [
