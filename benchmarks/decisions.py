@@ -33,6 +33,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import evidence_report  # noqa: E402  (benchmarks/evidence_report.py: the reports' arms)
 import run_grid  # noqa: E402  (benchmarks/run_grid.py)
 from readme_tables import estimate, verdict  # noqa: E402  (benchmarks/readme_tables.py)
 
@@ -43,22 +44,26 @@ AGGREGATE_SEEDS = 10
 # The masking arms and the weighting each one trains with (PROTOCOL.md, "Arms and settings")
 MASK_ARMS = {"ev_mask": "uniform", "ev_mask_kept": "kept_mean"}
 TUNED_ENVS = ["EarlyChoice-v0", "CartPoleNoVel-v1"]
-REQUIRED_KEYS = ("baseline", "variants", "final_evaluations", "aggregate", "differences")
+# PROTOCOL.md: rliable's stratified bootstrap with 2,000 resamples, bootstrap seed 0
+REPS = 2000
+BOOTSTRAP_SEED = 0
+REQUIRED_KEYS = ("baseline", "variants", "final_evaluations", "reps", "failed", "aggregate", "differences")
 
 
 @dataclass(frozen=True)
 class Expected:
-    """What the protocol fixes for one report: its baseline, envs and the first of its aggregate seeds."""
+    """What the protocol fixes for one report: its baseline, arms, envs and the first of its aggregate seeds."""
 
     baseline: str
+    arms: list[str]
     envs: list[str]
     first_seed: int
 
 
 EXPECTED = {
-    "primary": Expected("ev_reset", run_grid.EVIDENCE_ENVS, 0),
-    "secondary": Expected("ev_reset", run_grid.EVIDENCE_SECONDARY_ENVS, 0),
-    "tuned": Expected("tuned_ev_reset", TUNED_ENVS, 100),
+    "primary": Expected("ev_reset", evidence_report.PRIMARY, run_grid.EVIDENCE_ENVS, 0),
+    "secondary": Expected("ev_reset", evidence_report.SECONDARY, run_grid.EVIDENCE_SECONDARY_ENVS, 0),
+    "tuned": Expected("tuned_ev_reset", evidence_report.TUNED, TUNED_ENVS, 100),
 }
 
 
@@ -93,6 +98,11 @@ def validate(summary: dict[str, Any], name: str) -> None:
             f"{name}: final_evaluations {summary['final_evaluations']!r}; the protocol's primary endpoint is the "
             f"mean of the last {FINAL_EVALUATIONS} evaluations"
         )
+    failed = summary["failed"]
+    if not isinstance(failed, list) or not all(isinstance(f, dict) and {"env", "seed", "variant"} <= set(f) for f in failed):
+        raise ValueError(
+            f"{name}: failed {failed!r}; expected a list of runs with 'variant', 'env' and 'seed' (report.py --json)"
+        )
 
 
 def coverage(summary: dict[str, Any], name: str) -> tuple[bool, str]:
@@ -105,14 +115,29 @@ def coverage(summary: dict[str, Any], name: str) -> tuple[bool, str]:
     """
     expected = EXPECTED[name]
     seeds = list(range(expected.first_seed, expected.first_seed + AGGREGATE_SEEDS))
-    wanted = f"the protocol's is seeds {seeds[0]} to {seeds[-1]} of {plural(len(expected.envs), 'env')}"
+    # PROTOCOL.md, amendment 3: a failed run is not replaced by a later seed; its env leaves the aggregate
+    left_out = sorted({f["env"] for f in summary["failed"] if f["seed"] in seeds and f["variant"] in expected.arms})
+    envs = [env for env in expected.envs if env not in left_out]
+    wanted = f"the protocol's is seeds {seeds[0]} to {seeds[-1]} of {plural(len(envs), 'env')}" + (
+        f", without {', '.join(left_out)} (failed runs)" if left_out else ""
+    )
     final = summary["aggregate"].get("final")
     if not final:
         return False, f"no aggregate yet ({wanted})"
     covered = f"seeds {final['seeds'][0]} to {final['seeds'][-1]} of {plural(len(final['envs']), 'env')}"
-    if final["seeds"] == seeds and sorted(final["envs"]) == sorted(expected.envs):
+    problems = []
+    if final["seeds"] != seeds or sorted(final["envs"]) != sorted(envs):
+        problems.append(wanted)
+    if sorted(summary["variants"]) != sorted(expected.arms):
+        problems.append(f"arms {', '.join(summary['variants'])}, the protocol's are {', '.join(expected.arms)}")
+    if summary["reps"] != REPS or summary.get("bootstrap_seed", BOOTSTRAP_SEED) != BOOTSTRAP_SEED:
+        problems.append(
+            f"{summary['reps']} bootstrap resamples with seed {summary.get('bootstrap_seed')}, the protocol's are "
+            f"{REPS:,} with seed {BOOTSTRAP_SEED}"
+        )
+    if not problems:
         return True, f"{covered}: the protocol's aggregate"
-    return False, f"{covered}: an interim look, not the protocol's aggregate ({wanted})"
+    return False, f"{covered}: an interim look, not the protocol's aggregate ({'; '.join(problems)})"
 
 
 def plural(count: int, noun: str) -> str:
@@ -268,7 +293,8 @@ def decide_weighting(primary: dict[str, Any] | None) -> Decision:
 def stride_cost(secondary: dict[str, Any], variant: str) -> str:
     """
     Stride 1's wall time over ``ev_reset``'s per env, which the protocol reports next to its decision: the median
-    ratio of same-session pairs where there are any, else the ratio of means (runs of mixed sessions and machines).
+    ratio of same-session pairs where there are any, else the ratio of the means of the study's own runs (mixed
+    sessions and machines), else nothing: runs reused from another study were timed by other code and sessions.
     """
     if "wall_time" not in secondary:
         return "wall times not in the summary (made by a report.py before they were)"
@@ -279,8 +305,10 @@ def stride_cost(secondary: dict[str, Any], variant: str) -> str:
             continue
         if times["paired_median_ratio"] is not None:
             parts.append(f"{env} {times['paired_median_ratio']:.2f} ({plural(times['pairs'], 'same-session pair')})")
-        elif times["ratio_of_means"] is not None:
-            parts.append(f"{env} {times['ratio_of_means']:.2f} (ratio of means, mixed sessions)")
+        elif times.get("own_ratio_of_means") is not None:
+            parts.append(f"{env} {times['own_ratio_of_means']:.2f} (ratio of means, mixed sessions)")
+        else:
+            parts.append(f"{env} not comparable (reused runs only, timed by another study)")
     return "wall time over `ev_reset`'s: " + (", ".join(parts) if parts else "no run timed")
 
 

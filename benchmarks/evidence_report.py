@@ -59,6 +59,7 @@ def report_commands(
     min_seeds: int,
     reps: int,
     only: list[str],
+    evaluations: int = run_grid.EVALUATIONS_PER_RUN,
 ) -> dict[str, list[str]]:
     """
     The ``report.py`` command line of each report to write.
@@ -71,10 +72,13 @@ def report_commands(
     :param min_seeds: seeds of every env in the aggregates (the protocol: 10)
     :param reps: bootstrap replications (the protocol: 2,000)
     :param only: which of ``REPORTS`` to write
+    :param evaluations: evaluations every run has within its budget (the protocol: 20); runs with another count
+        are reported as failed
     :return: report name -> argv
     """
     results = out_dir / "results"
-    common = ["--final-evaluations", "2", "--min-seeds", str(min_seeds), "--reps", str(reps), "--diagnostics"]
+    common = ["--final-evaluations", "2", "--evaluations", str(evaluations), "--min-seeds", str(min_seeds)]
+    common += ["--reps", str(reps), "--diagnostics"]
     grid_command = "python benchmarks/run_grid.py --study evidence --workers 2"
     settings = {
         "primary": (
@@ -152,6 +156,8 @@ def main() -> None:
     parser.add_argument("--min-seeds", type=int, default=10, help="seeds per env in the aggregates (protocol: 10)")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications (protocol: 2000)")
     parser.add_argument("--only", nargs="+", choices=REPORTS, default=REPORTS, help="the reports to write")
+    parser.add_argument("--evaluations", type=int, default=run_grid.EVALUATIONS_PER_RUN,
+                        help="evaluations of every run within its budget (protocol: 20); others count as failed")  # fmt: skip
     args = parser.parse_args()
     if args.min_seeds < 1:
         parser.error(f"--min-seeds must be at least 1, got {args.min_seeds}")
@@ -166,7 +172,7 @@ def main() -> None:
     # Paths inside the repository are given relative to it and the reports run from its root, so that the command
     # each report states works in any checkout
     out_dir, evidence, tuned = (repository_path(path) for path in (args.out_dir, args.evidence, args.tuned))
-    for name, command in report_commands(out_dir, evidence, tuned, args.min_seeds, args.reps, only).items():
+    for name, command in report_commands(out_dir, evidence, tuned, args.min_seeds, args.reps, only, args.evaluations).items():
         print(f"{name}: {shlex.join(command[1:])}", flush=True)
         subprocess.run(command, check=True, cwd=ROOT)
         summaries.append(f"{name}={out_dir / 'results' / f'evidence_{name}_summary.json'}")

@@ -139,6 +139,51 @@ def load_runs(grid: Path, final_evaluations: int = 1) -> list[dict[str, Any]]:
     return runs
 
 
+def load_failed(grid: Path) -> list[dict[str, Any]]:
+    """
+    The runs whose trainer exited with an error (``failed.json``, written by ``run_grid.py``; a later successful
+    attempt, which writes ``run.json``, replaces them), as ``variant``, ``env``, ``seed`` and ``reason``.
+    """
+    failed = []
+    for failed_file in sorted(grid.glob("*/*/seed*/failed.json")):
+        if (failed_file.parent / "run.json").exists():
+            continue
+        run = json.loads(failed_file.read_text())
+        failed.append(
+            {
+                "variant": run["variant"], "env": run["env"], "seed": int(run["seed"]),
+                "reason": f"exit code {run['returncode']}",
+            }
+        )  # fmt: skip
+    return failed
+
+
+def check_evaluations(runs: list[dict[str, Any]], expected: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """
+    Split ``runs`` into those with ``expected`` evaluations at or before their budget (all of them if None) and the
+    others, which are reported as failed (their final score would not be the protocol's "last K of N").
+
+    :return: (the runs kept, failure records as :func:`load_failed`'s)
+    """
+    if expected is None:
+        return runs, []
+    kept = [run for run in runs if len(run["eval_mean"]) == expected]
+    wrong = [
+        {
+            "variant": run["variant"], "env": run["env"], "seed": int(run["seed"]),
+            "reason": f"{len(run['eval_mean'])} evaluations within its budget, not {expected}",
+        }
+        for run in runs
+        if len(run["eval_mean"]) != expected
+    ]  # fmt: skip
+    return kept, wrong
+
+
+def failed_text(failed: list[dict[str, Any]]) -> str:
+    """The report's list of failed runs: ``variant env seed k (reason)``, comma separated."""
+    return ", ".join(f"{f['variant']} {f['env']} seed {f['seed']} ({f['reason']})" for f in failed)
+
+
 def collapse_stats(eval_mean: np.ndarray, random: float, reference: float) -> tuple[bool, int, int]:
     """
     Whether a run solved its env (an evaluation at or above ``SOLVED_AT`` normalised), and of its evaluations after
@@ -249,12 +294,17 @@ def difference_tests(
             boot = [generator.choice(other, len(other)).mean() - generator.choice(base, len(base)).mean() for _ in range(reps)]
             low, high = np.percentile(boot, [2.5, 97.5])
             p = float(ttest_ind(other, base, equal_var=False).pvalue)
-            rows.append((env, v, other.mean() - base.mean(), low, high, 1.0 if np.isnan(p) else p))
-    adjusted = holm([row[5] for row in rows])
+            rows.append((env, v, other.mean() - base.mean(), low, high, p))
+    # An undefined p (both arms constant and equal: no difference to test) stays in the family as 1.0, and is
+    # stored as None ("undefined" in the table)
+    adjusted = holm([1.0 if np.isnan(row[5]) else row[5] for row in rows])
     return [
-        {"env": env, "variant": v, "difference": [float(diff), float(low), float(high)], "p": p, "p_holm": p_holm}
+        {
+            "env": env, "variant": v, "difference": [float(diff), float(low), float(high)],
+            "p": None if np.isnan(p) else p, "p_holm": p_holm,
+        }
         for (env, v, diff, low, high, p), p_holm in zip(rows, adjusted, strict=True)
-    ]
+    ]  # fmt: skip
 
 
 def difference_row(row: dict[str, Any], baseline: str) -> str:
@@ -262,8 +312,13 @@ def difference_row(row: dict[str, Any], baseline: str) -> str:
     diff, low, high = row["difference"]
     return (
         f"| {row['env']} | {row['variant']} - {baseline} | {diff:+.3f} ({low:+.3f} to {high:+.3f}) "
-        f"| {row['p']:.3f} | {row['p_holm']:.3f} |"
+        f"| {'undefined (both constant)' if row['p'] is None else format(row['p'], '.3f')} | {row['p_holm']:.3f} |"
     )
+
+
+def sample_std(values: np.ndarray) -> float:
+    """The sample standard deviation (ddof 1, as Welch's test uses); 0 for a single value."""
+    return float(values.std(ddof=1)) if len(values) > 1 else 0.0
 
 
 def interval_triple(point: float, low: float, high: float) -> list[float]:
@@ -382,6 +437,8 @@ def main() -> None:
         help="the aggregates use seeds first_seed .. first_seed + min_seeds - 1 (an env enters only with all of them)",
     )
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
+    parser.add_argument("--evaluations", type=int, default=None,
+                        help="evaluations every run must have within its budget; others are reported as failed")  # fmt: skip
     parser.add_argument("--variants", nargs="+", default=VARIANT_ORDER, help="variants to report, in this order")
     parser.add_argument("--baseline", default=BASELINE, help="the variant others are compared with")
     parser.add_argument("--final-evaluations", type=int, default=1, help="the final score: mean of the last K evaluations")
@@ -405,10 +462,18 @@ def main() -> None:
         """A figure's path as the report links it: relative to the report's folder."""
         return os.path.relpath(args.figures / name, args.out.parent)
 
-    runs = [r for grid in args.grid for r in load_runs(grid, args.final_evaluations) if r["variant"] in args.variants]
-    runs = [r for r in runs if args.envs is None or r["env"] in args.envs]
-    failed = sorted(f"{r['variant']} {r['env']} seed {r['seed']}" for r in runs if r["returncode"] != 0)
-    runs = [r for r in runs if r["returncode"] == 0]
+    def wanted(run: dict[str, Any]) -> bool:
+        return run["variant"] in args.variants and (args.envs is None or run["env"] in args.envs)
+
+    runs = [r for grid in args.grid for r in load_runs(grid, args.final_evaluations) if wanted(r)]
+    failed = [f for grid in args.grid for f in load_failed(grid) if wanted(f)]
+    failed += [
+        {"variant": r["variant"], "env": r["env"], "seed": int(r["seed"]), "reason": f"exit code {r['returncode']}"}
+        for r in runs
+        if r["returncode"] != 0
+    ]
+    runs, wrong = check_evaluations([r for r in runs if r["returncode"] == 0], args.evaluations)
+    failed = sorted(failed + wrong, key=lambda f: (f["variant"], f["env"], f["seed"]))
     if not runs:
         parser.error(f"no finished run of --variants {' '.join(args.variants)} in --grid {' '.join(map(str, args.grid))}")
     aggregate_seeds = list(range(args.first_seed, args.first_seed + args.min_seeds))
@@ -456,6 +521,9 @@ def main() -> None:
         "baseline": baseline,
         "variants": variants,
         "final_evaluations": args.final_evaluations,
+        "evaluations": args.evaluations,
+        "reps": args.reps,
+        "bootstrap_seed": 0,
         "failed": failed,
         "aggregate": {},
         "groups": {},
@@ -570,7 +638,7 @@ def main() -> None:
             "",
         ]
     if failed:
-        lines += [f"Failed runs (left out everywhere): {', '.join(failed)}.", ""]
+        lines += [f"Failed runs (left out everywhere; their envs leave the aggregates): {failed_text(failed)}.", ""]
 
     for key, label in (("final", "final return"), ("auc", "return over training")):
         differences = difference_tests(runs, envs, variants, baseline, key, args.reps)
@@ -607,15 +675,20 @@ def main() -> None:
             seconds = np.mean([r["seconds"] for r in rows])
             reused = sum("reused_from" in r for r in rows)
             ratio, pairs = paired_time_ratio(rows, seeds(env, baseline))
+            # Reused runs were timed by another study (other sessions, other code): the ratio of this study's own
+            # runs' means is the comparable one (None where either arm has none)
+            own = [r["seconds"] for r in rows if "reused_from" not in r]
+            own_baseline = [r["seconds"] for r in seeds(env, baseline) if "reused_from" not in r]
             summary["wall_time"].setdefault(env, {})[v] = {
                 "seconds": float(seconds),
                 "ratio_of_means": float(seconds / baseline_seconds) if np.isfinite(baseline_seconds) else None,
+                "own_ratio_of_means": float(np.mean(own) / np.mean(own_baseline)) if own and own_baseline else None,
                 "paired_median_ratio": ratio if pairs else None,
                 "pairs": pairs,
             }
             lines.append(
                 f"| {v} | {len(rows)}{f' ({reused} reused)' if reused else ''} "
-                f"| {finals.mean():.3f} +- {finals.std():.3f} | {aucs.mean():.3f} +- {aucs.std():.3f} "
+                f"| {finals.mean():.3f} +- {sample_std(finals):.3f} | {aucs.mean():.3f} +- {sample_std(aucs):.3f} "
                 f"| {int(rows[0]['timesteps'][-1])} | {seconds:.0f} | {seconds / baseline_seconds:.2f} "
                 f"| {f'{ratio:.2f} ({pairs})' if pairs else '-'} |"
             )

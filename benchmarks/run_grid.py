@@ -6,7 +6,10 @@ importance), ``mask`` (reset_ppo, boundary mask, uniform: the masking baseline, 
 ``B * W`` slots), ``mask_kept`` (boundary mask, losses averaged over kept slots as sb3-contrib does) and
 ``ppo_lstm`` (sb3-contrib's RecurrentPPO). Runs go to ``<out>/<variant>/<env>/seed<k>/`` (the zoo's own log folder
 inside, with ``evaluations.npz``); a finished run writes ``run.json`` and is skipped next time, so the grid
-is resumable. Runs execute in parallel worker processes, at most one per core, one torch thread each.
+is resumable. A run whose trainer exits with an error writes ``failed.json`` (and keeps its log as
+``log.txt.gz``): the report lists it and the grid does not train it again unless ``--retry-failed``; a run cut
+short by a signal or a session's end leaves neither and is trained again. Runs execute in parallel worker
+processes, at most one per core, one torch thread each.
 
 With ``--study fresh_memory``: the fresh-memory study of ``benchmarks/PROTOCOL_fresh_memory.md`` (variants
 ``fm_*``, config ``benchmarks/fresh_memory.yml``, training logs kept as ``log.txt.gz``), into
@@ -21,7 +24,7 @@ wall time of the finished runs of the same variant and env, times 1.25; runs of 
 run half done. ``--forecast`` prints the time the remaining runs need.
 
 Usage: python benchmarks/run_grid.py [--study grid|fresh_memory|gru|evidence] [--envs ...] [--variants ...]
-       [--seeds N] [--workers 2] [--minutes M] [--forecast]
+       [--seeds N] [--workers 2] [--minutes M] [--forecast] [--retry-failed]
 """
 
 import argparse
@@ -127,6 +130,8 @@ DEFAULT_ENVS = [
     "MountainCarContinuousNoVel-v0",
 ]
 EVALUATIONS_PER_RUN = 20
+# The record of a run whose trainer exited with an error (the report lists it; the grid does not retry it)
+FAILED_FILE = "failed.json"
 # --minutes: a run is expected to take its pair's median wall time times this
 MARGIN = 1.25
 
@@ -219,6 +224,15 @@ def completed(result: dict[str, Any]) -> bool:
     return bool(result["returncode"] == 0 and result.get("evaluations", EVALUATIONS_PER_RUN) >= EVALUATIONS_PER_RUN)
 
 
+def recorded(run_dir: Path, retry_failed: bool = False) -> bool:
+    """
+    Whether a run needs no training now: it finished (``run.json``) or failed with an error (``failed.json``; a
+    run is deterministic, so it would fail again) unless ``retry_failed``. A run cut short (by a signal or a
+    session's end) left neither and is trained again.
+    """
+    return (run_dir / "run.json").exists() or (not retry_failed and (run_dir / FAILED_FILE).exists())
+
+
 def status(result: dict[str, Any]) -> str:
     """A result of :func:`run_one` in words: "ok", "FAILED (<exit code>)" or "TRUNCATED (<n> evaluations)"."""
     if result["returncode"] != 0:
@@ -259,6 +273,12 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
                 shutil.copyfileobj(raw, packed)
             training_log.write_csv(training_log.parse_tables((run_dir / "log.txt").read_text()), run_dir / "progress.csv.gz")
         (run_dir / "run.json").write_text(json.dumps(result, indent=2))
+    elif code > 0:
+        # An error (a negative code is a signal: the run was cut, not failed, and trains again next time). Kept
+        # with its log so that the report lists it and the failure can be traced.
+        with open(run_dir / "log.txt", "rb") as raw, gzip.open(run_dir / "log.txt.gz", "wb") as packed:
+            shutil.copyfileobj(raw, packed)
+        (run_dir / FAILED_FILE).write_text(json.dumps(result, indent=2))
     return result
 
 
@@ -440,6 +460,8 @@ def main() -> None:
     parser.add_argument("--forecast", action="store_true", help="print how long the remaining runs take; run nothing")
     parser.add_argument("--minutes", type=float, default=None,
                         help="start only runs expected to finish within this many minutes (a session's end)")  # fmt: skip
+    parser.add_argument("--retry-failed", action="store_true",
+                        help=f"train again the runs that failed with an error ({FAILED_FILE}; by default not)")  # fmt: skip
     args = parser.parse_args()
     if args.minutes is not None and args.minutes <= 0:
         parser.error(f"--minutes must be positive, got {args.minutes}")
@@ -463,10 +485,15 @@ def main() -> None:
         for variant in args.variants
         if seed < seeds_of(args, env_id) and runs_on(args.study, variant, env_id)
     ]  # fmt: skip
-    todo = [job for job in jobs if not (job["run_dir"] / "run.json").exists()]
+    todo = [job for job in jobs if not recorded(job["run_dir"], args.retry_failed)]
+    failed = [job for job in jobs if recorded(job["run_dir"]) and not (job["run_dir"] / "run.json").exists()]
     print(
         f"{len(jobs) - len(todo)} of {len(jobs)} runs already done; {len(todo)} to run on {args.workers} workers", flush=True
     )
+    if failed:
+        runs = ", ".join(f"{job['variant']} {job['env']} seed {job['seed']}" for job in failed)
+        retried = "retried now" if args.retry_failed else "not retried; --retry-failed retries them"
+        print(f"{len(failed)} failed with an error ({FAILED_FILE}; {retried}): {runs}", flush=True)
     workers = max(1, min(args.workers, os.cpu_count() or 1))
     if args.forecast:
         print(forecast(jobs, todo, workers))

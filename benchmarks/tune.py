@@ -379,8 +379,9 @@ def rerun(args: argparse.Namespace) -> None:
                 for seed in args.seeds
             ]
 
-    # In order, on --workers threads; Ctrl-C lets the running reruns end and starts no new one
-    run_grid.run_until([job for job in jobs if not (job["run_dir"] / "run.json").exists()], {}, args.workers, None)
+    # In order, on --workers threads; Ctrl-C lets the running reruns end and starts no new one. A rerun that failed
+    # with an error (failed.json) is not trained again (delete its folder to retry it)
+    run_grid.run_until([job for job in jobs if not run_grid.recorded(job["run_dir"])], {}, args.workers, None)
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 import _thread
 import calendar
+import gzip
 import importlib.util
 import json
 import os
@@ -101,17 +102,19 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
     assert summary["wall_time"]["CueRecall-v0"]["reset"] == {
         "seconds": 12.0,
         "ratio_of_means": 1.0,
+        "own_ratio_of_means": 1.0,
         "paired_median_ratio": 1.0,
         "pairs": 5,
     }
     # Per env: final return and return over training of every seed
     assert "| reset | 5 | 1.000 +- 0.000 | 0.750 +- 0.000 | 2000 | 12 | 1.00 | 1.00 (5) |" in lines
     # the last evaluation is the final return, not the best one
-    assert "| mask | 5 | 0.620 +- 0.014 | 0.640 +- 0.005 | 3000 | 12 | 1.00 | 1.00 (5) |" in lines
+    assert "| mask | 5 | 0.620 +- 0.016 | 0.640 +- 0.005 | 3000 | 12 | 1.00 | 1.00 (5) |" in lines
     assert "| reset | 2 | 200.000 +- 0.000 | 150.000 +- 0.000 | 2000 | 21 | 2.00 | - |" in lines
     assert summary["wall_time"]["CartPoleNoVel-v1"]["reset"] == {
         "seconds": 21.0,
         "ratio_of_means": 2.0,
+        "own_ratio_of_means": 2.0,
         "paired_median_ratio": None,
         "pairs": 0,
     }
@@ -165,7 +168,51 @@ def test_report_uses_evaluations_within_the_budget_and_never_replaces_a_missing_
     assert "| reset | 3 (3 reused) | 2.500 +- 0.000 | 2.500 +- 0.000 | 2000 | 30 | 2.73 | - |" in lines
     assert "Over 1 envs (EarlyChoice-v0), seeds 0 to 2 of each." in text
     assert "CueRecall-v0" in text.split("Not in the aggregate")[1].splitlines()[0]
-    assert "Failed runs (left out everywhere): mask CueRecall-v0 seed 1." in lines
+    assert (
+        "Failed runs (left out everywhere; their envs leave the aggregates): mask CueRecall-v0 seed 1 (exit code 1)." in lines
+    )
+
+
+def test_report_lists_runs_that_failed_and_shows_an_undefined_p(tmp_path: Path) -> None:
+    grid = tmp_path / "grid"
+    for seed in range(3):
+        # Both arms at the reference on every seed: Welch's p is undefined (no variance), not 1
+        _fake_run(grid, "reset", "CueRecall-v0", seed, [0.5, 1.0])
+        _fake_run(grid, "mask", "CueRecall-v0", seed, [0.5, 1.0])
+        # ev_reset's runs on EarlyChoice all reused from another study: no comparable wall-time ratio
+        _fake_run(grid, "reset", "EarlyChoice-v0", seed, [2.0, 3.0], reused_from="elsewhere")
+        _fake_run(grid, "mask", "EarlyChoice-v0", seed, [2.0, 2.5 + 0.1 * seed])
+    # As run_grid.py leaves a run whose trainer exited with an error: failed.json and a log, no run.json
+    failed_dir = grid / "mask" / "EarlyChoice-v0" / "seed3"
+    failed_dir.mkdir(parents=True)
+    failed_run = {"variant": "mask", "env": "EarlyChoice-v0", "seed": 3, "returncode": 2, "evaluations": 0}
+    (failed_dir / "failed.json").write_text(json.dumps(failed_run))
+    # A failed attempt that a later attempt replaced (run.json there) is not a failure
+    _fake_run(grid, "reset", "EarlyChoice-v0", 3, [2.0, 3.0])
+    (grid / "reset" / "EarlyChoice-v0" / "seed3" / "failed.json").write_text(json.dumps({**failed_run, "variant": "reset"}))
+    summary_file = tmp_path / "summary.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(tmp_path / "R.md")]
+        + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3", "--json", str(summary_file)]
+        + ["--baseline", "mask", "--variants", "reset", "mask"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    text = (tmp_path / "R.md").read_text()
+    summary = json.loads(summary_file.read_text())
+    assert summary["failed"] == [{"variant": "mask", "env": "EarlyChoice-v0", "seed": 3, "reason": "exit code 2"}]
+    assert (
+        "Failed runs (left out everywhere; their envs leave the aggregates): mask EarlyChoice-v0 seed 3 (exit code 2)." in text
+    )
+    assert summary["reps"] == 50 and summary["bootstrap_seed"] == 0 and summary["evaluations"] is None
+    cue = next(row for row in summary["differences"]["final"] if row["env"] == "CueRecall-v0")
+    assert cue["p"] is None and cue["p_holm"] == 1.0
+    assert "| CueRecall-v0 | reset - mask | +0.000 (+0.000 to +0.000) | undefined (both constant) | 1.000 |" in text
+    # reset's own runs on EarlyChoice: only seed 3 (its other runs are reused); mask's baseline runs are all its own
+    early = summary["wall_time"]["EarlyChoice-v0"]["reset"]
+    assert early["own_ratio_of_means"] == pytest.approx(13.0 / 11.0)
+    assert summary["wall_time"]["CueRecall-v0"]["reset"]["own_ratio_of_means"] == 1.0
 
 
 def test_wall_time_ratio_pairs_runs_of_one_seed_and_one_session() -> None:
@@ -767,9 +814,12 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
         _fake_run(grid, "ev_reset_stride1", "CueRecall-v0", seed, [0.2, 0.5, 0.6])
     # A secondary arm on an env the protocol does not run it on is not reported
     _fake_run(grid, "ev_reset_stride1", "PendulumNoVel-v1", 0, [-1000.0, -900.0, -800.0])
+    # A run with fewer evaluations than every other (here 3 stand for the protocol's 20) is a failed run
+    _fake_run(grid, "ev_mask", "CueRecallLong-v0", 0, [0.1, 0.2])
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "evidence_report.py"), "--out-dir", str(out_dir)]
-        + ["--evidence", str(grid), "--tuned", str(tmp_path / "missing"), "--min-seeds", "2", "--reps", "50"],
+        + ["--evidence", str(grid), "--tuned", str(tmp_path / "missing"), "--min-seeds", "2", "--reps", "50"]
+        + ["--evaluations", "3"],
         check=True,
         capture_output=True,
         text=True,
@@ -788,6 +838,8 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
     assert evidence_report.repository_path(ROOT / "benchmarks") == Path("benchmarks")
     assert evidence_report.repository_path(tmp_path) == tmp_path.resolve()
     assert "| ev_reset | 2 | 0.950 +- 0.000 |" in primary and "| ev_reset_stride1 |" not in primary
+    assert "ev_mask CueRecallLong-v0 seed 0 (2 evaluations within its budget, not 3)" in primary
+    assert "### CueRecallLong-v0" not in primary
     secondary = (out_dir / "RESULTS_evidence_secondary.md").read_text()
     assert "| ev_reset_stride1 | 2 | 0.550 +- 0.000 |" in secondary and "PendulumNoVel-v1" not in secondary
     assert "ev_mask |" not in secondary
@@ -814,6 +866,7 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
     for name, argv in commands.items():
         assert argv[argv.index("--final-evaluations") + 1] == "2" and argv[argv.index("--min-seeds") + 1] == "10"
         assert argv[argv.index("--reps") + 1] == "2000" and "--diagnostics" in argv
+        assert argv[argv.index("--evaluations") + 1] == "20"
         assert argv[argv.index("--first-seed") + 1] == ("100" if name == "tuned" else "0")
     primary, secondary = commands["primary"], commands["secondary"]
     assert primary[primary.index("--variants") + 1 : primary.index("--baseline")] == [
@@ -906,6 +959,48 @@ def test_a_run_cut_short_with_exit_0_is_not_stored_as_finished(tmp_path: Path, m
     assert run_grid.status({"returncode": 2, "evaluations": 0}) == "FAILED (2)"
     # Runs stored before run.json recorded the count were all checked to hold their 20 evaluations
     assert run_grid.completed({"returncode": 0})
+
+
+def test_a_run_that_fails_with_an_error_is_recorded_and_not_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_grid = _load("run_grid")
+    exit_with = {"code": "raise SystemExit(3)"}
+
+    def fake_trainer(*args: Any, **kwargs: Any) -> list[str]:
+        return [sys.executable, "-c", f"print('training broke'); {exit_with['code']}"]
+
+    monkeypatch.setattr(run_grid, "command", fake_trainer)
+    run_dir = tmp_path / "run"
+    job = {"variant": "reset", "env": "CueRecall-v0", "seed": 0, "run_dir": run_dir, "eval_episodes": 1}
+    result = run_grid.run_one(job)
+    assert result["returncode"] == 3 and run_grid.status(result) == "FAILED (3)"
+    # Recorded with its log (for the report and for tracing), not as finished; the grid does not train it again
+    assert json.loads((run_dir / "failed.json").read_text()) == result and not (run_dir / "run.json").exists()
+    with gzip.open(run_dir / "log.txt.gz", "rt") as log:
+        assert "training broke" in log.read()
+    assert run_grid.recorded(run_dir) and not run_grid.recorded(run_dir, retry_failed=True)
+    # A trainer killed by a signal (a session's end) was cut, not failed: nothing recorded, trained next time
+    exit_with["code"] = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    result = run_grid.run_one(job)
+    assert result["returncode"] == -9 and not run_grid.recorded(run_dir)
+    assert not (run_dir / "failed.json").exists()  # the earlier attempt's record went with its folder
+    # A later attempt that finishes replaces the record
+    exit_with["code"] = "pass"
+    monkeypatch.setattr(run_grid, "evaluations_done", lambda run_dir: run_grid.EVALUATIONS_PER_RUN)
+    assert run_grid.completed(run_grid.run_one(job)) and (run_dir / "run.json").exists()
+    assert not (run_dir / "failed.json").exists()
+    # The grid's command line: a failed run counts as done and is named, unless --retry-failed
+    failed_dir = tmp_path / "grid" / "reset" / "CueRecall-v0" / "seed0"
+    failed_dir.mkdir(parents=True)
+    (failed_dir / "failed.json").write_text(json.dumps({"returncode": 3}))
+    grid = [sys.executable, str(ROOT / "benchmarks" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
+    grid += ["--seeds", "2", "--out", str(tmp_path / "grid"), "--forecast"]
+    output = subprocess.run(grid, check=True, capture_output=True, text=True, timeout=120).stdout
+    assert "1 of 2 runs already done; 1 to run" in output
+    assert (
+        "1 failed with an error (failed.json; not retried; --retry-failed retries them): reset CueRecall-v0 seed 0" in output
+    )
+    output = subprocess.run([*grid, "--retry-failed"], check=True, capture_output=True, text=True, timeout=120).stdout
+    assert "0 of 2 runs already done; 2 to run" in output and "retried now" in output
 
 
 def test_forecast_of_the_remaining_runs_from_medians_of_finished_ones(tmp_path: Path) -> None:
@@ -1069,6 +1164,9 @@ def _summary(
         "baseline": baseline,
         "variants": variants,
         "final_evaluations": 2,
+        "reps": 2000,
+        "bootstrap_seed": 0,
+        "failed": [],
         "aggregate": {key: {**aggregate, "probability_of_improvement": probabilities} for key in ("final", "auc")}
         if probabilities
         else {},
@@ -1082,6 +1180,41 @@ def _with_probabilities(summary: dict[str, Any], **probabilities: list[float]) -
     final = summary["aggregate"]["final"]
     new = {**final, "probability_of_improvement": {**final["probability_of_improvement"], **probabilities}}
     return {**summary, "aggregate": {**summary["aggregate"], "final": new}}
+
+
+def test_the_protocols_aggregate_drops_envs_with_failed_runs_and_needs_its_arms_and_bootstrap() -> None:
+    decisions = _load("decisions")
+    arms = {"ev_reset_importance": [0.7, 0.55, 0.85], "ev_mask": [0.3, 0.2, 0.45], "ev_mask_kept": [0.5, 0.4, 0.6]}
+    arms["ev_rppo"] = [0.2, 0.1, 0.3]
+    full = _summary("ev_reset", arms, [])
+    assert decisions.coverage(full, "primary")[0] is True
+    # A failed run of an aggregate seed takes its env out of the protocol's aggregate (amendment 3) ...
+    failed = [{"variant": "ev_mask", "env": "MiniGridMemoryS7Flat-v0", "seed": 4, "reason": "exit code 1"}]
+    without = [env for env in PRIMARY_ENVS if env != "MiniGridMemoryS7Flat-v0"]
+    # (the env's per-env tests remain, from its other seeds)
+    minigrid_rows = [_row("MiniGridMemoryS7Flat-v0", arm, 0.1, 0.9) for arm in arms]
+    eight = _summary("ev_reset", arms, minigrid_rows, envs=without, failed=failed)
+    assert decisions.coverage(eight, "primary") == (True, "seeds 0 to 9 of 8 envs: the protocol's aggregate")
+    assert decisions.decisions(eight, None)[1].fired is True
+    # ... so the aggregate over all 9 envs is then not the protocol's, nor is one without the env and no failure
+    assert decisions.coverage(_summary("ev_reset", arms, [], failed=failed), "primary")[0] is False
+    covered, text = decisions.coverage(_summary("ev_reset", arms, [], envs=without), "primary")
+    assert covered is False and "of 9 envs" in text
+    # A failure of a later seed (20-seed envs) or of an arm the report does not hold leaves the env in
+    later = [{**failed[0], "seed": 15}, {**failed[0], "variant": "ev_reset_gru", "seed": 0}]
+    assert decisions.coverage(_summary("ev_reset", arms, [], failed=later), "primary")[0] is True
+    # Every arm of the report, and the protocol's bootstrap
+    fewer = _summary("ev_reset", {k: v for k, v in arms.items() if k != "ev_rppo"}, [])
+    covered, text = decisions.coverage(fewer, "primary")
+    assert covered is False and "the protocol's are ev_reset, ev_reset_importance, ev_mask, ev_mask_kept, ev_rppo" in text
+    covered, text = decisions.coverage({**full, "reps": 200}, "primary")
+    assert covered is False and "200 bootstrap resamples" in text
+    assert all(d.fired is None for d in decisions.decisions({**full, "reps": 200}, None)[:2])
+    # A summary from before failures were listed as runs is refused, naming the key
+    with pytest.raises(ValueError, match="failed"):
+        decisions.validate({**full, "failed": ["ev_mask MiniGridMemoryS7Flat-v0 seed 4"]}, "primary")
+    with pytest.raises(ValueError, match="'reps'"):
+        decisions.validate({k: v for k, v in full.items() if k != "reps"}, "primary")
 
 
 def test_decisions_apply_the_protocols_rules_to_the_estimates() -> None:
@@ -1115,7 +1248,8 @@ def test_decisions_apply_the_protocols_rules_to_the_estimates() -> None:
         assert decisions.decide_weighting(_with_probabilities(primary, ev_reset_importance=triple)).fired is False
     # ... nor if it is significantly worse on one env (Holm), however good the aggregate
     vetoed_rows = [_row("PendulumNoVel-v1", "ev_reset_importance", -1.0, 0.03)]
-    vetoed = decisions.decide_weighting(_summary("ev_reset", {"ev_reset_importance": [0.7, 0.55, 0.85]}, vetoed_rows))
+    every_arm = primary["aggregate"]["final"]["probability_of_improvement"]
+    vetoed = decisions.decide_weighting(_summary("ev_reset", every_arm, vetoed_rows))
     assert vetoed.fired is False and vetoed.outcome == "stays `'uniform'`"
     assert "PendulumNoVel-v1 -1 (-2 to +0, Holm p 0.030)" in vetoed.evidence
     # An env without its test (fewer than 2 seeds there) cannot pass the veto: undecided, not "worse on no env"
@@ -1152,9 +1286,17 @@ def test_decisions_apply_the_protocols_rules_to_the_estimates() -> None:
     wall_time = {
         "CueRecall-v0": {"ev_reset_stride1": {"seconds": 30.0, "ratio_of_means": 3.0, "paired_median_ratio": 2.9, "pairs": 4}},
         "EarlyChoice-v0": {
-            "ev_reset_stride1": {"seconds": 9.0, "ratio_of_means": 1.5, "paired_median_ratio": None, "pairs": 0}
+            "ev_reset_stride1": {
+                "seconds": 9.0, "ratio_of_means": 1.5, "own_ratio_of_means": 1.5, "paired_median_ratio": None, "pairs": 0
+            }
         },
-    }
+        # Every ev_reset run reused from another study: no comparable ratio
+        "PopgymRepeatPreviousEasy-v0": {
+            "ev_reset_stride1": {
+                "seconds": 9.0, "ratio_of_means": 2.0, "own_ratio_of_means": None, "paired_median_ratio": None, "pairs": 0
+            }
+        },
+    }  # fmt: skip
     probabilities = {
         "ev_reset_stride1": [0.6, 0.45, 0.75],
         "ev_reset_gru": [0.7, 0.6, 0.8],
@@ -1165,7 +1307,8 @@ def test_decisions_apply_the_protocols_rules_to_the_estimates() -> None:
     # Stride 1's cost is reported next to its decision either way: same-session pairs, else the ratio of means
     assert stride.fired is False and stride.outcome == "stays `window_size`"
     assert stride.evidence.endswith(
-        "CueRecall-v0 2.90 (4 same-session pairs), EarlyChoice-v0 1.50 (ratio of means, mixed sessions)"
+        "CueRecall-v0 2.90 (4 same-session pairs), EarlyChoice-v0 1.50 (ratio of means, mixed sessions), "
+        "PopgymRepeatPreviousEasy-v0 not comparable (reused runs only, timed by another study)"
     )
     without_times = {k: v for k, v in secondary.items() if k != "wall_time"}
     assert (
