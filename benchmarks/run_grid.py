@@ -32,6 +32,7 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -332,15 +333,18 @@ def next_job(
 def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> None:
     """
     Run ``work(index, stop)`` on ``workers`` threads and wait for them. ``stop`` is set when a worker raises or
-    when the waiting thread is interrupted (Ctrl-C, SIGINT): each worker must check it before starting more work,
-    so an interrupted grid or search finishes (or, if the signal reached them too, ends) the runs it has and starts
-    no new one.
+    on Ctrl-C (SIGINT): each worker must check it before starting more work, so an interrupted grid or search
+    lets the runs it has end (or, if the signal reached their processes too, end at once) and starts no new one.
+    While it waits, SIGINT only sets ``stop`` (a handler of its own, unless SIGINT is ignored); the interrupt is
+    raised once every worker is done.
 
     :raises BaseException: a worker's first error (after the others are done), else KeyboardInterrupt if
         interrupted
     """
     stop = threading.Event()
     errors: list[BaseException] = []
+    done = [threading.Event() for _ in range(workers)]
+    interrupted = threading.Event()
 
     def guarded(index: int) -> None:
         try:
@@ -348,23 +352,33 @@ def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> N
         except BaseException as error:  # re-raised in the calling thread once the other workers are done
             errors.append(error)
             stop.set()
+        finally:
+            done[index].set()
 
-    threads = [threading.Thread(target=guarded, args=(index,)) for index in range(workers)]
-    for thread in threads:
-        thread.start()
-    interrupted = False
-    for thread in threads:
-        while thread.is_alive():
-            try:
-                thread.join(timeout=0.5)  # wakes up to take a signal however it arrived
-            except KeyboardInterrupt:
-                if not interrupted:
-                    print("interrupted: no new run starts; waiting for the running ones", flush=True)
-                interrupted = True
-                stop.set()
+    def on_interrupt(signum: int, frame: object) -> None:
+        if not interrupted.is_set():
+            print("interrupted: no new run starts; waiting for the running ones", flush=True)
+        interrupted.set()
+        stop.set()
+
+    # A handler instead of KeyboardInterrupt: an exception could land anywhere (in Thread.start, or in
+    # Thread.join, which in CPython 3.11 then marks a thread that is still running as stopped)
+    handle = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    previous = signal.signal(signal.SIGINT, on_interrupt) if handle else None
+    try:
+        threads = [threading.Thread(target=guarded, args=(index,)) for index in range(workers)]
+        for thread in threads:
+            thread.start()
+        while not all(flag.is_set() for flag in done):
+            time.sleep(0.2)
+        for thread in threads:
+            thread.join()
+    finally:
+        if handle:
+            signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
     if errors:
         raise errors[0]
-    if interrupted:
+    if interrupted.is_set():
         raise KeyboardInterrupt
 
 

@@ -77,6 +77,26 @@ def finished_trials(storage: str, name: str) -> int:
     return finished(state_counts(storage, name))
 
 
+def failed_trials(storage: str, name: str) -> dict[int, dict[str, Any]]:
+    """The study's FAILED trials, number -> settings (none without the study)."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=name, storage=_backend(storage))
+    except KeyError:
+        return {}
+    return {trial.number: trial.params for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))}
+
+
+def requeue(storage: str, name: str, settings: list[dict[str, Any]]) -> None:
+    """Queue trials with these settings again (Optuna's ``enqueue_trial``: the next trials to start take them)."""
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=_backend(storage))
+    for params in settings:
+        study.enqueue_trial(params)
+
+
 def fail_stale_trials(storage: str, name: str) -> int:
     """
     Mark the study's RUNNING trials FAILED: left by workers killed with a session (no worker runs when this is
@@ -259,6 +279,7 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
     active = 0  # zoo processes running now, each of which runs at most one trial
     codes = [0] * args.workers
     (args.out / env_id / arm).mkdir(parents=True, exist_ok=True)
+    known_failures = set(failed_trials(storage, name))  # failed before, or already queued again
 
     def work(index: int, stop: threading.Event) -> None:
         nonlocal active
@@ -284,6 +305,14 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
                 active -= 1
                 codes[index] = code
                 after = state_counts(storage, name)
+                new_failures = {n: p for n, p in failed_trials(storage, name).items() if n not in known_failures}
+                known_failures.update(new_failures)
+                if stop.is_set() and new_failures:
+                    # Ctrl-C reached the zoo too, which fails its trial: queued again with its settings, as a trial
+                    # cut by a session's end is (the slowest settings are the likeliest to be cut)
+                    requeue(storage, name, list(new_failures.values()))
+                    print(f"{env_id} {arm}: {len(new_failures)} trial(s) cut by the interrupt queued again", flush=True)
+                    return
                 if ended(after) <= ended(before):
                     print(f"{env_id} {arm} worker {index}: the zoo ended no trial (exit code {code}); stopped", flush=True)
                     return

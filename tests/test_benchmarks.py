@@ -740,6 +740,39 @@ def test_tuning_starts_only_trials_that_finish_in_time_and_never_spins(
         tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, nine, None)
 
 
+def test_tuning_queues_again_a_trial_cut_by_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import optuna
+
+    tune = _load("tune")
+    storage = str(tmp_path / "study.log")
+    name = tune.study_name("EarlyChoice-v0", "ev_reset")
+    study = optuna.create_study(study_name=name, storage=tune._backend(storage))
+    space = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    # A trial that failed earlier, for another reason: not queued again
+    study.tell(study.ask(space), state=optuna.trial.TrialState.FAIL)
+    calls: list[list[str]] = []
+
+    def interrupted_zoo(command: list[str], **kwargs: Any) -> int:
+        """Ctrl-C reaches the zoo and tune.py: the zoo fails its trial (Optuna's KeyboardInterrupt) and exits."""
+        calls.append(command)
+        trial = study.ask(space)
+        _thread.interrupt_main()
+        time.sleep(1.0)  # the main thread takes the signal within 0.2 s
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return 0
+
+    monkeypatch.setattr(tune.subprocess, "call", interrupted_zoo)
+    args = tune.argparse.Namespace(
+        trials=5, workers=1, out=tmp_path, grid=tmp_path / "grid", n_evaluations=5, eval_episodes=10, n_timesteps=None
+    )
+    with pytest.raises(KeyboardInterrupt):
+        tune.run_trials("EarlyChoice-v0", "ev_reset", storage, 0, args, None)
+    assert len(calls) == 1  # no trial started after the interrupt
+    trials = optuna.load_study(study_name=name, storage=tune._backend(storage)).get_trials()
+    assert [trial.state.name for trial in trials] == ["FAIL", "FAIL", "WAITING"]
+    assert trials[2].system_attrs["fixed_params"] == trials[1].params
+
+
 def test_every_study_keeps_its_records_and_ignores_models_and_raw_logs() -> None:
     """What the studies write is committed or ignored by .gitignore as the protocols say (logs kept compressed)."""
     if not (ROOT / ".git").exists():
@@ -1084,6 +1117,7 @@ def test_grid_starts_only_runs_that_finish_before_the_time_limit(monkeypatch: py
 def test_an_interrupted_grid_starts_no_new_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     run_grid = _load("run_grid")
     trained: list[int] = []
+    ended: list[int] = []
 
     # Ctrl-C while the second run trains (the zoo's train then exits 0, see run_one): the runs already started
     # end, the other 48 are not started, and the caller sees the interrupt
@@ -1092,14 +1126,17 @@ def test_an_interrupted_grid_starts_no_new_run(monkeypatch: pytest.MonkeyPatch, 
         if len(trained) == 2:
             _thread.interrupt_main()
         time.sleep(0.05)
+        ended.append(job["seed"])
         return {**job, "returncode": 0, "seconds": 0.05}
 
     monkeypatch.setattr(run_grid, "run_one", interrupted_run)
     todo = [{"variant": "a", "env": "E", "seed": seed, "run_dir": tmp_path / str(seed)} for seed in range(50)]
     with pytest.raises(KeyboardInterrupt):
         run_grid.run_until(todo, {}, 2, minutes=None)
-    # The waiting thread takes the signal within its 0.5 s join timeout: at most about 20 more 0.05 s runs
+    # The waiting thread takes the signal within 0.2 s: at most about 10 more 0.05 s runs
     assert 2 <= len(trained) <= 30 and len(todo) == 50 - len(trained)
+    # ... and it returns only once the running ones have ended (an interrupted Thread.join would not wait)
+    assert sorted(ended) == sorted(trained)
 
     # The same harness runs tune.py's workers: one worker's error stops the others' loops too
     loops = [0, 0]
