@@ -130,6 +130,11 @@ def coverage(summary: dict[str, Any], name: str) -> tuple[bool, str]:
         problems.append(wanted)
     if sorted(summary["variants"]) != sorted(expected.arms):
         problems.append(f"arms {', '.join(summary['variants'])}, the protocol's are {', '.join(expected.arms)}")
+    if summary.get("evaluations") != run_grid.EVALUATIONS_PER_RUN:
+        problems.append(
+            f"made with --evaluations {summary.get('evaluations')}, the protocol's runs have "
+            f"{run_grid.EVALUATIONS_PER_RUN} (others are failed runs)"
+        )
     if summary["reps"] != REPS or summary.get("bootstrap_seed", BOOTSTRAP_SEED) != BOOTSTRAP_SEED:
         problems.append(
             f"{summary['reps']} bootstrap resamples with seed {summary.get('bootstrap_seed')}, the protocol's are "

@@ -638,7 +638,11 @@ def main() -> None:
             "",
         ]
     if failed:
-        lines += [f"Failed runs (left out everywhere; their envs leave the aggregates): {failed_text(failed)}.", ""]
+        lines += [
+            f"Failed runs (left out everywhere; an env with a failed run among seeds {aggregate_seeds[0]} to "
+            f"{aggregate_seeds[-1]} leaves the aggregates): {failed_text(failed)}.",
+            "",
+        ]
 
     for key, label in (("final", "final return"), ("auc", "return over training")):
         differences = difference_tests(runs, envs, variants, baseline, key, args.reps)

@@ -28,6 +28,7 @@ Usage: python benchmarks/run_grid.py [--study grid|fresh_memory|gru|evidence] [-
 """
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -216,8 +218,11 @@ def evaluations_done(run_dir: Path) -> int:
     paths = sorted(run_dir.glob("*/*/evaluations.npz"))
     if len(paths) != 1:
         return 0
-    with np.load(paths[0]) as data:
-        return len(data["timesteps"])
+    try:
+        with np.load(paths[0]) as data:
+            return len(data["timesteps"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # written in part (the trainer was cut while saving)
+        return 0
 
 
 def completed(result: dict[str, Any]) -> bool:
@@ -235,7 +240,12 @@ def recorded(run_dir: Path, retry_failed: bool = False) -> bool:
 
 
 def status(result: dict[str, Any]) -> str:
-    """A result of :func:`run_one` in words: "ok", "FAILED (<exit code>)" or "TRUNCATED (<n> evaluations)"."""
+    """
+    A result of :func:`run_one` in words: "ok", "FAILED (<exit code>)" (recorded), "CUT (signal <n>)" (not
+    recorded: trained again) or "TRUNCATED (<n> evaluations)" (exit 0 before the end; not recorded either).
+    """
+    if result["returncode"] < 0:
+        return f"CUT (signal {-result['returncode']})"
     if result["returncode"] != 0:
         return f"FAILED ({result['returncode']})"
     return "ok" if completed(result) else f"TRUNCATED ({result['evaluations']} evaluations)"
@@ -258,14 +268,16 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     args = command(
         job["variant"], job["env"], job["seed"], run_dir, job["eval_episodes"], conf=job.get("conf"), steps=job.get("steps")
     )
+    # The code and machine it trains with, read before it starts (a Ctrl-C after the run would also stop git)
+    version, host = code_version(), machine()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     start = time.perf_counter()
     with open(run_dir / "log.txt", "w") as log:
         code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     result = {
         "variant": job.get("label", job["variant"]), "env": job["env"], "seed": job["seed"], "returncode": code,
-        "seconds": time.perf_counter() - start, "command": " ".join(args), **code_version(), "started": started,
-        "machine": machine(), "evaluations": evaluations_done(run_dir), **job.get("extra", {}),
+        "seconds": time.perf_counter() - start, "command": " ".join(args), **version, "started": started,
+        "machine": host, "evaluations": evaluations_done(run_dir), **job.get("extra", {}),
     }  # fmt: skip
     if completed(result):
         if "conf" in VARIANTS[job["variant"]]:
@@ -356,10 +368,12 @@ def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> N
             done[index].set()
 
     def on_interrupt(signum: int, frame: object) -> None:
-        if not interrupted.is_set():
-            print("interrupted: no new run starts; waiting for the running ones", flush=True)
+        first = not interrupted.is_set()
         interrupted.set()
         stop.set()
+        if first:
+            with contextlib.suppress(OSError):  # stdout gone (a closed pipe): the flags are what matters
+                print("interrupted: no new run starts; waiting for the running ones", flush=True)
 
     # A handler instead of KeyboardInterrupt: an exception could land anywhere (in Thread.start, or in
     # Thread.join, which in CPython 3.11 then marks a thread that is still running as stopped)

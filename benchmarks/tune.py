@@ -297,6 +297,10 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
                 active += 1
                 before = counts
             command = optimize_command(env_id, arm, storage, base + k * args.workers + index, log_dir, args)
+            if stop.is_set():  # Ctrl-C while this trial was being set up: it would not get the signal
+                with lock:
+                    active -= 1
+                return
             with open(args.out / env_id / arm / f"worker{index}.txt", "a") as log:
                 code = subprocess.call(
                     command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}

@@ -169,7 +169,8 @@ def test_report_uses_evaluations_within_the_budget_and_never_replaces_a_missing_
     assert "Over 1 envs (EarlyChoice-v0), seeds 0 to 2 of each." in text
     assert "CueRecall-v0" in text.split("Not in the aggregate")[1].splitlines()[0]
     assert (
-        "Failed runs (left out everywhere; their envs leave the aggregates): mask CueRecall-v0 seed 1 (exit code 1)." in lines
+        "Failed runs (left out everywhere; an env with a failed run among seeds 0 to 2 leaves the aggregates): "
+        "mask CueRecall-v0 seed 1 (exit code 1)." in lines
     )
 
 
@@ -203,7 +204,8 @@ def test_report_lists_runs_that_failed_and_shows_an_undefined_p(tmp_path: Path) 
     summary = json.loads(summary_file.read_text())
     assert summary["failed"] == [{"variant": "mask", "env": "EarlyChoice-v0", "seed": 3, "reason": "exit code 2"}]
     assert (
-        "Failed runs (left out everywhere; their envs leave the aggregates): mask EarlyChoice-v0 seed 3 (exit code 2)." in text
+        "Failed runs (left out everywhere; an env with a failed run among seeds 0 to 2 leaves the aggregates): "
+        "mask EarlyChoice-v0 seed 3 (exit code 2)." in text
     )
     assert summary["reps"] == 50 and summary["bootstrap_seed"] == 0 and summary["evaluations"] is None
     cue = next(row for row in summary["differences"]["final"] if row["env"] == "CueRecall-v0")
@@ -747,7 +749,7 @@ def test_tuning_queues_again_a_trial_cut_by_ctrl_c(tmp_path: Path, monkeypatch: 
     storage = str(tmp_path / "study.log")
     name = tune.study_name("EarlyChoice-v0", "ev_reset")
     study = optuna.create_study(study_name=name, storage=tune._backend(storage))
-    space = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    space: dict[str, optuna.distributions.BaseDistribution] = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
     # A trial that failed earlier, for another reason: not queued again
     study.tell(study.ask(space), state=optuna.trial.TrialState.FAIL)
     calls: list[list[str]] = []
@@ -987,8 +989,12 @@ def test_a_run_cut_short_with_exit_0_is_not_stored_as_finished(tmp_path: Path, m
     assert not run_grid.completed(run_grid.run_one(job))
     count["evaluations"] = run_grid.EVALUATIONS_PER_RUN + 1
     assert run_grid.completed(run_grid.run_one(job)) and (tmp_path / "run" / "run.json").exists()
-    # No evaluations file (or several) counts as none; a failed exit stays a failure
+    # No evaluations file (or several, or one cut while being written) counts as none; a failed exit stays a failure
     assert run_grid.evaluations_done(tmp_path / "absent") == 0
+    partial = tmp_path / "partial" / "reset_ppo" / "CueRecall-v0_1"
+    partial.mkdir(parents=True)
+    (partial / "evaluations.npz").write_bytes(b"PK\x03\x04 cut")
+    assert run_grid.evaluations_done(tmp_path / "partial") == 0
     assert run_grid.status({"returncode": 2, "evaluations": 0}) == "FAILED (2)"
     # Runs stored before run.json recorded the count were all checked to hold their 20 evaluations
     assert run_grid.completed({"returncode": 0})
@@ -1014,7 +1020,7 @@ def test_a_run_that_fails_with_an_error_is_recorded_and_not_retried(tmp_path: Pa
     # A trainer killed by a signal (a session's end) was cut, not failed: nothing recorded, trained next time
     exit_with["code"] = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     result = run_grid.run_one(job)
-    assert result["returncode"] == -9 and not run_grid.recorded(run_dir)
+    assert result["returncode"] == -9 and not run_grid.recorded(run_dir) and run_grid.status(result) == "CUT (signal 9)"
     assert not (run_dir / "failed.json").exists()  # the earlier attempt's record went with its folder
     # A later attempt that finishes replaces the record
     exit_with["code"] = "pass"
@@ -1203,6 +1209,7 @@ def _summary(
         "final_evaluations": 2,
         "reps": 2000,
         "bootstrap_seed": 0,
+        "evaluations": 20,
         "failed": [],
         "aggregate": {key: {**aggregate, "probability_of_improvement": probabilities} for key in ("final", "auc")}
         if probabilities
@@ -1246,6 +1253,9 @@ def test_the_protocols_aggregate_drops_envs_with_failed_runs_and_needs_its_arms_
     assert covered is False and "the protocol's are ev_reset, ev_reset_importance, ev_mask, ev_mask_kept, ev_rppo" in text
     covered, text = decisions.coverage({**full, "reps": 200}, "primary")
     assert covered is False and "200 bootstrap resamples" in text
+    # ... and a report that checked every run's 20 evaluations (runs with others are failed runs)
+    covered, text = decisions.coverage({**full, "evaluations": None}, "primary")
+    assert covered is False and "made with --evaluations None" in text
     assert all(d.fired is None for d in decisions.decisions({**full, "reps": 200}, None)[:2])
     # A summary from before failures were listed as runs is refused, naming the key
     with pytest.raises(ValueError, match="failed"):
