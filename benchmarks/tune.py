@@ -114,9 +114,9 @@ def fail_stale_trials(storage: str, name: str) -> int:
     stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     for trial in stale:
         study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL)
-        # Tried again with the same settings: otherwise the settings that take longest, the likeliest to be cut
-        # by a session's end, would be tried less often than the sampler chose them
-        study.enqueue_trial(trial.params)
+    # Tried again with the same settings: otherwise the settings that take longest, the likeliest to be cut by a
+    # session's end, would be tried less often than the sampler chose them
+    requeue(storage, name, [trial.params for trial in stale])
     return len(stale)
 
 
