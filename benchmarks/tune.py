@@ -120,12 +120,22 @@ def fail_stale_trials(storage: str, name: str) -> int:
     return len(stale)
 
 
-def best_trial(storage: str, name: str) -> tuple[int, float, dict[str, Any]]:
-    """Number, value and raw parameters of the study's best trial."""
+def best_trial(storage: str, name: str) -> tuple[int, float, dict[str, Any], list[int]]:
+    """
+    Number, value and raw parameters of the study's best completed trial, and the numbers of the other completed
+    trials with the same value. A tie goes to the earliest trial, as Optuna's ``Study.best_trial`` and so the
+    zoo's report decide it (``benchmarks/PROTOCOL.md``, amendment 9), for every arm alike.
+    """
     import optuna
 
-    best = optuna.load_study(study_name=name, storage=_backend(storage)).best_trial
-    return best.number, float(best.value if best.value is not None else float("nan")), dict(best.params)
+    study = optuna.load_study(study_name=name, storage=_backend(storage))
+    complete = [trial for trial in study.trials if trial.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        raise ValueError(f"study {name!r} in {storage} has no completed trial to re-run")
+    value = max(float(trial.value) for trial in complete if trial.value is not None)
+    tied = sorted(trial.number for trial in complete if trial.value is not None and float(trial.value) == value)
+    best = next(trial for trial in complete if trial.number == tied[0])
+    return best.number, value, dict(best.params), tied[1:]
 
 
 def _literal(value: Any) -> str:
@@ -391,12 +401,14 @@ def rerun(args: argparse.Namespace) -> None:
         for arm in args.arms:
             spec = run_grid.VARIANTS[arm]
             storage = args.storage or str(study_path(args.out, env_id, arm))
-            number, value, params = best_trial(storage, study_name(env_id, arm))
+            number, value, params, tied = best_trial(storage, study_name(env_id, arm))
             folder = args.out / env_id / arm
             config = best_config(spec["algo"], env_id, spec["conf"], params)
             (folder / "best.yml").write_text(yaml.safe_dump({env_id: config}, sort_keys=True))
-            (folder / "best.json").write_text(json.dumps({"trial": number, "value": value, "params": params}, indent=2))
-            print(f"{env_id} {arm}: best trial {number} ({value:.3f}) {params}", flush=True)
+            best = {"trial": number, "value": value, "params": params, "tied_with": tied}
+            (folder / "best.json").write_text(json.dumps(best, indent=2))
+            ties = f", tied with trials {tied} (the earliest is re-run)" if tied else ""
+            print(f"{env_id} {arm}: best trial {number} ({value:.3f}{ties}) {params}", flush=True)
             jobs += [
                 {
                     "variant": arm,

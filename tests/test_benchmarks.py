@@ -595,6 +595,29 @@ def test_tuning_marks_trials_of_stopped_workers_failed(tmp_path: Path) -> None:
     assert tune.ended({"COMPLETE": 1, "FAIL": 2, "RUNNING": 5, "PRUNED": 1}) == 4
 
 
+def test_tuning_best_trial_breaks_ties_by_the_earliest_trial(tmp_path: Path) -> None:
+    import optuna
+
+    tune = _load("tune")
+    storage = str(tmp_path / "study.log")
+    study = optuna.create_study(study_name="s", storage=tune._backend(storage), direction="maximize")
+    with pytest.raises(ValueError, match="no completed trial"):
+        tune.best_trial(storage, "s")
+    values = [400.0, 500.0, None, 500.0, 499.9, 500.0]  # trial 2 pruned at a higher value
+    for value in values:
+        trial = study.ask()
+        trial.suggest_int("n_steps_pow", 3, 12)
+        if value is None:
+            trial.report(600.0, step=1)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(trial, value)
+    number, value, params, tied = tune.best_trial(storage, "s")
+    # Pruned trials never win; among equal values the earliest, as Optuna's best_trial (what the zoo reports)
+    assert (number, value, tied) == (1, 500.0, [3, 5]) and number == study.best_trial.number
+    assert params == study.trials[1].params
+
+
 def test_tuning_rerun_refuses_a_partial_or_missing_search(tmp_path: Path) -> None:
     import optuna
 
