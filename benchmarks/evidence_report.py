@@ -80,6 +80,8 @@ def report_commands(
     common = ["--final-evaluations", "2", "--evaluations", str(evaluations), "--min-seeds", str(min_seeds)]
     common += ["--reps", str(reps), "--diagnostics"]
     grid_command = "python benchmarks/run_grid.py --study evidence --workers 2"
+    # The searches behind the tuned re-runs (``tune.py rerun`` writes it next to the studies)
+    search = tuned.parent / "SEARCH.md"
     settings = {
         "primary": (
             [evidence],
@@ -111,7 +113,7 @@ def report_commands(
             ["EarlyChoice-v0", "CartPoleNoVel-v1"],
             "RESULTS_evidence_tuned.md",
             "Evidence: an equal tuning budget (benchmarks/PROTOCOL.md, Q4), best trials on fresh seeds",
-            [NOTES],
+            [search, NOTES] if (ROOT / search).exists() else [NOTES],
             "python benchmarks/tune.py optimize && python benchmarks/tune.py rerun",
         ),
     }

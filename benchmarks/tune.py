@@ -23,8 +23,10 @@ Every invocation appends to ``sessions.jsonl`` next to the study what it
 ran with (commit, dirty flag, command with a database password masked, trials before and after): the trials
 between two records ran at that commit.
 
-``rerun``: the best trial of each study trained again on ``--seeds`` fresh seeds (its settings written to
-``best.yml`` next to the study, with the trial in ``best.json``), as runs of the grid layout
+``rerun``: the best trial of each study (the earliest completed trial with the best value: PROTOCOL.md,
+amendment 9) trained again on ``--seeds`` fresh seeds (its settings written to ``best.yml`` next to the study,
+with the trial and those tied with it in ``best.json``; every study summarised in ``SEARCH.md``, which the tuned
+report shows), as runs of the grid layout
 (``benchmarks/results/tuning/runs/tuned_<arm>/<env>/seed<k>/``) that ``report.py`` reads.
 
 Usage: python benchmarks/tune.py optimize [--envs EarlyChoice-v0 CartPoleNoVel-v1] [--arms ...] [--trials 30]
@@ -136,6 +138,54 @@ def best_trial(storage: str, name: str) -> tuple[int, float, dict[str, Any], lis
     tied = sorted(trial.number for trial in complete if trial.value is not None and float(trial.value) == value)
     best = next(trial for trial in complete if trial.number == tied[0])
     return best.number, value, dict(best.params), tied[1:]
+
+
+def search_summary(out: Path, envs: list[str], arms: list[str], storage: str | None = None) -> str:
+    """
+    Markdown: per study its trials by state, their compute, the best trial, the trials tied with it and its
+    settings (the tuned report's notes, ``SEARCH.md`` next to the studies).
+
+    :param out: the studies' folder (``benchmarks/results/tuning``)
+    :param envs: the searched envs
+    :param arms: the searched arms
+    :param storage: a database URL instead of the journal files
+    :return: the section
+    """
+    import optuna
+
+    lines = [
+        "## The searches (Q4)",
+        "",
+        "Per study: its trials by state; trial-hours, the summed durations of its completed and pruned trials "
+        "(a failed trial was cut by a session's end and ran again, and its recorded duration runs until it was "
+        "marked failed, so it is left out); the best completed trial (its last evaluation's mean return, 10 "
+        "episodes), the completed trials with the same value (a tie goes to the earliest: `benchmarks/PROTOCOL.md`, "
+        "amendment 9) and the values it sampled (the sampler's own parameters, e.g. `n_steps_pow` for `n_steps` = "
+        "2 ** `n_steps_pow`; the converted settings it re-runs with are in `<env>/<arm>/best.yml`).",
+        "",
+        "| env | arm | completed | pruned | failed | trial-hours | best trial | value | tied with | settings |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for env_id in envs:
+        for arm in arms:
+            path = storage or str(study_path(out, env_id, arm))
+            study = optuna.load_study(study_name=study_name(env_id, arm), storage=_backend(path))
+            counts = state_counts(path, study_name(env_id, arm))
+            seconds = sum(
+                trial.duration.total_seconds()
+                for trial in study.trials
+                if trial.duration is not None and trial.state.name in ("COMPLETE", "PRUNED")
+            )
+            number, value, params, tied = best_trial(path, study_name(env_id, arm))
+            settings = ", ".join(
+                f"{key}={params[key]:.3g}" if isinstance(params[key], float) else f"{key}={_literal(params[key])}"
+                for key in sorted(params)
+            )
+            lines.append(
+                f"| {env_id} | `{arm}` | {counts.get('COMPLETE', 0)} | {counts.get('PRUNED', 0)} | {counts.get('FAIL', 0)} "
+                f"| {seconds / 3600:.2f} | {number} | {value:.3f} | {', '.join(map(str, tied)) or '-'} | {settings} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def _literal(value: Any) -> str:
@@ -424,6 +474,9 @@ def rerun(args: argparse.Namespace) -> None:
                 for seed in args.seeds
             ]
 
+    summary = args.out / "SEARCH.md"
+    summary.write_text(search_summary(args.out, args.envs, args.arms, args.storage))
+    print(f"the searches: {summary}", flush=True)
     # In order, on --workers threads; Ctrl-C lets the running reruns end and starts no new one. A rerun that failed
     # with an error (failed.json) is not trained again (delete its folder to retry it)
     run_grid.run_until([job for job in jobs if not run_grid.recorded(job["run_dir"])], {}, args.workers, None)

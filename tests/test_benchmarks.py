@@ -616,6 +616,17 @@ def test_tuning_best_trial_breaks_ties_by_the_earliest_trial(tmp_path: Path) -> 
     # Pruned trials never win; among equal values the earliest, as Optuna's best_trial (what the zoo reports)
     assert (number, value, tied) == (1, 500.0, [3, 5]) and number == study.best_trial.number
     assert params == study.trials[1].params
+    # The tuned report's summary of the search: states, trial-hours, best trial and its ties
+    folder = tmp_path / "EarlyChoice-v0" / "ev_reset"
+    folder.mkdir(parents=True)
+    journal = tune._backend(str(tune.study_path(tmp_path, "EarlyChoice-v0", "ev_reset")))
+    copy = optuna.create_study(study_name=tune.study_name("EarlyChoice-v0", "ev_reset"), storage=journal, direction="maximize")
+    for frozen in study.trials:
+        copy.add_trial(frozen)
+    copy.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params={}, distributions={}))
+    row = tune.search_summary(tmp_path, ["EarlyChoice-v0"], ["ev_reset"]).splitlines()[-1]
+    assert row.startswith("| EarlyChoice-v0 | `ev_reset` | 5 | 1 | 1 | ")
+    assert row.endswith(f"| 1 | 500.000 | 3, 5 | n_steps_pow={study.trials[1].params['n_steps_pow']} |")
 
 
 def test_tuning_rerun_refuses_a_partial_or_missing_search(tmp_path: Path) -> None:
@@ -963,6 +974,13 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
     tuned = commands["tuned"]
     assert tuned[tuned.index("--first-seed") + 1] == "100" and tuned[tuned.index("--baseline") + 1] == "tuned_ev_reset"
     assert tuned[tuned.index("--grid") + 1] == str(tmp_path / "tuned")
+    notes = tuned[tuned.index("--notes") + 1 : tuned.index("--final-evaluations")]
+    assert notes == [str(evidence_report.NOTES)]
+    # Once `tune.py rerun` has summarised the searches, the tuned report shows them first
+    (tmp_path / "SEARCH.md").write_text("## The searches (Q4)\n")
+    tuned = evidence_report.report_commands(out_dir, grid, tmp_path / "tuned", 10, 2000, ["tuned"])["tuned"]
+    notes = tuned[tuned.index("--notes") + 1 : tuned.index("--final-evaluations")]
+    assert notes == [str(tmp_path / "SEARCH.md"), str(evidence_report.NOTES)]
 
 
 def test_runs_record_when_and_on_which_machine_they_trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
