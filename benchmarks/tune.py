@@ -157,8 +157,8 @@ def search_summary(out: Path, envs: list[str], arms: list[str], storage: str | N
         "## The searches (Q4)",
         "",
         "Per study: its trials by state; trial-hours, the summed durations of its completed and pruned trials "
-        "(a failed trial was cut by a session's end and ran again, and its recorded duration runs until it was "
-        "marked failed, so it is left out); the best completed trial (its last evaluation's mean return, 10 "
+        "(failed trials are left out: a trial cut by a session's end ran again with its settings, and its "
+        "recorded duration runs until it was marked failed); the best completed trial (its last evaluation's mean return, 10 "
         "episodes), the completed trials with the same value (a tie goes to the earliest: `benchmarks/PROTOCOL.md`, "
         "amendment 9) and the values it sampled (the sampler's own parameters, e.g. `n_steps_pow` for `n_steps` = "
         "2 ** `n_steps_pow`; the converted settings it re-runs with are in `<env>/<arm>/best.yml`).",
@@ -170,7 +170,8 @@ def search_summary(out: Path, envs: list[str], arms: list[str], storage: str | N
         for arm in arms:
             path = storage or str(study_path(out, env_id, arm))
             study = optuna.load_study(study_name=study_name(env_id, arm), storage=_backend(path))
-            counts = state_counts(path, study_name(env_id, arm))
+            states = [trial.state.name for trial in study.trials]
+            counts = {state: states.count(state) for state in ("COMPLETE", "PRUNED", "FAIL")}
             seconds = sum(
                 trial.duration.total_seconds()
                 for trial in study.trials
@@ -182,7 +183,7 @@ def search_summary(out: Path, envs: list[str], arms: list[str], storage: str | N
                 for key in sorted(params)
             )
             lines.append(
-                f"| {env_id} | `{arm}` | {counts.get('COMPLETE', 0)} | {counts.get('PRUNED', 0)} | {counts.get('FAIL', 0)} "
+                f"| {env_id} | `{arm}` | {counts['COMPLETE']} | {counts['PRUNED']} | {counts['FAIL']} "
                 f"| {seconds / 3600:.2f} | {number} | {value:.3f} | {', '.join(map(str, tied)) or '-'} | {settings} |"
             )
     return "\n".join(lines) + "\n"
