@@ -170,27 +170,25 @@ def main() -> None:
     if not only:
         return
     (args.out_dir / "results").mkdir(parents=True, exist_ok=True)
-    summaries = []
     # Paths inside the repository are given relative to it and the reports run from its root, so that the command
     # each report states works in any checkout
     out_dir, evidence, tuned = (repository_path(path) for path in (args.out_dir, args.evidence, args.tuned))
     for name, command in report_commands(out_dir, evidence, tuned, args.min_seeds, args.reps, only, args.evaluations).items():
         print(f"{name}: {shlex.join(command[1:])}", flush=True)
         subprocess.run(command, check=True, cwd=ROOT)
-        summaries.append(f"{name}={out_dir / 'results' / f'evidence_{name}_summary.json'}")
+    # The README tables and the protocol's claims and decisions from every summary there is (a report not written
+    # now may exist from an earlier run of this script, e.g. the primary one while only the tuned report is
+    # rewritten), in the order of REPORTS
+    present = {name: out_dir / "results" / f"evidence_{name}_summary.json" for name in REPORTS}
+    present = {name: path for name, path in present.items() if (ROOT / path).exists()}
+    summaries = [f"{name}={path}" for name, path in present.items()]
     tables = subprocess.run(
         [sys.executable, "benchmarks/readme_tables.py", *summaries], check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT
     ).stdout
     out = args.out_dir / "results" / "evidence_readme_tables.md"
     out.write_text(tables)
     print(f"README tables: {out}")
-    # The protocol's claims and decisions from every summary there is (a report not written now may exist from
-    # an earlier run of this script, e.g. the primary one while only the tuned report is rewritten)
-    decision_args = []
-    for name in REPORTS:
-        path = out_dir / "results" / f"evidence_{name}_summary.json"
-        if (ROOT / path).exists():
-            decision_args += [f"--{name}", str(path)]
+    decision_args = [argument for name, path in present.items() for argument in (f"--{name}", str(path))]
     if "--primary" in decision_args:
         decisions_out = out_dir / "RESULTS_evidence_decisions.md"
         subprocess.run(

@@ -942,6 +942,18 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
         in claims
     )
     assert "`python benchmarks/decisions.py --primary " in claims
+    # Rewriting one report keeps the others' README tables and claims (read from their stored summaries)
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "evidence_report.py"), "--out-dir", str(out_dir), "--only", "secondary"]
+        + ["--evidence", str(grid), "--tuned", str(tmp_path / "missing"), "--min-seeds", "2", "--reps", "50"]
+        + ["--evaluations", "3"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert (out_dir / "results" / "evidence_readme_tables.md").read_text() == tables
+    assert "- `ev_mask` is beaten by `ev_reset`" in (out_dir / "RESULTS_evidence_decisions.md").read_text()
     # Q4: the tuned re-runs on their fresh seeds, against the tuned ev_reset
     # The protocol's settings, as the committed reports are made
     commands = evidence_report.report_commands(out_dir, grid, tmp_path / "tuned", 10, 2000, evidence_report.REPORTS)
