@@ -132,8 +132,10 @@ def test_evaluate_windows_equals_sb3_contrib_evaluate_actions(name: str) -> None
         assert_close_named(a, b, label, rtol=1e-5, atol=1e-5)
     ours_grads, theirs_grads = _grads(model, ours), _grads(model, theirs)
     assert any(g.abs().sum() > 0 for g in theirs_grads.values())
+    # atol 1e-5 as for the outputs: a gradient summed over many positions (a CNN bias) differs by a few 1e-6
+    # between CPUs (AVX2 and AVX-512 kernels sum in different orders); a wrong memory or mask differs by far more
     for param_name, grad in theirs_grads.items():
-        assert_close_named(ours_grads[param_name], grad, f"gradient of {param_name}", rtol=1e-4, atol=1e-6)
+        assert_close_named(ours_grads[param_name], grad, f"gradient of {param_name}", rtol=1e-4, atol=1e-5)
 
 
 def test_oracle_sees_a_wrong_memory() -> None:

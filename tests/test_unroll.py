@@ -104,9 +104,11 @@ def test_reset_step_zeroes_the_memory_exactly_in_every_dtype(dtype: th.dtype) ->
     outputs = fused_lstm_layer(th.cat([inputs, flags], dim=2), state, weights, training=False)
     assert th.isfinite(outputs).all()
     assert th.equal(outputs[2], th.zeros_like(outputs[2]))
-    # After the reset the memory is zero: steps 3-4 equal an LSTM started from zero memory, in the same dtype
+    # After the reset the memory is zero: steps 3-4 equal an LSTM started from zero memory, in the same dtype, up
+    # to the dtype's rounding (torch's default tolerances): the fused call multiplies by a weight with one more
+    # input column, which some CPUs' kernels sum in another order (last-bit differences on AVX2, none on AVX-512)
     restarted, _ = lstm(inputs[3:], (th.zeros(1, 4, 6, dtype=dtype), th.zeros(1, 4, 6, dtype=dtype)))
-    th.testing.assert_close(outputs[3:], restarted, rtol=0, atol=0)
+    th.testing.assert_close(outputs[3:], restarted)
     # The pre-activation -1e9 used before is -inf in float16: 0 * -inf made every step NaN there
     assert th.isfinite(th.tensor(RESET_PREACTIVATION, dtype=dtype))
 
@@ -132,7 +134,7 @@ def test_gru_reset_step_zeroes_the_memory_exactly_in_every_dtype(dtype: th.dtype
     assert th.isfinite(outputs).all()
     assert th.equal(outputs[2], th.zeros_like(outputs[2]))
     restarted, _ = gru(inputs[3:], th.zeros(1, 4, 6, dtype=dtype))
-    th.testing.assert_close(outputs[3:], restarted, rtol=0, atol=0)
+    th.testing.assert_close(outputs[3:], restarted)  # up to the dtype's rounding, as for the LSTM
     (grad,) = th.autograd.grad(outputs[2:].float().sum(), hidden)
     assert th.equal(grad, th.zeros_like(grad))
     # Control: without the candidate column (only r and z forced) the output is tanh(b_in) * 1, not 0
@@ -183,7 +185,9 @@ def test_dropout_between_layers_in_training_mode_matches_nn_module(rnn_class: ty
     # (B, L, H) -> (L, B, H); (B, W, F) -> (W, B, F)
     state = tuple(tensor[:, 0].transpose(0, 1).contiguous() for tensor in memory)
     expected, _ = lstm(features.transpose(0, 1), state if rnn_class is nn.LSTM else state[0])
-    th.testing.assert_close(actual, expected.transpose(0, 1), rtol=0, atol=0)
+    # Up to float32 rounding (torch's default tolerances; bitwise on some CPUs, not on all): another dropout mask
+    # differs by far more (checked below)
+    th.testing.assert_close(actual, expected.transpose(0, 1))
     # Dropout is on: another seed gives other outputs
     th.manual_seed(6)
     assert not th.allclose(_fused(lstm, features, memory, no_starts), actual)
