@@ -898,16 +898,14 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
     _fake_run(grid, "ev_reset_stride1", "PendulumNoVel-v1", 0, [-1000.0, -900.0, -800.0])
     # A run with fewer evaluations than every other (here 3 stand for the protocol's 20) is a failed run
     _fake_run(grid, "ev_mask", "CueRecallLong-v0", 0, [0.1, 0.2])
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "evidence_report.py"), "--out-dir", str(out_dir)]
-        + ["--evidence", str(grid), "--tuned", str(tmp_path / "missing"), "--min-seeds", "2", "--reps", "50"]
-        + ["--evaluations", "3"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert "no finished tuned re-run" in result.stdout and not (out_dir / "RESULTS_evidence_tuned.md").exists()
+
+    def write_reports(*only: str) -> str:
+        command = [sys.executable, str(ROOT / "benchmarks" / "evidence_report.py"), "--out-dir", str(out_dir)]
+        command += ["--evidence", str(grid), "--tuned", str(tmp_path / "missing"), "--min-seeds", "2", "--reps", "50"]
+        command += ["--evaluations", "3", *(["--only", *only] if only else [])]
+        return subprocess.run(command, check=True, capture_output=True, text=True, timeout=600).stdout
+
+    assert "no finished tuned re-run" in write_reports() and not (out_dir / "RESULTS_evidence_tuned.md").exists()
     primary = (out_dir / "RESULTS.md").read_text()
     assert primary.startswith("# Evidence: reset-and-continue against masking")
     # The study's notes, then the other studies', before the tables
@@ -943,15 +941,7 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
     )
     assert "`python benchmarks/decisions.py --primary " in claims
     # Rewriting one report keeps the others' README tables and claims (read from their stored summaries)
-    subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "evidence_report.py"), "--out-dir", str(out_dir), "--only", "secondary"]
-        + ["--evidence", str(grid), "--tuned", str(tmp_path / "missing"), "--min-seeds", "2", "--reps", "50"]
-        + ["--evaluations", "3"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    write_reports("secondary")
     assert (out_dir / "results" / "evidence_readme_tables.md").read_text() == tables
     assert "- `ev_mask` is beaten by `ev_reset`" in (out_dir / "RESULTS_evidence_decisions.md").read_text()
     # Q4: the tuned re-runs on their fresh seeds, against the tuned ev_reset
