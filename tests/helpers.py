@@ -66,39 +66,51 @@ class RandomEpisodeEnv(gym.Env):
 
 
 def brute_force_step_weights(
-    episode_starts: np.ndarray, window_size: int, boundary: str, weighting: str, window_stride: int = 1
+    episode_starts: np.ndarray,
+    window_size: int,
+    boundary: str,
+    weighting: str,
+    window_stride: int = 1,
+    window_coverage: str = "inside",
 ) -> np.ndarray:
     """
     The design document's (docs/design.md) expected per-epoch weights with explicit loops: every phase ``p`` of the epoch's
-    windows (starts ``p, p + k, ...``, ``k = min(stride, T - W + 1)``) is equally likely, so the expected
+    windows (starts ``p + j * k``, ``k = min(stride, number of starts)``) is equally likely, so the expected
     weight is the mean over phases of the weights of that phase's windows; importance weighting divides by
-    the number of windows (of all, one at every step) in which the step is kept. Input and output ``(T, E)``.
+    the number of windows (of all, one at every start) in which the step is kept. ``"inside"``: starts ``0 .. T - W``;
+    ``"full"``: starts ``-(W - 1) .. T - 1``, each window's steps clipped to ``0 .. T - 1`` (its first real step
+    never resets). Input and output ``(T, E)``.
     """
     n_steps, n_envs = episode_starts.shape
-    n_starts = n_steps - window_size + 1
-    stride = min(window_stride, n_starts)
+    if window_coverage == "full":
+        all_starts = list(range(-(window_size - 1), n_steps))
+    else:
+        all_starts = list(range(n_steps - window_size + 1))
+    stride = min(window_stride, len(all_starts))
 
-    def kept_of(env: int, start: int) -> list[bool]:
-        kept, alive = [], True
-        for slot in range(window_size):
-            if slot >= 1 and episode_starts[start + slot, env] and boundary == "mask":
+    def kept_steps(env: int, start: int) -> list[int]:
+        steps, alive = [], True
+        real = [step for step in range(start, start + window_size) if 0 <= step < n_steps]
+        for slot, step in enumerate(real):
+            if slot >= 1 and episode_starts[step, env] and boundary == "mask":
                 alive = False
-            kept.append(alive)
-        return kept
+            if alive:
+                steps.append(step)
+        return steps
 
     counts = np.zeros((n_steps, n_envs))
     for env in range(n_envs):
-        for start in range(n_starts):
-            for slot, is_kept in enumerate(kept_of(env, start)):
-                counts[start + slot, env] += is_kept
+        for start in all_starts:
+            for step in kept_steps(env, start):
+                counts[step, env] += 1
     totals = np.zeros((n_steps, n_envs))
     for phase in range(stride):
         for env in range(n_envs):
-            for start in range(phase, n_starts, stride):
-                for slot, is_kept in enumerate(kept_of(env, start)):
-                    if is_kept:
-                        step = start + slot
-                        totals[step, env] += 1.0 if weighting != "importance" else 1.0 / counts[step, env]
+            for start in all_starts:
+                if (start - phase) % stride != 0:
+                    continue
+                for step in kept_steps(env, start):
+                    totals[step, env] += 1.0 if weighting != "importance" else 1.0 / counts[step, env]
     return totals / stride
 
 
@@ -148,6 +160,8 @@ def check_exact(model: "ResetPPO", expect_resets: bool = True, epochs: int = 3) 
     batches = [next(model.rollout_buffer.get(None)) for _ in range(epochs)]
     # The check is meaningful only if windows cross episodes and start from non-zero memory
     assert any(bool(samples.resets.any()) for samples in batches) or not expect_resets
+    # ... and, with window_coverage="full", only if some windows are clipped (padding slots)
+    assert model.window_coverage == "inside" or any(samples.n_real_slots is not None for samples in batches)
     for samples in batches:
         assert samples.lstm_states.pi[0].abs().sum() > 0
         with th.no_grad():
@@ -155,7 +169,8 @@ def check_exact(model: "ResetPPO", expect_resets: bool = True, epochs: int = 3) 
             losses = model._minibatch_loss(samples, clip_range=0.2, clip_range_vf=None)
         kept = samples.kept
         if model.boundary == "reset":
-            assert kept.all()
+            # Every real slot; padding slots (of clipped windows) never
+            assert int(kept.sum()) == (kept.numel() if samples.n_real_slots is None else samples.n_real_slots)
         elif expect_resets and samples.resets.any():
             assert not kept.all()
         # Every slot, dropped ones included: both boundaries share the unroll

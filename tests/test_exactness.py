@@ -13,8 +13,13 @@ from sb3_reset_ppo import ResetPPO
 from sb3_reset_ppo.common.unroll import evaluate_windows
 
 N_STEPS = 16
-# Every window every epoch, and the default (windows every window_size steps from a random phase)
-STRIDES = pytest.mark.parametrize("window_stride", [1, None], ids=["stride1", "strideW"])
+# Every window every epoch, and the default (windows every window_size steps from a random phase); windows inside the
+# rollout and every window that meets it, clipped (padding slots after the real ones)
+STRIDES = pytest.mark.parametrize(
+    "window_stride,window_coverage",
+    [(1, "inside"), (None, "inside"), (1, "full"), (None, "full")],
+    ids=["stride1", "strideW", "full-stride1", "full-strideW"],
+)
 # The LSTM policies and the GRU policies (policy names "<kind>LstmPolicy" / "<kind>GruPolicy")
 CELLS = pytest.mark.parametrize("cell", ["Lstm", "Gru"])
 
@@ -66,8 +71,8 @@ def _rolled_out_model(
     ],
     ids=["separate-critic", "shared-lstm", "no-critic-lstm", "two-layers", "separate-extractors", "net-arch"],
 )
-def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any], window_stride: int | None, cell: str) -> None:
-    model = _rolled_out_model(f"Mlp{cell}Policy", boundary=boundary, policy_kwargs=policy_kwargs, window_stride=window_stride)
+def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any], window_stride: int | None, window_coverage: str, cell: str) -> None:
+    model = _rolled_out_model(f"Mlp{cell}Policy", boundary=boundary, policy_kwargs=policy_kwargs, window_stride=window_stride, window_coverage=window_coverage)
     check_exact(model)
 
 
@@ -84,18 +89,18 @@ def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any], window_st
     ids=["box", "discrete", "multidiscrete", "multibinary"],
 )
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
-def test_action_spaces(action_space: spaces.Space, boundary: str, window_stride: int | None, cell: str) -> None:
-    model = _rolled_out_model(f"Mlp{cell}Policy", action_space=action_space, boundary=boundary, window_stride=window_stride)
+def test_action_spaces(action_space: spaces.Space, boundary: str, window_stride: int | None, window_coverage: str, cell: str) -> None:
+    model = _rolled_out_model(f"Mlp{cell}Policy", action_space=action_space, boundary=boundary, window_stride=window_stride, window_coverage=window_coverage)
     check_exact(model)
 
 
 @CELLS
 @STRIDES
 @pytest.mark.parametrize("weighting", ["uniform", "importance", "kept_mean"])
-def test_gsde(weighting: str, window_stride: int | None, cell: str) -> None:
+def test_gsde(weighting: str, window_stride: int | None, window_coverage: str, cell: str) -> None:
     box = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
     model = _rolled_out_model(
-        f"Mlp{cell}Policy", action_space=box, use_sde=True, sde_sample_freq=4, weighting=weighting, window_stride=window_stride
+        f"Mlp{cell}Policy", action_space=box, use_sde=True, sde_sample_freq=4, weighting=weighting, window_stride=window_stride, window_coverage=window_coverage
     )
     check_exact(model)
 
@@ -103,10 +108,10 @@ def test_gsde(weighting: str, window_stride: int | None, cell: str) -> None:
 @CELLS
 @STRIDES
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
-def test_dict_observations(boundary: str, window_stride: int | None, cell: str) -> None:
+def test_dict_observations(boundary: str, window_stride: int | None, window_coverage: str, cell: str) -> None:
     kwargs = {"features_extractor_kwargs": {"cnn_output_dim": 8}}
     model = _rolled_out_model(
-        f"MultiInput{cell}Policy", obs_kind="dict", boundary=boundary, policy_kwargs=kwargs, window_stride=window_stride
+        f"MultiInput{cell}Policy", obs_kind="dict", boundary=boundary, policy_kwargs=kwargs, window_stride=window_stride, window_coverage=window_coverage
     )
     check_exact(model)
 
@@ -114,10 +119,10 @@ def test_dict_observations(boundary: str, window_stride: int | None, cell: str) 
 @CELLS
 @STRIDES
 @pytest.mark.parametrize("share_features_extractor", [True, False])
-def test_cnn_policy(share_features_extractor: bool, window_stride: int | None, cell: str) -> None:
+def test_cnn_policy(share_features_extractor: bool, window_stride: int | None, window_coverage: str, cell: str) -> None:
     kwargs = {"features_extractor_kwargs": {"features_dim": 8}, "share_features_extractor": share_features_extractor}
     model = _rolled_out_model(
-        f"Cnn{cell}Policy", obs_kind="image", window_size=4, policy_kwargs=kwargs, window_stride=window_stride
+        f"Cnn{cell}Policy", obs_kind="image", window_size=4, policy_kwargs=kwargs, window_stride=window_stride, window_coverage=window_coverage
     )
     check_exact(model)
 

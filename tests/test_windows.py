@@ -242,7 +242,7 @@ def test_epoch_phases_are_uniform() -> None:
     n_steps, window_size, stride = 40, 8, 5
     hits = np.zeros(n_steps - window_size + 1)
     for _ in range(4000):
-        starts, position = epoch_window_starts(n_steps, 1, window_size, stride, generator)
+        starts, position, _ = epoch_window_starts(n_steps, 1, window_size, stride, generator)
         hits[starts] += 1
         assert np.array_equal(position, np.arange(starts.shape[0]))
     np.testing.assert_allclose(hits / 4000, 1 / stride, atol=0.03)

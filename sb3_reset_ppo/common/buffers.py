@@ -1,5 +1,6 @@
 """Rollout buffers that yield minibatches of fixed-length windows, gathered by index."""
 
+import itertools
 from collections.abc import Generator
 from typing import Any
 
@@ -14,6 +15,7 @@ from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import RecurrentLayerType, memory_state_names, rnn_step_states
 from sb3_reset_ppo.common.windows import (
     Boundary,
+    Coverage,
     ResetLayout,
     RolloutWindowStats,
     Weighting,
@@ -23,11 +25,14 @@ from sb3_reset_ppo.common.windows import (
     effective_stride,
     epoch_window_starts,
     kept_slots,
+    n_window_starts,
     plan_reset_steps,
+    real_slots,
     resolve_window_stride,
     slot_resets,
     slot_weights,
     window_order,
+    window_units,
     windows_per_minibatch,
 )
 
@@ -57,8 +62,10 @@ class _WindowSampler:
         device: th.device,
         burn_in: int = 0,
         state_names: tuple[str, ...] = ("hidden", "cell"),
+        window_coverage: Coverage = "inside",
     ) -> None:
         self.n_envs = n_envs
+        self.window_coverage: Coverage = window_coverage
         # The tensors of the memory: ("hidden", "cell") for an LSTM, ("hidden",) for a GRU
         self.state_names = state_names
         self.burn_in = burn_in
@@ -96,7 +103,7 @@ class _WindowSampler:
         self.recorded_memory = dict(self.memory)
         # (n_envs * n_steps,) -> (n_envs, n_steps)
         per_env_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
-        self.stats = RolloutWindowStats(per_env_starts, window_size, boundary, weighting, window_stride)
+        self.stats = RolloutWindowStats(per_env_starts, window_size, boundary, weighting, window_stride, window_coverage)
         self.diagnostics = self.stats.diagnostics(per_env_starts)
 
     def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
@@ -152,35 +159,59 @@ class _WindowSampler:
     def _to_device(self, array: np.ndarray) -> th.Tensor:
         return th.as_tensor(array).to(self.device, non_blocking=True)
 
-    def _device_layout(self, host_episode_starts: np.ndarray) -> ResetLayout:
+    def _device_layout(self, host_episode_starts: np.ndarray, lengths: np.ndarray | None = None) -> ResetLayout:
         """``plan_reset_steps`` of host flags ``(B, W)``, planned on the host, its tensors on the buffer's device."""
-        layout = plan_reset_steps(host_episode_starts)
+        layout = plan_reset_steps(host_episode_starts, lengths)
         return layout._replace(
             slot_positions=self._to_device(layout.slot_positions.numpy()),
             reset_steps=self._to_device(layout.reset_steps.numpy()),
+            input_slots=None if layout.input_slots is None else self._to_device(layout.input_slots.numpy()),
         )
 
     def minibatches(
         self, batch_size: int | None, generator: np.random.Generator
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
-        One epoch: the windows at a fresh random phase per env (see ``epoch_window_starts``), in runs of
-        consecutive windows shuffled anew (see ``window_order``).
+        One epoch: the windows at a fresh random phase per env (see ``epoch_window_starts``), grouped into units
+        (``window_units``: an env's two clipped end windows form one unit when they fit in one window's slots),
+        in runs of consecutive units shuffled anew (see ``window_order``).
 
-        :param batch_size: Transitions (slots) per minibatch, ``batch_size // window_size`` windows (at least
+        :param batch_size: Transitions (slots) per minibatch, ``batch_size // window_size`` units (at least
             one); ``None`` or more than there are: all windows of the epoch at once
         :param generator: Source of randomness for the phases and the order
         :return: Generator of minibatches (see :class:`WindowRolloutBufferSamples`)
         """
-        host_starts, position = epoch_window_starts(self.n_steps, self.n_envs, self.window_size, self.window_stride, generator)
-        n_windows = host_starts.shape[0]
-        windows = windows_per_minibatch(batch_size, self.window_size)
-        if windows is None or windows > n_windows:
-            windows = n_windows
-        order = window_order(host_starts // self.n_steps, position, self.consecutive_windows, generator)
-        for first in range(0, n_windows, windows):
-            # (B,) window starts -> (B, W) flat step index of every slot
-            host_slots = host_starts[order[first : first + windows], None] + np.arange(self.window_size)
+        epoch = epoch_window_starts(
+            self.n_steps, self.n_envs, self.window_size, self.window_stride, generator, self.window_coverage
+        )
+        units = window_units(epoch, self.window_size)
+        # Index of the first window of every unit (units are numbered in the order of their first windows)
+        unit_first = np.unique(units, return_index=True)[1]
+        n_units = unit_first.shape[0]
+        per_minibatch = windows_per_minibatch(batch_size, self.window_size)
+        if per_minibatch is None or per_minibatch > n_units:
+            per_minibatch = n_units
+        unit_order = window_order(
+            epoch.starts[unit_first] // self.n_steps, epoch.position[unit_first], self.consecutive_windows, generator
+        )
+        # Rank of every unit in the epoch's order; windows sorted by their unit's rank (a unit's windows in order)
+        unit_rank = np.empty(n_units, dtype=np.int64)
+        unit_rank[unit_order] = np.arange(n_units)
+        window_rank = unit_rank[units]
+        sequence = np.argsort(window_rank, kind="stable")
+        # Where each minibatch's windows begin and end in `sequence`
+        bounds = np.searchsorted(window_rank[sequence], np.arange(0, n_units, per_minibatch))
+        edges = np.append(bounds, sequence.shape[0])
+        for first, last in itertools.pairwise(edges):
+            chosen = sequence[first:last]
+            lengths = epoch.lengths[chosen]
+            # None: every window of the minibatch is whole (always with "inside")
+            host_lengths = lengths if bool((lengths < self.window_size).any()) else None
+            # (B,) window starts -> (B, W) flat step index of every slot; padding slots repeat the last real step
+            offsets = np.arange(self.window_size)[None, :]
+            if host_lengths is not None:
+                offsets = np.minimum(offsets, host_lengths[:, None] - 1)
+            host_slots = epoch.starts[chosen, None] + offsets
             burn_rows, burn_lengths = self._burn_in_rows(host_slots[:, 0])
             # Distinct steps of the slots and the burn-in rows: features once per step
             steps, inverse = np.unique(np.concatenate([host_slots.ravel(), burn_rows.ravel()]), return_inverse=True)
@@ -194,8 +225,13 @@ class _WindowSampler:
             # (B,) flat step index of each window's slot 0
             memory_steps = slots[:, 0]
             episode_starts = self.data["episode_starts"][slots]
+            real = None
+            if host_lengths is not None:
+                real = real_slots(self._to_device(host_lengths), self.window_size)
+                # Padding slots hold no episode start (they are not steps of the window)
+                episode_starts = episode_starts * real
             resets = slot_resets(episode_starts)
-            kept = kept_slots(resets, self.boundary)
+            kept = kept_slots(resets, self.boundary, real)
             yield WindowRolloutBufferSamples(
                 observations=observations,
                 slot_steps=self._to_device(slot_steps.reshape(host_slots.shape)),
@@ -209,9 +245,10 @@ class _WindowSampler:
                 resets=resets,
                 kept=kept,
                 weights=slot_weights(kept, self.stats.counts[slots], self.weighting),
-                layout=self._device_layout(self.host_episode_starts[host_slots]),
+                layout=self._device_layout(self.host_episode_starts[host_slots], host_lengths),
                 window_starts=memory_steps,
                 burn_in=None if self.burn_in == 0 else self._burn_in(burn_rows, burn_lengths, inverse[host_slots.size :]),
+                n_real_slots=None if host_lengths is None else int(host_lengths.sum()),
             )
 
     def _memory_at(self, steps: th.Tensor) -> RNNStates:
@@ -282,12 +319,14 @@ class _WindowBufferMixin:
         n_steps: int,
         burn_in: int = 0,
         recurrent_layer_type: str = "lstm",
+        window_coverage: str = "inside",
     ) -> None:
         if recurrent_layer_type not in ("lstm", "gru"):
             raise ValueError(f"recurrent_layer_type must be 'lstm' or 'gru', got {recurrent_layer_type!r}")
         self.recurrent_layer_type: RecurrentLayerType = recurrent_layer_type  # type: ignore[assignment]
         self.state_names = memory_state_names(self.recurrent_layer_type)
-        check_window_settings(window_size, boundary, weighting, window_stride, n_steps=n_steps)
+        check_window_settings(window_size, boundary, weighting, window_stride, n_steps, window_coverage)
+        self.window_coverage: Coverage = window_coverage  # type: ignore[assignment]
         check_positive_int("consecutive_windows", consecutive_windows)
         check_non_negative_int("burn_in", burn_in)
         self.burn_in = int(burn_in)
@@ -309,9 +348,9 @@ class _WindowBufferMixin:
 
     @property
     def n_windows(self) -> int:
-        """Most windows one epoch can hold: ``n_envs * ceil((n_steps - window_size + 1) / stride)``."""
-        n_starts = self.buffer_size - self.window_size + 1
-        return self.n_envs * -(-n_starts // effective_stride(self.buffer_size, self.window_size, self.window_stride))
+        """Most windows one epoch can hold: ``n_envs * ceil(n_starts / stride)`` (see ``n_window_starts``)."""
+        stride = effective_stride(self.buffer_size, self.window_size, self.window_stride, self.window_coverage)
+        return self.n_envs * -(-n_window_starts(self.buffer_size, self.window_size, self.window_coverage) // stride)
 
     def reset(self) -> None:
         super().reset()  # type: ignore[misc]
@@ -368,6 +407,7 @@ class _WindowBufferMixin:
                 device=self.device,
                 burn_in=self.burn_in,
                 state_names=self.state_names,
+                window_coverage=self.window_coverage,
             )
         return self._sampler
 
@@ -427,6 +467,8 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param burn_in: Steps before each window run without gradient to obtain the memory of its slot 0 (0: the
         stored memory of its step)
     :param recurrent_layer_type: ``"lstm"`` (stores hidden and cell states) or ``"gru"`` (hidden states only)
+    :param window_coverage: ``"inside"`` (windows inside the rollout) or ``"full"`` (every window that meets the
+        rollout, clipped to it, the missing slots padding that is never trained)
     """
 
     observations: np.ndarray
@@ -449,6 +491,7 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
         seed: int | None = None,
         burn_in: int = 0,
         recurrent_layer_type: str = "lstm",
+        window_coverage: str = "inside",
     ) -> None:
         self._set_window_settings(
             window_size,
@@ -460,6 +503,7 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
             n_steps=buffer_size,
             burn_in=burn_in,
             recurrent_layer_type=recurrent_layer_type,
+            window_coverage=window_coverage,
         )
         super().__init__(buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs)
 
@@ -491,6 +535,7 @@ class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  
         seed: int | None = None,
         burn_in: int = 0,
         recurrent_layer_type: str = "lstm",
+        window_coverage: str = "inside",
     ) -> None:
         self._set_window_settings(
             window_size,
@@ -502,6 +547,7 @@ class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  
             n_steps=buffer_size,
             burn_in=burn_in,
             recurrent_layer_type=recurrent_layer_type,
+            window_coverage=window_coverage,
         )
         super().__init__(
             buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs

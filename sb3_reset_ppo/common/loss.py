@@ -42,12 +42,14 @@ def window_ppo_loss(
     ent_coef: float,
     vf_coef: float,
     normalize_advantage: bool = True,
+    n_real_slots: int | None = None,
 ) -> WindowLoss:
     """
     PPO's clipped loss over the slots of ``B`` windows of ``W`` slots (every tensor argument ``(B, W)``).
 
     Per-slot terms (clipped surrogate, value loss with optional ``clip_range_vf``, entropy) are combined
-    as ``sum(w * term) / (B * W)`` for ``"uniform"`` weighting and ``sum(w * term) / sum(w)`` for
+    as ``sum(w * term) / n`` for ``"uniform"`` weighting (``n`` the number of real slots, ``B * W`` unless windows
+    are clipped) and ``sum(w * term) / sum(w)`` for
     ``"importance"`` and ``"kept_mean"``. Advantages are normalised with the slot weights' statistics:
     weighted mean ``sum(w * a) / sum(w)`` and unbiased weighted variance
     ``sum(w * (a - mean)^2) / (sum(w) - sum(w^2) / sum(w))`` (for weights of 0 and 1: the mean and unbiased
@@ -71,6 +73,8 @@ def window_ppo_loss(
     :param ent_coef: Entropy coefficient
     :param vf_coef: Value coefficient
     :param normalize_advantage: Normalise advantages with the slot weights' statistics
+    :param n_real_slots: Real slots of the minibatch when some are padding of clipped windows (``kept`` and
+        ``weights`` 0 there); ``None``: all ``B * W``
     :return: The loss and its parts
     """
     kept_f = kept.float()
@@ -98,8 +102,9 @@ def window_ppo_loss(
     # Approximate entropy when there is no closed form, as SB3 does
     entropy_term = log_prob if entropy is None else -entropy
 
-    # "uniform": all B * W slots (a number, not a tensor: no copy to the device per minibatch)
-    normaliser: th.Tensor | int = weights.sum() if weighting != "uniform" else weights.numel()
+    # "uniform": all B * W slots, less padding (a number, not a tensor: no copy to the device per minibatch)
+    slots = weights.numel() if n_real_slots is None else n_real_slots
+    normaliser: th.Tensor | int = weights.sum() if weighting != "uniform" else slots
 
     def combine(term: th.Tensor) -> th.Tensor:
         return (weights * th.where(kept, term, th.zeros_like(term))).sum() / normaliser

@@ -44,6 +44,9 @@ class WindowRolloutBufferSamples(NamedTuple):
     - ``window_starts``: flat (env-major) rollout index of each window's first step, ``(B,)``.
     - ``burn_in``: with ``burn_in > 0``, the steps that burn in the memory of each window's slot 0 (which then
       replaces ``lstm_states``), else ``None``.
+    - ``n_real_slots``: with clipped windows (``window_coverage="full"``), the number of real slots; the others are
+      padding (``kept`` and ``weights`` 0, no episode start), which no loss term or statistic sees. ``None``: every
+      slot is real (``B * W``).
     """
 
     observations: PyTorchObs
@@ -61,3 +64,4 @@ class WindowRolloutBufferSamples(NamedTuple):
     layout: ResetLayout
     window_starts: th.Tensor
     burn_in: BurnIn | None = None
+    n_real_slots: int | None = None

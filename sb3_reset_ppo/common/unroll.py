@@ -184,7 +184,12 @@ def _layer_rows(
     reset_steps = layout.reset_steps.to(slot_features.dtype)
     # (B * W, F) -> (row_length * B, F) -> (row_length, B, F): slots at their steps, zeros elsewhere
     inputs = slot_features.new_zeros(layout.row_length * n_windows, slot_features.shape[1])
-    inputs = inputs.index_copy(0, layout.slot_positions, slot_features).reshape(layout.row_length, n_windows, -1)
+    if layout.input_slots is None:
+        inputs = inputs.index_copy(0, layout.slot_positions, slot_features)
+    else:
+        # Clipped windows: only real slots are written (padding slots share their last real slot's position)
+        inputs = inputs.index_copy(0, layout.slot_positions[layout.input_slots], slot_features[layout.input_slots])
+    inputs = inputs.reshape(layout.row_length, n_windows, -1)
     # (B,) -> (1, B, 1): broadcasts over layers and hidden units
     not_start = memory_not_start.reshape(1, n_windows, 1)
     # (B, n_layers, hidden) -> (n_layers, B, hidden): torch's state layout; LSTM (hidden, cell), GRU (hidden,)

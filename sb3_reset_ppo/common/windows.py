@@ -16,8 +16,12 @@ import torch as th
 
 BOUNDARIES = ("reset", "mask")
 WEIGHTINGS = ("uniform", "importance", "kept_mean")
+COVERAGES = ("full", "inside")
+# Window lengths derived from the other arguments: "batch" = min(batch_size, n_steps), "rollout" = n_steps
+DERIVED_WINDOW_SIZES = ("batch", "rollout")
 Boundary = Literal["reset", "mask"]
 Weighting = Literal["uniform", "importance", "kept_mean"]
+Coverage = Literal["full", "inside"]
 
 # Number of windows handled at once when scanning a whole rollout (bounds temporary memory).
 _CHUNK_WINDOWS = 1 << 16
@@ -56,17 +60,22 @@ def check_window_settings(
     weighting: object,
     window_stride: object = 1,
     n_steps: int | None = None,
+    window_coverage: object = "inside",
 ) -> None:
     """
     Validate the window settings, raising an error that names the parameter, its value and what is allowed.
 
-    :param window_size: Number of consecutive steps in a window (positive int, at most ``n_steps``)
+    :param window_size: Number of consecutive steps in a window (positive int, at most ``n_steps``; see
+        :func:`resolve_window_size` for the derived ``"batch"`` and ``"rollout"``)
     :param boundary: ``"reset"`` or ``"mask"``
     :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
     :param window_stride: Steps between the starts of the windows of an epoch (positive int, or ``None``
         for ``window_size``)
     :param n_steps: Rollout length per env, when known
+    :param window_coverage: ``"full"`` or ``"inside"`` (see :func:`epoch_window_starts`)
     """
+    if window_coverage not in COVERAGES:
+        raise ValueError(f"window_coverage must be one of {COVERAGES}, got {window_coverage!r}")
     check_positive_int("window_size", window_size)
     if window_stride is not None:
         try:
@@ -83,6 +92,47 @@ def check_window_settings(
         raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
 
 
+def check_window_size_setting(window_size: object) -> None:
+    """
+    Validate a model's ``window_size`` argument: a positive int or one of :data:`DERIVED_WINDOW_SIZES`.
+
+    :param window_size: The user's ``window_size``
+    """
+    if isinstance(window_size, str):
+        if window_size not in DERIVED_WINDOW_SIZES:
+            raise ValueError(
+                f"window_size must be a positive int or one of {DERIVED_WINDOW_SIZES} (derived from batch_size and "
+                f"n_steps), got {window_size!r}"
+            )
+        return
+    try:
+        check_positive_int("window_size", window_size)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{error}; or one of {DERIVED_WINDOW_SIZES}") from None
+
+
+def resolve_window_size(window_size: int | str, n_steps: int, batch_size: int | None) -> int:
+    """
+    The window length as an int.
+
+    ``"batch"``: ``min(batch_size, n_steps)`` (``n_steps`` when ``batch_size`` is ``None``), the longest
+    sequence sb3-contrib's ``RecurrentPPO`` backpropagates through with the same arguments (its minibatches
+    are contiguous runs of ``batch_size`` transitions, its sequences cut at episode starts, env changes and
+    minibatch edges). ``"rollout"``: ``n_steps``. An int is returned as it is.
+
+    :param window_size: The user's ``window_size``
+    :param n_steps: Rollout length per env
+    :param batch_size: Minibatch size in transitions, or ``None``
+    :return: Steps per window
+    """
+    check_window_size_setting(window_size)
+    if window_size == "rollout":
+        return n_steps
+    if window_size == "batch":
+        return n_steps if batch_size is None else max(1, min(int(batch_size), n_steps))
+    return int(window_size)
+
+
 def resolve_window_stride(window_stride: int | None, window_size: int) -> int:
     """
     The stride as an int: ``None`` means ``window_size`` (an epoch is one pass over the data).
@@ -94,45 +144,128 @@ def resolve_window_stride(window_stride: int | None, window_size: int) -> int:
     return window_size if window_stride is None else int(window_stride)
 
 
-def effective_stride(n_steps: int, window_size: int, window_stride: int) -> int:
+def n_window_starts(n_steps: int, window_size: int, window_coverage: Coverage = "inside") -> int:
     """
-    The stride an epoch uses: ``window_stride``, capped at the number of window starts ``n_steps - window_size + 1``.
+    Number of window starts per env: ``n_steps - window_size + 1`` inside the rollout (``"inside"``), or
+    ``n_steps + window_size - 1`` for windows that merely meet it (``"full"``: starts ``-(W-1) .. T-1``).
+
+    :param n_steps: Rollout length per env
+    :param window_size: Steps per window
+    :param window_coverage: ``"full"`` or ``"inside"``
+    :return: Window starts per env
+    """
+    return n_steps + window_size - 1 if window_coverage == "full" else n_steps - window_size + 1
+
+
+def first_window_start(window_size: int, window_coverage: Coverage = "inside") -> int:
+    """The first (virtual) window start of an env: ``-(W - 1)`` for ``"full"``, 0 for ``"inside"``."""
+    return 1 - window_size if window_coverage == "full" else 0
+
+
+def effective_stride(n_steps: int, window_size: int, window_stride: int, window_coverage: Coverage = "inside") -> int:
+    """
+    The stride an epoch uses: ``window_stride``, capped at the number of window starts (:func:`n_window_starts`).
 
     With a larger stride most epochs would hold no window of an env at all; the cap keeps at least one
-    window per env in every epoch (``n_steps == window_size``: the whole rollout, every epoch).
+    window per env in every epoch (``"inside"`` with ``n_steps == window_size``: the whole rollout, every epoch).
 
     :param n_steps: Rollout length per env
     :param window_size: Steps per window
     :param window_stride: Steps between the starts of consecutive windows of an epoch
+    :param window_coverage: ``"full"`` or ``"inside"``
     :return: The stride ``k`` an epoch uses; every window start is drawn with probability ``1 / k`` per epoch
     """
-    return max(1, min(window_stride, n_steps - window_size + 1))
+    return max(1, min(window_stride, n_window_starts(n_steps, window_size, window_coverage)))
 
 
-def window_starts(n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu") -> th.Tensor:
+def clip_windows(starts: np.ndarray, n_steps: int, window_size: int) -> tuple[np.ndarray, np.ndarray]:
     """
-    Flat (env-major) index of the first step of every window of a rollout (one at every step).
+    Clip (virtual) window starts of one env to the rollout: a window starting before step 0 begins at step 0, one
+    reaching past ``n_steps - 1`` ends there.
 
-    Window ``t`` of an env starts at step ``t`` for ``t = 0, 1, ..., n_steps - window_size``.
+    :param starts: Window starts within their env, any shape, each in ``[-(W-1), n_steps - 1]``
+    :param n_steps: Rollout length per env
+    :param window_size: Steps per window ``W``
+    :return: The first step of each clipped window within its env, and its number of real slots (``1 .. W``),
+        both of the shape of ``starts``
+    """
+    first = np.maximum(starts, 0)
+    return first, np.minimum(starts + window_size, n_steps) - first
+
+
+def window_starts(
+    n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", window_coverage: Coverage = "inside"
+) -> th.Tensor:
+    """
+    Flat (env-major) index of the first step of every window of a rollout (one at every start).
+
+    ``"inside"``: window ``t`` of an env starts at step ``t`` for ``t = 0, 1, ..., n_steps - window_size``.
+    ``"full"``: every window that meets the rollout, starts ``-(W-1) .. n_steps - 1`` clipped to the rollout
+    (:func:`clip_windows`), so several windows start at the env's step 0; see :func:`window_lengths` for their
+    real slots.
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
     :param window_size: Steps per window
     :param device: Device of the returned tensor
-    :return: int64 tensor of shape ``(n_envs * (n_steps - window_size + 1),)``
+    :param window_coverage: ``"full"`` or ``"inside"``
+    :return: int64 tensor of shape ``(n_envs * n_window_starts,)`` (see :func:`n_window_starts`)
     """
-    starts = th.arange(0, n_steps - window_size + 1, device=device)
+    virtual = np.arange(n_window_starts(n_steps, window_size, window_coverage)) + first_window_start(
+        window_size, window_coverage
+    )
+    first, _ = clip_windows(virtual, n_steps, window_size)
+    starts = th.as_tensor(first, device=device)
     env_offsets = th.arange(n_envs, device=device) * n_steps
     # (n_envs, windows_per_env) -> (n_envs * windows_per_env,)
     return (env_offsets[:, None] + starts[None, :]).reshape(-1)
 
 
-def epoch_window_starts(
-    n_steps: int, n_envs: int, window_size: int, window_stride: int, generator: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
+def window_lengths(
+    n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", window_coverage: Coverage = "inside"
+) -> th.Tensor:
     """
-    The windows of one epoch: for each env a random phase ``p`` in ``[0, k)`` and the windows starting at
-    ``p, p + k, p + 2k, ... <= n_steps - window_size``, ``k`` being :func:`effective_stride`.
+    Real slots of every window of :func:`window_starts` (``window_size`` for every window inside the rollout).
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param window_size: Steps per window
+    :param device: Device of the returned tensor
+    :param window_coverage: ``"full"`` or ``"inside"``
+    :return: int64 tensor of shape ``(n_envs * n_window_starts,)``
+    """
+    virtual = np.arange(n_window_starts(n_steps, window_size, window_coverage)) + first_window_start(
+        window_size, window_coverage
+    )
+    _, lengths = clip_windows(virtual, n_steps, window_size)
+    # (windows_per_env,) -> (n_envs * windows_per_env,)
+    return th.as_tensor(lengths, device=device).repeat(n_envs)
+
+
+class EpochWindows(NamedTuple):
+    """The windows of one epoch (see :func:`epoch_window_starts`), each array of shape ``(n_windows,)``, env-major."""
+
+    starts: np.ndarray  # flat (env-major) index of each window's first real step
+    position: np.ndarray  # position of each window among its env's windows of the epoch
+    lengths: np.ndarray  # real slots of each window (window_size unless clipped)
+
+
+def epoch_window_starts(
+    n_steps: int,
+    n_envs: int,
+    window_size: int,
+    window_stride: int,
+    generator: np.random.Generator,
+    window_coverage: Coverage = "inside",
+) -> EpochWindows:
+    """
+    The windows of one epoch: for each env a random phase ``p`` in ``[0, k)``, ``k`` being :func:`effective_stride`,
+    and the windows starting at ``p + j * k``.
+
+    ``"inside"``: every ``j >= 0`` with ``p + j * k <= n_steps - window_size`` (windows inside the rollout).
+    ``"full"``: every ``j`` such that the window meets the rollout (``-(W-1) <= p + j * k <= n_steps - 1``),
+    clipped to it (:func:`clip_windows`): with ``k = W`` every step is in exactly one window of the epoch, with
+    ``k = 1`` in exactly ``W``.
 
     Every window start is drawn with probability exactly ``1 / k``, so the expected weight of a step over
     one epoch is its weight over all windows divided by ``k``. ``k = 1``: every window, every epoch.
@@ -142,18 +275,52 @@ def epoch_window_starts(
     :param window_size: Steps per window
     :param window_stride: Steps between the starts of consecutive windows
     :param generator: Source of the phases
-    :return: Flat (env-major) index of the first step of every window of the epoch, in env-major order,
-        shape ``(n_windows,)``; and each window's position among its env's windows, shape ``(n_windows,)``
+    :param window_coverage: ``"full"`` or ``"inside"``
+    :return: The epoch's windows in env-major order
     """
-    stride = effective_stride(n_steps, window_size, window_stride)
-    n_starts = n_steps - window_size + 1
+    stride = effective_stride(n_steps, window_size, window_stride, window_coverage)
+    n_starts = n_window_starts(n_steps, window_size, window_coverage)
+    offset = first_window_start(window_size, window_coverage)
     phase = generator.integers(stride, size=(n_envs, 1)) if stride > 1 else np.zeros((n_envs, 1), dtype=np.int64)
+    # The first start p + j * k at or after the first start; the same for every env of the same phase
+    first = phase + stride * -((phase - offset) // stride)
     # (n_envs, most windows per env): start of each candidate window within its env
-    starts = phase + stride * np.arange(-(-n_starts // stride))[None, :]
-    valid = starts < n_starts
+    starts = first + stride * np.arange(-(-n_starts // stride))[None, :]
+    valid = starts < offset + n_starts
     position = np.broadcast_to(np.arange(starts.shape[1])[None, :], starts.shape)
-    flat = starts + n_steps * np.arange(n_envs)[:, None]
-    return flat[valid], position[valid]
+    clipped, lengths = clip_windows(starts, n_steps, window_size)
+    flat = clipped + n_steps * np.arange(n_envs)[:, None]
+    return EpochWindows(starts=flat[valid], position=position[valid], lengths=lengths[valid])
+
+
+def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
+    """
+    Group an epoch's windows into the units minibatches are made of: every window is a unit of its own, except
+    that an env's first window, clipped at the rollout start, and its last, clipped at the rollout end, form one
+    unit when their real slots add up to at most ``window_size`` (with ``k = W`` they add up to exactly ``W``
+    when ``W`` divides ``n_steps``). A minibatch of ``B`` units then holds at most ``B * W`` real slots, and
+    exactly that many at ``k = W``, as many transitions as a minibatch of ``B`` full windows.
+
+    :param windows: The epoch's windows (env-major, in order within each env)
+    :param window_size: Steps per window
+    :return: Unit of every window, shape ``(n_windows,)``: ``0 .. n_units - 1``, ascending in env-major order
+    """
+    n_windows = windows.starts.shape[0]
+    if n_windows == 0:
+        return np.zeros(0, dtype=np.int64)
+    clipped = windows.lengths < window_size
+    # The last window of each env: the next window belongs to another env (position restarts at 0)
+    is_last = np.append(windows.position[1:] == 0, True)
+    is_first = windows.position == 0
+    # A window whose unit is its env's first window: its env's clipped last window, when the first is clipped too
+    first_index = np.maximum.accumulate(np.where(is_first, np.arange(n_windows), 0))
+    merge = (
+        is_last & ~is_first & clipped & clipped[first_index] & (windows.lengths + windows.lengths[first_index] <= window_size)
+    )
+    new_unit = ~merge
+    unit = np.cumsum(new_unit) - 1
+    unit[merge] = unit[first_index[merge]]
+    return unit
 
 
 def windows_per_minibatch(batch_size: int | None, window_size: int) -> int | None:
@@ -167,15 +334,32 @@ def windows_per_minibatch(batch_size: int | None, window_size: int) -> int | Non
     return None if batch_size is None else max(1, int(batch_size) // window_size)
 
 
-def slot_indices(starts: th.Tensor, window_size: int) -> th.Tensor:
+def slot_indices(starts: th.Tensor, window_size: int, lengths: th.Tensor | None = None) -> th.Tensor:
     """
     Flat index of the step held by every slot of the given windows.
 
     :param starts: Flat index of the first step of each window, shape ``(B,)``
     :param window_size: Steps per window ``W``
+    :param lengths: Real slots of each window, shape ``(B,)``; the padding slots after them hold the window's
+        last real step (they are never trained). ``None``: every slot is real.
     :return: int64 tensor of shape ``(B, W)``
     """
-    return starts[:, None] + th.arange(window_size, device=starts.device)[None, :]
+    offsets = th.arange(window_size, device=starts.device)[None, :]
+    if lengths is not None:
+        # (1, W) and (B, 1) -> (B, W): padding slots repeat the last real step
+        offsets = th.minimum(offsets, lengths[:, None] - 1)
+    return starts[:, None] + offsets
+
+
+def real_slots(lengths: th.Tensor, window_size: int) -> th.Tensor:
+    """
+    Which slots of the given windows hold a real step (the others are padding of a clipped window).
+
+    :param lengths: Real slots of each window, shape ``(B,)``
+    :param window_size: Steps per window ``W``
+    :return: bool tensor of shape ``(B, W)``
+    """
+    return th.arange(window_size, device=lengths.device)[None, :] < lengths[:, None]
 
 
 def slot_resets(episode_starts: th.Tensor) -> th.Tensor:
@@ -190,20 +374,20 @@ def slot_resets(episode_starts: th.Tensor) -> th.Tensor:
     return resets
 
 
-def kept_slots(resets: th.Tensor, boundary: Boundary) -> th.Tensor:
+def kept_slots(resets: th.Tensor, boundary: Boundary, real: th.Tensor | None = None) -> th.Tensor:
     """
     Which slots are trained.
 
-    In reset mode every slot is kept. In mask mode every slot from the first reset of its window on is
-    dropped.
+    In reset mode every real slot is kept. In mask mode every slot from the first reset of its window on is
+    dropped. Padding slots (of clipped windows) are never kept.
 
     :param resets: Reset flags, shape ``(B, W)`` (see :func:`slot_resets`)
     :param boundary: ``"reset"`` or ``"mask"``
+    :param real: Which slots hold a real step, shape ``(B, W)`` (see :func:`real_slots`); ``None``: all
     :return: bool tensor of shape ``(B, W)``
     """
-    if boundary == "reset":
-        return th.ones_like(resets)
-    return th.cumsum(resets, dim=1) == 0
+    kept = th.ones_like(resets) if boundary == "reset" else th.cumsum(resets, dim=1) == 0
+    return kept if real is None else kept & real
 
 
 def slot_weights(kept: th.Tensor, step_counts: th.Tensor, weighting: Weighting) -> th.Tensor:
@@ -223,34 +407,44 @@ def slot_weights(kept: th.Tensor, step_counts: th.Tensor, weighting: Weighting) 
     return weights
 
 
-def _window_chunks(episode_starts: th.Tensor, window_size: int) -> Iterator[tuple[th.Tensor, th.Tensor]]:
+def _window_chunks(
+    episode_starts: th.Tensor, window_size: int, window_coverage: Coverage = "inside"
+) -> Iterator[tuple[th.Tensor, th.Tensor, th.Tensor]]:
     """
-    All windows of a rollout (one at every step), a bounded number at a time.
+    All windows of a rollout (one at every start, see :func:`window_starts`), a bounded number at a time.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
-    :return: Iterator of ``(slots, resets)``, each of shape ``(chunk, W)``
+    :param window_size: Steps per window
+    :param window_coverage: ``"full"`` or ``"inside"``
+    :return: Iterator of ``(slots, resets, real)``, each of shape ``(chunk, W)``
     """
     n_envs, n_steps = episode_starts.shape
     # (n_envs, n_steps) -> (n_envs * n_steps,): env-major flat layout
     flat_starts = episode_starts.reshape(-1)
-    starts = window_starts(n_steps, n_envs, window_size, device=episode_starts.device)
-    for chunk in th.split(starts, _CHUNK_WINDOWS):
-        slots = slot_indices(chunk, window_size)
-        yield slots, slot_resets(flat_starts[slots])
+    device = episode_starts.device
+    starts = window_starts(n_steps, n_envs, window_size, device=device, window_coverage=window_coverage)
+    lengths = window_lengths(n_steps, n_envs, window_size, device=device, window_coverage=window_coverage)
+    for chunk, chunk_lengths in zip(th.split(starts, _CHUNK_WINDOWS), th.split(lengths, _CHUNK_WINDOWS), strict=True):
+        slots = slot_indices(chunk, window_size, chunk_lengths)
+        real = real_slots(chunk_lengths, window_size)
+        yield slots, slot_resets(flat_starts[slots]) & real, real
 
 
-def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary) -> th.Tensor:
+def kept_counts(
+    episode_starts: th.Tensor, window_size: int, boundary: Boundary, window_coverage: Coverage = "inside"
+) -> th.Tensor:
     """
-    For every step, the number of windows (of all windows of the rollout, one at every step) in which it is kept.
+    For every step, the number of windows (of all windows of the rollout, one at every start) in which it is kept.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
     :param window_size: Steps per window
     :param boundary: ``"reset"`` or ``"mask"``
+    :param window_coverage: ``"full"`` or ``"inside"``
     :return: float32 tensor of shape ``(n_envs * n_steps,)`` (env-major flat layout)
     """
     counts = th.zeros(episode_starts.numel(), device=episode_starts.device)
-    for slots, resets in _window_chunks(episode_starts, window_size):
-        kept = kept_slots(resets, boundary)
+    for slots, resets, real in _window_chunks(episode_starts, window_size, window_coverage):
+        kept = kept_slots(resets, boundary, real)
         counts.index_add_(0, slots.reshape(-1), kept.reshape(-1).float())
     return counts
 
@@ -268,6 +462,7 @@ class RolloutWindowStats:
     :param boundary: ``"reset"`` or ``"mask"``
     :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
     :param window_stride: Steps between the starts of consecutive windows of an epoch
+    :param window_coverage: ``"full"`` or ``"inside"``
     """
 
     def __init__(
@@ -277,22 +472,25 @@ class RolloutWindowStats:
         boundary: Boundary,
         weighting: Weighting,
         window_stride: int = 1,
+        window_coverage: Coverage = "inside",
     ) -> None:
         n_steps = episode_starts.shape[1]
-        self.counts = kept_counts(episode_starts, window_size, boundary)
+        self.counts = kept_counts(episode_starts, window_size, boundary, window_coverage)
         # Expected sum of slot weights per step over one epoch, shape (n_envs * n_steps,)
         self.step_weights = th.zeros_like(self.counts)
         self.n_windows = 0
+        self.n_real_slots = 0
         self.n_kept_slots = 0.0
         self.n_windows_with_reset = 0
-        for slots, resets in _window_chunks(episode_starts, window_size):
-            kept = kept_slots(resets, boundary)
+        for slots, resets, real in _window_chunks(episode_starts, window_size, window_coverage):
+            kept = kept_slots(resets, boundary, real)
             weights = slot_weights(kept, self.counts[slots], weighting)
             self.step_weights.index_add_(0, slots.reshape(-1), weights.reshape(-1))
             self.n_windows += slots.shape[0]
+            self.n_real_slots += int(real.sum())
             self.n_kept_slots += float(kept.sum())
             self.n_windows_with_reset += int(resets.any(dim=1).sum())
-        self.step_weights /= effective_stride(n_steps, window_size, window_stride)
+        self.step_weights /= effective_stride(n_steps, window_size, window_stride, window_coverage)
         self.window_size = window_size
 
     def diagnostics(self, episode_starts: th.Tensor) -> dict[str, float]:
@@ -303,9 +501,8 @@ class RolloutWindowStats:
         :return: Mapping from logger key to value; ``train/episode_start_weight`` only when the rollout
             holds an episode start
         """
-        n_slots = self.n_windows * self.window_size
         stats = {
-            "train/kept_slot_fraction": self.n_kept_slots / n_slots,
+            "train/kept_slot_fraction": self.n_kept_slots / self.n_real_slots,
             "train/untrained_step_fraction": float((self.step_weights == 0).float().mean()),
             "train/windows_with_reset": self.n_windows_with_reset / self.n_windows,
         }
@@ -323,17 +520,19 @@ def window_weights(
     boundary: str = "reset",
     weighting: str = "uniform",
     window_stride: int | None = 1,
+    window_coverage: str = "inside",
 ) -> np.ndarray:
     """
     Expected total weight each step of a rollout receives in one epoch.
 
     This is the sum of the slot weight over every slot that holds the step, over all windows of the
-    rollout (one at every step), divided by the stride an epoch uses (:func:`effective_stride`): an
+    rollout (one at every start), divided by the stride an epoch uses (:func:`effective_stride`): an
     epoch draws each window with probability ``1 / stride``. It is computed by the same code that
     ResetPPO trains with. With ``window_stride=1`` (every window, every epoch) and uniform weighting, in
-    reset mode a step at position ``s`` gets ``min(s+1, W, T-s, T-W+1)``; in mask mode a step ``j`` steps
-    into an episode that began inside the rollout gets at most ``j+1``. With importance weighting every
-    trained step gets ``1 / k``, ``k`` being the stride an epoch uses.
+    reset mode a step at position ``s`` gets ``min(s+1, W, T-s, T-W+1)`` with ``window_coverage="inside"`` and
+    ``W`` with ``"full"``; in mask mode a step ``j`` steps into an episode that began inside the rollout gets at
+    most ``j+1`` (and, with ``"inside"``, 0 when the episode began in the last ``W-1`` steps). With importance
+    weighting every trained step gets ``1 / k``, ``k`` being the stride an epoch uses.
 
     :param episode_starts: SB3's episode-start flags (step ``s`` is the first of an episode),
         shape ``(n_steps,)`` for one env or ``(n_steps, n_envs)`` as in SB3's rollout buffer
@@ -343,6 +542,8 @@ def window_weights(
         differs in the loss's normaliser only)
     :param window_stride: Steps between the starts of the windows of an epoch; ``None``: ``window_size``
         (ResetPPO's default). The default 1 gives the total over all windows.
+    :param window_coverage: ``"inside"`` (windows inside the rollout) or ``"full"`` (every window that meets the
+        rollout, clipped to it); see :func:`epoch_window_starts`
     :return: float array of the same shape as ``episode_starts``
     """
     array = np.asarray(episode_starts)
@@ -350,12 +551,12 @@ def window_weights(
         raise ValueError(
             f"episode_starts must have shape (n_steps,) or (n_steps, n_envs) with n_steps >= 1, got shape {array.shape}"
         )
-    check_window_settings(window_size, boundary, weighting, window_stride, n_steps=array.shape[0])
+    check_window_settings(window_size, boundary, weighting, window_stride, array.shape[0], window_coverage)
     # (n_steps,) or (n_steps, n_envs) -> (n_envs, n_steps)
     per_env = array.reshape(array.shape[0], -1).T
     flags = th.as_tensor(np.ascontiguousarray(per_env, dtype=np.float32))
     stride = resolve_window_stride(window_stride, int(window_size))  # type: ignore[call-overload]
-    stats = RolloutWindowStats(flags, int(window_size), boundary, weighting, stride)  # type: ignore[arg-type,call-overload]
+    stats = RolloutWindowStats(flags, int(window_size), boundary, weighting, stride, window_coverage)  # type: ignore[arg-type,call-overload]
     # (n_envs * n_steps,) -> (n_envs, n_steps) -> (n_steps, n_envs) -> input shape
     return stats.step_weights.reshape(per_env.shape).T.reshape(array.shape).numpy().astype(np.float64)
 
@@ -393,29 +594,45 @@ class ResetLayout(NamedTuple):
 
     Every reset gets one extra step inserted just before its slot (the *reset step*, which brings the
     memory to zero), so window ``b``'s slot ``i`` sits at step ``i + (resets of window b up to slot i)``.
-    Slots are numbered row-major over ``(B, W)``; positions are ``step * B + window``.
+    Slots are numbered row-major over ``(B, W)``; positions are ``step * B + window``. The padding slots of a
+    clipped window sit at the position of its last real slot (their outputs repeat it; they are never trained
+    and their inputs are not written).
     """
 
     slot_positions: th.Tensor  # (B * W,) position of every slot in the (row_length * B) input
     reset_steps: th.Tensor  # (row_length, B, 1) float: 1.0 at the reset steps, else 0.0
-    row_length: int  # W + the largest number of resets in one window
+    row_length: int  # the longest row: real slots + resets of one window
+    input_slots: th.Tensor | None = None  # (n_real,) the real slots, written into the input; None: every slot
 
 
-def plan_reset_steps(episode_starts: np.ndarray) -> ResetLayout:
+def plan_reset_steps(episode_starts: np.ndarray, lengths: np.ndarray | None = None) -> ResetLayout:
     """
     Lay out ``B`` windows for one fused LSTM call with a reset step before every reset slot.
 
     :param episode_starts: Episode-start flags of the slots, shape ``(B, W)``; slot ``i >= 1`` resets
         where set (slot 0 starts from the recorded memory instead)
+    :param lengths: Real slots of each window, shape ``(B,)``; the slots after them are padding (their flags are
+        ignored, their positions repeat the last real slot's). ``None``: every slot is real.
     :return: The layout (CPU tensors)
     """
     n_windows, window_size = episode_starts.shape
     resets = episode_starts > 0.5
     resets[:, 0] = False
+    real = None
+    if lengths is not None:
+        # (1, W) and (B, 1) -> (B, W)
+        real = np.arange(window_size)[None, :] < lengths[:, None]
+        resets &= real
     # (B, W): step of every slot within its window's row
     step = np.arange(window_size)[None, :] + np.cumsum(resets, axis=1)
-    row_length = window_size + int(resets.sum(axis=1).max(initial=0))
     window = np.arange(n_windows)[:, None]
+    if real is None:
+        row_length = window_size + int(resets.sum(axis=1).max(initial=0))
+    else:
+        assert lengths is not None
+        # Padding slots at the step of their window's last real slot
+        step = np.where(real, step, step[np.arange(n_windows), lengths - 1][:, None])
+        row_length = int(step.max(initial=-1)) + 1
     reset_steps = np.zeros((row_length, n_windows, 1), dtype=np.float32)
     reset_windows, reset_slots = np.nonzero(resets)
     reset_steps[step[reset_windows, reset_slots] - 1, reset_windows, 0] = 1.0
@@ -424,4 +641,6 @@ def plan_reset_steps(episode_starts: np.ndarray) -> ResetLayout:
         slot_positions=th.as_tensor((step * n_windows + window).reshape(-1)),
         reset_steps=th.as_tensor(reset_steps),
         row_length=row_length,
+        # (B, W) -> (B * W,) -> indices of the real slots
+        input_slots=None if real is None else th.as_tensor(np.flatnonzero(real.reshape(-1))),
     )

@@ -34,7 +34,9 @@ from sb3_reset_ppo.common.windows import (
     check_non_negative_int,
     check_positive_int,
     check_window_settings,
+    check_window_size_setting,
     effective_stride,
+    resolve_window_size,
     resolve_window_stride,
     windows_per_minibatch,
 )
@@ -108,8 +110,10 @@ class ResetPPO(RecurrentPPO):
     :param verbose: the verbosity level: 0 no output, 1 info, 2 debug
     :param seed: Seed for the pseudo random generators
     :param device: Device (cpu, cuda, ...) on which the code should be run.
-    :param window_size: Steps per training window (``1 <= window_size <= n_steps``); also the
-        backpropagation-through-time length
+    :param window_size: Steps per training window (``1 <= window_size <= n_steps``); also the longest
+        backpropagation-through-time length. ``"batch"``: ``min(batch_size, n_steps)`` (``n_steps`` when
+        ``batch_size`` is None), the longest sequence ``RecurrentPPO`` trains on with the same arguments;
+        ``"rollout"``: ``n_steps``. Derived values follow ``n_steps`` and ``batch_size`` (zoo configs need no edit).
     :param boundary: ``"reset"`` (reset-and-continue, default) or ``"mask"`` (drop every slot after the first
         episode end of a window, the baseline)
     :param weighting: ``"uniform"`` (every kept slot weighs 1, losses averaged over all ``B * W`` slots, the
@@ -119,10 +123,18 @@ class ResetPPO(RecurrentPPO):
         step is kept, losses normalised by the sum of weights). Advantages are normalised with the weights'
         statistics.
     :param window_stride: Steps between the starts of the windows of an epoch, counted from a random phase per
-        env drawn anew every epoch. ``None`` (default): ``window_size``, so an epoch trains every step once (the
-        rollout's first and last ``window_size - 1`` steps with probability ``count / window_size``), at a slot
-        position that changes from epoch to epoch. ``1``: every window every epoch (each step up to
-        ``window_size`` times per epoch). A stride above ``n_steps - window_size + 1`` acts as that number.
+        env drawn anew every epoch. ``None`` (default): ``window_size``, so an epoch trains every step once, at a
+        slot position that changes from epoch to epoch (with ``window_coverage="inside"``, the rollout's first
+        and last ``window_size - 1`` steps only with probability ``count / window_size``). ``1``: every window
+        every epoch (each step ``window_size`` times per epoch, up to that many with ``"inside"``). A stride
+        above the number of window starts per env acts as that number.
+    :param window_coverage: Which windows an epoch holds. ``"inside"`` (default): windows inside the rollout
+        only (starts ``0 .. n_steps - window_size``), the masking baseline's epochs. ``"full"``: every window
+        that meets the rollout (starts ``-(window_size - 1) .. n_steps - 1``), clipped to it: a window starting
+        before step 0 begins at step 0 from the memory recorded for step 0, one reaching past the last step ends
+        there, and the missing slots are padding that no loss term or statistic sees. With the default stride
+        every step, rollout ends included, is then trained exactly once per epoch. An env's two clipped end
+        windows share one minibatch place when they fit in ``window_size`` slots.
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows (of an epoch) of
         one env, the runs shuffled anew every epoch (1: windows fully shuffled). Overlapping windows of a run
         share steps, whose features (e.g. a CNN's) are computed once per minibatch instead of once per slot, at
@@ -183,6 +195,7 @@ class ResetPPO(RecurrentPPO):
         boundary: str = "reset",
         weighting: str = "uniform",
         window_stride: int | None = None,
+        window_coverage: str = "inside",
         consecutive_windows: int | str = "auto",
         memory_refresh: int = 0,
         burn_in: int = 0,
@@ -199,7 +212,9 @@ class ResetPPO(RecurrentPPO):
                 f"{sorted(self.policy_aliases)} (or a RecurrentActorCriticPolicy subclass)"
             )
         # Checked before the env is built, and again in _setup_model (which load() calls too)
-        check_window_settings(window_size, boundary, weighting, window_stride)
+        check_window_size_setting(window_size)
+        resolved = resolve_window_size(window_size, n_steps, batch_size)  # type: ignore[arg-type]
+        check_window_settings(resolved, boundary, weighting, window_stride, window_coverage=window_coverage)
         _check_consecutive_windows(consecutive_windows)
         check_non_negative_int("memory_refresh", memory_refresh)
         check_non_negative_int("burn_in", burn_in)
@@ -209,6 +224,7 @@ class ResetPPO(RecurrentPPO):
         self.boundary = boundary
         self.weighting = weighting
         self.window_stride = window_stride
+        self.window_coverage = window_coverage
         self.consecutive_windows = consecutive_windows
         super().__init__(
             policy,
@@ -242,7 +258,10 @@ class ResetPPO(RecurrentPPO):
     def _check_settings(self) -> None:
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
-        check_window_settings(self.window_size, self.boundary, self.weighting, self.window_stride, n_steps=self.n_steps)
+        check_window_size_setting(self.window_size)
+        check_window_settings(
+            self.window_length, self.boundary, self.weighting, self.window_stride, self.n_steps, self.window_coverage
+        )
         _check_consecutive_windows(self.consecutive_windows)
         check_non_negative_int("memory_refresh", self.memory_refresh)
         check_non_negative_int("burn_in", self.burn_in)
@@ -257,6 +276,11 @@ class ResetPPO(RecurrentPPO):
                 )
         if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:
             raise ValueError(f"clip_range_vf must be positive or None (no value clipping), got {self.clip_range_vf!r}")
+
+    @property
+    def window_length(self) -> int:
+        """The window length in steps: ``window_size``, with ``"batch"`` and ``"rollout"`` resolved (see ``window_size``)."""
+        return resolve_window_size(self.window_size, self.n_steps, self.batch_size)  # type: ignore[arg-type]
 
     def _setup_model(self) -> None:
         self._check_settings()
@@ -276,7 +300,7 @@ class ResetPPO(RecurrentPPO):
             gamma=self.gamma,
             gae_lambda=self.gae_lambda,
             n_envs=self.n_envs,
-            window_size=self.window_size,
+            window_size=self.window_length,
             boundary=self.boundary,
             weighting=self.weighting,
             window_stride=self.window_stride,
@@ -284,6 +308,7 @@ class ResetPPO(RecurrentPPO):
             seed=self.seed,
             burn_in=self.burn_in,
             recurrent_layer_type=layer_type,
+            window_coverage=self.window_coverage,
         )
         self._warn_about_batch_size()
 
@@ -291,17 +316,18 @@ class ResetPPO(RecurrentPPO):
         """Say when ``batch_size`` is not a whole number of windows, or more than one epoch holds."""
         if self.batch_size is None:
             return
-        windows = windows_per_minibatch(self.batch_size, self.window_size)
+        length = self.window_length
+        windows = windows_per_minibatch(self.batch_size, length)
         assert windows is not None
-        if self.batch_size % self.window_size != 0:
+        if self.batch_size % length != 0:
             warn_user(
-                f"batch_size={self.batch_size} is not a multiple of window_size={self.window_size}: each minibatch "
-                f"holds {windows} window(s) of {self.window_size} steps ({windows * self.window_size} transitions)"
+                f"batch_size={self.batch_size} is not a multiple of window_size={length}: each minibatch "
+                f"holds {windows} window(s) of {length} steps ({windows * length} transitions)"
             )
         n_windows = self.rollout_buffer.n_windows
         if windows > n_windows:
             warn_user(
-                f"batch_size={self.batch_size} ({windows} windows of {self.window_size}) is more than an epoch holds "
+                f"batch_size={self.batch_size} ({windows} windows of {length}) is more than an epoch holds "
                 f"({n_windows} windows with n_envs={self.n_envs}, n_steps={self.n_steps}, "
                 f"window_stride={self.rollout_buffer.window_stride}): every minibatch holds all windows of the epoch"
             )
@@ -319,8 +345,14 @@ class ResetPPO(RecurrentPPO):
             else [self.observation_space]
         )
         has_images = any(is_image_space(space, check_channels=False) for space in subspaces)
-        stride = effective_stride(self.n_steps, self.window_size, resolve_window_stride(self.window_stride, self.window_size))
-        return -(-self.window_size // stride) if has_images else 1
+        length = self.window_length
+        stride = effective_stride(
+            self.n_steps,
+            length,
+            resolve_window_stride(self.window_stride, length),
+            self.window_coverage,  # type: ignore[arg-type]
+        )
+        return -(-length // stride) if has_images else 1
 
     def set_random_seed(self, seed: int | None = None) -> None:
         """
@@ -438,6 +470,7 @@ class ResetPPO(RecurrentPPO):
             ent_coef=self.ent_coef,
             vf_coef=self.vf_coef,
             normalize_advantage=self.normalize_advantage,
+            n_real_slots=samples.n_real_slots,
         )
 
     def train(self) -> None:
