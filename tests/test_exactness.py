@@ -71,8 +71,16 @@ def _rolled_out_model(
     ],
     ids=["separate-critic", "shared-lstm", "no-critic-lstm", "two-layers", "separate-extractors", "net-arch"],
 )
-def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any], window_stride: int | None, window_coverage: str, cell: str) -> None:
-    model = _rolled_out_model(f"Mlp{cell}Policy", boundary=boundary, policy_kwargs=policy_kwargs, window_stride=window_stride, window_coverage=window_coverage)
+def test_policy_variants(
+    boundary: str, policy_kwargs: dict[str, Any], window_stride: int | None, window_coverage: str, cell: str
+) -> None:
+    model = _rolled_out_model(
+        f"Mlp{cell}Policy",
+        boundary=boundary,
+        policy_kwargs=policy_kwargs,
+        window_stride=window_stride,
+        window_coverage=window_coverage,
+    )
     check_exact(model)
 
 
@@ -89,8 +97,16 @@ def test_policy_variants(boundary: str, policy_kwargs: dict[str, Any], window_st
     ids=["box", "discrete", "multidiscrete", "multibinary"],
 )
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
-def test_action_spaces(action_space: spaces.Space, boundary: str, window_stride: int | None, window_coverage: str, cell: str) -> None:
-    model = _rolled_out_model(f"Mlp{cell}Policy", action_space=action_space, boundary=boundary, window_stride=window_stride, window_coverage=window_coverage)
+def test_action_spaces(
+    action_space: spaces.Space, boundary: str, window_stride: int | None, window_coverage: str, cell: str
+) -> None:
+    model = _rolled_out_model(
+        f"Mlp{cell}Policy",
+        action_space=action_space,
+        boundary=boundary,
+        window_stride=window_stride,
+        window_coverage=window_coverage,
+    )
     check_exact(model)
 
 
@@ -100,7 +116,13 @@ def test_action_spaces(action_space: spaces.Space, boundary: str, window_stride:
 def test_gsde(weighting: str, window_stride: int | None, window_coverage: str, cell: str) -> None:
     box = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
     model = _rolled_out_model(
-        f"Mlp{cell}Policy", action_space=box, use_sde=True, sde_sample_freq=4, weighting=weighting, window_stride=window_stride, window_coverage=window_coverage
+        f"Mlp{cell}Policy",
+        action_space=box,
+        use_sde=True,
+        sde_sample_freq=4,
+        weighting=weighting,
+        window_stride=window_stride,
+        window_coverage=window_coverage,
     )
     check_exact(model)
 
@@ -111,7 +133,12 @@ def test_gsde(weighting: str, window_stride: int | None, window_coverage: str, c
 def test_dict_observations(boundary: str, window_stride: int | None, window_coverage: str, cell: str) -> None:
     kwargs = {"features_extractor_kwargs": {"cnn_output_dim": 8}}
     model = _rolled_out_model(
-        f"MultiInput{cell}Policy", obs_kind="dict", boundary=boundary, policy_kwargs=kwargs, window_stride=window_stride, window_coverage=window_coverage
+        f"MultiInput{cell}Policy",
+        obs_kind="dict",
+        boundary=boundary,
+        policy_kwargs=kwargs,
+        window_stride=window_stride,
+        window_coverage=window_coverage,
     )
     check_exact(model)
 
@@ -122,7 +149,12 @@ def test_dict_observations(boundary: str, window_stride: int | None, window_cove
 def test_cnn_policy(share_features_extractor: bool, window_stride: int | None, window_coverage: str, cell: str) -> None:
     kwargs = {"features_extractor_kwargs": {"features_dim": 8}, "share_features_extractor": share_features_extractor}
     model = _rolled_out_model(
-        f"Cnn{cell}Policy", obs_kind="image", window_size=4, policy_kwargs=kwargs, window_stride=window_stride, window_coverage=window_coverage
+        f"Cnn{cell}Policy",
+        obs_kind="image",
+        window_size=4,
+        policy_kwargs=kwargs,
+        window_stride=window_stride,
+        window_coverage=window_coverage,
     )
     check_exact(model)
 
