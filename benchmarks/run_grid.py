@@ -18,12 +18,15 @@ With ``--study fresh_memory``: the fresh-memory study of ``benchmarks/PROTOCOL_f
 ``benchmarks/evidence.yml``, per-env seed counts, secondary arms on a subset of envs). Studies with their own
 config keep every run's log as ``log.txt.gz`` and its curves as ``progress.csv.gz``.
 
+With ``--study coverage``: the coverage study (``benchmarks/PROTOCOL_coverage.md``: variants ``cv_*``, config
+``benchmarks/evidence.yml``; arms whose resolved settings coincide on an env train once, under the first).
+
 With ``--minutes M`` a worker starts only runs expected to finish within M minutes of the start (the median
 wall time of the finished runs of the same variant and env, times 1.25; runs of a pair never timed only without
 ``--minutes``), taking the next run in the grid's order that fits: a session that ends at a known time leaves no
 run half done. ``--forecast`` prints the time the remaining runs need.
 
-Usage: python benchmarks/run_grid.py [--study grid|fresh_memory|gru|evidence] [--envs ...] [--variants ...]
+Usage: python benchmarks/run_grid.py [--study grid|fresh_memory|gru|evidence|coverage] [--envs ...] [--variants ...]
        [--seeds N] [--workers 2] [--minutes M] [--forecast] [--retry-failed]
 """
 
@@ -110,6 +113,20 @@ EVIDENCE_ENVS = [
     "PopgymCountRecallEasy-v0",
     "MiniGridMemoryS7Flat-v0",
 ]
+# The coverage study (benchmarks/PROTOCOL_coverage.md): epoch structure and window length, evidence.yml's settings.
+# Its cv_inside16 and most of cv_rppo are the evidence study's ev_reset and ev_rppo (reused, not trained here).
+COVERAGE_ARMS: dict[str, dict[str, Any]] = {
+    "cv_full16": {"coverage": "full", "window": 16},
+    "cv_full64": {"coverage": "full", "window": 64},
+    "cv_batch": {"coverage": "full", "window": "batch"},
+    "cv_rollout": {"coverage": "full", "window": "rollout"},
+}
+for _name, _arm in COVERAGE_ARMS.items():
+    VARIANTS[_name] = {"algo": "reset_ppo", "hyperparams": [f"window_coverage:'{_arm['coverage']}'"], "conf": EVIDENCE_CONF}
+VARIANTS["cv_rppo"] = {"algo": "ppo_lstm", "hyperparams": [], "conf": EVIDENCE_CONF}
+COVERAGE_VARIANTS = [*COVERAGE_ARMS, "cv_rppo"]
+# cv_rppo re-trains only these seeds, beside the ResetPPO arms (side-by-side timing); the others are ev_rppo's
+COVERAGE_RPPO_SEEDS = 2
 # Seeds per env (the protocol's power calculation): 20 where it asks for them, else 10
 EVIDENCE_SEEDS = {"CartPoleNoVel-v1": 20, "EarlyChoice-v0": 20}
 # The secondary arms run on these envs only
@@ -149,6 +166,45 @@ def n_timesteps(env_id: str, conf: Path = RESET_PPO_CONF) -> int:
     return int(float(yaml.safe_load(conf.read_text())[env_id]["n_timesteps"]))
 
 
+def coverage_window(variant: str, env_id: str) -> int:
+    """
+    The window length a coverage arm trains with on an env (``benchmarks/PROTOCOL_coverage.md``): its
+    ``window_size``, capped at the env's ``n_steps``, with ``'batch'`` = ``min(batch_size, n_steps)`` and
+    ``'rollout'`` = ``n_steps`` (ResetPPO's defaults, 128 and 128, where the file sets none).
+    """
+    entry = yaml.safe_load(EVIDENCE_CONF.read_text())[env_id]
+    n_steps, batch_size = int(entry.get("n_steps", 128)), int(entry.get("batch_size", 128))
+    window = COVERAGE_ARMS[variant]["window"]
+    if window == "rollout":
+        return n_steps
+    if window == "batch":
+        return min(batch_size, n_steps)
+    return min(int(window), n_steps)
+
+
+def coverage_alias(variant: str, env_id: str) -> str:
+    """
+    The coverage arm whose runs a coverage arm shares on an env: the first arm (in ``COVERAGE_ARMS``'s order) with
+    the same resolved settings (the arm itself when none comes before it).
+    """
+    if variant not in COVERAGE_ARMS:
+        return variant
+    for other in COVERAGE_ARMS:
+        if COVERAGE_ARMS[other]["coverage"] == COVERAGE_ARMS[variant]["coverage"] and coverage_window(
+            other, env_id
+        ) == coverage_window(variant, env_id):
+            return other
+    return variant
+
+
+def hyperparams(variant: str, env_id: str) -> list[str]:
+    """The settings a variant adds on the command line for an env (coverage arms: their resolved window length)."""
+    spec = VARIANTS[variant]
+    if variant in COVERAGE_ARMS:
+        return [*spec["hyperparams"], f"window_size:{coverage_window(variant, env_id)}"]
+    return list(spec["hyperparams"])
+
+
 def command(
     variant: str,
     env_id: str,
@@ -175,8 +231,9 @@ def command(
     ]  # fmt: skip
     if steps:
         args += ["-n", str(steps)]
-    if spec["hyperparams"]:
-        args += ["--hyperparams", *spec["hyperparams"]]
+    settings = hyperparams(variant, env_id)
+    if settings:
+        args += ["--hyperparams", *settings]
     return args
 
 
@@ -299,11 +356,21 @@ def seeds_of(args: argparse.Namespace, env_id: str) -> int:
     """Seeds 0..N-1 of an env: ``--seeds`` if given, else the evidence protocol's count (that study) or 5."""
     if args.seeds is not None:
         return int(args.seeds)
+    if args.study == "coverage":
+        return 10
     return EVIDENCE_SEEDS.get(env_id, 10) if args.study == "evidence" else 5
 
 
-def runs_on(study: str, variant: str, env_id: str) -> bool:
-    """Whether a variant runs on an env: the evidence study's secondary arms run on a subset of its envs."""
+def runs_on(study: str, variant: str, env_id: str, seed: int = 0) -> bool:
+    """
+    Whether a variant trains on an env (and seed): the evidence study's secondary arms run on a subset of its envs;
+    in the coverage study an arm whose settings equal an earlier arm's on the env does not train (it shares that
+    arm's runs), and cv_rppo trains only its side-by-side seeds.
+    """
+    if study == "coverage":
+        if variant == "cv_rppo":
+            return seed < COVERAGE_RPPO_SEEDS
+        return coverage_alias(variant, env_id) == variant
     return not (study == "evidence" and variant in EVIDENCE_SECONDARY and env_id not in EVIDENCE_SECONDARY_ENVS)
 
 
@@ -476,7 +543,7 @@ def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--study", choices=["grid", "fresh_memory", "gru", "evidence"], default="grid",
+    parser.add_argument("--study", choices=["grid", "fresh_memory", "gru", "evidence", "coverage"], default="grid",
                         help="default envs and variants: the published grid, the fresh-memory or the GRU study")  # fmt: skip
     parser.add_argument("--envs", nargs="+", default=None)
     parser.add_argument("--variants", nargs="+", default=None, choices=list(VARIANTS))
@@ -500,6 +567,7 @@ def main() -> None:
         "fresh_memory": (FRESH_MEMORY_ENVS, FRESH_MEMORY_VARIANTS),
         "gru": (GRU_ENVS, GRU_VARIANTS),
         "evidence": (EVIDENCE_ENVS, EVIDENCE_VARIANTS),
+        "coverage": (EVIDENCE_ENVS, COVERAGE_VARIANTS),
     }
     args.envs = args.envs or studies[args.study][0]
     args.variants = args.variants or studies[args.study][1]
@@ -511,7 +579,7 @@ def main() -> None:
         for seed in range(max(seeds_of(args, env_id) for env_id in args.envs))
         for env_id in args.envs
         for variant in args.variants
-        if seed < seeds_of(args, env_id) and runs_on(args.study, variant, env_id)
+        if seed < seeds_of(args, env_id) and runs_on(args.study, variant, env_id, seed)
     ]  # fmt: skip
     todo = [job for job in jobs if not recorded(job["run_dir"], args.retry_failed)]
     failed = [job for job in jobs if recorded(job["run_dir"]) and not (job["run_dir"] / "run.json").exists()]

@@ -1,0 +1,141 @@
+"""
+The port case of the coverage study (``benchmarks/PROTOCOL_coverage.md``): sb3-contrib's documented use on
+CartPoleNoVel-v1 (``MlpLstmPolicy``, 8 envs, every argument at its default), RecurrentPPO against ResetPPO's arms
+with the class swapped.
+
+Each run trains 20,480 env steps with one torch thread, snapshots the policy every 2 rollouts inside ``learn()``
+(a copy of its parameters) and evaluates every snapshot after ``learn()`` returns (20 deterministic episodes on a
+fresh env seeded ``10_000 + seed``), so that ``learn()`` seconds hold no evaluation. One JSON file per run in
+``benchmarks/results/coverage/port/<arm>/seed<k>.json``; existing files are skipped (resumable). Runs go seed by
+seed, each seed's RecurrentPPO run first, on ``--workers`` processes, so that it trains beside its seed's
+ResetPPO runs.
+
+Usage: python benchmarks/port_case.py [--seeds 10] [--arms ...] [--workers 2] [--out DIR]
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import run_grid  # noqa: E402  (benchmarks/run_grid.py: commit and machine of a run)
+
+ENV_ID = "CartPoleNoVel-v1"
+N_ENVS = 8
+# 20 rollouts of RecurrentPPO's default n_steps (128) on 8 envs: the issue's 20,000 steps in whole rollouts
+TOTAL_STEPS = 20 * 128 * N_ENVS
+SNAPSHOT_EVERY = 2  # rollouts (updates) between snapshots: 10 evaluations per run
+EVAL_EPISODES = 20
+EVAL_SEED_OFFSET = 10_000
+# ResetPPO's arms (None: RecurrentPPO); inside_rollout is descriptive only (not a candidate of the protocol)
+ARMS: dict[str, dict[str, Any] | None] = {
+    "rppo": None,
+    "cv_inside16": {"window_coverage": "inside", "window_size": 16},
+    "cv_full16": {"window_coverage": "full", "window_size": 16},
+    "cv_full64": {"window_coverage": "full", "window_size": 64},
+    "cv_batch": {"window_coverage": "full", "window_size": "batch"},
+    "inside_rollout": {"window_coverage": "inside", "window_size": "rollout"},
+}
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    """Train and evaluate one run; write and return its record."""
+    import copy
+
+    import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
+    import torch as th
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    from sb3_reset_ppo import ResetPPO
+
+    th.set_num_threads(1)
+    arm, seed = job["arm"], job["seed"]
+    settings = ARMS[arm]
+
+    class Snapshots(BaseCallback):
+        """Copies the policy's parameters after every ``SNAPSHOT_EVERY``-th update (at the next rollout's start)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.rollouts = 0
+            self.snapshots: list[tuple[int, dict[str, Any]]] = []
+
+        def _on_rollout_start(self) -> None:
+            updates = self.rollouts  # this rollout follows that many updates
+            self.rollouts += 1
+            if updates > 0 and updates % SNAPSHOT_EVERY == 0:
+                self.snapshots.append((self.num_timesteps, copy.deepcopy(self.model.policy.state_dict())))
+
+        def _on_step(self) -> bool:
+            return True
+
+    env = make_vec_env(ENV_ID, n_envs=N_ENVS, seed=seed)
+    model = (
+        RecurrentPPO("MlpLstmPolicy", env, seed=seed) if settings is None else ResetPPO("MlpLstmPolicy", env, seed=seed, **settings)
+    )
+    callback = Snapshots()
+    version, host = run_grid.code_version(), run_grid.machine()
+    started = time.time()
+    start = time.perf_counter()
+    model.learn(TOTAL_STEPS, callback=callback)
+    learn_seconds = time.perf_counter() - start
+    ended = time.time()
+    callback.snapshots.append((model.num_timesteps, copy.deepcopy(model.policy.state_dict())))
+    evaluations = []
+    for steps, state in callback.snapshots:
+        model.policy.load_state_dict(state)
+        eval_env = make_vec_env(ENV_ID, n_envs=1, seed=EVAL_SEED_OFFSET + seed)
+        returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True, return_episode_rewards=True)
+        evaluations.append({"timesteps": int(steps), "returns": [float(r) for r in returns]})
+        eval_env.close()
+    record = {
+        "arm": arm, "seed": seed, "settings": settings, "algorithm": type(model).__name__, "env": ENV_ID,
+        "n_envs": N_ENVS, "total_steps": TOTAL_STEPS, "learn_seconds": learn_seconds, "started": started, "ended": ended,
+        "evaluations": evaluations, **version, "machine": host, "command": "python " + " ".join(sys.argv),
+    }  # fmt: skip
+    path: Path = job["path"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(record, indent=1))
+    temporary.replace(path)
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "coverage" / "port")
+    args = parser.parse_args()
+    if args.workers < 1 or args.seeds < 1:
+        parser.error("--workers and --seeds must be at least 1")
+    jobs = [
+        {"arm": arm, "seed": seed, "path": args.out / arm / f"seed{seed}.json"}
+        for seed in range(args.seeds)
+        for arm in args.arms
+        if not (args.out / arm / f"seed{seed}.json").exists()
+    ]
+    print(f"{len(jobs)} runs to do on {args.workers} workers", flush=True)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    with multiprocessing.get_context("spawn").Pool(args.workers, maxtasksperchild=1) as pool:
+        for record in pool.imap_unordered(run, jobs):
+            finals = [sum(e["returns"]) / len(e["returns"]) for e in record["evaluations"][-2:]]
+            print(
+                f"{record['arm']:>15} seed {record['seed']}: learn() {record['learn_seconds']:.0f} s, "
+                f"last two evaluations {finals[0]:.0f} {finals[1]:.0f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
