@@ -80,7 +80,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
     env = make_vec_env(ENV_ID, n_envs=N_ENVS, seed=seed)
     model = (
-        RecurrentPPO("MlpLstmPolicy", env, seed=seed) if settings is None else ResetPPO("MlpLstmPolicy", env, seed=seed, **settings)
+        RecurrentPPO("MlpLstmPolicy", env, seed=seed)
+        if settings is None
+        else ResetPPO("MlpLstmPolicy", env, seed=seed, **settings)
     )
     callback = Snapshots()
     version, host = run_grid.code_version(), run_grid.machine()
@@ -94,7 +96,10 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     for steps, state in callback.snapshots:
         model.policy.load_state_dict(state)
         eval_env = make_vec_env(ENV_ID, n_envs=1, seed=EVAL_SEED_OFFSET + seed)
-        returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True, return_episode_rewards=True)
+        returns, _ = evaluate_policy(
+            model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True, return_episode_rewards=True
+        )
+        assert isinstance(returns, list)  # return_episode_rewards=True: one return per episode
         evaluations.append({"timesteps": int(steps), "returns": [float(r) for r in returns]})
         eval_env.close()
     record = {
