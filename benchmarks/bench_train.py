@@ -63,9 +63,28 @@ TASKS: dict[str, dict[str, Any]] = {
     "mlp": dict(env_id="CartPoleNoVel-v1", policy="MlpLstmPolicy", env_kwargs={}, n_envs=8),
     "image": dict(env_id="CueRecallImage-v0", policy="CnnLstmPolicy", env_kwargs=dict(min_delay=4, max_delay=30), n_envs=4),
 }
-VARIANTS = ("recurrent_ppo", "reset", "reset_stride1", "reset_gru")
+# ResetPPO's settings of each variant (the coverage study's arms: benchmarks/PROTOCOL_coverage.md)
+RESET_SETTINGS: dict[str, dict[str, Any]] = {
+    "reset": {},
+    "reset_stride1": {"window_stride": 1},
+    "reset_gru": {},
+    "reset_full16": {"window_coverage": "full", "window_size": 16},
+    "reset_full64": {"window_coverage": "full", "window_size": 64},
+    "reset_batch": {"window_coverage": "full", "window_size": "batch"},
+    "reset_rollout": {"window_coverage": "full", "window_size": "rollout"},
+}
+VARIANTS = ("recurrent_ppo", *RESET_SETTINGS)
 DEFAULT_VARIANTS = ("recurrent_ppo", "reset", "reset_stride1")
-LABELS = {"recurrent_ppo": "RecurrentPPO", "reset": "ResetPPO", "reset_stride1": "stride 1", "reset_gru": "ResetPPO GRU"}
+LABELS = {
+    "recurrent_ppo": "RecurrentPPO",
+    "reset": "ResetPPO",
+    "reset_stride1": "stride 1",
+    "reset_gru": "ResetPPO GRU",
+    "reset_full16": "full, 16",
+    "reset_full64": "full, 64",
+    "reset_batch": "full, batch",
+    "reset_rollout": "full, rollout",
+}
 # (lstm_hidden_size, batch_size): small and large LSTMs and minibatches
 SETTINGS = ((64, 128), (64, 1024), (256, 128), (256, 1024))
 
@@ -144,7 +163,7 @@ def buffer_bytes(buffer: Any) -> int:
 
 
 def make_model(variant: str, task: dict[str, Any], lstm: int, batch_size: int, args: argparse.Namespace) -> RecurrentPPO:
-    """The same arguments for every variant: only the class (and, for ``reset_stride1``, the stride) differs."""
+    """The same arguments for every variant: only the class (and the ResetPPO variant's own settings) differs."""
     env = make_vec_env(task["env_id"], n_envs=task["n_envs"], seed=args.seed, env_kwargs=task["env_kwargs"])
     kwargs: dict[str, Any] = dict(
         n_steps=args.n_steps,
@@ -156,8 +175,7 @@ def make_model(variant: str, task: dict[str, Any], lstm: int, batch_size: int, a
     )
     if variant == "recurrent_ppo":
         return RecurrentPPO(task["policy"], env, **kwargs)
-    if variant == "reset_stride1":
-        kwargs["window_stride"] = 1
+    kwargs.update(RESET_SETTINGS[variant])
     policy = task["policy"].replace("Lstm", "Gru") if variant == "reset_gru" else task["policy"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # batch_size 1024 > one epoch of the image task's windows: said in the table
@@ -198,10 +216,12 @@ def slots_per_epoch(model: RecurrentPPO) -> float:
     if not isinstance(model, ResetPPO):
         return float(model.n_envs * model.n_steps)
     buffer = model.rollout_buffer
-    n_starts = model.n_steps - model.window_size + 1
-    return (
-        model.n_envs * n_starts / effective_stride(model.n_steps, model.window_size, buffer.window_stride) * model.window_size
-    )
+    window = model.window_length
+    if buffer.window_coverage == "full":
+        # Every step in W / k windows of an epoch in expectation (clipped windows: their real slots only)
+        return model.n_envs * model.n_steps * window / effective_stride(model.n_steps, window, buffer.window_stride, "full")
+    n_starts = model.n_steps - window + 1
+    return model.n_envs * n_starts / effective_stride(model.n_steps, window, buffer.window_stride) * window
 
 
 def one_minibatch(model: ResetPPO) -> None:
@@ -218,7 +238,7 @@ def roofline(model: ResetPPO, repeats: int) -> float:
     of a minibatch. No buffer, no gather, no loss, no resets. Timed over one epoch, times ``n_epochs``.
     """
     policy = model.policy
-    window_size = model.window_size
+    window_size = model.window_length
     minibatches = list(model.rollout_buffer.get(model.batch_size))
     assert policy.lstm_critic is not None
     shapes = [(int(s.slot_steps.shape[0]), int(s.slot_steps.unique().numel())) for s in minibatches]
@@ -311,7 +331,7 @@ def bench_setting(
             "updates_per_second": slots * model.n_epochs / medians["train_cpu"],
         }
         if isinstance(model, ResetPPO):
-            windows = windows_per_minibatch(model.batch_size, model.window_size)
+            windows = windows_per_minibatch(model.batch_size, model.window_length)
             result[variant]["windows_per_minibatch"] = windows
             result[variant]["window_stride"] = model.rollout_buffer.window_stride
             result[variant]["roofline_train_cpu"] = roofline(model, repeats=args.repeats)
