@@ -191,7 +191,7 @@ class ResetPPO(RecurrentPPO):
         verbose: int = 0,
         seed: int | None = None,
         device: th.device | str = "auto",
-        window_size: int = 16,
+        window_size: int | str = 16,
         boundary: str = "reset",
         weighting: str = "uniform",
         window_stride: int | None = None,
