@@ -158,7 +158,7 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
         merged = {**config, **params}
         settings = {k: merged[k] for k in ("n_steps", "batch_size", "n_epochs", "window_size", "window_stride")}
         model = ResetPPO("MlpLstmPolicy", env, **settings)
-        window_size, batch_size = model.window_size, model.batch_size
+        window_size, batch_size = model.window_length, model.batch_size
         assert window_size <= params["n_steps"]
         windows_per_epoch = model.rollout_buffer.n_windows  # the most an epoch can hold
         windows = windows_per_minibatch(batch_size, window_size)
