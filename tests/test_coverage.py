@@ -396,7 +396,7 @@ def test_bad_window_size_is_named(bad: object, error: type[Exception]) -> None:
 @pytest.mark.parametrize("bad", ["all", None, "Full"])
 def test_bad_window_coverage_is_named(bad: object) -> None:
     env = make_vec_env(RandomEpisodeEnv, n_envs=1, seed=0)
-    with pytest.raises(ValueError, match="window_coverage.*full.*inside"):
+    with pytest.raises(ValueError, match=r"window_coverage.*full.*inside"):
         ResetPPO("MlpLstmPolicy", env, n_steps=16, batch_size=16, window_coverage=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="window_coverage"):
         window_weights(np.zeros(8), 4, window_coverage=bad)  # type: ignore[arg-type]
