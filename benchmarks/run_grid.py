@@ -116,6 +116,8 @@ EVIDENCE_ENVS = [
 # The coverage study (benchmarks/PROTOCOL_coverage.md): epoch structure and window length, evidence.yml's settings.
 # Its cv_inside16 and most of cv_rppo are the evidence study's ev_reset and ev_rppo (reused, not trained here).
 COVERAGE_ARMS: dict[str, dict[str, Any]] = {
+    # Today's default: trained here only for the side-by-side timing seeds (its runs are ev_reset's)
+    "cv_inside16": {"coverage": "inside", "window": 16},
     "cv_full16": {"coverage": "full", "window": 16},
     "cv_full64": {"coverage": "full", "window": 64},
     "cv_batch": {"coverage": "full", "window": "batch"},
@@ -124,9 +126,12 @@ COVERAGE_ARMS: dict[str, dict[str, Any]] = {
 for _name, _arm in COVERAGE_ARMS.items():
     VARIANTS[_name] = {"algo": "reset_ppo", "hyperparams": [f"window_coverage:'{_arm['coverage']}'"], "conf": EVIDENCE_CONF}
 VARIANTS["cv_rppo"] = {"algo": "ppo_lstm", "hyperparams": [], "conf": EVIDENCE_CONF}
-COVERAGE_VARIANTS = [*COVERAGE_ARMS, "cv_rppo"]
-# cv_rppo re-trains only these seeds, beside the ResetPPO arms (side-by-side timing); the others are ev_rppo's
-COVERAGE_RPPO_SEEDS = 2
+# cv_rppo first in each (seed, env): while it trains on one worker, the other trains that seed's ResetPPO arms
+COVERAGE_VARIANTS = ["cv_rppo", *COVERAGE_ARMS]
+# cv_rppo and cv_inside16 re-train only these seeds, side by side (timing); their other seeds are ev_rppo's and
+# ev_reset's
+COVERAGE_TIMING_SEEDS = 2
+COVERAGE_TIMING_ONLY = ("cv_rppo", "cv_inside16")
 # Seeds per env (the protocol's power calculation): 20 where it asks for them, else 10
 EVIDENCE_SEEDS = {"CartPoleNoVel-v1": 20, "EarlyChoice-v0": 20}
 # The secondary arms run on these envs only
@@ -365,11 +370,11 @@ def runs_on(study: str, variant: str, env_id: str, seed: int = 0) -> bool:
     """
     Whether a variant trains on an env (and seed): the evidence study's secondary arms run on a subset of its envs;
     in the coverage study an arm whose settings equal an earlier arm's on the env does not train (it shares that
-    arm's runs), and cv_rppo trains only its side-by-side seeds.
+    arm's runs), and cv_rppo and cv_inside16 train only their side-by-side timing seeds.
     """
     if study == "coverage":
-        if variant == "cv_rppo":
-            return seed < COVERAGE_RPPO_SEEDS
+        if variant in COVERAGE_TIMING_ONLY:
+            return seed < COVERAGE_TIMING_SEEDS
         return coverage_alias(variant, env_id) == variant
     return not (study == "evidence" and variant in EVIDENCE_SECONDARY and env_id not in EVIDENCE_SECONDARY_ENVS)
 
