@@ -1,0 +1,121 @@
+"""The coverage study's tooling (benchmarks/PROTOCOL_coverage.md): grid arms, shared runs, pairs and the port report."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str) -> ModuleType:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_grid = _load("run_grid")
+coverage_report = _load("coverage_report")
+
+
+def test_coverage_windows_follow_each_envs_settings() -> None:
+    # The protocol's table: T=128/batch 128 envs, CartPoleNoVel-v1 (T 32, batch 256), PendulumNoVel-v1 (T 1024)
+    expected = {
+        "CueRecall-v0": {"cv_inside16": 16, "cv_full16": 16, "cv_full64": 64, "cv_batch": 128, "cv_rollout": 128},
+        "CartPoleNoVel-v1": {"cv_inside16": 16, "cv_full16": 16, "cv_full64": 32, "cv_batch": 32, "cv_rollout": 32},
+        "PendulumNoVel-v1": {"cv_inside16": 16, "cv_full16": 16, "cv_full64": 64, "cv_batch": 128, "cv_rollout": 1024},
+    }
+    for env, windows in expected.items():
+        for arm, window in windows.items():
+            assert run_grid.coverage_window(arm, env) == window
+    assert run_grid.coverage_alias("cv_rollout", "CueRecall-v0") == "cv_batch"
+    assert run_grid.coverage_alias("cv_rollout", "PendulumNoVel-v1") == "cv_rollout"
+    assert run_grid.coverage_alias("cv_batch", "CartPoleNoVel-v1") == "cv_full64"
+    # Inside and full never share runs, even at the same length
+    assert run_grid.coverage_alias("cv_full16", "CueRecall-v0") == "cv_full16"
+    assert run_grid.hyperparams("cv_full64", "CartPoleNoVel-v1") == ["window_coverage:'full'", "window_size:32"]
+
+
+def test_coverage_grid_trains_each_setting_once_and_timing_seeds_only() -> None:
+    envs = run_grid.EVIDENCE_ENVS
+    trained = {
+        (variant, env, seed)
+        for seed in range(10)
+        for env in envs
+        for variant in run_grid.COVERAGE_VARIANTS
+        if run_grid.runs_on("coverage", variant, env, seed)
+    }
+    # 4 full arms: distinct settings per env only (9 + 9 + 8 + 1 = 27 env-arms) x 10 seeds; timing: 2 x 9 x 2
+    assert len(trained) == 27 * 10 + 2 * 9 * 2
+    assert ("cv_rppo", "CueRecall-v0", 2) not in trained and ("cv_rppo", "CueRecall-v0", 1) in trained
+    assert ("cv_batch", "CartPoleNoVel-v1", 0) not in trained
+    # cv_rppo comes first in each (seed, env): its pairs train beside it
+    assert run_grid.COVERAGE_VARIANTS[0] == "cv_rppo"
+    command = run_grid.command("cv_batch", "CueRecall-v0", 0, Path("/tmp/x"), 20)
+    assert command[command.index("--hyperparams") + 1 :] == ["window_coverage:'full'", "window_size:128"]
+
+
+def test_score_at_takes_the_last_evaluation_before() -> None:
+    times, scores = np.array([10.0, 20.0, 30.0]), np.array([0.1, 0.5, 0.9])
+    assert coverage_report.score_at(times, scores, 5.0) == 0.0
+    assert coverage_report.score_at(times, scores, 10.0) == 0.1
+    assert coverage_report.score_at(times, scores, 29.9) == 0.5
+    assert coverage_report.score_at(times, scores, 100.0) == 0.9
+
+
+def _timed(variant: str, started: str, seconds: float, **fields: Any) -> dict[str, Any]:
+    return {
+        "variant": variant, "env": "CueRecall-v0", "seed": 0, "started": started, "seconds": seconds,
+        "machine": {"cpu": "x"}, "commit": "c", **fields,
+    }  # fmt: skip
+
+
+def test_side_by_side_pairs_need_overlap_machine_commit_env_and_seed() -> None:
+    rppo = _timed("cv_rppo", "2026-12-04T10:00:00Z", 400)
+    inside = _timed("cv_full16", "2026-12-04T10:01:00Z", 60)  # inside the RecurrentPPO run
+    late = _timed("cv_full64", "2026-12-04T10:06:10Z", 60)  # overlaps 50 of 60 s: paired
+    later = _timed("cv_batch", "2026-12-04T10:06:20Z", 100)  # overlaps 40 of 100 s: not paired
+    other_machine = _timed("cv_full16", "2026-12-04T10:01:00Z", 60, machine={"cpu": "y"})
+    other_seed = _timed("cv_full16", "2026-12-04T10:01:00Z", 60, seed=1)
+    reused = _timed("cv_full16", "2026-12-04T10:01:00Z", 60, reused_from="ev_reset")
+    pairs = coverage_report.side_by_side_pairs([inside, late, later, other_machine, other_seed, reused], [rppo])
+    assert [run["variant"] for run, _ in pairs] == ["cv_full16", "cv_full64"]
+
+
+def _port_run(folder: Path, arm: str, seed: int, returns: list[float], seconds: float) -> None:
+    steps = [2048 * (i + 1) for i in range(len(returns))]
+    record = {
+        "arm": arm, "seed": seed, "learn_seconds": seconds, "total_steps": steps[-1],
+        "evaluations": [{"timesteps": t, "returns": [r, r]} for t, r in zip(steps, returns, strict=True)],
+    }  # fmt: skip
+    (folder / arm).mkdir(parents=True, exist_ok=True)
+    (folder / arm / f"seed{seed}.json").write_text(json.dumps(record))
+
+
+def test_port_analysis_per_step_and_equal_wall_clock(tmp_path: Path) -> None:
+    # RecurrentPPO learns faster per step but takes 4 times as long; cv_full16 catches up by its own finish
+    for seed in range(4):
+        _port_run(tmp_path, "rppo", seed, [100, 300, 400, 500 - seed], 400.0)
+        _port_run(tmp_path, "cv_full16", seed, [50, 100, 200, 300 + seed], 100.0)
+    runs = coverage_report.load_port(tmp_path)
+    analysis = coverage_report.port_analysis(runs, random=0.0, reps=200)
+    full = analysis["arms"]["cv_full16"]
+    # Final: the mean of the last 2 evaluations, (200 + 301.5) / 2 against (400 + 498.5) / 2 on average
+    assert full["final_vs_rppo"]["difference"] == pytest.approx((250.75 - 449.25) / 500)
+    assert coverage_report.verdict(full["final_vs_rppo"]) == "worse"
+    assert full["learn_ratio"] == pytest.approx(0.25)
+    # At cv_full16's finish (100 s) RecurrentPPO has done one of 4 evaluations (at 100 s): 100 -> 0.2
+    assert full["at_arm_finish"]["rppo_score"] == pytest.approx(0.2)
+    assert full["at_arm_finish"]["difference"] == pytest.approx(250.75 / 500 - 0.2)
+    # At RecurrentPPO's finish cv_full16 has stopped: its final against RecurrentPPO's final
+    assert full["at_rppo_finish"]["difference"] == pytest.approx(full["final_vs_rppo"]["difference"])
+    text = coverage_report.port_markdown(analysis)
+    assert "| `cv_full16` | 4 |" in text and "0.25" in text
