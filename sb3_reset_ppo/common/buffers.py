@@ -214,8 +214,20 @@ class _WindowSampler:
             host_slots = epoch.starts[chosen, None] + offsets
             burn_rows, burn_lengths = self._burn_in_rows(host_slots[:, 0])
             # Distinct steps of the slots and the burn-in rows: features once per step
-            steps, inverse = np.unique(np.concatenate([host_slots.ravel(), burn_rows.ravel()]), return_inverse=True)
-            slot_steps = inverse[: host_slots.size]
+            # The slots' distinct steps first (features with gradient), then the steps only burn-in rows hold
+            steps, slot_steps = np.unique(host_slots.ravel(), return_inverse=True)
+            n_slot_steps = steps.shape[0]
+            burn_steps = np.zeros(0, dtype=np.int64)
+            if burn_rows.size:
+                burn_only = np.setdiff1d(burn_rows.ravel(), steps)
+                # (B * (burn_in + 1),): each burn-in step's row in the distinct steps
+                in_slots = np.isin(burn_rows.ravel(), steps)
+                burn_steps = np.where(
+                    in_slots,
+                    np.searchsorted(steps, burn_rows.ravel()),
+                    n_slot_steps + np.searchsorted(burn_only, burn_rows.ravel()),
+                )
+                steps = np.concatenate([steps, burn_only])
             slots = self._to_device(host_slots)
             distinct = self._to_device(steps)
             if isinstance(self.observations, dict):
@@ -247,7 +259,7 @@ class _WindowSampler:
                 weights=slot_weights(kept, self.stats.counts[slots], self.weighting),
                 layout=self._device_layout(self.host_episode_starts[host_slots], host_lengths),
                 window_starts=memory_steps,
-                burn_in=None if self.burn_in == 0 else self._burn_in(burn_rows, burn_lengths, inverse[host_slots.size :]),
+                burn_in=None if self.burn_in == 0 else self._burn_in(burn_rows, burn_lengths, burn_steps, n_slot_steps),
                 n_real_slots=None if host_lengths is None else int(host_lengths.sum()),
             )
 
@@ -274,8 +286,11 @@ class _WindowSampler:
         rows = np.minimum(row_start[:, None] + np.arange(self.burn_in + 1), env_start[:, None] + self.n_steps - 1)
         return rows, first_steps - row_start
 
-    def _burn_in(self, rows: np.ndarray, lengths: np.ndarray, row_steps: np.ndarray) -> BurnIn:
-        """The burn-in part of a minibatch: rows into its distinct steps, their flags, lengths and first memory."""
+    def _burn_in(self, rows: np.ndarray, lengths: np.ndarray, row_steps: np.ndarray, slot_steps: int) -> BurnIn:
+        """
+        The burn-in part of a minibatch: rows into its distinct steps, their flags, lengths and first memory, and the
+        number of leading distinct steps that slots hold (the others only burn in: no gradient).
+        """
         device_rows = self._to_device(rows)
         first = device_rows[:, 0]
         return BurnIn(
@@ -285,6 +300,7 @@ class _WindowSampler:
             memory=self._memory_at(first),
             # Planned on the host from the host copy of the flags: nothing is read back from the device
             layout=self._device_layout(self.host_episode_starts[rows]),
+            slot_steps=slot_steps,
         )
 
 

@@ -47,6 +47,13 @@ def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
             f"cannot load checkpoint {path}: its member {corrupt!r} is corrupt (CRC mismatch); the file is damaged"
         )
     missing = [name for name in _REQUIRED_MEMBERS if name not in names]
+    if missing and any(name.endswith("data.pkl") for name in names):
+        # The end of the file (the checkpoint's own zip directory) is cut off, and zip found the directory of the
+        # archive nested inside it (policy.pth or policy.optimizer.pth, torch's format): those are not its members
+        raise ValueError(
+            f"cannot load checkpoint {path}: the file is truncated (its zip directory, at the end, is missing; what "
+            "remains readable is a torch archive nested inside it, not the checkpoint); save it again or restore a copy"
+        )
     if missing:
         raise ValueError(
             f"cannot load checkpoint {path}: the zip archive lacks {missing}, so it is truncated or corrupt, or not a "

@@ -19,6 +19,8 @@ class BurnIn(NamedTuple):
     - ``lengths``: burn-in steps of each window, ``t - max(0, t - burn_in)``, ``(B,)``
     - ``memory``: the stored memory entering each row's first step, each tensor ``(B, n_layers, hidden_size)``
     - ``layout``: the rows laid out for the fused LSTM call, with a reset step before every episode start
+    - ``slot_steps``: the minibatch's distinct steps are ordered with the ``slot_steps`` steps that slots hold first;
+      the others are held by burn-in rows only, and their features are computed without gradient
     """
 
     steps: th.Tensor
@@ -26,6 +28,7 @@ class BurnIn(NamedTuple):
     lengths: th.Tensor
     memory: RNNStates
     layout: ResetLayout
+    slot_steps: int = -1
 
 
 class WindowRolloutBufferSamples(NamedTuple):

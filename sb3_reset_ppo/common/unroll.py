@@ -6,6 +6,7 @@ from typing import Literal, TypeAlias
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import nn
 from torch.nn import functional as F
 
@@ -331,6 +332,36 @@ def burned_in_memory(
     return tuple(state[windows, burn_in.lengths] for state in states)
 
 
+def _step_features(policy: RecurrentActorCriticPolicy, samples: WindowRolloutBufferSamples) -> tuple[th.Tensor, th.Tensor]:
+    """
+    Actor and critic features of a minibatch's distinct steps, ``(U, F)`` each: with gradient for the steps that
+    slots hold, without for the steps that only burn-in rows hold (they come last; see ``BurnIn.slot_steps``).
+    """
+
+    def extract(observations: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+        features = policy.extract_features(observations)
+        return features if isinstance(features, tuple) else (features, features)
+
+    observations = samples.observations
+    split = -1 if samples.burn_in is None else samples.burn_in.slot_steps
+    n_steps = next(iter(observations.values())).shape[0] if isinstance(observations, dict) else observations.shape[0]
+    if split < 0 or split >= n_steps:
+        return extract(observations)
+
+    def part(piece: slice) -> PyTorchObs:
+        if isinstance(observations, dict):
+            return {key: value[piece] for key, value in observations.items()}
+        return observations[piece]
+
+    trained = extract(part(slice(0, split)))
+    with th.no_grad():
+        burn_only = extract(part(slice(split, None)))
+    # (slot steps, F) and (burn-in-only steps, F) -> (U, F)
+    pi_features = th.cat([trained[0], burn_only[0]])
+    vf_features = pi_features if trained[1] is trained[0] else th.cat([trained[1], burn_only[1]])
+    return pi_features, vf_features
+
+
 def evaluate_windows(
     policy: RecurrentActorCriticPolicy, samples: WindowRolloutBufferSamples
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
@@ -350,11 +381,7 @@ def evaluate_windows(
     n_windows, window_size = samples.slot_steps.shape
     # (B, W) -> (B * W,)
     slot_steps = samples.slot_steps.reshape(-1)
-    features = policy.extract_features(samples.observations)
-    if isinstance(features, tuple):
-        pi_features, vf_features = features
-    else:
-        pi_features = vf_features = features
+    pi_features, vf_features = _step_features(policy, samples)
     memory_not_start = 1.0 - samples.episode_starts[:, 0]
     # The memory entering each window's slot 0: stored, or burned in over the steps before the window
     pi_memory, vf_memory = samples.lstm_states.pi, samples.lstm_states.vf

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import (
     RecurrentActorCriticCnnPolicy,
     RecurrentActorCriticPolicy,
@@ -60,7 +61,64 @@ def _with_recurrent_parameters(policy: RecurrentActorCriticPolicy, data: dict[st
     return data
 
 
-class MlpLstmPolicy(contrib_policies.MlpLstmPolicy):
+def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, state: Any, n_states: int) -> None:
+    """
+    Raise a ``ValueError`` unless ``state`` is ``None`` or a tuple of ``n_states`` arrays of shape
+    ``(n_layers, n_envs, hidden_size)`` matching the policy and the observation's batch (sb3-contrib's ``predict``
+    would fail later with a reshape ``RuntimeError`` or an ``IndexError``).
+
+    :param policy: The recurrent policy
+    :param observation: ``predict``'s observation (an array, or a dict of arrays)
+    :param state: ``predict``'s state
+    :param n_states: 2 for an LSTM's ``(hidden, cell)``, 1 for a GRU's ``(hidden,)``
+    """
+    if state is None:
+        return
+    layout = "(hidden, cell)" if n_states == 2 else "(hidden,) (a GRU has no cell state)"
+    expected_shape = f"({policy.lstm_actor.num_layers}, n_envs, {policy.lstm_actor.hidden_size})"
+    if not isinstance(state, (tuple, list)) or len(state) != n_states:
+        got = f"{type(state).__name__} of length {len(state)}" if isinstance(state, (tuple, list)) else type(state).__name__
+        raise ValueError(f"state must be None or {layout}, each an array of shape {expected_shape}; got {got}")
+    # The observation's batch: a single observation counts as one env (SB3's predict adds the batch dimension)
+    first = next(iter(observation.values())) if isinstance(observation, dict) else observation
+    obs_space = policy.observation_space
+    space = next(iter(obs_space.spaces.values())) if isinstance(obs_space, spaces.Dict) else obs_space
+    array = np.asarray(first)
+    n_envs = array.shape[0] if array.ndim > len(space.shape or ()) else 1
+    for index, tensor in enumerate(state):
+        shape = tuple(np.shape(tensor))
+        if shape != (policy.lstm_actor.num_layers, n_envs, policy.lstm_actor.hidden_size):
+            raise ValueError(
+                f"state[{index}] must have shape (n_layers, n_envs, hidden_size) = "
+                f"({policy.lstm_actor.num_layers}, {n_envs}, {policy.lstm_actor.hidden_size}) for {n_envs} "
+                f"observation(s); got shape {shape}"
+            )
+
+
+class _CheckedLstmPredict:
+    """``predict`` of sb3-contrib's LSTM policies, with the memory checked first (:func:`check_predict_state`)."""
+
+    def predict(  # type: ignore[no-untyped-def]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ):
+        """
+        Get the policy action from an observation and the memory, as sb3-contrib's LSTM policies do.
+
+        :param observation: The input observation
+        :param state: The memory ``(hidden, cell)``, each ``(n_layers, n_envs, hidden_size)``; ``None``: zeros
+        :param episode_start: Whether the observations start new episodes (the memory is reset then)
+        :param deterministic: Whether or not to return deterministic actions
+        :return: The action and the next memory ``(hidden, cell)``
+        """
+        check_predict_state(self, observation, state, 2)  # type: ignore[arg-type]
+        return super().predict(observation, state, episode_start, deterministic)  # type: ignore[misc]
+
+
+class MlpLstmPolicy(_CheckedLstmPredict, contrib_policies.MlpLstmPolicy):
     """sb3-contrib's ``MlpLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` observations)."""
 
     def make_features_extractor(self) -> BaseFeaturesExtractor:
@@ -70,7 +128,7 @@ class MlpLstmPolicy(contrib_policies.MlpLstmPolicy):
         return _with_recurrent_parameters(self, super()._get_constructor_parameters())
 
 
-class CnnLstmPolicy(contrib_policies.CnnLstmPolicy):
+class CnnLstmPolicy(_CheckedLstmPredict, contrib_policies.CnnLstmPolicy):
     """sb3-contrib's ``CnnLstmPolicy``; only its features size is made a Python int."""
 
     def make_features_extractor(self) -> BaseFeaturesExtractor:
@@ -80,7 +138,7 @@ class CnnLstmPolicy(contrib_policies.CnnLstmPolicy):
         return _with_recurrent_parameters(self, super()._get_constructor_parameters())
 
 
-class MultiInputLstmPolicy(contrib_policies.MultiInputLstmPolicy):
+class MultiInputLstmPolicy(_CheckedLstmPredict, contrib_policies.MultiInputLstmPolicy):
     """sb3-contrib's ``MultiInputLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` keys)."""
 
     def make_features_extractor(self) -> BaseFeaturesExtractor:
@@ -148,7 +206,9 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         if len(gru_states) != 1:
             raise ValueError(
                 f"a GRU policy's state is (hidden,), one array of shape (n_layers, n_envs, hidden_size); got a tuple of "
-                f"{len(gru_states)} (an LSTM policy's state is (hidden, cell))"
+                f"{len(gru_states)} (an LSTM policy's state is (hidden, cell)). If this policy was loaded or built by "
+                "sb3-contrib's RecurrentPPO, which keeps (hidden, cell) memory: GRU policies train and predict with "
+                "sb3_reset_ppo.ResetPPO (load the checkpoint with ResetPPO.load)"
             )
         hidden = gru_states[0]
         n_seq = hidden.shape[1]
@@ -227,11 +287,7 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         :param deterministic: Whether or not to return deterministic actions
         :return: The action and the next memory ``(hidden,)``
         """
-        if state is not None and (not isinstance(state, (tuple, list)) or len(state) != 1):
-            raise ValueError(
-                "state must be None or (hidden,), one array of shape (n_layers, n_envs, hidden_size) (a GRU has no "
-                f"cell state); got {type(state).__name__} of length {len(state) if isinstance(state, (tuple, list)) else '?'}"
-            )
+        check_predict_state(self, observation, state, 1)
         # sb3-contrib's predict handles an (hidden, cell) pair: pass the hidden state as both, _predict reads one
         pair = None if state is None else (state[0], state[0])
         actions, new_pair = super().predict(observation, pair, episode_start, deterministic)

@@ -1,6 +1,7 @@
 import io
 import math
 import pathlib
+from collections.abc import Iterable
 from copy import deepcopy
 from typing import Any, ClassVar, TypeVar
 
@@ -143,13 +144,14 @@ class ResetPPO(RecurrentPPO):
     :param memory_refresh: ``0`` (default): windows start from the memory recorded during the rollout. ``k >= 1``:
         before every ``k``-th epoch (epochs ``k, 2k, ...``; the first epoch's memory is fresh anyway), recompute
         the stored memory of the whole rollout with the current parameters (no gradient, one pass per env, one
-        fused LSTM call per layer); windows then start from it. Logs ``train/memory_staleness`` (see ``burn_in``).
+        fused LSTM call per layer); windows then start from it. Logs ``train/memory_staleness``: the relative
+        distance between the refreshed and the recorded memory over the whole rollout, averaged over the refreshes.
     :param burn_in: ``0`` (default): slot 0 of a window starts from the stored memory of its step. ``b >= 1``: from
         the memory obtained by running the ``b`` steps before the window (fewer at the rollout start) without
         gradient, from the stored (or refreshed) memory of the first of them, with SB3's episode-start rule.
-        ``train/memory_staleness``: the relative distance between the memory windows start from and the one recorded
-        during the rollout, measured at each refresh (all steps) and, with burn-in, on the first minibatch of each
-        epoch after the first (its windows, actor memory).
+        Logs ``train/burn_in_staleness``: the relative distance between the burned-in memory windows start from and
+        the one recorded during the rollout, on the first minibatch of each epoch after the first (its windows, actor
+        memory), averaged over the epochs (a per-minibatch measure, kept apart from ``train/memory_staleness``).
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -310,6 +312,10 @@ class ResetPPO(RecurrentPPO):
             recurrent_layer_type=layer_type,
             window_coverage=self.window_coverage,
         )
+        # A loaded checkpoint continues the window generator where the saved model left it
+        state = getattr(self, "_window_generator_state", None)
+        if state is not None:
+            self.rollout_buffer.generator.bit_generator.state = state
         self._warn_about_batch_size()
 
     def _warn_about_batch_size(self) -> None:
@@ -319,7 +325,12 @@ class ResetPPO(RecurrentPPO):
         length = self.window_length
         windows = windows_per_minibatch(self.batch_size, length)
         assert windows is not None
-        if self.batch_size % length != 0:
+        if self.batch_size < length:
+            warn_user(
+                f"batch_size={self.batch_size} is smaller than window_size={length}: each minibatch holds one window "
+                f"of {length} steps ({length} transitions, more than batch_size)"
+            )
+        elif self.batch_size % length != 0:
             warn_user(
                 f"batch_size={self.batch_size} is not a multiple of window_size={length}: each minibatch "
                 f"holds {windows} window(s) of {length} steps ({windows * length} transitions)"
@@ -357,10 +368,13 @@ class ResetPPO(RecurrentPPO):
     def set_random_seed(self, seed: int | None = None) -> None:
         """
         Set the seed of the pseudo-random generators (python, numpy, pytorch, gym, action_space) and of the
-        generator that orders the windows.
+        generator that orders the windows. ``None`` does nothing, as in SB3.
 
         :param seed: Seed
         """
+        if seed is None:
+            # As SB3: no seed, nothing reseeded (the window generator keeps its state)
+            return
         super().set_random_seed(seed)
         if isinstance(getattr(self, "rollout_buffer", None), (WindowRolloutBuffer, DictWindowRolloutBuffer)):
             self.rollout_buffer.seed(seed)
@@ -486,6 +500,7 @@ class ResetPPO(RecurrentPPO):
         all_losses: list[WindowLoss] = []
         epoch_losses: list[WindowLoss] = []
         staleness: list[th.Tensor] = []
+        burn_in_staleness: list[th.Tensor] = []
         continue_training = True
         for epoch in range(self.n_epochs):
             if self.memory_refresh and epoch > 0 and epoch % self.memory_refresh == 0:
@@ -493,7 +508,7 @@ class ResetPPO(RecurrentPPO):
             epoch_losses = []
             for minibatch, samples in enumerate(self.rollout_buffer.get(self.batch_size)):
                 if self.burn_in and epoch > 0 and minibatch == 0:
-                    staleness.append(self._burn_in_staleness(samples))
+                    burn_in_staleness.append(self._burn_in_staleness(samples))
                 losses = self._minibatch_loss(samples, clip_range, clip_range_vf)
                 # Kept for logging only: no graph held beyond this minibatch
                 epoch_losses.append(losses._replace(loss=losses.loss.detach()))
@@ -518,6 +533,8 @@ class ResetPPO(RecurrentPPO):
         self._record_train_logs(all_losses, epoch_losses, clip_range, clip_range_vf)
         if staleness:
             self.logger.record("train/memory_staleness", th.stack(staleness).mean().item())
+        if burn_in_staleness:
+            self.logger.record("train/burn_in_staleness", th.stack(burn_in_staleness).mean().item())
         # The device copy of the rollout is not needed while the next rollout is collected
         self.rollout_buffer.release()
 
@@ -587,6 +604,23 @@ class ResetPPO(RecurrentPPO):
         self.logger.record("train/clip_range", clip_range)
         if clip_range_vf is not None:
             self.logger.record("train/clip_range_vf", clip_range_vf)
+
+    def save(
+        self,
+        path: str | pathlib.Path | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
+    ) -> None:
+        """
+        Save the model as SB3 does, with the state of the generator that orders the windows, so that a loaded model
+        continues the window phases and order where this one left them (as the other generators' seeds do not).
+
+        :param path: Path to the file where the model should be saved
+        :param exclude: Names of parameters that should be excluded in addition to the default ones
+        :param include: Names of parameters that might be excluded but should be included anyway
+        """
+        self._window_generator_state = self.rollout_buffer.generator.bit_generator.state
+        super().save(path, exclude, include)
 
     @classmethod
     def load(  # type: ignore[override]
