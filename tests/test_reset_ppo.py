@@ -225,8 +225,12 @@ def test_batch_size_counts_transitions(batch_size: int, windows: int) -> None:
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         model = ResetPPO("MlpLstmPolicy", _env(), window_stride=1, **{**SMALL, "batch_size": batch_size})
-    messages = [str(w.message) for w in record if "multiple of window_size" in str(w.message)]
-    if batch_size % 4:
+    messages = [str(w.message) for w in record if "window_size=4" in str(w.message)]
+    if batch_size < 4:
+        assert messages == [f"batch_size={batch_size} is smaller than window_size=4: each minibatch holds one window "
+                            "of 4 steps (4 transitions, more than batch_size)"]  # fmt: skip
+        assert record[0].filename == __file__
+    elif batch_size % 4:
         assert messages == [f"batch_size={batch_size} is not a multiple of window_size=4: each minibatch holds "
                             f"{windows} window(s) of 4 steps ({4 * windows} transitions)"]  # fmt: skip
         assert record[0].filename == __file__

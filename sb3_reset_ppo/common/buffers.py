@@ -2,7 +2,7 @@
 
 import itertools
 from collections.abc import Generator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch as th
@@ -19,16 +19,15 @@ from sb3_reset_ppo.common.windows import (
     ResetLayout,
     RolloutWindowStats,
     Weighting,
+    WindowSettings,
     check_non_negative_int,
     check_positive_int,
-    check_window_settings,
     effective_stride,
     epoch_window_starts,
     kept_slots,
     n_window_starts,
     plan_reset_steps,
     real_slots,
-    resolve_window_stride,
     slot_resets,
     slot_weights,
     window_order,
@@ -339,17 +338,17 @@ class _WindowBufferMixin:
     ) -> None:
         if recurrent_layer_type not in ("lstm", "gru"):
             raise ValueError(f"recurrent_layer_type must be 'lstm' or 'gru', got {recurrent_layer_type!r}")
-        self.recurrent_layer_type: RecurrentLayerType = recurrent_layer_type  # type: ignore[assignment]
+        self.recurrent_layer_type = cast(RecurrentLayerType, recurrent_layer_type)
         self.state_names = memory_state_names(self.recurrent_layer_type)
-        check_window_settings(window_size, boundary, weighting, window_stride, n_steps, window_coverage)
-        self.window_coverage: Coverage = window_coverage  # type: ignore[assignment]
+        settings = WindowSettings.validated(window_size, boundary, weighting, window_stride, window_coverage, n_steps)
+        self.window_coverage: Coverage = settings.window_coverage
         check_positive_int("consecutive_windows", consecutive_windows)
         check_non_negative_int("burn_in", burn_in)
         self.burn_in = int(burn_in)
-        self.window_size = window_size
-        self.boundary: Boundary = boundary  # type: ignore[assignment]
-        self.weighting: Weighting = weighting  # type: ignore[assignment]
-        self.window_stride = resolve_window_stride(window_stride, window_size)
+        self.window_size = settings.window_size
+        self.boundary: Boundary = settings.boundary
+        self.weighting: Weighting = settings.weighting
+        self.window_stride = settings.window_stride
         self.consecutive_windows = consecutive_windows
         self._sampler: _WindowSampler | None = None
         self.seed(seed)

@@ -9,7 +9,8 @@ the weights training applies.
 """
 
 from collections.abc import Iterator
-from typing import Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, cast
 
 import numpy as np
 import torch as th
@@ -82,7 +83,7 @@ def check_window_settings(
             check_positive_int("window_stride", window_stride)
         except (TypeError, ValueError) as error:
             raise type(error)(f"{error}; or None (window_size)") from None
-    if n_steps is not None and int(window_size) > n_steps:  # type: ignore[call-overload]
+    if n_steps is not None and int(cast(int, window_size)) > n_steps:
         raise ValueError(
             f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got {window_size!r}"
         )
@@ -90,6 +91,62 @@ def check_window_settings(
         raise ValueError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+
+
+@dataclass(frozen=True)
+class WindowSettings:
+    """
+    The window settings, validated once (:meth:`validated`) and typed: what the buffer, the statistics and
+    :func:`window_weights` work with.
+
+    :param window_size: Steps per window (resolved: an int)
+    :param boundary: ``"reset"`` or ``"mask"``
+    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
+    :param window_stride: Steps between the starts of the windows of an epoch (resolved: ``None`` is ``window_size``)
+    :param window_coverage: ``"full"`` or ``"inside"``
+    """
+
+    window_size: int
+    boundary: Boundary
+    weighting: Weighting
+    window_stride: int
+    window_coverage: Coverage
+
+    @classmethod
+    def validated(
+        cls,
+        window_size: object,
+        boundary: object = "reset",
+        weighting: object = "uniform",
+        window_stride: object = None,
+        window_coverage: object = "inside",
+        n_steps: int | None = None,
+    ) -> "WindowSettings":
+        """
+        Check the settings (:func:`check_window_settings`: an error naming the parameter, its value and what is
+        allowed) and return them typed, with the stride resolved.
+
+        :param window_size: Steps per window, an int (derived sizes are resolved before: :func:`resolve_window_size`)
+        :param boundary: ``"reset"`` or ``"mask"``
+        :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
+        :param window_stride: A positive int, or ``None`` for ``window_size``
+        :param window_coverage: ``"full"`` or ``"inside"``
+        :param n_steps: Rollout length per env, when known (``window_size`` may not exceed it)
+        :return: The settings
+        """
+        check_window_settings(window_size, boundary, weighting, window_stride, n_steps, window_coverage)
+        size = int(cast(int, window_size))
+        return cls(
+            window_size=size,
+            boundary=cast(Boundary, boundary),
+            weighting=cast(Weighting, weighting),
+            window_stride=resolve_window_stride(cast(int | None, window_stride), size),
+            window_coverage=cast(Coverage, window_coverage),
+        )
+
+    def stride(self, n_steps: int) -> int:
+        """The stride an epoch uses with rollouts of ``n_steps`` per env (:func:`effective_stride`)."""
+        return effective_stride(n_steps, self.window_size, self.window_stride, self.window_coverage)
 
 
 def check_window_size_setting(window_size: object) -> None:
@@ -551,12 +608,13 @@ def window_weights(
         raise ValueError(
             f"episode_starts must have shape (n_steps,) or (n_steps, n_envs) with n_steps >= 1, got shape {array.shape}"
         )
-    check_window_settings(window_size, boundary, weighting, window_stride, array.shape[0], window_coverage)
+    settings = WindowSettings.validated(window_size, boundary, weighting, window_stride, window_coverage, array.shape[0])
     # (n_steps,) or (n_steps, n_envs) -> (n_envs, n_steps)
     per_env = array.reshape(array.shape[0], -1).T
     flags = th.as_tensor(np.ascontiguousarray(per_env, dtype=np.float32))
-    stride = resolve_window_stride(window_stride, int(window_size))  # type: ignore[call-overload]
-    stats = RolloutWindowStats(flags, int(window_size), boundary, weighting, stride, window_coverage)  # type: ignore[arg-type,call-overload]
+    stats = RolloutWindowStats(
+        flags, settings.window_size, settings.boundary, settings.weighting, settings.window_stride, settings.window_coverage
+    )
     # (n_envs * n_steps,) -> (n_envs, n_steps) -> (n_steps, n_envs) -> input shape
     return stats.step_weights.reshape(per_env.shape).T.reshape(array.shape).numpy().astype(np.float64)
 

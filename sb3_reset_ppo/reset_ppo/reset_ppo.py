@@ -32,13 +32,11 @@ from sb3_reset_ppo.common.unroll import (
 )
 from sb3_reset_ppo.common.utils import warn_user
 from sb3_reset_ppo.common.windows import (
+    WindowSettings,
     check_non_negative_int,
     check_positive_int,
-    check_window_settings,
     check_window_size_setting,
-    effective_stride,
     resolve_window_size,
-    resolve_window_stride,
     windows_per_minibatch,
 )
 from sb3_reset_ppo.reset_ppo.policies import (
@@ -215,8 +213,8 @@ class ResetPPO(RecurrentPPO):
             )
         # Checked before the env is built, and again in _setup_model (which load() calls too)
         check_window_size_setting(window_size)
-        resolved = resolve_window_size(window_size, n_steps, batch_size)  # type: ignore[arg-type]
-        check_window_settings(resolved, boundary, weighting, window_stride, window_coverage=window_coverage)
+        resolved = resolve_window_size(window_size, n_steps, batch_size)
+        WindowSettings.validated(resolved, boundary, weighting, window_stride, window_coverage)
         _check_consecutive_windows(consecutive_windows)
         check_non_negative_int("memory_refresh", memory_refresh)
         check_non_negative_int("burn_in", burn_in)
@@ -260,10 +258,7 @@ class ResetPPO(RecurrentPPO):
     def _check_settings(self) -> None:
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
-        check_window_size_setting(self.window_size)
-        check_window_settings(
-            self.window_length, self.boundary, self.weighting, self.window_stride, self.n_steps, self.window_coverage
-        )
+        self.window_settings()
         _check_consecutive_windows(self.consecutive_windows)
         check_non_negative_int("memory_refresh", self.memory_refresh)
         check_non_negative_int("burn_in", self.burn_in)
@@ -282,7 +277,14 @@ class ResetPPO(RecurrentPPO):
     @property
     def window_length(self) -> int:
         """The window length in steps: ``window_size``, with ``"batch"`` and ``"rollout"`` resolved (see ``window_size``)."""
-        return resolve_window_size(self.window_size, self.n_steps, self.batch_size)  # type: ignore[arg-type]
+        return resolve_window_size(self.window_size, self.n_steps, self.batch_size)
+
+    def window_settings(self) -> WindowSettings:
+        """The model's window settings, validated against its ``n_steps`` (an error names a wrong one)."""
+        check_window_size_setting(self.window_size)
+        return WindowSettings.validated(
+            self.window_length, self.boundary, self.weighting, self.window_stride, self.window_coverage, self.n_steps
+        )
 
     def _setup_model(self) -> None:
         self._check_settings()
@@ -356,14 +358,8 @@ class ResetPPO(RecurrentPPO):
             else [self.observation_space]
         )
         has_images = any(is_image_space(space, check_channels=False) for space in subspaces)
-        length = self.window_length
-        stride = effective_stride(
-            self.n_steps,
-            length,
-            resolve_window_stride(self.window_stride, length),
-            self.window_coverage,  # type: ignore[arg-type]
-        )
-        return -(-length // stride) if has_images else 1
+        settings = self.window_settings()
+        return -(-settings.window_size // settings.stride(self.n_steps)) if has_images else 1
 
     def set_random_seed(self, seed: int | None = None) -> None:
         """
@@ -478,7 +474,7 @@ class ResetPPO(RecurrentPPO):
             entropy=entropy,
             kept=samples.kept,
             weights=samples.weights,
-            weighting=self.weighting,  # type: ignore[arg-type]
+            weighting=self.rollout_buffer.weighting,
             clip_range=clip_range,
             clip_range_vf=clip_range_vf,
             ent_coef=self.ent_coef,
