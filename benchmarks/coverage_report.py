@@ -343,6 +343,229 @@ def grid_markdown(runs: list[dict[str, Any]], timing: list[dict[str, Any]], reus
     return "\n".join(lines)
 
 
+# bench_train.py's variants of the candidates, and the port case's arm of each candidate
+BENCH_VARIANTS = {
+    "cv_inside16": "reset",
+    "cv_full16": "reset_full16",
+    "cv_full64": "reset_full64",
+    "cv_batch": "reset_batch",
+    "cv_rollout": "reset_rollout",
+}
+# With RecurrentPPO's defaults (n_steps = batch_size = 128) "rollout" is "batch": the port case runs it once
+PORT_ARM_OF = {"cv_inside16": "cv_inside16", "cv_full16": "cv_full16", "cv_full64": "cv_full64", "cv_batch": "cv_batch",
+               "cv_rollout": "cv_batch"}  # fmt: skip
+SEEDS = range(10)
+
+
+def complete(runs: list[dict[str, Any]], arms: Sequence[str], envs: Sequence[str]) -> bool:
+    """Whether every (arm, env) has its seeds 0 to 9."""
+    have = {(r["variant"], r["env"], int(r["seed"])) for r in runs}
+    return all((arm, env, seed) in have for arm in arms for env in envs for seed in SEEDS)
+
+
+def score_matrix(
+    runs: list[dict[str, Any]], arm: str, envs: Sequence[str], value: Any, randoms: dict[str, float]
+) -> np.ndarray:
+    """Normalised ``value(run)`` of an arm, ``(seeds, envs)`` (seeds 0 to 9), as rliable takes it."""
+    by_key = {(r["env"], int(r["seed"])): r for r in runs if r["variant"] == arm}
+    return np.array(
+        [
+            [float(normalise(value(by_key[(env, seed)]), randoms[env], report.REFERENCE_RETURN[env])) for env in envs]
+            for seed in SEEDS
+        ]
+    )
+
+
+def seconds_per_step(runs: list[dict[str, Any]], timing: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], float], int]:
+    """
+    Seconds per env step of each (arm, env) from the side-by-side pairs (``PROTOCOL_coverage.md``, amendment 1): a
+    ResetPPO arm's median over its paired runs, ``cv_rppo``'s over its runs with at least one pair.
+
+    :return: (arm, env) -> seconds per step, and the number of pairs
+    """
+    rppo = [t for t in timing if t["variant"] == "cv_rppo"]
+    others = [
+        *[r for r in runs if "reused_from" not in r and "shared_with" not in r],
+        *[t for t in timing if t["variant"] != "cv_rppo"],
+    ]
+    pairs = side_by_side_pairs(others, rppo)
+    samples: dict[tuple[str, str], list[float]] = {}
+    paired_rppo: dict[int, dict[str, Any]] = {}
+    for run, partner in pairs:
+        samples.setdefault((run["variant"], run["env"]), []).append(float(run["seconds"]) / float(run["timesteps"][-1]))
+        paired_rppo[id(partner)] = partner
+    for partner in paired_rppo.values():
+        samples.setdefault(("cv_rppo", partner["env"]), []).append(float(partner["seconds"]) / float(partner["timesteps"][-1]))
+    # Arms that share runs on an env share their timing
+    for run in runs:
+        if "shared_with" in run and (run["shared_with"], run["env"]) in samples:
+            samples.setdefault((run["variant"], run["env"]), samples[(run["shared_with"], run["env"])])
+    return {key: float(np.median(values)) for key, values in samples.items()}, len(pairs)
+
+
+def equal_time_scores(
+    runs: list[dict[str, Any]],
+    arm: str,
+    base: str,
+    envs: Sequence[str],
+    speed: dict[tuple[str, str], float],
+    randoms: dict[str, float],
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """
+    Normalised scores of ``arm`` and ``base`` at the time the faster of the two finishes on each env (the faster one's
+    final score; the slower one's last evaluation by then, 0 before its first), ``(seeds, envs)`` each; None when an
+    env lacks a timing.
+    """
+    if any((arm, env) not in speed or (base, env) not in speed for env in envs):
+        return None
+    scores = {arm: np.zeros((len(SEEDS), len(envs))), base: np.zeros((len(SEEDS), len(envs)))}
+    for column, env in enumerate(envs):
+        by_key = {(r["variant"], int(r["seed"])): r for r in runs if r["env"] == env and r["variant"] in (arm, base)}
+        fast, slow = (arm, base) if speed[(arm, env)] <= speed[(base, env)] else (base, arm)
+        random, reference = randoms[env], report.REFERENCE_RETURN[env]
+        for row, seed in enumerate(SEEDS):
+            fast_run, slow_run = by_key[(fast, seed)], by_key[(slow, seed)]
+            finish = float(fast_run["timesteps"][-1]) * speed[(fast, env)]
+            times = np.asarray(slow_run["timesteps"], dtype=float) * speed[(slow, env)]
+            slow_scores = normalise(slow_run["eval_mean"], random, reference)
+            scores[fast][row, column] = float(normalise(fast_run["final"], random, reference))
+            scores[slow][row, column] = score_at(times, slow_scores, finish)
+    return scores[arm], scores[base]
+
+
+def grid_analysis(
+    runs: list[dict[str, Any]], timing: list[dict[str, Any]], randoms: dict[str, float], reps: int
+) -> dict[str, Any]:
+    """
+    The protocol's grid statistics once the grid is complete: per endpoint (final, over training, equal wall-clock)
+    the aggregate P(arm > cv_rppo) and P(arm > cv_inside16) with 95% stratified-bootstrap intervals and the IQMs;
+    per-env differences against cv_rppo (Holm).
+    """
+    envs = run_grid.EVIDENCE_ENVS
+    arms = [*CANDIDATES, "cv_rppo"]
+    if not complete(runs, arms, envs):
+        return {"complete": False}
+    result: dict[str, Any] = {"complete": True, "endpoints": {}}
+    for endpoint, value in (("final", lambda r: r["final"]), ("over_training", lambda r: r["auc"])):
+        scores = {arm: score_matrix(runs, arm, envs, value, randoms) for arm in arms}
+        entry: dict[str, Any] = {}
+        for baseline in ("cv_rppo", "cv_inside16"):
+            point, interval, poi, poi_ci = report.aggregate(scores, reps, baseline=baseline)
+            entry[f"vs_{baseline}"] = {
+                arm: report.probability_triple(poi, poi_ci, f"{arm},{baseline}") for arm in arms if arm != baseline
+            }
+            entry["iqm"] = {arm: report.interval_triple(point[arm][0], *np.asarray(interval[arm])[:, 0]) for arm in arms}
+        key = "final" if endpoint == "final" else "auc"
+        entry["differences"] = report.difference_tests(runs, envs, CANDIDATES, "cv_rppo", key, reps)
+        result["endpoints"][endpoint] = entry
+    speed, n_pairs = seconds_per_step(runs, timing)
+    result["pairs"] = n_pairs
+    result["seconds_per_step"] = {f"{arm} {env}": value for (arm, env), value in speed.items()}
+    at_time: dict[str, list[float]] = {}
+    for arm in CANDIDATES:
+        both = equal_time_scores(runs, arm, "cv_rppo", envs, speed, randoms)
+        if both is None:
+            continue
+        _, _, poi, poi_ci = report.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
+        at_time[arm] = report.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
+    result["equal_wall_clock_vs_cv_rppo"] = at_time
+    return result
+
+
+def bench_ratios(path: Path) -> dict[str, list[float]]:
+    """Each candidate's learn() CPU-seconds ratio to RecurrentPPO in every setting of ``bench_train.py``'s JSON."""
+    if not path.exists():
+        return {}
+    results = json.loads(path.read_text())["results"]
+    return {
+        arm: [float(r[variant]["learn_ratio"]) for r in results if variant in r and "learn_ratio" in r[variant]]
+        for arm, variant in BENCH_VARIANTS.items()
+    }
+
+
+def decide(grid: dict[str, Any], port: dict[str, Any], ratios: dict[str, list[float]]) -> dict[str, Any]:
+    """
+    The protocol's decision rule, applied mechanically: which candidates qualify (conditions 1 to 3) and the new
+    default; ``pending`` while the grid, the port case or the benchmark lacks data.
+    """
+    port_arms = port.get("arms", {})
+    missing = [
+        name
+        for name, ok in (
+            ("the grid", grid.get("complete", False)),
+            ("the port case", all("final_vs_rppo" in port_arms.get(PORT_ARM_OF[a], {}) for a in CANDIDATES)),
+            ("bench_train", all(ratios.get(a) for a in CANDIDATES)),
+        )
+        if not ok
+    ]
+    if missing:
+        return {"pending": missing}
+    rows = {}
+    for arm in CANDIDATES:
+        final = grid["endpoints"]["final"]["vs_cv_rppo"][arm]
+        over = grid["endpoints"]["over_training"]["vs_cv_rppo"][arm]
+        port_entry = port_arms[PORT_ARM_OF[arm]]
+        conditions = {
+            "1 per step (grid)": final[2] >= 0.5 and over[2] >= 0.5,
+            "2 per step (port case)": port_entry["final_vs_rppo"]["high"] >= 0
+            and port_entry["over_training_vs_rppo"]["high"] >= 0,
+            "3 time": max(ratios[arm]) <= 0.5 and port_entry["learn_ratio"] <= 0.5,
+        }
+        rows[arm] = {"conditions": conditions, "qualifies": all(conditions.values()), "p_over_training": over[0]}
+    qualifying = [arm for arm in CANDIDATES if rows[arm]["qualifies"]]
+    chosen: str | None
+    if qualifying:
+        chosen, rule = max(qualifying, key=lambda arm: rows[arm]["p_over_training"]), "best over training among qualifying"
+    else:
+        at_time = grid.get("equal_wall_clock_vs_cv_rppo", {})
+        chosen = max(at_time, key=lambda arm: at_time[arm][0]) if at_time else None
+        rule = "none qualifies: best at the faster arm's finishing time"
+    return {"candidates": rows, "default": chosen, "rule": rule}
+
+
+def triple_text(triple: Sequence[float]) -> str:
+    point, low, high = triple
+    word = "better" if low > 0.5 else "worse" if high < 0.5 else "n.s."
+    return f"{point:.2f} ({low:.2f} to {high:.2f}), {word}"
+
+
+def analysis_markdown(grid: dict[str, Any], decision: dict[str, Any], ratios: dict[str, list[float]]) -> str:
+    """The complete grid's aggregates and the decision (nothing while the grid is incomplete)."""
+    lines = ["## Decision (the protocol's rule)", ""]
+    if "pending" in decision:
+        lines += [f"Pending: {', '.join(decision['pending'])} not complete yet.", ""]
+    if grid.get("complete"):
+        final, over = grid["endpoints"]["final"], grid["endpoints"]["over_training"]
+        lines += [
+            "## Grid aggregates (9 envs, seeds 0 to 9)",
+            "",
+            "Probability that the arm beats RecurrentPPO with the same settings (`cv_rppo`), 95% stratified-bootstrap "
+            'interval; "better"/"worse" where the interval excludes 0.5.',
+            "",
+            "| arm | final | over training | at the faster arm's finishing time |",
+            "|---|---|---|---|",
+        ]
+        at_time = grid.get("equal_wall_clock_vs_cv_rppo", {})
+        for arm in CANDIDATES:
+            timed = triple_text(at_time[arm]) if arm in at_time else "(no timing)"
+            lines.append(
+                f"| `{arm}` | {triple_text(final['vs_cv_rppo'][arm])} | {triple_text(over['vs_cv_rppo'][arm])} | {timed} |"
+            )
+        lines += ["", f"Side-by-side pairs behind the timings: {grid.get('pairs', 0)}.", ""]
+    if ratios:
+        lines += ["`learn()` CPU seconds over RecurrentPPO's (`bench_train.py`, every setting):", ""]
+        lines += [f"- `{arm}`: {min(v):.2f} to {max(v):.2f}" for arm, v in ratios.items() if v]
+        lines.append("")
+    if "candidates" in decision:
+        lines += ["| candidate | " + " | ".join(next(iter(decision["candidates"].values()))["conditions"]) + " | qualifies |"]
+        lines += ["|---|" + "---|" * (len(next(iter(decision["candidates"].values()))["conditions"]) + 1)]
+        for arm, row in decision["candidates"].items():
+            marks = " | ".join("yes" if ok else "no" for ok in row["conditions"].values())
+            lines.append(f"| `{arm}` | {marks} | {'yes' if row['qualifies'] else 'no'} |")
+        lines += ["", f"New default: `{decision['default']}` ({decision['rule']}).", ""]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
@@ -355,6 +578,12 @@ def main() -> None:
     figures = port_figures(port_runs, args.out / "figures_coverage") if port_runs else []
     runs, timing = grid_runs(args.results / "coverage", args.results / "evidence")
     reuse = reuse_check(runs, timing)
+    envs = run_grid.EVIDENCE_ENVS
+    grid: dict[str, Any] = {"complete": False}
+    if complete(runs, [*CANDIDATES, "cv_rppo"], envs):
+        grid = grid_analysis(runs, timing, {env: report.random_return(env) for env in envs}, args.reps)
+    ratios = bench_ratios(args.results / "coverage" / "bench" / "bench_train.json")
+    decision = decide(grid, analysis, ratios)
     text = "\n".join(
         [
             "# Coverage study: full-coverage epochs and the window length (benchmarks/PROTOCOL_coverage.md)",
@@ -364,10 +593,14 @@ def main() -> None:
             "",
             port_markdown(analysis),
             grid_markdown(runs, timing, reuse),
+            analysis_markdown(grid, decision, ratios),
         ]
     )
     (args.out / "RESULTS_coverage.md").write_text(text)
-    summary = {"port": analysis, "reuse_check": reuse, "figures": [str(p.relative_to(args.out)) for p in figures]}
+    summary = {
+        "port": analysis, "grid": grid, "bench_ratios": ratios, "decision": decision, "reuse_check": reuse,
+        "figures": [str(p.relative_to(args.out)) for p in figures],
+    }  # fmt: skip
     (args.out / "results").mkdir(parents=True, exist_ok=True)
     (args.out / "results" / "coverage_summary.json").write_text(json.dumps(summary, indent=1))
     print(text)

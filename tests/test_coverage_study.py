@@ -119,3 +119,52 @@ def test_port_analysis_per_step_and_equal_wall_clock(tmp_path: Path) -> None:
     assert full["at_rppo_finish"]["difference"] == pytest.approx(full["final_vs_rppo"]["difference"])
     text = coverage_report.port_markdown(analysis)
     assert "| `cv_full16` | 4 |" in text and "0.25" in text
+
+
+def _grid(better: str, rng: np.random.Generator) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, float]]:
+    """A complete synthetic grid: every candidate and cv_rppo, 9 envs, seeds 0-9; ``better`` ends 0.5 higher."""
+    runs, timing = [], []
+    randoms = {env: coverage_report.report.REFERENCE_RETURN[env] - 1.0 for env in run_grid.EVIDENCE_ENVS}
+    for env in run_grid.EVIDENCE_ENVS:
+        for arm in [*coverage_report.CANDIDATES, "cv_rppo"]:
+            for seed in range(10):
+                level = randoms[env] + 0.3 + (0.5 if arm == better else 0.0) + 0.01 * rng.standard_normal()
+                curve = np.linspace(randoms[env], level, 20)
+                seconds = 400.0 if arm == "cv_rppo" else 100.0
+                run = {
+                    "variant": arm, "env": env, "seed": seed, "eval_mean": curve, "timesteps": np.arange(1, 21) * 1000.0,
+                    "final": float(curve[-2:].mean()), "auc": float(curve.mean()), "started": "2026-12-04T10:00:00Z",
+                    "seconds": seconds, "machine": {"cpu": "x"}, "commit": "c",
+                }  # fmt: skip
+                if seed < 2 and arm in ("cv_rppo", "cv_inside16"):
+                    timing.append(dict(run))
+                if arm in ("cv_rppo", "cv_inside16"):
+                    run["reused_from"] = "ev"
+                runs.append(run)
+    return runs, timing, randoms
+
+
+def test_grid_analysis_and_decision_on_a_synthetic_grid() -> None:
+    runs, timing, randoms = _grid("cv_full16", np.random.default_rng(0))
+    assert coverage_report.complete(runs, [*coverage_report.CANDIDATES, "cv_rppo"], run_grid.EVIDENCE_ENVS)
+    assert not coverage_report.complete(runs[1:], [*coverage_report.CANDIDATES, "cv_rppo"], run_grid.EVIDENCE_ENVS)
+    grid = coverage_report.grid_analysis(runs, timing, randoms, reps=50)
+    over = grid["endpoints"]["over_training"]["vs_cv_rppo"]
+    assert over["cv_full16"][1] > 0.5  # better, interval above 0.5
+    speed = grid["seconds_per_step"]
+    assert speed["cv_rppo CueRecall-v0"] == pytest.approx(400 / 20000) and speed["cv_full16 CueRecall-v0"] == pytest.approx(
+        100 / 20000
+    )
+    # At the faster arm's finish (a quarter of RecurrentPPO's time), RecurrentPPO has reached a quarter of its curve
+    assert grid["equal_wall_clock_vs_cv_rppo"]["cv_inside16"][0] == pytest.approx(1.0)
+    port = {"arms": {arm: {"final_vs_rppo": {"high": 0.1}, "over_training_vs_rppo": {"high": 0.1}, "learn_ratio": 0.3}
+                     for arm in ("cv_inside16", "cv_full16", "cv_full64", "cv_batch")}}  # fmt: skip
+    ratios = {arm: [0.2, 0.45] for arm in coverage_report.CANDIDATES}
+    decision = coverage_report.decide(grid, port, ratios)
+    assert decision["default"] == "cv_full16" and decision["candidates"]["cv_full16"]["qualifies"]
+    # Too slow in one setting: cv_full16 no longer qualifies
+    decision = coverage_report.decide(grid, port, {**ratios, "cv_full16": [0.2, 0.6]})
+    assert not decision["candidates"]["cv_full16"]["qualifies"] and decision["default"] != "cv_full16"
+    assert coverage_report.decide({"complete": False}, port, ratios) == {"pending": ["the grid"]}
+    text = coverage_report.analysis_markdown(grid, coverage_report.decide(grid, port, ratios), ratios)
+    assert "New default: `cv_full16`" in text
