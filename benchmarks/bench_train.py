@@ -26,7 +26,7 @@ With ``--memory``, the peak extra memory of one default ResetPPO ``train()`` per
 measured after all timings, relative to the rollout buffer's size and to one minibatch.
 
 With ``--fresh-memory``, instead: the cost of fresh memory, i.e. seconds of one ResetPPO ``train()`` per task with
-RecurrentPPO's defaults (LSTM 256, ``batch_size=128``) for the defaults, ``memory_refresh=1`` (a refresh before
+RecurrentPPO's defaults (``batch_size=128``) at each hidden size of ``--fresh-hidden`` (64 and 256) for the defaults, ``memory_refresh=1`` (a refresh before
 each of epochs 2 to 10), ``burn_in=8`` and ``burn_in=16`` (one model per setting collects a rollout, then
 ``train()`` is timed ``--repeats`` times: median of CPU time), with the task's LSTM policy and (default, refresh,
 burn-in 8) with its GRU policy.
@@ -358,12 +358,20 @@ FRESH_MEMORY_GRU = ("default", "memory_refresh=1", "burn_in=8")
 
 
 def fresh_memory_train_seconds(
-    task: dict[str, Any], settings: dict[str, int], args: argparse.Namespace, policy: str | None = None
+    task: dict[str, Any], settings: dict[str, int], args: argparse.Namespace, policy: str | None = None, lstm: int = 256
 ) -> float:
     """Median CPU seconds of one ResetPPO ``train()`` (per-rollout setup included) with fresh-memory settings."""
     env = make_vec_env(task["env_id"], n_envs=task["n_envs"], seed=args.seed, env_kwargs=task["env_kwargs"])
     policy = policy or task["policy"]
-    model = ResetPPO(policy, env, n_steps=args.n_steps, n_epochs=args.n_epochs, seed=args.seed, **settings)  # type: ignore[arg-type]
+    model = ResetPPO(
+        policy,
+        env,
+        n_steps=args.n_steps,
+        n_epochs=args.n_epochs,
+        seed=args.seed,
+        policy_kwargs=dict(lstm_hidden_size=lstm),
+        **settings,  # type: ignore[arg-type]
+    )
     model.learn(task["n_envs"] * args.n_steps)  # one rollout, and one train() as the warm-up
     durations = []
     for _ in range(args.repeats):
@@ -376,17 +384,23 @@ def fresh_memory_train_seconds(
 
 def bench_fresh_memory(args: argparse.Namespace) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
-    print("| task | cell | setting | train() CPU s | relative to the default |\n|---|---|---|---|---|", flush=True)
+    print(
+        "| task | cell | hidden | setting | train() CPU s | relative to the default |\n|---|---|---|---|---|---|", flush=True
+    )
     for name in args.tasks:
         gru = TASKS[name]["policy"].replace("Lstm", "Gru")
-        for cell, labels, policy in (("LSTM", list(FRESH_MEMORY), None), ("GRU", list(FRESH_MEMORY_GRU), gru)):
-            baseline = None
-            for label in labels:
-                seconds = fresh_memory_train_seconds(TASKS[name], FRESH_MEMORY[label], args, policy)
-                baseline = baseline or seconds
-                row = {"task": name, "cell": cell, "setting": label, "train_cpu_seconds": seconds, "ratio": seconds / baseline}
-                results.append(row)
-                print(f"| {name} | {cell} | {label} | {seconds:.2f} | {seconds / baseline:.2f} |", flush=True)
+        for lstm in args.fresh_hidden:
+            for cell, labels, policy in (("LSTM", list(FRESH_MEMORY), None), ("GRU", list(FRESH_MEMORY_GRU), gru)):
+                baseline = None
+                for label in labels:
+                    seconds = fresh_memory_train_seconds(TASKS[name], FRESH_MEMORY[label], args, policy, lstm)
+                    baseline = baseline or seconds
+                    row = {
+                        "task": name, "cell": cell, "hidden": lstm, "setting": label, "train_cpu_seconds": seconds,
+                        "ratio": seconds / baseline,
+                    }  # fmt: skip
+                    results.append(row)
+                    print(f"| {name} | {cell} | {lstm} | {label} | {seconds:.2f} | {seconds / baseline:.2f} |", flush=True)
     return results
 
 
@@ -449,6 +463,8 @@ def main() -> None:
                         help="models to compare (default: %(default)s; at least one ResetPPO variant)")  # fmt: skip
     parser.add_argument("--memory", action="store_true", help="also measure the peak memory of train() (needs reset)")
     parser.add_argument("--fresh-memory", action="store_true", help="instead: the cost of memory_refresh and burn_in")
+    parser.add_argument("--fresh-hidden", nargs="+", type=int, default=[64, 256],
+                        help="--fresh-memory: hidden sizes of the recurrent layers (default: %(default)s)")  # fmt: skip
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write the figures to this file")
