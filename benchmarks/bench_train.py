@@ -26,10 +26,10 @@ With ``--memory``, the peak extra memory of one default ResetPPO ``train()`` per
 measured after all timings, relative to the rollout buffer's size and to one minibatch.
 
 With ``--fresh-memory``, instead: the cost of fresh memory, i.e. seconds of one ResetPPO ``train()`` per task with
-RecurrentPPO's defaults (``batch_size=128``) at each hidden size of ``--fresh-hidden`` (64 and 256) for the defaults, ``memory_refresh=1`` (a refresh before
-each of epochs 2 to 10), ``burn_in=8`` and ``burn_in=16`` (one model per setting collects a rollout, then
-``train()`` is timed ``--repeats`` times: median of CPU time), with the task's LSTM policy and (default, refresh,
-burn-in 8) with its GRU policy.
+RecurrentPPO's defaults (``batch_size=128``) at each hidden size of ``--fresh-hidden`` (64 and 256) for the
+defaults, ``memory_refresh=1`` (a refresh before each of epochs 2 to 10), ``burn_in=8`` and ``burn_in=16`` (one
+model per setting collects a rollout, then ``train()`` is timed ``--repeats`` times: median of CPU time), with the
+task's LSTM policy and (default, refresh, burn-in 8) with its GRU policy.
 
 Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 3] [--variants recurrent_ppo reset reset_gru]
        [--fresh-memory] [--json out.json]

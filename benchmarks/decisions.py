@@ -298,8 +298,8 @@ def decide_weighting(primary: dict[str, Any] | None) -> Decision:
 def stride_cost(secondary: dict[str, Any], variant: str) -> str:
     """
     Stride 1's wall time over ``ev_reset``'s per env, which the protocol reports next to its decision: the median
-    ratio of same-session pairs where there are any, else the ratio of the means of the study's own runs (mixed
-    sessions and machines), else nothing: runs reused from another study were timed by other code and sessions.
+    ratio of same-session pairs (runs side by side on one machine) where there are any, else nothing (means over
+    runs of different sessions mix machines; reused runs were timed by another study).
     """
     if "wall_time" not in secondary:
         return "wall times not in the summary (made by a report.py before they were)"
@@ -310,10 +310,8 @@ def stride_cost(secondary: dict[str, Any], variant: str) -> str:
             continue
         if times["paired_median_ratio"] is not None:
             parts.append(f"{env} {times['paired_median_ratio']:.2f} ({plural(times['pairs'], 'same-session pair')})")
-        elif times.get("own_ratio_of_means") is not None:
-            parts.append(f"{env} {times['own_ratio_of_means']:.2f} (ratio of means, mixed sessions)")
         else:
-            parts.append(f"{env} not comparable (reused runs only, timed by another study)")
+            parts.append(f"{env} not comparable (no run side by side with one of `ev_reset`)")
     return "wall time over `ev_reset`'s: " + (", ".join(parts) if parts else "no run timed")
 
 

@@ -666,10 +666,9 @@ def main() -> None:
             f"### {env} (random {randoms[env]:.2f}, reference {REFERENCE_RETURN[env]:g})",
             "",
             "| variant | seeds | final return (mean +- std) | return over training (mean +- std) | timesteps "
-            f"| wall time per run (s) | wall time / {baseline}'s | same-session pairs: median ratio (pairs) |",
-            "|---|---|---|---|---|---|---|---|",
+            f"| wall time per run (s) | wall time / {baseline}'s, side-by-side pairs: median ratio (pairs) |",
+            "|---|---|---|---|---|---|---|",
         ]
-        baseline_seconds = np.mean([r["seconds"] for r in seeds(env, baseline)]) if seeds(env, baseline) else np.nan
         for v in variants:
             rows = seeds(env, v)
             if not rows:
@@ -679,27 +678,24 @@ def main() -> None:
             seconds = np.mean([r["seconds"] for r in rows])
             reused = sum("reused_from" in r for r in rows)
             ratio, pairs = paired_time_ratio(rows, seeds(env, baseline))
-            # Reused runs were timed by another study (other sessions, other code): the ratio of this study's own
-            # runs' means is the comparable one (None where either arm has none)
-            own = [r["seconds"] for r in rows if "reused_from" not in r]
-            own_baseline = [r["seconds"] for r in seeds(env, baseline) if "reused_from" not in r]
+            # Only runs that trained side by side (one session, one machine) give a ratio: means over runs of
+            # different sessions mix machines of different speeds (reused runs were timed by another study)
             summary["wall_time"].setdefault(env, {})[v] = {
                 "seconds": float(seconds),
-                "ratio_of_means": float(seconds / baseline_seconds) if np.isfinite(baseline_seconds) else None,
-                "own_ratio_of_means": float(np.mean(own) / np.mean(own_baseline)) if own and own_baseline else None,
                 "paired_median_ratio": ratio if pairs else None,
                 "pairs": pairs,
             }
             lines.append(
                 f"| {v} | {len(rows)}{f' ({reused} reused)' if reused else ''} "
                 f"| {finals.mean():.3f} +- {sample_std(finals):.3f} | {aucs.mean():.3f} +- {sample_std(aucs):.3f} "
-                f"| {int(rows[0]['timesteps'][-1])} | {seconds:.0f} | {seconds / baseline_seconds:.2f} "
+                f"| {int(rows[0]['timesteps'][-1])} | {seconds:.0f} "
                 f"| {f'{ratio:.2f} ({pairs})' if pairs else '-'} |"
             )
         lines += [
             "",
-            f"Wall times mix sessions on machines of different speeds; the last column pairs each run with {baseline}'s "
-            "run of the same seed trained at the same commit (one session, one machine), reused runs left out.",
+            "Wall time per run is descriptive only (a mean over sessions on machines of different speeds); the ratio "
+            f"pairs each run with {baseline}'s run of the same seed trained at the same commit (one session, one "
+            "machine), reused runs left out; '-': no such pair.",
             "",
         ]
         if any("reused_from" in r for r in runs if r["env"] == env):
