@@ -523,6 +523,58 @@ def decide(grid: dict[str, Any], port: dict[str, Any], ratios: dict[str, list[fl
     return {"candidates": rows, "default": chosen, "rule": rule}
 
 
+def random_returns(envs: Sequence[str], cache: Path) -> dict[str, float]:
+    """
+    The random policy's mean return per env (``report.random_return``: 500 episodes, seed 0, deterministic), kept in
+    ``cache`` (a JSON file) so that later reports do not measure it again.
+    """
+    known: dict[str, float] = json.loads(cache.read_text()) if cache.exists() else {}
+    missing = [env for env in envs if env not in known]
+    for env in missing:
+        known[env] = float(report.random_return(env))
+    if missing:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(known, indent=1, sort_keys=True))
+    return {env: known[env] for env in envs}
+
+
+def wall_clock_figure(
+    runs: list[dict[str, Any]], speed: dict[tuple[str, str], float], randoms: dict[str, float], path: Path
+) -> Path | None:
+    """
+    Mean normalised return against wall-clock seconds per env (each arm's evaluations at env steps times its
+    seconds per step from the side-by-side pairs), for the (arm, env) pairs with a timing; None without any.
+    """
+    envs = [env for env in run_grid.EVIDENCE_ENVS if any((arm, env) in speed for arm in [*CANDIDATES, "cv_rppo"])]
+    if not envs:
+        return None
+    columns = min(3, len(envs))
+    rows = -(-len(envs) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.4 * rows), squeeze=False)
+    for ax, env in zip(axes.flat, envs, strict=False):
+        for arm in [*CANDIDATES, "cv_rppo"]:
+            own = [r for r in runs if r["env"] == env and r["variant"] == arm]
+            if (arm, env) not in speed or not own:
+                continue
+            length = min(len(r["eval_mean"]) for r in own)
+            curve = np.mean(
+                [normalise(r["eval_mean"][:length], randoms[env], report.REFERENCE_RETURN[env]) for r in own], axis=0
+            )
+            seconds = np.asarray(own[0]["timesteps"][:length], dtype=float) * speed[(arm, env)]
+            ax.plot(seconds, curve, label=f"{'RecurrentPPO' if arm == 'cv_rppo' else arm} ({len(own)})", marker=".")
+        ax.set_title(env, fontsize=9)
+        ax.set_xlabel("wall-clock seconds (side-by-side timing)", fontsize=8)
+        ax.set_ylabel("normalised return", fontsize=8)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(envs) :]:
+        ax.axis("off")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
 def triple_text(triple: Sequence[float]) -> str:
     point, low, high = triple
     word = "better" if low > 0.5 else "worse" if high < 0.5 else "n.s."
@@ -580,8 +632,13 @@ def main() -> None:
     reuse = reuse_check(runs, timing)
     envs = run_grid.EVIDENCE_ENVS
     grid: dict[str, Any] = {"complete": False}
+    randoms = random_returns(envs, args.results / "coverage" / "random_returns.json")
     if complete(runs, [*CANDIDATES, "cv_rppo"], envs):
-        grid = grid_analysis(runs, timing, {env: report.random_return(env) for env in envs}, args.reps)
+        grid = grid_analysis(runs, timing, randoms, args.reps)
+    speed, _ = seconds_per_step(runs, timing)
+    wall_figure = wall_clock_figure(runs, speed, randoms, args.out / "figures_coverage" / "wall_clock.png")
+    if wall_figure is not None:
+        figures.append(wall_figure)
     ratios = bench_ratios(args.results / "coverage" / "bench" / "bench_train.json")
     decision = decide(grid, analysis, ratios)
     text = "\n".join(
@@ -594,6 +651,7 @@ def main() -> None:
             port_markdown(analysis),
             grid_markdown(runs, timing, reuse),
             analysis_markdown(grid, decision, ratios),
+            "![return against wall-clock seconds per env](figures_coverage/wall_clock.png)\n" if wall_figure else "",
         ]
     )
     (args.out / "RESULTS_coverage.md").write_text(text)

@@ -168,3 +168,17 @@ def test_grid_analysis_and_decision_on_a_synthetic_grid() -> None:
     assert coverage_report.decide({"complete": False}, port, ratios) == {"pending": ["the grid"]}
     text = coverage_report.analysis_markdown(grid, coverage_report.decide(grid, port, ratios), ratios)
     assert "New default: `cv_full16`" in text
+
+
+def test_wall_clock_figure_and_random_return_cache(tmp_path: Path) -> None:
+    runs, timing, randoms = _grid("cv_full16", np.random.default_rng(1))
+    speed, pairs = coverage_report.seconds_per_step(runs, timing)
+    # Every candidate's seeds 0 and 1 overlap cv_rppo's timing runs of the same env and seed (cv_inside16 via its re-runs)
+    assert pairs == 9 * 2 * len(coverage_report.CANDIDATES)
+    path = coverage_report.wall_clock_figure(runs, speed, randoms, tmp_path / "wall.png")
+    assert path is not None and path.stat().st_size > 10_000
+    assert coverage_report.wall_clock_figure(runs, {}, randoms, tmp_path / "none.png") is None
+    cache = tmp_path / "random.json"
+    cache.write_text(json.dumps({"CueRecall-v0": 0.25}))
+    # A cached env is not measured again
+    assert coverage_report.random_returns(["CueRecall-v0"], cache) == {"CueRecall-v0": 0.25}
