@@ -6,13 +6,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat setup.cfg | cksum | cut -d' ' -f1)
 
-.PHONY: install lint type test test-slow demo figures clean
+.PHONY: install lint type test test-slow demo figures docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[tests,plots,zoo,evidence]"
+	$(BIN)/python -m pip install -q -e ".[tests,plots,zoo,evidence,docs]"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -37,5 +37,9 @@ demo: install
 figures: install
 	$(BIN)/python examples/weight_profile.py
 
+# The documentation site, warnings as errors (open docs/_build/html/index.html)
+docs: install
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis docs/_build

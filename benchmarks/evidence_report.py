@@ -16,7 +16,8 @@ Runs ``report.py`` (as a subprocess, so each report states its own command) for:
 Every report uses baseline ``ev_reset`` (its tuned counterpart for Q4), the mean of the last 2 of 20
 evaluations, aggregates over 10 named seeds and the training diagnostics. Each writes its estimates as JSON
 (``results/evidence_<report>_summary.json``), and ``results/evidence_readme_tables.md`` receives
-``readme_tables.py``'s tables of all of them, from which the README's "Evidence" section is written.
+``readme_tables.py``'s tables of all of them, from which the documentation's *Evidence* page (docs/studies/evidence.md)
+and the README's summary are written.
 ``RESULTS_evidence_decisions.md`` then states the claims and the default decisions the protocol's rules give
 (``decisions.py``, from every summary present).
 

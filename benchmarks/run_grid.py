@@ -54,7 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import training_log  # benchmarks/training_log.py
 
 HERE = Path(__file__).resolve().parent
-RESET_PPO_CONF = HERE.parent / "sb3_reset_ppo" / "zoo" / "reset_ppo.yml"
+# The published grid's config (window_stride: 1), moved from the package's zoo/reset_ppo.yml, which now keeps the defaults
+RESET_PPO_CONF = HERE / "grid.yml"
 PPO_LSTM_CONF = HERE / "ppo_lstm.yml"
 FRESH_MEMORY_CONF = HERE / "fresh_memory.yml"
 EVIDENCE_CONF = HERE / "evidence.yml"
@@ -144,7 +145,7 @@ FRESH_MEMORY_ENVS = [
     "PopgymRepeatPreviousEasy-v0",
     "PopgymAutoencodeEasy-v0",
 ]
-# Envs that fit a 2-core machine; LunarLanderNoVel-v3 and CarRacing-v3 are configured in reset_ppo.yml
+# Envs that fit a 2-core machine; LunarLanderNoVel-v3 and CarRacing-v3 are configured in grid.yml
 # but need more compute (and Box2D).
 DEFAULT_ENVS = [
     "CueRecall-v0",

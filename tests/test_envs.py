@@ -17,6 +17,17 @@ def test_check_env(env_id: str) -> None:
     check_env(gym.make(env_id).unwrapped, skip_render_check=True)
 
 
+@pytest.mark.parametrize("env_id", [f"Popgym{task}-v0" for task in POPGYM_TASKS])
+def test_check_env_popgym(env_id: str) -> None:
+    pytest.importorskip("popgym")
+    import warnings
+
+    # The env as gym.make gives it (POPGym's own CountRecall shares its info dicts between calls: the wrapper does not)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is different from the unwrapped version")
+        check_env(gym.make(env_id), skip_render_check=True)
+
+
 def _cue_recall_scripted(env: gym.Env, n_episodes: int, remember: bool) -> float:
     unwrapped = env.unwrapped
     assert isinstance(unwrapped, CueRecallEnv)

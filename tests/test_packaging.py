@@ -1,17 +1,59 @@
 """What ships: the wheel holds the package data, and the zoo command works from an installed wheel."""
 
+import importlib.metadata
 import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.requirements import Requirement
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+    """Run ``command``, failing with its stderr (and stdout) in the assertion message if it exits with an error."""
+    result = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    assert result.returncode == 0, (
+        f"{' '.join(command)} exited with {result.returncode}\n"
+        f"stderr:\n{result.stderr[-4000:]}\nstdout:\n{result.stdout[-2000:]}"
+    )
+    return result
+
+
+def test_a_failing_step_shows_its_stderr() -> None:
+    with pytest.raises(AssertionError, match=r"(?s)exited with 3.*stderr:\s*no bdist_wheel"):
+        _run([sys.executable, "-c", "import sys; sys.stderr.write('no bdist_wheel'); sys.exit(3)"])
+
+
+def _missing_build_requirements() -> list[str]:
+    """pyproject.toml's build requirements that this environment does not satisfy."""
+    missing = []
+    for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]:
+        requirement = Requirement(line)
+        try:
+            version = importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        if version is None or not requirement.specifier.contains(version, prereleases=True):
+            missing.append(f"{line} (installed: {version})")
+    return missing
+
+
 def test_wheel_holds_package_data_and_runs_the_zoo_from_an_install(tmp_path: Path) -> None:
-    # Build the wheel from the checkout (with the build tools of this environment: no download)
-    subprocess.run(
+    # Build the wheel from the checkout (with the build tools of this environment: no download); the tests extra
+    # installs them
+    missing = _missing_build_requirements()
+    assert not missing, f"the build requirements {missing} are missing: pip install -e '.[tests]'"
+    _run(
         [
             sys.executable,
             "-m",
@@ -24,8 +66,6 @@ def test_wheel_holds_package_data_and_runs_the_zoo_from_an_install(tmp_path: Pat
             str(tmp_path / "dist"),
             str(ROOT),
         ],
-        check=True,
-        capture_output=True,
         timeout=300,
     )
     (wheel,) = (tmp_path / "dist").glob("sb3_reset_ppo-*.whl")
@@ -34,22 +74,13 @@ def test_wheel_holds_package_data_and_runs_the_zoo_from_an_install(tmp_path: Pat
         assert member in names, f"{member} is not in {wheel.name}"
     # Install it apart from the checkout; run from a folder where the checkout is not importable
     site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    _run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)], timeout=300)
     env = {**os.environ, "PYTHONPATH": str(site)}
-    where = subprocess.run(
-        [sys.executable, "-c", "import sb3_reset_ppo; print(sb3_reset_ppo.__file__)"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    where = _run([sys.executable, "-c", "import sb3_reset_ppo; print(sb3_reset_ppo.__file__)"], cwd=tmp_path, env=env)
     assert where.stdout.strip().startswith(str(site)), where.stdout
-    result = subprocess.run(
+    _run(
         [sys.executable, "-m", "sb3_reset_ppo.zoo", "train", "--algo", "reset_ppo", "--env", "CueRecall-v0",
          "-n", "512", "-f", str(tmp_path / "logs"), "--seed", "0", "--hyperparams", "n_envs:2", "n_steps:32"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env=env, timeout=300,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "logs" / "reset_ppo" / "CueRecall-v0_1" / "CueRecall-v0.zip").exists()

@@ -17,7 +17,8 @@ def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
 
     Reads every member of the zip archive and checks its CRC, so a truncated or corrupt file is reported
     here rather than by a traceback from deep inside zip or pickle handling. This does not make a file safe:
-    SB3 checkpoints are unpickled when loaded; load only files you trust (see the README).
+    SB3 checkpoints are unpickled when loaded; load only files you trust (the
+    documentation's *Reliability* page, docs/guide/reliability.md).
 
     :param path: Path (``.zip`` may be omitted, as with SB3's ``load``) or an open binary file
     """

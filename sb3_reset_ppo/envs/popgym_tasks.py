@@ -3,13 +3,15 @@ POPGym memory tasks (``popgym`` on PyPI, numpy only) as gymnasium ids SB3 can tr
 
 ``Popgym<Task>-v0`` makes ``popgym.envs.<Task>()`` and flattens a ``Tuple`` observation space (which SB3 does
 not support, e.g. Autoencode's) or a ``MultiDiscrete`` one (CountRecall's: SB3 gives its flattened size as a numpy
-integer, which torch's LSTM rejects) into one-hot vectors with gymnasium's ``FlattenObservation``. Scores are in
+integer, which torch's LSTM rejects) into one-hot vectors with gymnasium's ``FlattenObservation``. Its info dicts
+are copied (:class:`FreshInfo`): CountRecall's hold one counts array that every later step changes. Scores are in
 ``[-1, 1]`` per episode. The ids are registered by :mod:`sb3_reset_ppo.envs`; ``popgym`` is imported only
 when one is made (install it with ``pip install "sb3-reset-ppo[evidence]"`` or ``pip install popgym``).
 """
 
+import copy
 import importlib
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -25,9 +27,27 @@ TASKS = (
 )
 
 
+class FreshInfo(gym.Wrapper[Any, Any, Any, Any]):
+    """
+    Return a new info dict, sharing no object with an earlier one, from every ``reset`` and ``step``.
+
+    POPGym's CountRecall returns its running counts array itself in every info dict, so an info kept by the user
+    (a ``Monitor``, a callback, gymnasium's ``check_env``) changes with the steps after it.
+    """
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        observation, info = self.env.reset(seed=seed, options=options)
+        return observation, copy.deepcopy(info)
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation, reward, terminated, truncated, copy.deepcopy(info)
+
+
 def make_popgym(task: str, **kwargs: Any) -> gym.Env:
     """
-    Make the POPGym task ``task`` (a class name of ``popgym.envs``), with a ``Tuple`` observation flattened.
+    Make the POPGym task ``task`` (a class name of ``popgym.envs``), with a ``Tuple`` or ``MultiDiscrete``
+    observation flattened and fresh info dicts (:class:`FreshInfo`).
 
     :param task: E.g. ``"RepeatPreviousEasy"``
     :param kwargs: Passed to the task's constructor
@@ -38,7 +58,7 @@ def make_popgym(task: str, **kwargs: Any) -> gym.Env:
     except ImportError as error:
         raise ImportError(f"Popgym{task}-v0 needs the popgym package: pip install popgym") from error
     kwargs.pop("render_mode", None)  # POPGym tasks do not render; make_vec_env asks for rgb_array
-    env: gym.Env = getattr(envs, task)(**kwargs)
+    env: gym.Env = FreshInfo(getattr(envs, task)(**kwargs))
     if isinstance(env.observation_space, (spaces.Tuple, spaces.MultiDiscrete)):
         env = gym.wrappers.FlattenObservation(env)
     return env

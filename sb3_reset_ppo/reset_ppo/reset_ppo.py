@@ -71,9 +71,9 @@ class ResetPPO(RecurrentPPO):
 
     A drop-in for sb3-contrib's ``RecurrentPPO``: same policies, arguments and logged keys. Each window is
     ``window_size`` consecutive steps of one env. Slot 0 starts from the LSTM memory recorded during the
-    rollout; where a window crosses into a new episode, the memory is reset to the one recorded for that
-    step and training continues (``boundary="reset"``), so every slot is a real training step and
-    backpropagation through time still stops at the boundary. ``boundary="mask"`` reproduces the masking
+    rollout; where a window crosses into a new episode, the memory is zeroed there by SB3's episode-start rule
+    (memory times ``1 - episode_start``) and training continues (``boundary="reset"``), so every slot is a real
+    training step and backpropagation through time stops at the boundary. ``boundary="mask"`` reproduces the masking
     baseline (every slot after the first episode end of a window is dropped).
 
     :param policy: The policy model to use: an LSTM policy (MlpLstmPolicy, CnnLstmPolicy, MultiInputLstmPolicy), a

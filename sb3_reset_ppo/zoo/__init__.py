@@ -4,10 +4,14 @@ RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo --env C
 Registers ``reset_ppo`` (:class:`~sb3_reset_ppo.ResetPPO`) in ``rl_zoo3.ALGOS`` next to ``ppo_lstm``, its
 Optuna sampler for ``-optimize``, and the memory tasks of :mod:`sb3_reset_ppo.envs`, then runs the zoo's
 own command line (``train``, ``enjoy``, ``plot_train``, ...). For ``--algo reset_ppo`` the hyperparameter
-file shipped with the package (``reset_ppo.yml``) is the default ``--conf-file``.
+file shipped with the package (``reset_ppo.yml``, ResetPPO's defaults for ``window_stride`` and the rest) is
+the default ``--conf-file``. ``enjoy`` without a display (see :func:`no_display_reason`) runs as with
+``--no-render`` and says so: a window nobody can see would only pace the steps at the env's ``render_fps``.
 """
 
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +84,56 @@ def _with_default_conf_file(argv: list[str]) -> list[str]:
     return argv
 
 
+def no_display_reason(environ: Mapping[str, str] | None = None, platform: str | None = None) -> str | None:
+    """
+    Why a window (gymnasium's ``render_mode="human"``, drawn by pygame) cannot be seen, if it cannot.
+
+    :param environ: The environment variables (default: ``os.environ``)
+    :param platform: ``sys.platform`` (the default) or another value of it
+    :return: ``None`` where a window can be shown: on macOS and Windows, or elsewhere (Linux, BSD) with
+        ``DISPLAY`` or ``WAYLAND_DISPLAY`` set; else the reason, e.g. ``"DISPLAY and WAYLAND_DISPLAY are unset"``.
+        SDL's ``dummy`` and ``offscreen`` video drivers (``SDL_VIDEODRIVER``) show nothing anywhere.
+    """
+    environ = os.environ if environ is None else environ
+    platform = sys.platform if platform is None else platform
+    driver = environ.get("SDL_VIDEODRIVER", "")
+    if driver.lower() in ("dummy", "offscreen"):
+        return f"SDL_VIDEODRIVER={driver} shows no window"
+    if platform.startswith(("win32", "cygwin", "darwin")) or environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"):
+        return None
+    return "DISPLAY and WAYLAND_DISPLAY are unset"
+
+
+def _without_render_if_no_display(
+    argv: list[str], environ: Mapping[str, str] | None = None, platform: str | None = None
+) -> list[str]:
+    """
+    Add ``--no-render`` to an ``enjoy`` command that would render where nothing can be seen, and say so on stderr.
+
+    Rendering there shows nothing but still paces every step at the env's ``render_fps`` (the zoo's 1,000 steps
+    of ``CueRecall-v0``, at 4 frames per second, take over 4 minutes); without it the episodes run at full speed
+    and their returns are printed as usual.
+
+    :param argv: The arguments after the program name, e.g. ``["enjoy", "--algo", "reset_ppo", ...]``
+    :param environ: The environment variables (default: ``os.environ``)
+    :param platform: ``sys.platform`` (the default) or another value of it
+    :return: ``argv``, with ``--no-render`` added where needed
+    """
+    # argparse takes any unambiguous prefix of --no-render ("--no-" and longer)
+    no_render = any(arg.startswith("--no-") and "--no-render".startswith(arg) for arg in argv)
+    if not argv or argv[0] != "enjoy" or no_render or "-h" in argv or "--help" in argv:
+        return argv
+    reason = no_display_reason(environ, platform)
+    if reason is None:
+        return argv
+    print(
+        f"sb3_reset_ppo.zoo enjoy: no display ({reason}): running without rendering, as with --no-render, "
+        "instead of pacing the steps at the env's render_fps for a window nobody sees",
+        file=sys.stderr,
+    )
+    return [*argv, "--no-render"]
+
+
 # rl_zoo3.cli.main's scripts (tests/test_zoo.py checks each is known to it)
 SCRIPTS = ("train", "enjoy", "plot_train", "plot_from_file", "all_plots")
 USAGE = f"""usage: python -m sb3_reset_ppo.zoo {{{",".join(SCRIPTS)}}} [options]
@@ -111,6 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     register()
     from rl_zoo3.cli import main as zoo_main
 
-    arguments = _with_default_conf_file(arguments)
-    sys.argv = [sys.argv[0], *arguments]
+    arguments = _without_render_if_no_display(_with_default_conf_file(arguments))
+    # The zoo's scripts name themselves after sys.argv[0] in their usage (argparse's default prog), which
+    # `python -m` sets to this package's __main__.py
+    sys.argv = [f"python -m sb3_reset_ppo.zoo {arguments[0]}", *arguments]
     zoo_main()

@@ -1,0 +1,133 @@
+"""The documentation site builds without a warning, and every Python code block of the README and the docs runs."""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+# What the docs build needs (the `docs` extra); without it the build test is skipped, the snippets still run
+DOCS_REQUIREMENTS = ("sphinx", "myst_parser", "furo")
+# Blocks that tests/test_readme.py runs with their output checked: (file, heading above the block)
+RUN_BY_TEST_README = {
+    ("README.md", "## Usage: a drop-in for RecurrentPPO"),
+    ("docs/guide/usage.md", "## GRU policies"),
+}
+# Small budgets for the snippets: what each substitution replaces must be in the block that needs it
+BUDGETS = ((re.compile(r"\.learn\(\s*[\d_]+"), ".learn(1_024"), (re.compile(r"n_eval_episodes=\d+"), "n_eval_episodes=5"))
+
+
+class CodeBlock(NamedTuple):
+    path: str  # relative to the repository root
+    line: int  # of the opening fence, 1-based
+    heading: str  # the last Markdown heading above the block ("" if none)
+    code: str
+    expected_output: str | None  # a ```text block right after the block: what it prints
+
+
+def markdown_files() -> list[Path]:
+    """The README, every Markdown page of the docs (not the build output) and every file a page includes."""
+    pages = sorted(path for path in DOCS.rglob("*.md") if "_build" not in path.relative_to(DOCS).parts)
+    included = [
+        (page.parent / target).resolve()
+        for page in pages
+        for target in re.findall(r"^`{3,}\{include\}\s+(\S+)", page.read_text(), re.MULTILINE)
+    ]
+    files = [ROOT / "README.md", *pages, *included]
+    return sorted(set(files), key=files.index)
+
+
+def python_blocks(path: Path) -> list[CodeBlock]:
+    """Every fenced ```python block of a Markdown file, with the ```text block that follows it, if any."""
+    lines = path.read_text().splitlines()
+    blocks: list[CodeBlock] = []
+    heading = ""
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if re.match(r"#{1,6} ", line):
+            heading = line
+        fence = re.match(r"(`{3,})(\S*)(?:\s.*)?$", line)
+        if not fence:
+            index += 1
+            continue
+        ticks, language = fence.groups()
+        end = next(i for i in range(index + 1, len(lines)) if lines[i].strip() == ticks)
+        if language == "python":
+            following = end + 1
+            while following < len(lines) and not lines[following].strip():
+                following += 1
+            expected = None
+            if following < len(lines) and lines[following].strip() == "```text":
+                text_end = next(i for i in range(following + 1, len(lines)) if lines[i].strip() == "```")
+                expected = "\n".join(lines[following + 1 : text_end]) + "\n"
+            code = "\n".join(lines[index + 1 : end]) + "\n"
+            blocks.append(CodeBlock(str(path.relative_to(ROOT)), index + 1, heading, code, expected))
+        index = end + 1
+    return blocks
+
+
+ALL_BLOCKS = [block for path in markdown_files() for block in python_blocks(path)]
+GENERIC_BLOCKS = [block for block in ALL_BLOCKS if (block.path, block.heading) not in RUN_BY_TEST_README]
+
+
+def with_small_budget(code: str) -> str:
+    for pattern, replacement in BUDGETS:
+        code = pattern.sub(replacement, code)
+    return code
+
+
+def snippet_environment() -> dict[str, str]:
+    # One thread per snippet (the machine is shared), the checkout importable, no display for rendering
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "SDL_VIDEODRIVER": "dummy"}
+
+
+def test_every_python_block_is_run() -> None:
+    # The blocks test_readme.py runs exist where it looks for them; every other block runs below
+    found = {(block.path, block.heading) for block in ALL_BLOCKS}
+    assert found >= RUN_BY_TEST_README, RUN_BY_TEST_README - found
+    assert len(GENERIC_BLOCKS) + len(RUN_BY_TEST_README) <= len(ALL_BLOCKS)
+    assert GENERIC_BLOCKS, "no Python block outside test_readme.py's: the extractor found nothing"
+
+
+@pytest.mark.parametrize("block", GENERIC_BLOCKS, ids=[f"{block.path}:{block.line}" for block in GENERIC_BLOCKS])
+def test_python_block_runs(block: CodeBlock, tmp_path: Path) -> None:
+    code = with_small_budget(block.code)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=snippet_environment()
+    )
+    assert result.returncode == 0, f"{block.path}:{block.line} failed:\n{result.stderr[-3000:]}"
+    if block.expected_output is not None:
+        # The page shows what the block prints: it must be what it prints
+        assert result.stdout == block.expected_output, f"{block.path}:{block.line} printed:\n{result.stdout}"
+
+
+def test_docs_build_without_warnings(tmp_path: Path) -> None:
+    missing = [name for name in DOCS_REQUIREMENTS if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"the docs build needs {', '.join(missing)} (pip install -e '.[docs]')")
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-d", str(tmp_path / "doctrees"),
+         str(DOCS), str(tmp_path / "html")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=snippet_environment(),
+    )  # fmt: skip
+    assert result.returncode == 0, f"sphinx-build -W failed:\n{result.stderr[-5000:]}"
+    html = tmp_path / "html"
+    # The pages the README links to, the API reference and the included files are there
+    for page in ("index", "algorithm", "design", "changelog", "guide/usage", "studies/evidence", "api/reset_ppo"):
+        assert (html / f"{page}.html").exists(), page
+    api = (html / "api" / "reset_ppo.html").read_text()
+    assert "window_coverage" in api and "NonFiniteTrainingError" in api  # autodoc read the docstrings
+    # The study pages' figures were found and copied
+    evidence = (html / "studies" / "evidence.html").read_text()
+    images = re.findall(r'<img [^>]*src="([^"]+)"', evidence)
+    assert images and all((html / "studies" / src).resolve().exists() for src in images), images
+    # The changelog is included, not copied: its first heading is the page's
+    first_heading = next(line[2:] for line in (ROOT / "CHANGELOG.md").read_text().splitlines() if line.startswith("# "))
+    assert first_heading in (html / "changelog.html").read_text()
