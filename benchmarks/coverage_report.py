@@ -277,16 +277,36 @@ def reuse_check(runs: list[dict[str, Any]], timing: list[dict[str, Any]]) -> lis
     return rows
 
 
-def overlap(a: dict[str, Any], b: dict[str, Any]) -> float:
-    """Seconds two runs' time intervals overlap (``started`` and ``seconds`` of their ``run.json``)."""
+def _timestamp(text: str) -> float:
+    """Seconds since the epoch of a UTC time as ``run.json`` writes it (``2026-12-04T10:00:00Z``)."""
     import datetime
 
-    def interval(run: dict[str, Any]) -> tuple[float, float]:
-        start = datetime.datetime.strptime(run["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
-        return start, start + float(run["seconds"])
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
 
-    (a0, a1), (b0, b1) = interval(a), interval(b)
+
+def run_interval(run: dict[str, Any]) -> tuple[float, float]:
+    """A run's start and end, seconds since the epoch."""
+    start = _timestamp(run["started"])
+    return start, start + float(run["seconds"])
+
+
+def overlap(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Seconds two runs' time intervals overlap (``started`` and ``seconds`` of their ``run.json``)."""
+    (a0, a1), (b0, b1) = run_interval(a), run_interval(b)
     return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+def load_disturbed(path: Path) -> list[tuple[float, float]]:
+    """The periods when other work shared the machine with the grid (``PROTOCOL_coverage.md``, amendment 3)."""
+    if not path.exists():
+        return []
+    return [(_timestamp(entry["from"]), _timestamp(entry["to"])) for entry in json.loads(path.read_text())]
+
+
+def disturbed_run(run: dict[str, Any], periods: Sequence[tuple[float, float]]) -> bool:
+    """Whether a run's interval overlaps one of ``periods``."""
+    start, end = run_interval(run)
+    return any(start < to and frm < end for frm, to in periods)
 
 
 def side_by_side_pairs(
@@ -376,10 +396,13 @@ def score_matrix(
     )
 
 
-def seconds_per_step(runs: list[dict[str, Any]], timing: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], float], int]:
+def seconds_per_step(
+    runs: list[dict[str, Any]], timing: list[dict[str, Any]], disturbed: Sequence[tuple[float, float]] = ()
+) -> tuple[dict[tuple[str, str], float], int]:
     """
     Seconds per env step of each (arm, env) from the side-by-side pairs (``PROTOCOL_coverage.md``, amendment 1): a
-    ResetPPO arm's median over its paired runs, ``cv_rppo``'s over its runs with at least one pair.
+    ResetPPO arm's median over its paired runs, ``cv_rppo``'s over its runs with at least one pair. Pairs with a run
+    in a ``disturbed`` period (amendment 3) are left out.
 
     :return: (arm, env) -> seconds per step, and the number of pairs
     """
@@ -388,7 +411,11 @@ def seconds_per_step(runs: list[dict[str, Any]], timing: list[dict[str, Any]]) -
         *[r for r in runs if "reused_from" not in r and "shared_with" not in r],
         *[t for t in timing if t["variant"] != "cv_rppo"],
     ]
-    pairs = side_by_side_pairs(others, rppo)
+    pairs = [
+        (run, partner)
+        for run, partner in side_by_side_pairs(others, rppo)
+        if not (disturbed_run(run, disturbed) or disturbed_run(partner, disturbed))
+    ]
     samples: dict[tuple[str, str], list[float]] = {}
     paired_rppo: dict[int, dict[str, Any]] = {}
     for run, partner in pairs:
@@ -434,7 +461,11 @@ def equal_time_scores(
 
 
 def grid_analysis(
-    runs: list[dict[str, Any]], timing: list[dict[str, Any]], randoms: dict[str, float], reps: int
+    runs: list[dict[str, Any]],
+    timing: list[dict[str, Any]],
+    randoms: dict[str, float],
+    reps: int,
+    disturbed: Sequence[tuple[float, float]] = (),
 ) -> dict[str, Any]:
     """
     The protocol's grid statistics once the grid is complete: per endpoint (final, over training, equal wall-clock)
@@ -458,7 +489,7 @@ def grid_analysis(
         key = "final" if endpoint == "final" else "auc"
         entry["differences"] = report.difference_tests(runs, envs, CANDIDATES, "cv_rppo", key, reps)
         result["endpoints"][endpoint] = entry
-    speed, n_pairs = seconds_per_step(runs, timing)
+    speed, n_pairs = seconds_per_step(runs, timing, disturbed)
     result["pairs"] = n_pairs
     result["seconds_per_step"] = {f"{arm} {env}": value for (arm, env), value in speed.items()}
     at_time: dict[str, list[float]] = {}
@@ -633,9 +664,10 @@ def main() -> None:
     envs = run_grid.EVIDENCE_ENVS
     grid: dict[str, Any] = {"complete": False}
     randoms = random_returns(envs, args.results / "coverage" / "random_returns.json")
+    disturbed = load_disturbed(args.results / "coverage" / "disturbed.json")
     if complete(runs, [*CANDIDATES, "cv_rppo"], envs):
-        grid = grid_analysis(runs, timing, randoms, args.reps)
-    speed, _ = seconds_per_step(runs, timing)
+        grid = grid_analysis(runs, timing, randoms, args.reps, disturbed)
+    speed, _ = seconds_per_step(runs, timing, disturbed)
     wall_figure = wall_clock_figure(runs, speed, randoms, args.out / "figures_coverage" / "wall_clock.png")
     if wall_figure is not None:
         figures.append(wall_figure)

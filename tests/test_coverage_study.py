@@ -182,3 +182,16 @@ def test_wall_clock_figure_and_random_return_cache(tmp_path: Path) -> None:
     cache.write_text(json.dumps({"CueRecall-v0": 0.25}))
     # A cached env is not measured again
     assert coverage_report.random_returns(["CueRecall-v0"], cache) == {"CueRecall-v0": 0.25}
+
+
+def test_pairs_in_a_disturbed_period_are_left_out_of_the_timings(tmp_path: Path) -> None:
+    runs, timing, _ = _grid("cv_full16", np.random.default_rng(2))
+    _, pairs = coverage_report.seconds_per_step(runs, timing)
+    path = tmp_path / "disturbed.json"
+    # Every synthetic run starts at 10:00:00: a period at 10:01 overlaps them all; one at 11:00 none
+    path.write_text(json.dumps([{"from": "2026-12-04T11:00:00Z", "to": "2026-12-04T11:05:00Z", "what": "later"}]))
+    assert coverage_report.seconds_per_step(runs, timing, coverage_report.load_disturbed(path))[1] == pairs > 0
+    path.write_text(json.dumps([{"from": "2026-12-04T10:01:00Z", "to": "2026-12-04T10:02:00Z", "what": "tests"}]))
+    speed, none = coverage_report.seconds_per_step(runs, timing, coverage_report.load_disturbed(path))
+    assert none == 0 and speed == {}
+    assert coverage_report.load_disturbed(tmp_path / "missing.json") == []
