@@ -460,6 +460,38 @@ def equal_time_scores(
     return scores[arm], scores[base]
 
 
+def scores_at_finish(
+    runs: list[dict[str, Any]],
+    arm: str,
+    base: str,
+    at: str,
+    envs: Sequence[str],
+    speed: dict[tuple[str, str], float],
+    randoms: dict[str, float],
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """
+    Normalised scores of ``arm`` and ``base`` at the time ``at`` (one of the two) finishes on each env, seed by seed:
+    a run finished by then counts its final score, one still training its last evaluation by then (0 before its
+    first); ``(seeds, envs)`` each, None when an env lacks a timing.
+    """
+    if any((arm, env) not in speed or (base, env) not in speed for env in envs):
+        return None
+    scores = {arm: np.zeros((len(SEEDS), len(envs))), base: np.zeros((len(SEEDS), len(envs)))}
+    for column, env in enumerate(envs):
+        by_key = {(r["variant"], int(r["seed"])): r for r in runs if r["env"] == env and r["variant"] in (arm, base)}
+        random, reference = randoms[env], report.REFERENCE_RETURN[env]
+        for row, seed in enumerate(SEEDS):
+            finish = float(by_key[(at, seed)]["timesteps"][-1]) * speed[(at, env)]
+            for name in (arm, base):
+                run = by_key[(name, seed)]
+                times = np.asarray(run["timesteps"], dtype=float) * speed[(name, env)]
+                if times[-1] <= finish:
+                    scores[name][row, column] = float(normalise(run["final"], random, reference))
+                else:
+                    scores[name][row, column] = score_at(times, normalise(run["eval_mean"], random, reference), finish)
+    return scores[arm], scores[base]
+
+
 def grid_analysis(
     runs: list[dict[str, Any]],
     timing: list[dict[str, Any]],
@@ -500,6 +532,15 @@ def grid_analysis(
         _, _, poi, poi_ci = report.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
         at_time[arm] = report.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
     result["equal_wall_clock_vs_cv_rppo"] = at_time
+    # The issue's two moments: the ResetPPO arm's finishing time and RecurrentPPO's
+    for key, moment in (("at_arm_finish_vs_cv_rppo", "arm"), ("at_rppo_finish_vs_cv_rppo", "base")):
+        probabilities: dict[str, list[float]] = {}
+        for arm in CANDIDATES:
+            both = scores_at_finish(runs, arm, "cv_rppo", arm if moment == "arm" else "cv_rppo", envs, speed, randoms)
+            if both is not None:
+                _, _, poi, poi_ci = report.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
+                probabilities[arm] = report.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
+        result[key] = probabilities
     return result
 
 
@@ -625,14 +666,20 @@ def analysis_markdown(grid: dict[str, Any], decision: dict[str, Any], ratios: di
             "Probability that the arm beats RecurrentPPO with the same settings (`cv_rppo`), 95% stratified-bootstrap "
             'interval; "better"/"worse" where the interval excludes 0.5.',
             "",
-            "| arm | final | over training | at the faster arm's finishing time |",
-            "|---|---|---|---|",
+            "| arm | final | over training | at the faster arm's finishing time | at the arm's finishing time "
+            "| at RecurrentPPO's finishing time |",
+            "|---|---|---|---|---|---|",
         ]
-        at_time = grid.get("equal_wall_clock_vs_cv_rppo", {})
+
+        def timed(key: str, arm: str) -> str:
+            values = grid.get(key, {})
+            return triple_text(values[arm]) if arm in values else "(no timing)"
+
         for arm in CANDIDATES:
-            timed = triple_text(at_time[arm]) if arm in at_time else "(no timing)"
             lines.append(
-                f"| `{arm}` | {triple_text(final['vs_cv_rppo'][arm])} | {triple_text(over['vs_cv_rppo'][arm])} | {timed} |"
+                f"| `{arm}` | {triple_text(final['vs_cv_rppo'][arm])} | {triple_text(over['vs_cv_rppo'][arm])} "
+                f"| {timed('equal_wall_clock_vs_cv_rppo', arm)} | {timed('at_arm_finish_vs_cv_rppo', arm)} "
+                f"| {timed('at_rppo_finish_vs_cv_rppo', arm)} |"
             )
         lines += ["", f"Side-by-side pairs behind the timings: {grid.get('pairs', 0)}.", ""]
     if ratios:

@@ -157,6 +157,9 @@ def test_grid_analysis_and_decision_on_a_synthetic_grid() -> None:
     )
     # At the faster arm's finish (a quarter of RecurrentPPO's time), RecurrentPPO has reached a quarter of its curve
     assert grid["equal_wall_clock_vs_cv_rppo"]["cv_inside16"][0] == pytest.approx(1.0)
+    # The same moment named by the arm; at RecurrentPPO's finish every arm has stopped: its final against RecurrentPPO's
+    assert grid["at_arm_finish_vs_cv_rppo"]["cv_inside16"][0] == pytest.approx(1.0)
+    assert grid["at_rppo_finish_vs_cv_rppo"]["cv_full16"] == grid["endpoints"]["final"]["vs_cv_rppo"]["cv_full16"]
     port = {"arms": {arm: {"final_vs_rppo": {"high": 0.1}, "over_training_vs_rppo": {"high": 0.1}, "learn_ratio": 0.3}
                      for arm in ("cv_inside16", "cv_full16", "cv_full64", "cv_batch")}}  # fmt: skip
     ratios = {arm: [0.2, 0.45] for arm in coverage_report.CANDIDATES}
