@@ -445,32 +445,22 @@ def equal_time_scores(
     """
     if any((arm, env) not in speed or (base, env) not in speed for env in envs):
         return None
-    scores = {arm: np.zeros((len(SEEDS), len(envs))), base: np.zeros((len(SEEDS), len(envs)))}
-    for column, env in enumerate(envs):
-        by_key = {(r["variant"], int(r["seed"])): r for r in runs if r["env"] == env and r["variant"] in (arm, base)}
-        fast, slow = (arm, base) if speed[(arm, env)] <= speed[(base, env)] else (base, arm)
-        random, reference = randoms[env], report.REFERENCE_RETURN[env]
-        for row, seed in enumerate(SEEDS):
-            fast_run, slow_run = by_key[(fast, seed)], by_key[(slow, seed)]
-            finish = float(fast_run["timesteps"][-1]) * speed[(fast, env)]
-            times = np.asarray(slow_run["timesteps"], dtype=float) * speed[(slow, env)]
-            slow_scores = normalise(slow_run["eval_mean"], random, reference)
-            scores[fast][row, column] = float(normalise(fast_run["final"], random, reference))
-            scores[slow][row, column] = score_at(times, slow_scores, finish)
-    return scores[arm], scores[base]
+    faster = {env: arm if speed[(arm, env)] <= speed[(base, env)] else base for env in envs}
+    return scores_at_finish(runs, arm, base, faster, envs, speed, randoms)
 
 
 def scores_at_finish(
     runs: list[dict[str, Any]],
     arm: str,
     base: str,
-    at: str,
+    at: str | dict[str, str],
     envs: Sequence[str],
     speed: dict[tuple[str, str], float],
     randoms: dict[str, float],
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """
-    Normalised scores of ``arm`` and ``base`` at the time ``at`` (one of the two) finishes on each env, seed by seed:
+    Normalised scores of ``arm`` and ``base`` at the time ``at`` (one of the two, or one per env) finishes on each env,
+    seed by seed:
     a run finished by then counts its final score, one still training its last evaluation by then (0 before its
     first); ``(seeds, envs)`` each, None when an env lacks a timing.
     """
@@ -481,7 +471,8 @@ def scores_at_finish(
         by_key = {(r["variant"], int(r["seed"])): r for r in runs if r["env"] == env and r["variant"] in (arm, base)}
         random, reference = randoms[env], report.REFERENCE_RETURN[env]
         for row, seed in enumerate(SEEDS):
-            finish = float(by_key[(at, seed)]["timesteps"][-1]) * speed[(at, env)]
+            first = at if isinstance(at, str) else at[env]
+            finish = float(by_key[(first, seed)]["timesteps"][-1]) * speed[(first, env)]
             for name in (arm, base):
                 run = by_key[(name, seed)]
                 times = np.asarray(run["timesteps"], dtype=float) * speed[(name, env)]

@@ -7,7 +7,7 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 
-from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer
 from sb3_reset_ppo.common.unroll import evaluate_windows
 
 
@@ -200,3 +200,54 @@ def assert_close_named(actual: "th.Tensor", expected: "th.Tensor", name: str, **
         th.testing.assert_close(actual, expected, **tolerances)  # type: ignore[arg-type]
     except AssertionError as error:
         raise AssertionError(f"{name}: {error}") from None
+
+
+def filled_window_buffer(
+    n_steps: int,
+    n_envs: int,
+    window_size: int,
+    boundary: str = "reset",
+    weighting: str = "uniform",
+    stride: int | None = 1,
+    *,
+    window_coverage: str = "inside",
+    density: float = 0.3,
+    seed: int = 1,
+    buffer_seed: int | None = None,
+) -> WindowRolloutBuffer:
+    """
+    A full window buffer whose observation at (step, env) is its env-major flat index and whose memory holds the same
+    id; episode starts drawn with probability ``density`` from a generator seeded ``seed``.
+    """
+    from sb3_contrib.common.recurrent.type_aliases import RNNStates
+
+    rng = np.random.default_rng(seed)
+    buffer = WindowRolloutBuffer(
+        n_steps,
+        spaces.Box(-np.inf, np.inf, shape=(1,)),
+        spaces.Discrete(2),
+        (n_steps, 1, n_envs, 2),
+        "cpu",
+        n_envs=n_envs,
+        window_size=window_size,
+        boundary=boundary,
+        weighting=weighting,
+        window_stride=stride,
+        window_coverage=window_coverage,
+        seed=buffer_seed,
+    )
+    starts = (rng.random((n_steps, n_envs)) < density).astype(np.float32)
+    for step in range(n_steps):
+        ids = np.arange(n_envs) * n_steps + step
+        memory = th.as_tensor(np.repeat(ids[None, :, None], 2, axis=2), dtype=th.float32)
+        buffer.add(
+            ids[:, None].astype(np.float32),
+            np.zeros((n_envs, 1)),
+            np.zeros(n_envs),
+            starts[step],
+            th.zeros(n_envs),
+            th.zeros(n_envs),
+            lstm_states=RNNStates((memory, memory), (memory, memory)),
+        )
+    buffer.compute_returns_and_advantage(th.zeros(n_envs), np.zeros(n_envs))
+    return buffer

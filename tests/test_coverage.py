@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
-from gymnasium import spaces
-from helpers import RandomEpisodeEnv, assert_close_named, brute_force_step_weights
+from helpers import RandomEpisodeEnv, assert_close_named, brute_force_step_weights, filled_window_buffer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
@@ -34,36 +33,10 @@ def _buffer(
     seed: int = 1,
 ) -> WindowRolloutBuffer:
     """A full-coverage buffer whose observation at (step, env) is its env-major flat index; memory holds the same id."""
-    rng = np.random.default_rng(seed)
-    buffer = WindowRolloutBuffer(
-        n_steps,
-        spaces.Box(-np.inf, np.inf, shape=(1,)),
-        spaces.Discrete(2),
-        (n_steps, 1, n_envs, 2),
-        "cpu",
-        n_envs=n_envs,
-        window_size=window_size,
-        boundary=boundary,
-        weighting=weighting,
-        window_stride=stride,
-        window_coverage="full",
-        seed=seed,
-    )
-    starts = (rng.random((n_steps, n_envs)) < density).astype(np.float32)
-    for step in range(n_steps):
-        ids = np.arange(n_envs) * n_steps + step
-        memory = th.as_tensor(np.repeat(ids[None, :, None], 2, axis=2), dtype=th.float32)
-        buffer.add(
-            ids[:, None].astype(np.float32),
-            np.zeros((n_envs, 1)),
-            np.zeros(n_envs),
-            starts[step],
-            th.zeros(n_envs),
-            th.zeros(n_envs),
-            lstm_states=RNNStates((memory, memory), (memory, memory)),
-        )
-    buffer.compute_returns_and_advantage(th.zeros(n_envs), np.zeros(n_envs))
-    return buffer
+    return filled_window_buffer(
+        n_steps, n_envs, window_size, boundary, weighting, stride,
+        window_coverage="full", density=density, seed=seed, buffer_seed=seed,
+    )  # fmt: skip
 
 
 def _step_ids(batch: WindowRolloutBufferSamples) -> th.Tensor:

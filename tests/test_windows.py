@@ -5,9 +5,9 @@ import pytest
 import torch as th
 from gymnasium import spaces
 from helpers import brute_force_step_weights
+from helpers import filled_window_buffer as _filled_buffer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
 from sb3_reset_ppo import WindowRolloutBuffer, window_weights
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
@@ -116,40 +116,6 @@ def test_window_weights_rejects_bad_modes_and_shapes() -> None:
 def _obs(batch: WindowRolloutBufferSamples) -> th.Tensor:
     assert isinstance(batch.observations, th.Tensor)
     return batch.observations
-
-
-def _filled_buffer(
-    n_steps: int, n_envs: int, window_size: int, boundary: str, weighting: str, stride: int = 1
-) -> WindowRolloutBuffer:
-    """A buffer whose observation at (step, env) is its env-major flat index; memory holds the same id."""
-    rng = np.random.default_rng(1)
-    buffer = WindowRolloutBuffer(
-        n_steps,
-        spaces.Box(-np.inf, np.inf, shape=(1,)),
-        spaces.Discrete(2),
-        (n_steps, 1, n_envs, 2),
-        "cpu",
-        n_envs=n_envs,
-        window_size=window_size,
-        boundary=boundary,
-        weighting=weighting,
-        window_stride=stride,
-    )
-    starts = (rng.random((n_steps, n_envs)) < 0.3).astype(np.float32)
-    for step in range(n_steps):
-        ids = np.arange(n_envs) * n_steps + step
-        memory = th.as_tensor(np.repeat(ids[None, :, None], 2, axis=2), dtype=th.float32)
-        buffer.add(
-            ids[:, None].astype(np.float32),
-            np.zeros((n_envs, 1)),
-            np.zeros(n_envs),
-            starts[step],
-            th.zeros(n_envs),
-            th.zeros(n_envs),
-            lstm_states=RNNStates((memory, memory), (memory, memory)),
-        )
-    buffer.compute_returns_and_advantage(th.zeros(n_envs), np.zeros(n_envs))
-    return buffer
 
 
 @settings(max_examples=40, deadline=None)
