@@ -52,8 +52,9 @@ def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
         # The end of the file (the checkpoint's own zip directory) is cut off, and zip found the directory of the
         # archive nested inside it (policy.pth or policy.optimizer.pth, torch's format): those are not its members
         raise ValueError(
-            f"cannot load checkpoint {path}: the file is truncated (its zip directory, at the end, is missing; what "
-            "remains readable is a torch archive nested inside it, not the checkpoint); save it again or restore a copy"
+            f"cannot load checkpoint {path}: the file is truncated or corrupt: its zip directory, at the end, is missing, "
+            "and what remains readable is a torch archive nested inside it (not the checkpoint's members); save it again "
+            "or restore a copy"
         )
     if missing:
         raise ValueError(
