@@ -98,13 +98,13 @@ def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, st
 class _CheckedLstmPredict:
     """``predict`` of sb3-contrib's LSTM policies, with the memory checked first (:func:`check_predict_state`)."""
 
-    def predict(  # type: ignore[no-untyped-def]
+    def predict(
         self,
         observation: np.ndarray | dict[str, np.ndarray],
         state: tuple[np.ndarray, ...] | None = None,
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
-    ):
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """
         Get the policy action from an observation and the memory, as sb3-contrib's LSTM policies do.
 
