@@ -29,6 +29,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from sb3_reset_ppo.experiments import runner, stats
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import port_case  # noqa: E402  (benchmarks/port_case.py)
@@ -62,16 +64,10 @@ def normalise(values: np.ndarray | float, random: float, reference: float) -> np
 
 def score_at(times: np.ndarray, scores: np.ndarray, at: float, before_first: float = 0.0) -> float:
     """
-    A run's score at a time: its last evaluation at or before ``at`` (``before_first`` before its first
-    evaluation: the random policy's normalised score, 0).
-
-    :param times: time of each evaluation (ascending)
-    :param scores: score of each evaluation
-    :param at: the time asked for
-    :param before_first: the score before any evaluation
+    A run's normalised score at a time (:func:`sb3_reset_ppo.experiments.stats.score_at`), 0 (the random
+    policy's) before its first evaluation.
     """
-    index = int(np.searchsorted(times, at, side="right")) - 1
-    return before_first if index < 0 else float(scores[index])
+    return stats.score_at(times, scores, at, before_first)
 
 
 def run_score_at(run: dict[str, Any], at: float) -> float:
@@ -249,7 +245,7 @@ def grid_runs(coverage: Path, evidence: Path) -> tuple[list[dict[str, Any]], lis
 
     :return: (runs for the endpoints, timing re-runs)
     """
-    own = report.load_runs(coverage, FINAL_EVALUATIONS) if coverage.exists() else []
+    own = runner.load_runs(coverage, FINAL_EVALUATIONS) if coverage.exists() else []
     timing = [r for r in own if r["variant"] in run_grid.COVERAGE_TIMING_ONLY]
     runs = [r for r in own if r["variant"] not in run_grid.COVERAGE_TIMING_ONLY]
     for run in list(runs):
@@ -257,7 +253,7 @@ def grid_runs(coverage: Path, evidence: Path) -> tuple[list[dict[str, Any]], lis
             if arm != run["variant"] and run_grid.coverage_alias(arm, run["env"]) == run["variant"]:
                 runs.append({**run, "variant": arm, "shared_with": run["variant"]})
     if evidence.exists():
-        for run in report.load_runs(evidence, FINAL_EVALUATIONS):
+        for run in runner.load_runs(evidence, FINAL_EVALUATIONS):
             if run["variant"] in REUSED and int(run["seed"]) < 10 and run["env"] in run_grid.EVIDENCE_ENVS:
                 runs.append({**run, "variant": REUSED[run["variant"]], "reused_from": run["variant"]})
     return runs, timing
@@ -277,35 +273,16 @@ def reuse_check(runs: list[dict[str, Any]], timing: list[dict[str, Any]]) -> lis
     return rows
 
 
-def _timestamp(text: str) -> float:
-    """Seconds since the epoch of a UTC time as ``run.json`` writes it (``2026-12-04T10:00:00Z``)."""
-    import datetime
-
-    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
-
-
-def run_interval(run: dict[str, Any]) -> tuple[float, float]:
-    """A run's start and end, seconds since the epoch."""
-    start = _timestamp(run["started"])
-    return start, start + float(run["seconds"])
-
-
-def overlap(a: dict[str, Any], b: dict[str, Any]) -> float:
-    """Seconds two runs' time intervals overlap (``started`` and ``seconds`` of their ``run.json``)."""
-    (a0, a1), (b0, b1) = run_interval(a), run_interval(b)
-    return max(0.0, min(a1, b1) - max(a0, b0))
-
-
 def load_disturbed(path: Path) -> list[tuple[float, float]]:
     """The periods when other work shared the machine with the grid (``PROTOCOL_coverage.md``, amendment 3)."""
     if not path.exists():
         return []
-    return [(_timestamp(entry["from"]), _timestamp(entry["to"])) for entry in json.loads(path.read_text())]
+    return [(stats.timestamp(entry["from"]), stats.timestamp(entry["to"])) for entry in json.loads(path.read_text())]
 
 
 def disturbed_run(run: dict[str, Any], periods: Sequence[tuple[float, float]]) -> bool:
     """Whether a run's interval overlaps one of ``periods``."""
-    start, end = run_interval(run)
+    start, end = stats.run_interval(run)
     return any(start < to and frm < end for frm, to in periods)
 
 
@@ -327,7 +304,7 @@ def side_by_side_pairs(
                 and other.get("machine") == run.get("machine")
                 and other.get("commit") == run.get("commit")
             )
-            if same and overlap(run, other) >= 0.5 * min(float(run["seconds"]), float(other["seconds"])):
+            if same and stats.overlap(run, other) >= 0.5 * min(float(run["seconds"]), float(other["seconds"])):
                 pairs.append((run, other))
     return pairs
 
@@ -504,11 +481,11 @@ def grid_analysis(
         scores = {arm: score_matrix(runs, arm, envs, value, randoms) for arm in arms}
         entry: dict[str, Any] = {}
         for baseline in ("cv_rppo", "cv_inside16"):
-            point, interval, poi, poi_ci = report.aggregate(scores, reps, baseline=baseline)
+            point, interval, poi, poi_ci = stats.aggregate(scores, reps, baseline=baseline)
             entry[f"vs_{baseline}"] = {
-                arm: report.probability_triple(poi, poi_ci, f"{arm},{baseline}") for arm in arms if arm != baseline
+                arm: stats.probability_triple(poi, poi_ci, f"{arm},{baseline}") for arm in arms if arm != baseline
             }
-            entry["iqm"] = {arm: report.interval_triple(point[arm][0], *np.asarray(interval[arm])[:, 0]) for arm in arms}
+            entry["iqm"] = {arm: stats.interval_triple(point[arm][0], *np.asarray(interval[arm])[:, 0]) for arm in arms}
         key = "final" if endpoint == "final" else "auc"
         entry["differences"] = report.difference_tests(runs, envs, CANDIDATES, "cv_rppo", key, reps)
         result["endpoints"][endpoint] = entry
@@ -520,8 +497,8 @@ def grid_analysis(
         both = equal_time_scores(runs, arm, "cv_rppo", envs, speed, randoms)
         if both is None:
             continue
-        _, _, poi, poi_ci = report.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
-        at_time[arm] = report.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
+        _, _, poi, poi_ci = stats.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
+        at_time[arm] = stats.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
     result["equal_wall_clock_vs_cv_rppo"] = at_time
     # The issue's two moments: the ResetPPO arm's finishing time and RecurrentPPO's
     for key, moment in (("at_arm_finish_vs_cv_rppo", "arm"), ("at_rppo_finish_vs_cv_rppo", "base")):
@@ -529,8 +506,8 @@ def grid_analysis(
         for arm in CANDIDATES:
             both = scores_at_finish(runs, arm, "cv_rppo", arm if moment == "arm" else "cv_rppo", envs, speed, randoms)
             if both is not None:
-                _, _, poi, poi_ci = report.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
-                probabilities[arm] = report.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
+                _, _, poi, poi_ci = stats.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
+                probabilities[arm] = stats.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
         result[key] = probabilities
     return result
 

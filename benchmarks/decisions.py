@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sb3_reset_ppo.experiments import runner
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import evidence_report  # noqa: E402  (benchmarks/evidence_report.py: the reports' arms)
@@ -130,10 +132,10 @@ def coverage(summary: dict[str, Any], name: str) -> tuple[bool, str]:
         problems.append(wanted)
     if sorted(summary["variants"]) != sorted(expected.arms):
         problems.append(f"arms {', '.join(summary['variants'])}, the protocol's are {', '.join(expected.arms)}")
-    if summary.get("evaluations") != run_grid.EVALUATIONS_PER_RUN:
+    if summary.get("evaluations") != runner.EVALUATIONS_PER_RUN:
         problems.append(
             f"made with --evaluations {summary.get('evaluations')}, the protocol's runs have "
-            f"{run_grid.EVALUATIONS_PER_RUN} (others are failed runs)"
+            f"{runner.EVALUATIONS_PER_RUN} (others are failed runs)"
         )
     if summary["reps"] != REPS or summary.get("bootstrap_seed", BOOTSTRAP_SEED) != BOOTSTRAP_SEED:
         problems.append(

@@ -34,6 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sb3_reset_ppo.experiments import runner
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
@@ -60,7 +62,7 @@ def report_commands(
     min_seeds: int,
     reps: int,
     only: list[str],
-    evaluations: int = run_grid.EVALUATIONS_PER_RUN,
+    evaluations: int = runner.EVALUATIONS_PER_RUN,
 ) -> dict[str, list[str]]:
     """
     The ``report.py`` command line of each report to write.
@@ -159,7 +161,7 @@ def main() -> None:
     parser.add_argument("--min-seeds", type=int, default=10, help="seeds per env in the aggregates (protocol: 10)")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications (protocol: 2000)")
     parser.add_argument("--only", nargs="+", choices=REPORTS, default=REPORTS, help="the reports to write")
-    parser.add_argument("--evaluations", type=int, default=run_grid.EVALUATIONS_PER_RUN,
+    parser.add_argument("--evaluations", type=int, default=runner.EVALUATIONS_PER_RUN,
                         help="evaluations of every run within its budget (protocol: 20); others count as failed")  # fmt: skip
     args = parser.parse_args()
     if args.min_seeds < 1:

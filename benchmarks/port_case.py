@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sb3_reset_ppo.experiments import runner
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import run_grid  # noqa: E402  (benchmarks/run_grid.py: commit and machine of a run)
 
 ENV_ID = "CartPoleNoVel-v1"
 N_ENVS = 8
@@ -85,7 +86,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         else ResetPPO("MlpLstmPolicy", env, seed=seed, **settings)
     )
     callback = Snapshots()
-    version, host = run_grid.code_version(), run_grid.machine()
+    version, host = runner.code_version(), runner.machine()
     started = time.time()
     start = time.perf_counter()
     model.learn(TOTAL_STEPS, callback=callback)

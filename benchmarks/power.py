@@ -13,24 +13,16 @@ Usage: python benchmarks/power.py --grid benchmarks/results/grid --pairs reset:m
 """
 
 import argparse
-import importlib.util
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from sb3_reset_ppo.experiments import runner
+
 HERE = Path(__file__).resolve().parent
-
-
-def _report_module() -> Any:
-    spec = importlib.util.spec_from_file_location("report", HERE / "report.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def power(d: float, n: int, alpha: float = 0.05) -> float:
@@ -67,8 +59,7 @@ def main() -> None:
     parser.add_argument("--final-evaluations", type=int, default=2, help="the endpoint: mean of the last K evaluations")
     parser.add_argument("--seeds", type=int, nargs="+", default=[10, 20], help="seeds per arm for the detectable effect")
     args = parser.parse_args()
-    report = _report_module()
-    runs = [run for grid in args.grid for run in report.load_runs(grid, args.final_evaluations)]
+    runs = [run for grid in args.grid for run in runner.load_runs(grid, args.final_evaluations)]
     print("command: python " + " ".join(["benchmarks/power.py", *sys.argv[1:]]))
     print()
     header = "| env | A - B | runs A, B | difference | pooled SD | Cohen's d | seeds per arm for 80% power |"

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from sb3_reset_ppo.experiments import runner
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run_grid  # noqa: E402  (benchmarks/run_grid.py)
@@ -72,7 +74,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=HERE / "results")
     args = parser.parse_args()
     runs = [parse_run(text) for text in args.runs]
-    version = run_grid.code_version()
+    version = runner.code_version()
     if version["dirty"]:
         raise SystemExit("sb3_reset_ppo/ has uncommitted changes: commit them first (the re-runs record the commit)")
     study = args.results / args.study
@@ -85,7 +87,7 @@ def main() -> None:
     ]
     todo = [job for job in jobs if not (job["run_dir"] / "run.json").exists()]
     for result in run_grid.run_until(todo, {}, max(1, args.workers), None):
-        if not run_grid.completed(result):
+        if not runner.completed(result):
             raise SystemExit(
                 f"{result['variant']} {result['env']} seed {result['seed']}: the re-run failed: {run_grid.status(result)}"
             )

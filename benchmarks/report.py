@@ -21,6 +21,7 @@ import os
 import platform
 import shlex
 import sys
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -30,17 +31,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-import yaml
-from rliable import library as rly
-from rliable import metrics, plot_utils
+from rliable import plot_utils
+
+from sb3_reset_ppo.experiments import runner, training_log
+from sb3_reset_ppo.experiments.runner import load_runs
+from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, probability_text, probability_triple
 
 HERE = Path(__file__).resolve().parent
 VARIANT_ORDER = ["reset", "reset_importance", "mask", "mask_kept", "ppo_lstm"]
 BASELINE = "mask"
 # Reference (best) returns used for normalisation; random returns are measured by the report itself
 sys.path.insert(0, str(HERE))
-import run_grid  # noqa: E402  (benchmarks/run_grid.py)
-import training_log  # noqa: E402  (benchmarks/training_log.py)
 
 REFERENCE_RETURN = {
     "CueRecall-v0": 1.0,
@@ -81,62 +82,12 @@ DIAGNOSTICS = ["approx_kl", "clip_fraction", "explained_variance", "kept_slot_fr
 
 
 def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
+    """The random policy's mean return on ``env_id`` over ``episodes`` episodes (seeded), for the normalisation."""
     import rl_zoo3.import_envs  # noqa: F401  (NoVel envs)
 
     from sb3_reset_ppo.envs import random_policy_return
 
     return random_policy_return(env_id, episodes, seed)
-
-
-class _ZooYamlLoader(yaml.SafeLoader):
-    """A safe loader that reads the zoo's saved ``config.yml``/``args.yml`` (an ``OrderedDict`` tag) as a dict."""
-
-
-_ZooYamlLoader.add_constructor(
-    "tag:yaml.org,2002:python/object/apply:collections.OrderedDict",
-    lambda loader, node: dict(loader.construct_sequence(node, deep=True)[0]),  # type: ignore[arg-type]
-)
-
-
-def run_budget(run_dir: Path) -> float | None:
-    """
-    The env steps a run was asked for: the zoo's ``-n`` (its saved ``args.yml``) if given, else ``n_timesteps`` of
-    its saved ``config.yml``; None when neither is there.
-    """
-    for name in ("args.yml", "config.yml"):
-        saved = next(run_dir.glob(f"*/*/*/{name}"), None)
-        if saved is None:
-            continue
-        steps = yaml.load(saved.read_text(), Loader=_ZooYamlLoader).get("n_timesteps")
-        if steps is not None and float(steps) > 0:
-            return float(steps)
-    return None
-
-
-def load_runs(grid: Path, final_evaluations: int = 1) -> list[dict[str, Any]]:
-    """
-    Finished runs with their evaluations; ``final`` is the mean of the last ``final_evaluations`` evaluations.
-    Only evaluations at or before the run's budget count: the zoo finishes whole rollouts, so a run whose
-    ``n_steps * n_envs`` does not divide its budget (a tuned trial's settings) trains, and evaluates, past it.
-    """
-    runs = []
-    for run_file in sorted(grid.glob("*/*/seed*/run.json")):
-        run = json.loads(run_file.read_text())
-        evaluations = next(run_file.parent.glob("*/*/evaluations.npz"), None)
-        if evaluations is None:
-            continue
-        data = np.load(evaluations)
-        budget = run_budget(run_file.parent)
-        within = np.ones(len(data["timesteps"]), dtype=bool) if budget is None else data["timesteps"] <= budget
-        run["budget"] = budget
-        run["timesteps"] = data["timesteps"][within]
-        # (n_evaluations, n_episodes) -> (n_evaluations,)
-        run["eval_mean"] = data["results"][within].mean(axis=1)
-        run["final"] = float(run["eval_mean"][-final_evaluations:].mean())
-        run["auc"] = float(run["eval_mean"].mean())
-        run["dir"] = run_file.parent
-        runs.append(run)
-    return runs
 
 
 def load_failed(grid: Path) -> list[dict[str, Any]]:
@@ -236,44 +187,6 @@ def diagnostics_figure(
     return True
 
 
-def aggregate(score_dict: dict[str, np.ndarray], reps: int, baseline: str = BASELINE) -> tuple[dict, dict, dict, dict]:
-    def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
-        return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
-
-    # A fixed bootstrap seed, so the same runs give the same RESULTS.md. rliable 1.2's StratifiedBootstrap
-    # draws from numpy's global generator (its random_state argument is not used for the resampling).
-    np.random.seed(0)  # noqa: NPY002  (rliable samples from the global generator)
-    point, interval = rly.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
-    # rliable's plot expects "x,y" keys
-    pairs = {f"{v},{baseline}": (score_dict[v], score_dict[baseline]) for v in score_dict if v != baseline}
-    poi, poi_ci = rly.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
-    return point, interval, poi, poi_ci
-
-
-def probability_triple(poi: dict, poi_ci: dict, pair: str) -> list[float]:
-    """``[P, low, high]`` for one pair of rliable's probability-of-improvement estimates."""
-    # rliable returns a scalar (or shape (1,)) estimate and a (2,) or (2, 1) interval
-    low, high = np.asarray(poi_ci[pair]).reshape(-1)[:2]
-    return [float(np.asarray(poi[pair]).reshape(-1)[0]), float(low), float(high)]
-
-
-def probability_text(poi: dict, poi_ci: dict, pair: str) -> str:
-    """``"P (low to high)"`` for one pair of rliable's probability-of-improvement estimates."""
-    probability, low, high = probability_triple(poi, poi_ci, pair)
-    return f"{probability:.3f} ({low:.3f} to {high:.3f})"
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjustment of a family of p-values (same order as given)."""
-    order = np.argsort(p_values)
-    adjusted = np.empty(len(p_values))
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
-        adjusted[index] = running
-    return adjusted.tolist()
-
-
 def difference_tests(
     runs: list[dict[str, Any]], envs: list[str], variants: list[str], baseline: str, key: str, reps: int
 ) -> list[dict[str, Any]]:
@@ -321,11 +234,6 @@ def sample_std(values: np.ndarray) -> float:
     return float(values.std(ddof=1)) if len(values) > 1 else 0.0
 
 
-def interval_triple(point: float, low: float, high: float) -> list[float]:
-    """``[point, low, high]`` as plain floats (the JSON summary's form of an estimate with its interval)."""
-    return [float(point), float(low), float(high)]
-
-
 def paired_time_ratio(runs: list[dict[str, Any]], baseline_runs: list[dict[str, Any]]) -> tuple[float, int]:
     """
     The median over seeds of a run's wall time over the baseline's run of the same seed, counting only pairs that
@@ -349,6 +257,7 @@ def paired_time_ratio(runs: list[dict[str, Any]], baseline_runs: list[dict[str, 
 
 
 def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path, variant_order: list[str]) -> None:
+    """Per env, each variant's evaluation return (mean +- std over seeds) against timesteps, saved to ``path``."""
     columns = min(3, len(envs))
     rows = -(-len(envs) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
@@ -388,6 +297,7 @@ def conf_files(runs: list[dict[str, Any]]) -> str:
 
 
 def versions() -> str:
+    """The versions of the packages the results depend on, as the report states them."""
     names = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium", "rl_zoo3", "rliable", "numpy", "sb3-reset-ppo"]
     found = []
     for name in names:
@@ -399,7 +309,7 @@ def versions() -> str:
 
 
 def machine_name(spec: dict[str, Any]) -> str:
-    """A machine as ``run_grid.machine`` describes it: ``CPU, N cores (extensions)``."""
+    """A machine as ``runner.machine`` describes it: ``CPU, N cores (extensions)``."""
     return f"{spec['cpu']}, {spec['cores']} cores" + (f" ({' '.join(spec['extensions'])})" if spec["extensions"] else "")
 
 
@@ -418,10 +328,11 @@ def machines(runs: list[dict[str, Any]]) -> str:
 def hardware() -> str:
     """The machine this report runs on."""
     system = f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"
-    return f"{machine_name(run_grid.machine())}, {system}, no GPU"
+    return f"{machine_name(runner.machine())}, {system}, no GPU"
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The report's command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--grid", type=Path, nargs="+", default=[HERE / "results" / "grid"],
                         help="results folders (several: the runs of all, e.g. two studies' arms)")  # fmt: skip
@@ -454,13 +365,60 @@ def main() -> None:
                         help="also write the estimates (aggregates, groups, differences, wall times) as JSON")  # fmt: skip
     parser.add_argument("--diagnostics", action="store_true",
                         help="draw the training diagnostics per env from the runs' kept logs")  # fmt: skip
-    args = parser.parse_args()
-    args.figures.mkdir(parents=True, exist_ok=True)
-    baseline = args.baseline
+    return parser
 
-    def link(name: str) -> str:
-        """A figure's path as the report links it: relative to the report's folder."""
-        return os.path.relpath(args.figures / name, args.out.parent)
+
+def link(args: argparse.Namespace, name: str) -> str:
+    """
+    A figure's path as the report links it: relative to the report's folder.
+
+    :param args: the command line (``--figures`` and ``--out``)
+    :param name: the figure's file name in ``--figures``
+    """
+    return os.path.relpath(args.figures / name, args.out.parent)
+
+
+@dataclass
+class Selection:
+    """
+    The runs a report covers, and what the report derives from them before any table.
+
+    :param runs: the finished runs of the requested variants and envs (exit code 0, the expected evaluations)
+    :param failed: the failure records (as :func:`load_failed`'s), by variant, env and seed
+    :param envs: the envs with runs, in ``REFERENCE_RETURN``'s order
+    :param variants: the requested variants with runs, in the requested order
+    :param aggregate_seeds: the seeds the aggregates use
+    :param randoms: the random policy's return per env
+    :param complete: the envs where every variant has every aggregate seed (the aggregates' envs)
+    """
+
+    runs: list[dict[str, Any]]
+    failed: list[dict[str, Any]]
+    envs: list[str]
+    variants: list[str]
+    aggregate_seeds: list[int]
+    randoms: dict[str, float]
+    complete: list[str] = field(default_factory=list)
+
+    def seeds(self, env: str, variant: str) -> list[dict[str, Any]]:
+        """The runs of one variant on one env, by seed."""
+        return sorted((r for r in self.runs if r["env"] == env and r["variant"] == variant), key=lambda r: r["seed"])
+
+    def aggregate_runs(self, env: str, variant: str) -> list[dict[str, Any]]:
+        """The runs of the aggregate seeds (a missing seed is not replaced by another)."""
+        return [r for r in self.seeds(env, variant) if r["seed"] in self.aggregate_seeds]
+
+
+def select_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Selection:
+    """
+    Load the runs of ``--grid``, keep those of ``--variants`` and ``--envs``, set the failed ones apart (an error
+    exit, or another number of evaluations than ``--evaluations``), and derive the envs, variants, aggregate seeds
+    and random returns of the report. A usage error (through ``parser``) when no run is left.
+
+    :param args: the command line
+    :param parser: the command line's parser (for the error)
+    :return: the report's runs and what depends on them
+    """
 
     def wanted(run: dict[str, Any]) -> bool:
         return run["variant"] in args.variants and (args.envs is None or run["env"] in args.envs)
@@ -476,19 +434,30 @@ def main() -> None:
     failed = sorted(failed + wrong, key=lambda f: (f["variant"], f["env"], f["seed"]))
     if not runs:
         parser.error(f"no finished run of --variants {' '.join(args.variants)} in --grid {' '.join(map(str, args.grid))}")
-    aggregate_seeds = list(range(args.first_seed, args.first_seed + args.min_seeds))
     envs = [env for env in REFERENCE_RETURN if any(r["env"] == env for r in runs)]
-    variants = [v for v in args.variants if any(r["variant"] == v for r in runs)]
-    randoms = {env: random_return(env) for env in envs}
+    selection = Selection(
+        runs=runs,
+        failed=failed,
+        envs=envs,
+        variants=[v for v in args.variants if any(r["variant"] == v for r in runs)],
+        aggregate_seeds=list(range(args.first_seed, args.first_seed + args.min_seeds)),
+        randoms={env: random_return(env) for env in envs},
+    )
+    selection.complete = [
+        env for env in envs if all(len(selection.aggregate_runs(env, v)) == args.min_seeds for v in selection.variants)
+    ]
+    return selection
 
-    def seeds(env: str, variant: str) -> list[dict[str, Any]]:
-        return sorted((r for r in runs if r["env"] == env and r["variant"] == variant), key=lambda r: r["seed"])
 
-    def aggregate_runs(env: str, variant: str) -> list[dict[str, Any]]:
-        """The runs of the aggregate seeds (a missing seed is not replaced by another)."""
-        return [r for r in seeds(env, variant) if r["seed"] in aggregate_seeds]
+def header_lines(args: argparse.Namespace, selection: Selection, argv: list[str]) -> list[str]:
+    """
+    The report's title, how it was measured (commands, machines, packages, score), then the ``--notes`` files.
 
-    complete = [env for env in envs if all(len(aggregate_runs(env, v)) == args.min_seeds for v in variants)]
+    :param args: the command line
+    :param selection: the report's runs
+    :param argv: the report's arguments, as the report states its command
+    :return: markdown lines
+    """
     lines = [
         f"# {args.title}",
         "",
@@ -498,15 +467,15 @@ def main() -> None:
         "- Command (grid): `"
         + (
             args.grid_command
-            or f"python benchmarks/run_grid.py --envs {' '.join(envs)} --variants {' '.join(variants)} "
+            or f"python benchmarks/run_grid.py --envs {' '.join(selection.envs)} --variants {' '.join(selection.variants)} "
             f"--seeds {args.min_seeds}"
         )
         + "`",
-        "- Command (report): `python " + shlex.join(["benchmarks/report.py", *sys.argv[1:]]) + "`",
+        "- Command (report): `python " + shlex.join(["benchmarks/report.py", *argv]) + "`",
         f"- Hardware (this report): {hardware()}",
-        f"- Machines (the runs): {machines(runs)}",
+        f"- Machines (the runs): {machines(selection.runs)}",
         f"- Packages: {versions()}",
-        "- Hyperparameters: " + conf_files(runs) + ".",
+        "- Hyperparameters: " + conf_files(selection.runs) + ".",
         "- Runs: two at a time on the 2 cores (one torch thread each); wall time includes the evaluations.",
         f"- Score: mean return of the last {args.final_evaluations} evaluation(s) at or before the run's budget (20 "
         "episodes each; deterministic policy, except on MiniGrid envs, which the RL Zoo evaluates with a stochastic "
@@ -516,136 +485,207 @@ def main() -> None:
     ]
     for notes in args.notes:
         lines += [notes.read_text().strip(), ""]
-    # Estimates as [point, low, high] (95% intervals), for --json
-    summary: dict[str, Any] = {
-        "baseline": baseline,
-        "variants": variants,
+    return lines
+
+
+def new_summary(args: argparse.Namespace, selection: Selection) -> dict[str, Any]:
+    """
+    The JSON summary (``--json``) before any estimate: the report's settings and failed runs, and empty sections
+    that the tables fill in (estimates as ``[point, low, high]``, 95% intervals).
+    """
+    return {
+        "baseline": args.baseline,
+        "variants": selection.variants,
         "final_evaluations": args.final_evaluations,
         "evaluations": args.evaluations,
         "reps": args.reps,
         "bootstrap_seed": 0,
-        "failed": failed,
+        "failed": selection.failed,
         "aggregate": {},
         "groups": {},
         "differences": {},
         "wall_time": {},
     }
-    if complete and baseline in variants:
 
-        def normalised(key: str, group: list[str] = complete) -> dict[str, np.ndarray]:
-            # (n_envs, n_seeds) -> (n_seeds, n_envs) normalised scores per variant
-            return {
-                v: np.array(
-                    [
-                        [(r[key] - randoms[env]) / (REFERENCE_RETURN[env] - randoms[env]) for r in aggregate_runs(env, v)]
-                        for env in group
-                    ]
-                ).T
-                for v in variants
-            }
 
-        for key, title, name in (
-            (
-                "final",
-                "final normalised return ("
-                + (
-                    "last evaluation"
-                    if args.final_evaluations == 1
-                    else f"mean of the last {args.final_evaluations} evaluations"
-                )
-                + ")",
-                "aggregate",
-            ),
-            (
-                "auc",
-                "normalised return averaged over all evaluations of a run (area under the learning curve)",
-                "aggregate_auc",
-            ),
-        ):
-            point, interval, poi, poi_ci = aggregate(normalised(key), args.reps, baseline)
-            summary["aggregate"][key] = {
-                "envs": complete,
-                "seeds": aggregate_seeds,
+def normalised_scores(selection: Selection, key: str, group: list[str]) -> dict[str, np.ndarray]:
+    """
+    Each variant's normalised scores on the aggregate seeds of ``group``'s envs, as rliable takes them.
+
+    :param selection: the report's runs
+    :param key: the score (``"final"`` or ``"auc"``)
+    :param group: the envs
+    :return: variant -> ``(n_seeds, n_envs)`` array of ``(score - random) / (reference - random)``
+    """
+    randoms = selection.randoms
+    # (n_envs, n_seeds) -> (n_seeds, n_envs) normalised scores per variant
+    return {
+        v: np.array(
+            [
+                [(r[key] - randoms[env]) / (REFERENCE_RETURN[env] - randoms[env]) for r in selection.aggregate_runs(env, v)]
+                for env in group
+            ]
+        ).T
+        for v in selection.variants
+    }
+
+
+def aggregate_section(
+    args: argparse.Namespace, selection: Selection, summary: dict[str, Any], key: str, title: str, name: str
+) -> list[str]:
+    """
+    One aggregate over the complete envs: IQM and mean with their intervals, the probability of improvement over the
+    baseline, and their figures (``<name>.png``, ``<name>_probability_of_improvement.png``); fills
+    ``summary["aggregate"][key]``.
+
+    :param args: the command line
+    :param selection: the report's runs
+    :param summary: the JSON summary
+    :param key: the score (``"final"`` or ``"auc"``)
+    :param title: the section's title, after "Aggregate: "
+    :param name: the figures' name
+    :return: markdown lines
+    """
+    baseline, variants = args.baseline, selection.variants
+    complete, aggregate_seeds = selection.complete, selection.aggregate_seeds
+    point, interval, poi, poi_ci = aggregate(normalised_scores(selection, key, complete), args.reps, baseline)
+    summary["aggregate"][key] = {
+        "envs": complete,
+        "seeds": aggregate_seeds,
+        "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
+        "mean": {v: interval_triple(point[v][1], *interval[v][:, 1]) for v in variants},
+        "probability_of_improvement": {pair.split(",")[0]: probability_triple(poi, poi_ci, pair) for pair in poi},
+    }
+    lines = [
+        f"## Aggregate: {title}",
+        "",
+        f"Over {len(complete)} envs ({', '.join(complete)}), seeds {aggregate_seeds[0]} to {aggregate_seeds[-1]} of each.",
+        "",
+        "| variant | IQM (95% CI) | mean (95% CI) |",
+        "|---|---|---|",
+    ]
+    for v in variants:
+        iqm, mean = point[v]
+        lines.append(
+            f"| {v} | {iqm:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f}) "
+            f"| {mean:.3f} ({interval[v][0, 1]:.3f} to {interval[v][1, 1]:.3f}) |"
+        )
+    lines += ["", f"Probability of improvement over `{baseline}` (95% CI):", "", "| pair | P(X > Y) |", "|---|---|"]
+    for pair in poi:
+        lines.append(f"| {pair.replace(',', ' vs ')} | {probability_text(poi, poi_ci, pair)} |")
+    figure, _ = plot_utils.plot_interval_estimates(
+        {v: point[v] for v in variants},
+        {v: interval[v] for v in variants},
+        metric_names=["IQM", "Mean"],
+        algorithms=variants,
+        xlabel=f"Normalised {'final return' if key == 'final' else 'return over training'}",
+        xlabel_y_coordinate=-0.3,
+    )
+    figure.savefig(args.figures / f"{name}.png", dpi=100, bbox_inches="tight")
+    lines += ["", f"![{name}]({link(args, name + '.png')})", ""]
+    if poi:
+        axes = plot_utils.plot_probability_of_improvement(poi, poi_ci)
+        axes.figure.savefig(args.figures / f"{name}_probability_of_improvement.png", dpi=100, bbox_inches="tight")
+        lines += [f"![probability of improvement]({link(args, name + '_probability_of_improvement.png')})", ""]
+    return lines
+
+
+def group_section(args: argparse.Namespace, selection: Selection, summary: dict[str, Any]) -> list[str]:
+    """
+    The aggregates within each of ``GROUPS`` (its complete envs): IQM and probability of improvement of the final
+    return and of the return over training; fills ``summary["groups"]``.
+
+    :param args: the command line
+    :param selection: the report's runs
+    :param summary: the JSON summary
+    :return: markdown lines
+    """
+    baseline, variants = args.baseline, selection.variants
+    lines = [
+        "## Aggregate by group of envs",
+        "",
+        f"The same estimates within each group (IQM with 95% CI; P(> {baseline}) with 95% CI).",
+        "",
+        f"| group | variant | final IQM | final P(> {baseline}) | over training IQM | over training P(> {baseline}) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for group_name, group_envs in GROUPS.items():
+        group = [env for env in selection.complete if env in group_envs]
+        if not group:
+            continue
+        cells: dict[str, list[str]] = {v: [] for v in variants}
+        for key in ("final", "auc"):
+            point, interval, poi, poi_ci = aggregate(normalised_scores(selection, key, group), args.reps, baseline)
+            summary["groups"].setdefault(group_name, {"envs": group})[key] = {
                 "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
-                "mean": {v: interval_triple(point[v][1], *interval[v][:, 1]) for v in variants},
                 "probability_of_improvement": {pair.split(",")[0]: probability_triple(poi, poi_ci, pair) for pair in poi},
             }
-            lines += [
-                f"## Aggregate: {title}",
-                "",
-                f"Over {len(complete)} envs ({', '.join(complete)}), seeds {aggregate_seeds[0]} to {aggregate_seeds[-1]} "
-                "of each.",
-                "",
-                "| variant | IQM (95% CI) | mean (95% CI) |",
-                "|---|---|---|",
-            ]
             for v in variants:
-                iqm, mean = point[v]
-                lines.append(
-                    f"| {v} | {iqm:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f}) "
-                    f"| {mean:.3f} ({interval[v][0, 1]:.3f} to {interval[v][1, 1]:.3f}) |"
-                )
-            lines += ["", f"Probability of improvement over `{baseline}` (95% CI):", "", "| pair | P(X > Y) |", "|---|---|"]
-            for pair in poi:
-                lines.append(f"| {pair.replace(',', ' vs ')} | {probability_text(poi, poi_ci, pair)} |")
-            figure, _ = plot_utils.plot_interval_estimates(
-                {v: point[v] for v in variants},
-                {v: interval[v] for v in variants},
-                metric_names=["IQM", "Mean"],
-                algorithms=variants,
-                xlabel=f"Normalised {'final return' if key == 'final' else 'return over training'}",
-                xlabel_y_coordinate=-0.3,
-            )
-            figure.savefig(args.figures / f"{name}.png", dpi=100, bbox_inches="tight")
-            lines += ["", f"![{name}]({link(name + '.png')})", ""]
-            if poi:
-                axes = plot_utils.plot_probability_of_improvement(poi, poi_ci)
-                axes.figure.savefig(args.figures / f"{name}_probability_of_improvement.png", dpi=100, bbox_inches="tight")
-                lines += [f"![probability of improvement]({link(name + '_probability_of_improvement.png')})", ""]
-        lines += [
-            "## Aggregate by group of envs",
-            "",
-            f"The same estimates within each group (IQM with 95% CI; P(> {baseline}) with 95% CI).",
-            "",
-            f"| group | variant | final IQM | final P(> {baseline}) | over training IQM | over training P(> {baseline}) |",
-            "|---|---|---|---|---|---|",
-        ]
-        for group_name, group_envs in GROUPS.items():
-            group = [env for env in complete if env in group_envs]
-            if not group:
-                continue
-            cells: dict[str, list[str]] = {v: [] for v in variants}
-            for key in ("final", "auc"):
-                point, interval, poi, poi_ci = aggregate(normalised(key, group), args.reps, baseline)
-                summary["groups"].setdefault(group_name, {"envs": group})[key] = {
-                    "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
-                    "probability_of_improvement": {pair.split(",")[0]: probability_triple(poi, poi_ci, pair) for pair in poi},
-                }
-                for v in variants:
-                    cells[v].append(f"{point[v][0]:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f})")
-                    pair = f"{v},{baseline}"
-                    cells[v].append(probability_text(poi, poi_ci, pair) if pair in poi else "-")
-            for v in variants:
-                lines.append(f"| {group_name} ({len(group)} envs) | {v} | " + " | ".join(cells[v]) + " |")
-        lines.append("")
-    else:
-        lines += ["No env has every variant with enough seeds yet: no aggregate.", ""]
-    missing = [env for env in (args.envs or REFERENCE_RETURN) if env not in complete]
+                cells[v].append(f"{point[v][0]:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f})")
+                pair = f"{v},{baseline}"
+                cells[v].append(probability_text(poi, poi_ci, pair) if pair in poi else "-")
+        for v in variants:
+            lines.append(f"| {group_name} ({len(group)} envs) | {v} | " + " | ".join(cells[v]) + " |")
+    lines.append("")
+    return lines
+
+
+def aggregate_sections(args: argparse.Namespace, selection: Selection, summary: dict[str, Any]) -> list[str]:
+    """
+    The aggregates of the final return and of the return over training, then by group of envs; a line saying
+    there is none when no env is complete or the baseline has no run.
+
+    :param args: the command line
+    :param selection: the report's runs
+    :param summary: the JSON summary (its ``aggregate`` and ``groups`` are filled)
+    :return: markdown lines
+    """
+    if not (selection.complete and args.baseline in selection.variants):
+        return ["No env has every variant with enough seeds yet: no aggregate.", ""]
+    final_title = (
+        "final normalised return ("
+        + ("last evaluation" if args.final_evaluations == 1 else f"mean of the last {args.final_evaluations} evaluations")
+        + ")"
+    )
+    auc_title = "normalised return averaged over all evaluations of a run (area under the learning curve)"
+    lines = aggregate_section(args, selection, summary, "final", final_title, "aggregate")
+    lines += aggregate_section(args, selection, summary, "auc", auc_title, "aggregate_auc")
+    return lines + group_section(args, selection, summary)
+
+
+def left_out_lines(args: argparse.Namespace, selection: Selection) -> list[str]:
+    """The envs not in the aggregates and the failed runs, each a paragraph when there are any."""
+    first, last = selection.aggregate_seeds[0], selection.aggregate_seeds[-1]
+    lines: list[str] = []
+    missing = [env for env in (args.envs or REFERENCE_RETURN) if env not in selection.complete]
     if missing:
         lines += [
-            f"Not in the aggregate (not run, or not every variant with seeds {aggregate_seeds[0]} to "
-            f"{aggregate_seeds[-1]}): {', '.join(missing)}.",
+            f"Not in the aggregate (not run, or not every variant with seeds {first} to {last}): {', '.join(missing)}.",
             "",
         ]
-    if failed:
+    if selection.failed:
         lines += [
-            f"Failed runs (left out everywhere; an env with a failed run among seeds {aggregate_seeds[0]} to "
-            f"{aggregate_seeds[-1]} leaves the aggregates): {failed_text(failed)}.",
+            f"Failed runs (left out everywhere; an env with a failed run among seeds {first} to "
+            f"{last} leaves the aggregates): {failed_text(selection.failed)}.",
             "",
         ]
+    return lines
 
+
+def difference_sections(args: argparse.Namespace, selection: Selection, summary: dict[str, Any]) -> list[str]:
+    """
+    Per env, each variant's difference from the baseline with its test (:func:`difference_tests`), of the final
+    return and of the return over training; fills ``summary["differences"]``.
+
+    :param args: the command line
+    :param selection: the report's runs
+    :param summary: the JSON summary
+    :return: markdown lines (none for a score without a row)
+    """
+    baseline = args.baseline
+    lines: list[str] = []
     for key, label in (("final", "final return"), ("auc", "return over training")):
-        differences = difference_tests(runs, envs, variants, baseline, key, args.reps)
+        differences = difference_tests(selection.runs, selection.envs, selection.variants, baseline, key, args.reps)
         summary["differences"][key] = differences
         difference_rows = [difference_row(row, baseline) for row in differences]
         if difference_rows:
@@ -660,24 +700,37 @@ def main() -> None:
                 *difference_rows,
                 "",
             ]
-    lines += ["## Per env", ""]
-    for env in envs:
+    return lines
+
+
+def per_env_sections(baseline: str, selection: Selection, summary: dict[str, Any]) -> list[str]:
+    """
+    A table per env: each variant's seeds, final return and return over training (mean +- std), timesteps, wall
+    time and its paired ratio to the baseline's; fills ``summary["wall_time"]``.
+
+    :param baseline: the variant the others are compared with
+    :param selection: the report's runs
+    :param summary: the JSON summary
+    :return: markdown lines
+    """
+    lines = ["## Per env", ""]
+    for env in selection.envs:
         lines += [
-            f"### {env} (random {randoms[env]:.2f}, reference {REFERENCE_RETURN[env]:g})",
+            f"### {env} (random {selection.randoms[env]:.2f}, reference {REFERENCE_RETURN[env]:g})",
             "",
             "| variant | seeds | final return (mean +- std) | return over training (mean +- std) | timesteps "
             f"| wall time per run (s) | wall time / {baseline}'s, side-by-side pairs: median ratio (pairs) |",
             "|---|---|---|---|---|---|---|",
         ]
-        for v in variants:
-            rows = seeds(env, v)
+        for v in selection.variants:
+            rows = selection.seeds(env, v)
             if not rows:
                 continue
             finals = np.array([r["final"] for r in rows])
             aucs = np.array([r["auc"] for r in rows])
             seconds = np.mean([r["seconds"] for r in rows])
             reused = sum("reused_from" in r for r in rows)
-            ratio, pairs = paired_time_ratio(rows, seeds(env, baseline))
+            ratio, pairs = paired_time_ratio(rows, selection.seeds(env, baseline))
             # Only runs that trained side by side (one session, one machine) give a ratio: means over runs of
             # different sessions mix machines of different speeds (reused runs were timed by another study)
             summary["wall_time"].setdefault(env, {})[v] = {
@@ -698,9 +751,20 @@ def main() -> None:
             "machine), reused runs left out; '-': no such pair.",
             "",
         ]
-        if any("reused_from" in r for r in runs if r["env"] == env):
+        if any("reused_from" in r for r in selection.runs if r["env"] == env):
             lines += ["Reused runs keep the wall time of the study that ran them.", ""]
-    lines += [
+    return lines
+
+
+def collapse_section(selection: Selection) -> list[str]:
+    """
+    Per env and variant, the runs that solved the env and how many of their later evaluations fell below the
+    collapse threshold (:func:`collapse_stats`).
+
+    :param selection: the report's runs
+    :return: markdown lines
+    """
+    lines = [
         "## Collapses",
         "",
         f"Runs that solved the env (an evaluation at or above {SOLVED_AT} normalised) and, of their evaluations after "
@@ -709,48 +773,119 @@ def main() -> None:
         "| env | variant | runs that solved | later evaluations below threshold |",
         "|---|---|---|---|",
     ]
-    for env in envs:
-        for v in variants:
-            rows = seeds(env, v)
+    for env in selection.envs:
+        for v in selection.variants:
+            rows = selection.seeds(env, v)
             if not rows:
                 continue
-            stats = [collapse_stats(r["eval_mean"], randoms[env], REFERENCE_RETURN[env]) for r in rows]
+            stats = [collapse_stats(r["eval_mean"], selection.randoms[env], REFERENCE_RETURN[env]) for r in rows]
             solved = sum(s[0] for s in stats)
             below, after = sum(s[1] for s in stats), sum(s[2] for s in stats)
             share = f"{below} of {after} ({below / after:.0%})" if after else "-"
             lines.append(f"| {env} | {v} | {solved} of {len(rows)} | {share} |")
     lines.append("")
-    if args.diagnostics:
-        lines += ["## Training diagnostics", ""]
-        for env in envs:
-            name = f"diagnostics_{env}.png"
-            if diagnostics_figure(runs, env, variants, args.figures / name, args.diagnostic_keys):
-                lines += [f"![{env} diagnostics]({link(name)})", ""]
-    focus = args.focus
-    if focus in variants and baseline in variants and focus != baseline:
-        lines += [
-            f"## Where {focus} does not beat {baseline}",
-            "",
-            f"Envs where {focus}'s mean (over seeds) is not above {baseline}'s, in raw returns:",
-            "",
-        ]
-        for key, label in (("final", "final return"), ("auc", "return over training")):
-            behind = []
-            for env in envs:
-                reset_rows, baseline_rows = seeds(env, focus), seeds(env, baseline)
-                if reset_rows and baseline_rows:
-                    reset_mean = np.mean([r[key] for r in reset_rows])
-                    baseline_mean = np.mean([r[key] for r in baseline_rows])
-                    if reset_mean <= baseline_mean:
-                        behind.append(f"{env} ({reset_mean:.3f} vs {baseline_mean:.3f})")
-            lines.append(f"- {label}: {', '.join(behind) if behind else 'none'}")
-        lines.append("")
-    learning_curves(runs, envs, args.figures / "learning_curves.png", variants)
-    lines += ["## Learning curves (mean +- std over seeds)", "", f"![learning curves]({link('learning_curves.png')})", ""]
+    return lines
+
+
+def diagnostics_section(args: argparse.Namespace, selection: Selection) -> list[str]:
+    """
+    With ``--diagnostics``, a figure of the training diagnostics per env that has kept logs
+    (:func:`diagnostics_figure`); nothing without it.
+
+    :param args: the command line
+    :param selection: the report's runs
+    :return: markdown lines
+    """
+    if not args.diagnostics:
+        return []
+    lines = ["## Training diagnostics", ""]
+    for env in selection.envs:
+        name = f"diagnostics_{env}.png"
+        if diagnostics_figure(selection.runs, env, selection.variants, args.figures / name, args.diagnostic_keys):
+            lines += [f"![{env} diagnostics]({link(args, name)})", ""]
+    return lines
+
+
+def focus_section(focus: str, baseline: str, selection: Selection) -> list[str]:
+    """
+    The envs where ``focus``'s mean over seeds is not above the baseline's, of the final return and of the return
+    over training; nothing unless both variants have runs and differ.
+
+    :param focus: the variant whose shortfalls are listed (``--focus``)
+    :param baseline: the variant it is compared with
+    :param selection: the report's runs
+    :return: markdown lines
+    """
+    if not (focus in selection.variants and baseline in selection.variants and focus != baseline):
+        return []
+    lines = [
+        f"## Where {focus} does not beat {baseline}",
+        "",
+        f"Envs where {focus}'s mean (over seeds) is not above {baseline}'s, in raw returns:",
+        "",
+    ]
+    for key, label in (("final", "final return"), ("auc", "return over training")):
+        behind = []
+        for env in selection.envs:
+            reset_rows, baseline_rows = selection.seeds(env, focus), selection.seeds(env, baseline)
+            if reset_rows and baseline_rows:
+                reset_mean = np.mean([r[key] for r in reset_rows])
+                baseline_mean = np.mean([r[key] for r in baseline_rows])
+                if reset_mean <= baseline_mean:
+                    behind.append(f"{env} ({reset_mean:.3f} vs {baseline_mean:.3f})")
+        lines.append(f"- {label}: {', '.join(behind) if behind else 'none'}")
+    lines.append("")
+    return lines
+
+
+def learning_curves_section(args: argparse.Namespace, selection: Selection) -> list[str]:
+    """
+    Draw the learning curves (``learning_curves.png`` in ``--figures``) and link them.
+
+    :param args: the command line
+    :param selection: the report's runs
+    :return: markdown lines
+    """
+    learning_curves(selection.runs, selection.envs, args.figures / "learning_curves.png", selection.variants)
+    return ["## Learning curves (mean +- std over seeds)", "", f"![learning curves]({link(args, 'learning_curves.png')})", ""]
+
+
+def write_report(args: argparse.Namespace, lines: list[str], summary: dict[str, Any]) -> None:
+    """
+    Write the report to ``--out`` and, with ``--json``, the summary; print the report.
+
+    :param args: the command line
+    :param lines: the report's markdown lines
+    :param summary: the JSON summary
+    """
     args.out.write_text("\n".join(lines))
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     print("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """
+    Write the report of the runs the command line selects.
+
+    :param argv: the arguments (default: the command line's)
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.figures.mkdir(parents=True, exist_ok=True)
+    selection = select_runs(args, parser)
+    lines = header_lines(args, selection, argv)
+    summary = new_summary(args, selection)
+    lines += aggregate_sections(args, selection, summary)
+    lines += left_out_lines(args, selection)
+    lines += difference_sections(args, selection, summary)
+    lines += per_env_sections(args.baseline, selection, summary)
+    lines += collapse_section(selection)
+    lines += diagnostics_section(args, selection)
+    lines += focus_section(args.focus, args.baseline, selection)
+    lines += learning_curves_section(args, selection)
+    write_report(args, lines, summary)
 
 
 if __name__ == "__main__":

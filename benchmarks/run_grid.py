@@ -21,37 +21,33 @@ config keep every run's log as ``log.txt.gz`` and its curves as ``progress.csv.g
 With ``--study coverage``: the coverage study (``benchmarks/PROTOCOL_coverage.md``: variants ``cv_*``, config
 ``benchmarks/evidence.yml``; arms whose resolved settings coincide on an env train once, under the first).
 
-With ``--minutes M`` a worker starts only runs expected to finish within M minutes of the start (the median
-wall time of the finished runs of the same variant and env, times 1.25; runs of a pair never timed only without
-``--minutes``), taking the next run in the grid's order that fits: a session that ends at a known time leaves no
-run half done. ``--forecast`` prints the time the remaining runs need.
+With ``--address`` (a Ray cluster's, e.g. ``auto`` on a machine of the cluster) the runs train as Ray tasks of one
+CPU each, their files sent back to this process (no shared filesystem needed; every machine needs this package's
+environment).
+
+With ``--minutes M`` a worker starts only runs expected to finish within M minutes of the start (the median wall
+time of the finished runs of the same variant and env, times 1.25; runs of a pair never timed only without
+``--minutes``), taking the next run in the grid's order that fits: a session that ends at a known time leaves no run
+half done. ``--forecast`` prints the time the remaining runs need.
 
 Usage: python benchmarks/run_grid.py [--study grid|fresh_memory|gru|evidence|coverage] [--envs ...] [--variants ...]
-       [--seeds N] [--workers 2] [--minutes M] [--forecast] [--retry-failed]
+       [--seeds N] [--workers 2] [--minutes M] [--address RAY_ADDRESS] [--forecast] [--retry-failed]
 """
 
 import argparse
-import contextlib
-import gzip
 import json
 import os
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import threading
-import time
-import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
+from sb3_reset_ppo.experiments import executors, runner
+from sb3_reset_ppo.experiments.runner import FAILED_FILE, RunSpec, recorded, status
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import training_log  # benchmarks/training_log.py
 
 HERE = Path(__file__).resolve().parent
 # The published grid's config (window_stride: 1), moved from the package's zoo/reset_ppo.yml, which now keeps the defaults
@@ -155,9 +151,6 @@ DEFAULT_ENVS = [
     "PendulumNoVel-v1",
     "MountainCarContinuousNoVel-v0",
 ]
-EVALUATIONS_PER_RUN = 20
-# The record of a run whose trainer exited with an error (the report lists it; the grid does not retry it)
-FAILED_FILE = "failed.json"
 # --minutes: a run is expected to take its pair's median wall time times this
 MARGIN = 1.25
 
@@ -211,6 +204,22 @@ def hyperparams(variant: str, env_id: str) -> list[str]:
     return list(spec["hyperparams"])
 
 
+def spec_of(job: dict[str, Any]) -> RunSpec:
+    """
+    The run of a grid job: ``job`` holds ``variant``, ``env``, ``seed``, ``run_dir``, ``eval_episodes`` and
+    optionally ``conf`` (e.g. a tuned trial's file) and ``steps`` (then the budget), ``label`` (the variant name
+    recorded, default ``variant``) and ``extra`` (more ``run.json`` fields). Studies with their own config keep
+    their training logs (train/ and rollout/ keys of every update).
+    """
+    variant = VARIANTS[job["variant"]]
+    return RunSpec(
+        algo=variant["algo"], env=job["env"], seed=job["seed"], run_dir=job["run_dir"],
+        conf_file=job.get("conf") or conf_file(job["variant"]), hyperparams=hyperparams(job["variant"], job["env"]),
+        eval_episodes=job["eval_episodes"], steps=job.get("steps"), keep_log="conf" in variant,
+        label=job.get("label", job["variant"]), extra=job.get("extra", {}),
+    )  # fmt: skip
+
+
 def command(
     variant: str,
     env_id: str,
@@ -224,138 +233,18 @@ def command(
     The zoo command of one run: the variant's algorithm and settings, its hyperparameter file (or ``conf``, e.g. a
     tuned trial's), 20 evaluations over the env's budget (or ``steps``, which then replaces the budget).
     """
-    spec = VARIANTS[variant]
-    conf = conf or conf_file(variant)
-    args = [
-        sys.executable, "-m", "sb3_reset_ppo.zoo", "train",
-        "--algo", spec["algo"], "--env", env_id, "--seed", str(seed), "-f", str(run_dir),
-        "--conf-file", str(conf), "--num-threads", "1", "--vec-env", "dummy",
-        "--eval-freq", str(max((steps or n_timesteps(env_id, conf)) // EVALUATIONS_PER_RUN, 1)),
-        "--eval-episodes", str(eval_episodes), "--n-eval-envs", "1",
-        # The studies with their own config keep their training logs (train/ and rollout/ keys of every update)
-        "--log-interval", "1" if "conf" in spec else "-1",
-    ]  # fmt: skip
-    if steps:
-        args += ["-n", str(steps)]
-    settings = hyperparams(variant, env_id)
-    if settings:
-        args += ["--hyperparams", *settings]
-    return args
-
-
-def code_version() -> dict[str, Any]:
-    """The commit the run trained with, and whether the package's code differed from it (uncommitted changes)."""
-
-    def git(*args: str) -> str:
-        result = subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True)
-        return result.stdout.strip() if result.returncode == 0 else ""
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "sb3_reset_ppo"))}
-
-
-def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
-    """
-    The machine a run trains on: CPU model, cores and the vector extensions that decide which kernels torch picks
-    (a study spanning sessions spans machines, and RecurrentPPO's floating-point path differs between them).
-
-    :param cpuinfo: Linux's CPU description (elsewhere absent: the CPU is then "unknown CPU")
-    """
-    cpu, flags = "unknown CPU", set[str]()
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and cpu == "unknown CPU":
-                cpu = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    extensions = [flag for flag in ("avx2", "avx512f", "amx_tile") if flag in flags]
-    return {"cpu": cpu, "cores": os.cpu_count(), "extensions": extensions}
-
-
-def evaluations_done(run_dir: Path) -> int:
-    """
-    How many evaluations the zoo stored in a run's ``<algo>/<env>_<k>/evaluations.npz`` (0 without exactly one such
-    file). A run that trained its whole budget has at least :data:`EVALUATIONS_PER_RUN`: the zoo's evaluation
-    interval rounds down and training ends at a rollout's end on or past the budget.
-    """
-    paths = sorted(run_dir.glob("*/*/evaluations.npz"))
-    if len(paths) != 1:
-        return 0
-    try:
-        with np.load(paths[0]) as data:
-            return len(data["timesteps"])
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # written in part (the trainer was cut while saving)
-        return 0
-
-
-def completed(result: dict[str, Any]) -> bool:
-    """Whether a result of :func:`run_one` is a finished run: the trainer exited 0 and evaluated its whole budget."""
-    return bool(result["returncode"] == 0 and result.get("evaluations", EVALUATIONS_PER_RUN) >= EVALUATIONS_PER_RUN)
-
-
-def recorded(run_dir: Path, retry_failed: bool = False) -> bool:
-    """
-    Whether a run needs no training now: it finished (``run.json``) or failed with an error (``failed.json``; a
-    run is deterministic, so it would fail again) unless ``retry_failed``. A run cut short (by a signal or a
-    session's end) left neither and is trained again.
-    """
-    return (run_dir / "run.json").exists() or (not retry_failed and (run_dir / FAILED_FILE).exists())
-
-
-def status(result: dict[str, Any]) -> str:
-    """
-    A result of :func:`run_one` in words: "ok", "FAILED (<exit code>)" (recorded), "CUT (signal <n>)" (not
-    recorded: trained again) or "TRUNCATED (<n> evaluations)" (exit 0 before the end; not recorded either).
-    """
-    if result["returncode"] < 0:
-        return f"CUT (signal {-result['returncode']})"
-    if result["returncode"] != 0:
-        return f"FAILED ({result['returncode']})"
-    return "ok" if completed(result) else f"TRUNCATED ({result['evaluations']} evaluations)"
+    job = {"variant": variant, "env": env_id, "seed": seed, "run_dir": run_dir, "eval_episodes": eval_episodes}
+    return runner.zoo_command(spec_of({**job, "conf": conf, "steps": steps}))
 
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     """
-    Train and evaluate one run into ``job["run_dir"]`` and write its ``run.json`` if it finished: the trainer exited
-    0 and stored all its evaluations (the zoo's ``train`` turns a KeyboardInterrupt into exit 0 and saves the
-    truncated run, which must not count as done; such a result has ``evaluations`` below
-    :data:`EVALUATIONS_PER_RUN` and :func:`completed` is False for it). ``job`` holds
-    ``variant``, ``env``, ``seed``, ``run_dir``, ``eval_episodes`` and optionally ``conf`` and ``steps`` (see
-    :func:`command`), ``label`` (the variant name recorded, default ``variant``) and ``extra`` (more ``run.json``
-    fields).
+    Train and evaluate one grid job (:func:`spec_of`) and record it (:func:`sb3_reset_ppo.experiments.runner.run_one`:
+    ``run.json`` when finished, ``failed.json`` on an error, nothing when cut).
     """
-    run_dir: Path = job["run_dir"]
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # an unfinished earlier attempt
-    run_dir.mkdir(parents=True)
-    args = command(
-        job["variant"], job["env"], job["seed"], run_dir, job["eval_episodes"], conf=job.get("conf"), steps=job.get("steps")
-    )
-    # The code and machine it trains with, read before it starts (a Ctrl-C after the run would also stop git)
-    version, host = code_version(), machine()
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    start = time.perf_counter()
-    with open(run_dir / "log.txt", "w") as log:
-        code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    result = {
-        "variant": job.get("label", job["variant"]), "env": job["env"], "seed": job["seed"], "returncode": code,
-        "seconds": time.perf_counter() - start, "command": " ".join(args), **version, "started": started,
-        "machine": host, "evaluations": evaluations_done(run_dir), **job.get("extra", {}),
-    }  # fmt: skip
-    if completed(result):
-        if "conf" in VARIANTS[job["variant"]]:
-            # Keep the training log, compressed (the uncompressed log is git-ignored), and its curves as CSV
-            with open(run_dir / "log.txt", "rb") as raw, gzip.open(run_dir / "log.txt.gz", "wb") as packed:
-                shutil.copyfileobj(raw, packed)
-            training_log.write_csv(training_log.parse_tables((run_dir / "log.txt").read_text()), run_dir / "progress.csv.gz")
-        (run_dir / "run.json").write_text(json.dumps(result, indent=2))
-    elif code > 0:
-        # An error (a negative code is a signal: the run was cut, not failed, and trains again next time). Kept
-        # with its log so that the report lists it and the failure can be traced.
-        with open(run_dir / "log.txt", "rb") as raw, gzip.open(run_dir / "log.txt.gz", "wb") as packed:
-            shutil.copyfileobj(raw, packed)
-        (run_dir / FAILED_FILE).write_text(json.dumps(result, indent=2))
-    return result
+    conf, steps = job.get("conf"), job.get("steps")
+    args = command(job["variant"], job["env"], job["seed"], job["run_dir"], job["eval_episodes"], conf=conf, steps=steps)
+    return runner.run_one(spec_of(job), args)
 
 
 def seeds_of(args: argparse.Namespace, env_id: str) -> int:
@@ -415,60 +304,6 @@ def next_job(
     return None
 
 
-def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> None:
-    """
-    Run ``work(index, stop)`` on ``workers`` threads and wait for them. ``stop`` is set when a worker raises or
-    on Ctrl-C (SIGINT): each worker must check it before starting more work, so an interrupted grid or search
-    lets the runs it has end (or, if the signal reached their processes too, end at once) and starts no new one.
-    While it waits, SIGINT only sets ``stop`` (a handler of its own, unless SIGINT is ignored); the interrupt is
-    raised once every worker is done.
-
-    :raises BaseException: a worker's first error (after the others are done), else KeyboardInterrupt if
-        interrupted
-    """
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    done = [threading.Event() for _ in range(workers)]
-    interrupted = threading.Event()
-
-    def guarded(index: int) -> None:
-        try:
-            work(index, stop)
-        except BaseException as error:  # re-raised in the calling thread once the other workers are done
-            errors.append(error)
-            stop.set()
-        finally:
-            done[index].set()
-
-    def on_interrupt(signum: int, frame: object) -> None:
-        first = not interrupted.is_set()
-        interrupted.set()
-        stop.set()
-        if first:
-            with contextlib.suppress(OSError):  # stdout gone (a closed pipe): the flags are what matters
-                print("interrupted: no new run starts; waiting for the running ones", flush=True)
-
-    # A handler instead of KeyboardInterrupt: an exception could land anywhere (in Thread.start, or in
-    # Thread.join, which in CPython 3.11 then marks a thread that is still running as stopped)
-    handle = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
-    previous = signal.signal(signal.SIGINT, on_interrupt) if handle else None
-    try:
-        threads = [threading.Thread(target=guarded, args=(index,)) for index in range(workers)]
-        for thread in threads:
-            thread.start()
-        while not all(flag.is_set() for flag in done):
-            time.sleep(0.2)
-        for thread in threads:
-            thread.join()
-    finally:
-        if handle:
-            signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
-    if errors:
-        raise errors[0]
-    if interrupted.is_set():
-        raise KeyboardInterrupt
-
-
 def run_until(
     todo: list[dict[str, Any]], times: dict[tuple[str, str], float], workers: int, minutes: float | None
 ) -> list[dict[str, Any]]:
@@ -479,30 +314,26 @@ def run_until(
 
     :return: The results of the runs trained, in the order they finished
     """
-    deadline = None if minutes is None else time.monotonic() + 60 * minutes
-    lock = threading.Lock()
-    results: list[dict[str, Any]] = []
 
-    def worker(index: int, stop: threading.Event) -> None:
-        while True:
-            with lock:
-                left = None if deadline is None else deadline - time.monotonic()
-                job = None if stop.is_set() else next_job(todo, times, left)
-            if job is None:
-                return
-            result = run_one(job)
-            with lock:
-                results.append(result)
-                print(
-                    f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}: {status(result)} in "
-                    f"{result['seconds']:.0f} s",
-                    flush=True,
-                )
+    def report(job: dict[str, Any], result: dict[str, Any]) -> None:
+        run = f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}"
+        print(f"{run}: {status(result)} in {result['seconds']:.0f} s", flush=True)
 
-    run_workers(worker, workers)
+    results = executors.run_local(
+        todo, lambda job: run_one(job), workers, minutes, pick=lambda jobs, left: next_job(jobs, times, left), on_result=report
+    )
     if todo:
         print(f"{len(todo)} runs left for later: not expected to finish in the time left, or never timed", flush=True)
     return results
+
+
+def run_on_ray(todo: list[dict[str, Any]], address: str) -> list[dict[str, Any]]:
+    """Train the runs of ``todo`` as Ray tasks on the cluster at ``address``, printing each as it comes back."""
+
+    def report(spec: RunSpec, result: dict[str, Any]) -> None:
+        print(f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}: {status(result)}", flush=True)
+
+    return executors.run_ray([spec_of(job) for job in todo], address, on_result=report)
 
 
 def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: int) -> str:
@@ -563,7 +394,15 @@ def main() -> None:
                         help="start only runs expected to finish within this many minutes (a session's end)")  # fmt: skip
     parser.add_argument("--retry-failed", action="store_true",
                         help=f"train again the runs that failed with an error ({FAILED_FILE}; by default not)")  # fmt: skip
+    parser.add_argument("--address", default=None,
+                        help="a Ray cluster's address: runs train there as tasks of one CPU (not with --minutes)")  # fmt: skip
+    parser.add_argument("--steps", type=int, default=None,
+                        help="env steps per run instead of the config's budget (a smoke test; needs --out)")  # fmt: skip
     args = parser.parse_args()
+    if args.steps is not None and (args.steps < 1 or args.out is None):
+        parser.error(f"--steps must be positive and needs --out (a study's folder keeps its budget), got {args.steps}")
+    if args.address and args.minutes is not None:
+        parser.error("--minutes schedules local workers; with --address Ray schedules the runs (give one of them)")
     if args.minutes is not None and args.minutes <= 0:
         parser.error(f"--minutes must be positive, got {args.minutes}")
     if args.workers < 1:
@@ -581,7 +420,7 @@ def main() -> None:
     print("command: python " + " ".join(sys.argv), flush=True)
     jobs = [
         {"variant": variant, "env": env_id, "seed": seed, "run_dir": args.out / variant / env_id / f"seed{seed}",
-         "eval_episodes": args.eval_episodes}
+         "eval_episodes": args.eval_episodes, "steps": args.steps}
         for seed in range(max(seeds_of(args, env_id) for env_id in args.envs))
         for env_id in args.envs
         for variant in args.variants
@@ -600,7 +439,10 @@ def main() -> None:
     if args.forecast:
         print(forecast(jobs, todo, workers))
         return
-    run_until(todo, median_times(jobs), workers, args.minutes)
+    if args.address:
+        run_on_ray(todo, args.address)
+    else:
+        run_until(todo, median_times(jobs), workers, args.minutes)
 
 
 if __name__ == "__main__":

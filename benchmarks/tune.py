@@ -11,7 +11,7 @@ the study's completed trials, before any the median of the arm's evidence runs o
 arm's fixed settings are given with ``--hyperparams``, everything else is sampled (TPE sampler, median pruner,
 ``--n-evaluations`` evaluations per trial; both read the study's history from the storage, so a process per
 trial samples and prunes as one process would). The same command with a
-database URL as ``--storage`` (e.g. ``postgresql://user:password@host/db``) lets workers on several machines
+database URL as ``--storage`` (e.g. ``postgresql+psycopg://user:password@host/db``) lets workers on several machines
 share the study. Resumable: a study already holding ``--trials`` finished or pruned trials is skipped; with the
 local journal files, trials left running by stopped workers (e.g. with a session) are marked failed first
 (running trials count against the budget) and queued again with their settings; with a database URL, where other
@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+from sb3_reset_ppo.experiments import executors, runner
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -229,7 +231,7 @@ def redact(storage: str) -> str:
 
 def record_session(folder: Path, **fields: Any) -> None:
     """Append one JSON line to ``folder/sessions.jsonl``: the code version, the time and ``fields``."""
-    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **run_grid.code_version(), **fields}
+    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **runner.code_version(), **fields}
     with open(folder / "sessions.jsonl", "a") as log:
         log.write(json.dumps(record) + "\n")
 
@@ -387,7 +389,7 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
                     print(f"{env_id} {arm} worker {index}: {failures} failed trials in a row; stopped", flush=True)
                     return
 
-    run_grid.run_workers(work, args.workers)
+    executors.run_workers(work, args.workers)
     return codes
 
 
@@ -519,7 +521,8 @@ def main() -> None:
                 f"rerun needs {args.trials} finished trials in every study (run `python benchmarks/tune.py optimize` "
                 "with the same --envs, --arms, --trials and --out first): " + "; ".join(problems)
             )
-    print("command: python " + " ".join(["benchmarks/tune.py", *sys.argv[1:]]), flush=True)
+    # The storage URL's password stays out of the logs
+    print("command: python " + " ".join(["benchmarks/tune.py", *map(redact, sys.argv[1:])]), flush=True)
     optimize(args) if args.mode == "optimize" else rerun(args)
 
 

@@ -2,9 +2,9 @@
 Training curves from a run's log: the tables SB3's logger prints (``rollout/``, ``train/``, ``eval/``, ``time/``
 keys) parsed into rows, written as compressed CSV.
 
-``run_grid.py`` writes ``progress.csv.gz`` next to every kept ``log.txt.gz``; ``report.py`` draws the diagnostics
-from it. For runs kept before the CSV existed: ``python benchmarks/training_log.py RUN_DIR...`` writes it from
-the run's ``log.txt.gz``.
+:func:`sb3_reset_ppo.experiments.runner.run_one` writes ``progress.csv.gz`` next to every kept ``log.txt.gz``; the
+reports draw curves and diagnostics from it. For runs kept before the CSV existed:
+``python -m sb3_reset_ppo.experiments.training_log RUN_DIR...`` writes it from the run's ``log.txt.gz``.
 """
 
 import contextlib

@@ -1,0 +1,216 @@
+"""
+Where runs train: local worker processes (:func:`run_local`), or Ray tasks on a cluster (:func:`run_ray`).
+
+Locally, ``workers`` threads each start one trainer process at a time (one torch thread each, so at most one worker
+per core). On Ray, every run is a task that asks for one CPU; the task trains the run into a temporary folder on
+whichever machine Ray places it and returns the folder's files, which the driver unpacks into the run's folder:
+the machines need the same Python environment (this package, the RL Zoo and the user's env package), not a shared
+filesystem. Both are resumable the same way: a run that finished or failed is recorded in its folder
+(:func:`sb3_reset_ppo.experiments.runner.recorded`), and a run cut short is trained again next time.
+"""
+
+import contextlib
+import io
+import shutil
+import signal
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sb3_reset_ppo.experiments.runner import RunSpec, run_one
+
+Item = TypeVar("Item")
+Result = dict[str, Any]
+
+
+def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> None:
+    """
+    Run ``work(index, stop)`` on ``workers`` threads and wait for them. ``stop`` is set when a worker raises or
+    on Ctrl-C (SIGINT): each worker must check it before starting more work, so an interrupted grid or search
+    lets the runs it has end (or, if the signal reached their processes too, end at once) and starts no new one.
+    While it waits, SIGINT only sets ``stop`` (a handler of its own, unless SIGINT is ignored); the interrupt is
+    raised once every worker is done.
+
+    :raises BaseException: a worker's first error (after the others are done), else KeyboardInterrupt if
+        interrupted
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    done = [threading.Event() for _ in range(workers)]
+    interrupted = threading.Event()
+
+    def guarded(index: int) -> None:
+        try:
+            work(index, stop)
+        except BaseException as error:  # re-raised in the calling thread once the other workers are done
+            errors.append(error)
+            stop.set()
+        finally:
+            done[index].set()
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        first = not interrupted.is_set()
+        interrupted.set()
+        stop.set()
+        if first:
+            with contextlib.suppress(OSError):  # stdout gone (a closed pipe): the flags are what matters
+                print("interrupted: no new run starts; waiting for the running ones", flush=True)
+
+    # A handler instead of KeyboardInterrupt: an exception could land anywhere (in Thread.start, or in
+    # Thread.join, which in CPython 3.11 then marks a thread that is still running as stopped)
+    handle = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    previous = signal.signal(signal.SIGINT, on_interrupt) if handle else None
+    try:
+        threads = [threading.Thread(target=guarded, args=(index,)) for index in range(workers)]
+        for thread in threads:
+            thread.start()
+        while not all(flag.is_set() for flag in done):
+            time.sleep(0.2)
+        for thread in threads:
+            thread.join()
+    finally:
+        if handle:
+            signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+    if errors:
+        raise errors[0]
+    if interrupted.is_set():
+        raise KeyboardInterrupt
+
+
+def _first(todo: list[Item], seconds_left: float | None) -> Item | None:
+    return todo.pop(0) if todo else None
+
+
+def run_local(
+    todo: list[Item],
+    train: Callable[[Item], Result],
+    workers: int,
+    minutes: float | None = None,
+    pick: Callable[[list[Item], float | None], Item | None] = _first,
+    on_result: Callable[[Item, Result], None] | None = None,
+) -> list[Result]:
+    """
+    Train the runs of ``todo`` on ``workers`` threads, one trainer at a time each, in ``todo``'s order.
+
+    :param todo: The runs (taken out of the list as they start)
+    :param train: Trains one run and returns its record (:func:`sb3_reset_ppo.experiments.runner.run_one`'s)
+    :param workers: Runs at a time
+    :param minutes: A time limit: ``pick`` gets the seconds left, so that it starts only runs expected to end in
+        time (None: no limit)
+    :param pick: Takes the next run to start out of ``todo`` given the seconds left (None: no limit), or returns
+        None to start no more (default: the first run)
+    :param on_result: Called with each run and its record as it finishes (e.g. to print progress)
+    :return: The records of the runs trained, in the order they finished
+    """
+    if minutes is not None and not minutes > 0:
+        raise ValueError(f"minutes must be positive or None, got {minutes!r}")
+    deadline = None if minutes is None else time.monotonic() + 60 * minutes
+    lock = threading.Lock()
+    results: list[Result] = []
+
+    def worker(index: int, stop: threading.Event) -> None:
+        while True:
+            with lock:
+                left = None if deadline is None else deadline - time.monotonic()
+                item = None if stop.is_set() else pick(todo, left)
+            if item is None:
+                return
+            result = train(item)
+            with lock:
+                results.append(result)
+                if on_result is not None:
+                    on_result(item, result)
+
+    run_workers(worker, workers)
+    return results
+
+
+def _pack(folder: Path) -> bytes:
+    """A folder's files as a gzip-compressed tar archive (paths relative to the folder)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted(folder.rglob("*")):
+            archive.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+    return buffer.getvalue()
+
+
+def _unpack(data: bytes, folder: Path) -> None:
+    """Unpack :func:`_pack`'s archive into ``folder`` (emptied first), refusing paths that leave it."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+        archive.extractall(folder, filter="data")
+
+
+def train_packed(spec_values: dict[str, Any]) -> tuple[Result, bytes]:
+    """
+    Train a run into a temporary folder of this machine and return its record and its folder's files
+    (:func:`_pack`): the body of a Ray task, so that the driver needs no filesystem shared with the workers.
+
+    :param spec_values: The run (:meth:`RunSpec.to_dict`); its ``run_dir`` is replaced by the temporary folder
+    """
+    with tempfile.TemporaryDirectory(prefix="sb3_reset_ppo_run_") as scratch:
+        spec = RunSpec.from_dict({**spec_values, "run_dir": str(Path(scratch) / "run")})
+        result = run_one(spec)
+        return result, _pack(spec.run_dir)
+
+
+def run_ray(
+    specs: Sequence[RunSpec],
+    address: str,
+    on_result: Callable[[RunSpec, Result], None] | None = None,
+    init: Callable[..., Any] | None = None,
+) -> list[Result]:
+    """
+    Train the runs as Ray tasks of one CPU each on the cluster at ``address`` (``"auto"``, ``"host:port"`` or
+    ``"ray://host:10001"``), each run's files returned to this process and unpacked into its ``run_dir``.
+
+    A task that fails (its machine lost, its worker killed) leaves its run unrecorded, so it trains again next time;
+    on Ctrl-C the tasks not finished are cancelled and the interrupt is raised.
+
+    :param specs: The runs
+    :param address: The cluster's address (``ray.init(address=...)``)
+    :param on_result: Called with each run and its record as it arrives
+    :param init: Connects to the cluster (default ``ray.init``; the tests' seam)
+    :return: The records of the runs that came back, in the order they arrived
+    """
+    try:
+        import ray
+    except ImportError as error:  # the cluster extra
+        raise ImportError("running on a Ray cluster needs Ray: pip install 'sb3-reset-ppo[cluster]'") from error
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"address must be a Ray cluster address such as 'auto' or 'host:6379', got {address!r}")
+    (init or ray.init)(address=address, log_to_driver=False, configure_logging=False)
+    task = ray.remote(num_cpus=1, max_retries=0)(train_packed)
+    pending = {task.remote(spec.to_dict()): spec for spec in specs}
+    results: list[Result] = []
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                spec = pending.pop(ref)
+                try:
+                    result, data = ray.get(ref)
+                except ray.exceptions.RayError as error:
+                    # Lost with its machine or worker: not recorded, trained again next time
+                    result = {
+                        "variant": spec.label or spec.algo, "env": spec.env, "seed": spec.seed, "returncode": -1,
+                        "seconds": 0.0, "evaluations": 0, "error": f"{type(error).__name__}: {error}",
+                    }  # fmt: skip
+                else:
+                    _unpack(data, spec.run_dir)
+                results.append(result)
+                if on_result is not None:
+                    on_result(spec, result)
+    except KeyboardInterrupt:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    return results

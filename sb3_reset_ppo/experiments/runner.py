@@ -1,0 +1,351 @@
+"""
+One training run through the RL Zoo, as the grid, the studies and ``python -m sb3_reset_ppo.compare`` train them.
+
+A run is a :class:`RunSpec`: an algorithm of the zoo (``reset_ppo``, ``ppo_lstm``, ...), an env, a seed, a
+hyperparameter file and settings, and the folder it writes to. :func:`run_one` trains it with
+``python -m sb3_reset_ppo.zoo train`` (one torch thread, the zoo's evaluation callback on a separate env) and
+records it: ``run.json`` when it trained its whole budget, ``failed.json`` when the trainer exited with an error
+(kept with its log, ``log.txt.gz``), nothing when it was cut short (a signal, a session's end), so that a
+resumable driver trains it again. :func:`load_runs` reads the finished runs of a folder laid out as
+``<name>/<env>/seed<k>/`` with their evaluations.
+"""
+
+import datetime
+import gzip
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from sb3_reset_ppo.experiments import training_log
+
+# Evaluations over a run's budget (the zoo's --eval-freq is the budget divided by this)
+EVALUATIONS_PER_RUN = 20
+FAILED_FILE = "failed.json"
+RUN_FILE = "run.json"
+# The repository (a checkout's root) whose commit a run records; absent when installed from a wheel
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RunSpec:
+    """
+    One training run.
+
+    :param algo: The zoo's algorithm name (``reset_ppo``, ``ppo_lstm``, ``ppo``, ...)
+    :param env: The env id
+    :param seed: The training seed (the zoo's ``--seed``)
+    :param run_dir: The folder the run writes to (the zoo's log folder inside it)
+    :param conf_file: The zoo hyperparameter file (``--conf-file``); it must hold an entry for ``env``
+    :param hyperparams: Settings added on the zoo's command line (``--hyperparams``, ``key:value`` each)
+    :param eval_episodes: Episodes per evaluation (``--eval-episodes``)
+    :param evaluations: Evaluations over the budget (``--eval-freq`` is the budget over this)
+    :param steps: The budget in env steps (``-n``); None: the file's ``n_timesteps``
+    :param gym_packages: Modules the trainer imports first to register the user's envs (``--gym-packages``)
+    :param keep_log: Log every update (``--log-interval 1``) and keep the training log (``log.txt.gz``) and its
+        curves (``progress.csv.gz``, with ``time/time_elapsed``: the return against wall-clock seconds)
+    :param label: The name recorded as the run's ``variant`` (default: ``algo``)
+    :param extra: More fields for ``run.json``
+    """
+
+    algo: str
+    env: str
+    seed: int
+    run_dir: Path
+    conf_file: Path
+    hyperparams: list[str] = field(default_factory=list)
+    eval_episodes: int = 20
+    evaluations: int = EVALUATIONS_PER_RUN
+    steps: int | None = None
+    gym_packages: list[str] = field(default_factory=list)
+    keep_log: bool = False
+    label: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("eval_episodes", "evaluations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1):
+            raise ValueError(f"steps must be a positive int or None (the file's n_timesteps), got {self.steps!r}")
+        self.run_dir, self.conf_file = Path(self.run_dir), Path(self.conf_file)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as plain JSON-able values (paths as strings), e.g. to send it to another machine."""
+        values = asdict(self)
+        values["run_dir"], values["conf_file"] = str(self.run_dir), str(self.conf_file)
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "RunSpec":
+        """The spec :meth:`to_dict` wrote."""
+        return cls(**values)
+
+
+def budget(env_id: str, conf_file: Path) -> int:
+    """
+    The env steps a hyperparameter file gives an env (its ``n_timesteps``).
+
+    :raises ValueError: the file has no entry, or no ``n_timesteps``, for the env
+    """
+    entries = yaml.safe_load(Path(conf_file).read_text()) or {}
+    if env_id not in entries:
+        raise ValueError(f"conf_file {conf_file} has no entry for env {env_id!r}: add one, or give another file")
+    if "n_timesteps" not in entries[env_id]:
+        raise ValueError(f"conf_file {conf_file}'s entry for {env_id!r} has no n_timesteps: add it, or give steps")
+    return int(float(entries[env_id]["n_timesteps"]))
+
+
+def zoo_command(spec: RunSpec) -> list[str]:
+    """
+    The zoo command of one run: its algorithm, hyperparameter file and settings, ``spec.evaluations`` evaluations
+    of ``spec.eval_episodes`` episodes on one separate env over the budget, one torch thread, ``DummyVecEnv``.
+    """
+    steps = spec.steps or budget(spec.env, spec.conf_file)
+    args = [
+        sys.executable, "-m", "sb3_reset_ppo.zoo", "train",
+        "--algo", spec.algo, "--env", spec.env, "--seed", str(spec.seed), "-f", str(spec.run_dir),
+        "--conf-file", str(spec.conf_file), "--num-threads", "1", "--vec-env", "dummy",
+        "--eval-freq", str(max(steps // spec.evaluations, 1)),
+        "--eval-episodes", str(spec.eval_episodes), "--n-eval-envs", "1",
+        # Kept logs hold the train/ and rollout/ keys of every update
+        "--log-interval", "1" if spec.keep_log else "-1",
+    ]  # fmt: skip
+    if spec.steps:
+        args += ["-n", str(spec.steps)]
+    if spec.gym_packages:
+        args += ["--gym-packages", *spec.gym_packages]
+    if spec.hyperparams:
+        args += ["--hyperparams", *spec.hyperparams]
+    return args
+
+
+def code_version(root: Path = _PACKAGE_ROOT) -> dict[str, Any]:
+    """
+    The commit the run trained with and whether the package's code differed from it (uncommitted changes); an empty
+    commit where the package is not in a git checkout (installed from a wheel).
+    """
+
+    def git(*args: str) -> str:
+        try:
+            result = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        except OSError:  # no git
+            return ""
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "sb3_reset_ppo"))}
+
+
+def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
+    """
+    The machine a run trains on: CPU model, cores and the vector extensions that decide which kernels torch picks
+    (a study spanning sessions spans machines, and RecurrentPPO's floating-point path differs between them).
+
+    :param cpuinfo: Linux's CPU description (elsewhere absent: the CPU is then "unknown CPU")
+    """
+    cpu, flags = "unknown CPU", set[str]()
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and cpu == "unknown CPU":
+                cpu = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    extensions = [flag for flag in ("avx2", "avx512f", "amx_tile") if flag in flags]
+    return {"cpu": cpu, "cores": os.cpu_count(), "extensions": extensions}
+
+
+def evaluations_done(run_dir: Path) -> int:
+    """
+    How many evaluations the zoo stored in a run's ``<algo>/<env>_<k>/evaluations.npz`` (0 without exactly one such
+    file). A run that trained its whole budget has at least its ``evaluations``: the zoo's evaluation interval
+    rounds down and training ends at a rollout's end on or past the budget.
+    """
+    paths = sorted(Path(run_dir).glob("*/*/evaluations.npz"))
+    if len(paths) != 1:
+        return 0
+    try:
+        with np.load(paths[0]) as data:
+            return len(data["timesteps"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # written in part (the trainer was cut while saving)
+        return 0
+
+
+def completed(result: dict[str, Any], evaluations: int = EVALUATIONS_PER_RUN) -> bool:
+    """Whether a result of :func:`run_one` is a finished run: the trainer exited 0 and evaluated its whole budget."""
+    return bool(result["returncode"] == 0 and result.get("evaluations", evaluations) >= evaluations)
+
+
+def recorded(run_dir: Path, retry_failed: bool = False) -> bool:
+    """
+    Whether a run needs no training now: it finished (``run.json``) or failed with an error (``failed.json``; a
+    run is deterministic, so it would fail again) unless ``retry_failed``. A run cut short (by a signal or a
+    session's end) left neither and is trained again.
+    """
+    run_dir = Path(run_dir)
+    return (run_dir / RUN_FILE).exists() or (not retry_failed and (run_dir / FAILED_FILE).exists())
+
+
+def status(result: dict[str, Any], evaluations: int = EVALUATIONS_PER_RUN) -> str:
+    """
+    A result of :func:`run_one` in words: "ok", "FAILED (<exit code>)" (recorded), "CUT (signal <n>)" (not
+    recorded: trained again) or "TRUNCATED (<n> evaluations)" (exit 0 before the end; not recorded either).
+    """
+    if result["returncode"] < 0:
+        return f"CUT (signal {-result['returncode']})"
+    if result["returncode"] != 0:
+        return f"FAILED ({result['returncode']})"
+    return "ok" if completed(result, evaluations) else f"TRUNCATED ({result['evaluations']} evaluations)"
+
+
+def _compress(source: Path, target: Path) -> None:
+    with open(source, "rb") as raw, gzip.open(target, "wb") as packed:
+        shutil.copyfileobj(raw, packed)
+
+
+def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
+    """
+    Train and evaluate one run into ``spec.run_dir`` (an unfinished earlier attempt there is removed first) and
+    record it: ``run.json`` if it finished (the trainer exited 0 and stored all its evaluations: the zoo's
+    ``train`` turns a KeyboardInterrupt into exit 0 and saves the truncated run, which must not count as done),
+    ``failed.json`` with its log if the trainer exited with an error, nothing if a signal cut it.
+
+    :param spec: The run
+    :param command: The trainer's command (default :func:`zoo_command`)
+    :return: The run's record: ``variant`` (its label), ``env``, ``seed``, ``returncode``, ``seconds`` (wall time
+        of the trainer process), ``command``, ``commit``, ``dirty``, ``started`` (UTC), ``machine``, ``host``,
+        ``evaluations`` (stored) and ``spec.extra``'s fields
+    """
+    run_dir = spec.run_dir
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    args = command or zoo_command(spec)
+    # The code and machine it trains with, read before it starts (a Ctrl-C after the run would also stop git)
+    version, host = code_version(), machine()
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    start = time.perf_counter()
+    with open(run_dir / "log.txt", "w") as log:
+        code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = {
+        "variant": spec.label or spec.algo, "env": spec.env, "seed": spec.seed, "returncode": code,
+        "seconds": time.perf_counter() - start, "command": " ".join(args), **version, "started": started,
+        "machine": host, "host": socket.gethostname(), "evaluations": evaluations_done(run_dir), **spec.extra,
+    }  # fmt: skip
+    if completed(result, spec.evaluations):
+        if spec.keep_log:
+            # The training log, compressed (a plain log.txt is git-ignored), and its curves as CSV
+            _compress(run_dir / "log.txt", run_dir / "log.txt.gz")
+            rows = training_log.parse_tables((run_dir / "log.txt").read_text())
+            training_log.write_csv(rows, run_dir / "progress.csv.gz")
+        (run_dir / RUN_FILE).write_text(json.dumps(result, indent=2))
+    elif code > 0:
+        # An error (a negative code is a signal: the run was cut, not failed, and trains again next time), kept with
+        # its log so that the report lists it and the failure can be traced
+        _compress(run_dir / "log.txt", run_dir / "log.txt.gz")
+        (run_dir / FAILED_FILE).write_text(json.dumps(result, indent=2))
+    return result
+
+
+class _ZooYamlLoader(yaml.SafeLoader):
+    """A safe loader that reads the zoo's saved ``config.yml``/``args.yml`` (an ``OrderedDict`` tag) as a dict."""
+
+
+_ZooYamlLoader.add_constructor(
+    "tag:yaml.org,2002:python/object/apply:collections.OrderedDict",
+    lambda loader, node: dict(loader.construct_sequence(node, deep=True)[0]),  # type: ignore[arg-type]
+)
+
+
+def run_budget(run_dir: Path) -> float | None:
+    """
+    The env steps a run was asked for: the zoo's ``-n`` (its saved ``args.yml``) if given, else ``n_timesteps`` of
+    its saved ``config.yml``; None when neither is there.
+    """
+    for name in ("args.yml", "config.yml"):
+        saved = next(Path(run_dir).glob(f"*/*/*/{name}"), None)
+        if saved is None:
+            continue
+        steps = yaml.load(saved.read_text(), Loader=_ZooYamlLoader).get("n_timesteps")
+        if steps is not None and float(steps) > 0:
+            return float(steps)
+    return None
+
+
+def load_runs(folder: Path, final_evaluations: int = 1) -> list[dict[str, Any]]:
+    """
+    The finished runs of a folder laid out as ``<name>/<env>/seed<k>/``: each ``run.json`` with ``timesteps`` and
+    ``eval_mean`` (the mean return of each evaluation), ``final`` (the mean of the last ``final_evaluations``),
+    ``auc`` (the mean over all evaluations), ``budget`` and ``dir``. Only evaluations at or before the run's budget
+    count: the zoo finishes whole rollouts, so a run whose ``n_steps * n_envs`` does not divide its budget trains,
+    and evaluates, past it.
+    """
+    if isinstance(final_evaluations, bool) or not isinstance(final_evaluations, int) or final_evaluations < 1:
+        raise ValueError(f"final_evaluations must be a positive int, got {final_evaluations!r}")
+    runs = []
+    for run_file in sorted(Path(folder).glob(f"*/*/seed*/{RUN_FILE}")):
+        run = json.loads(run_file.read_text())
+        evaluations = next(run_file.parent.glob("*/*/evaluations.npz"), None)
+        if evaluations is None:
+            continue
+        with np.load(evaluations) as data:
+            timesteps, results = data["timesteps"], data["results"]
+        steps = run_budget(run_file.parent)
+        within = np.ones(len(timesteps), dtype=bool) if steps is None else timesteps <= steps
+        run["budget"] = steps
+        run["timesteps"] = timesteps[within]
+        # (n_evaluations, n_episodes) -> (n_evaluations,)
+        run["eval_mean"] = results[within].mean(axis=1)
+        run["final"] = float(run["eval_mean"][-final_evaluations:].mean())
+        run["auc"] = float(run["eval_mean"].mean())
+        run["dir"] = run_file.parent
+        runs.append(run)
+    return runs
+
+
+def load_failed(folder: Path) -> list[dict[str, Any]]:
+    """The runs of a folder that failed with an error (their ``failed.json``), with ``dir``."""
+    failed = []
+    for path in sorted(Path(folder).glob(f"*/*/seed*/{FAILED_FILE}")):
+        run = json.loads(path.read_text())
+        run["dir"] = path.parent
+        failed.append(run)
+    return failed
+
+
+def elapsed_seconds(run: dict[str, Any]) -> np.ndarray | None:
+    """
+    Seconds of ``learn()`` at each of a loaded run's evaluations (:func:`load_runs`), from its training log (SB3
+    logs ``time/`` keys after every rollout with ``--log-interval 1``: :attr:`RunSpec.keep_log`), interpolated at the
+    evaluations' env steps; None without a kept log. A row's time is ``time/total_timesteps / time/fps`` where the
+    log has ``fps`` (SB3 computes it from the exact clock, while it logs ``time/time_elapsed`` in whole seconds),
+    else ``time/time_elapsed``. The time includes the evaluations (both algorithms of a comparison run the same ones).
+    """
+    steps, seconds = [0.0], [0.0]
+    for row in training_log.training_rows(Path(run["dir"])):
+        if "time/total_timesteps" not in row:
+            continue
+        if row.get("time/fps", 0.0) > 0:
+            steps.append(row["time/total_timesteps"])
+            seconds.append(row["time/total_timesteps"] / row["time/fps"])
+        elif "time/time_elapsed" in row:
+            steps.append(row["time/total_timesteps"])
+            seconds.append(row["time/time_elapsed"])
+    if len(steps) == 1:
+        return None
+    # Past the last row (the last update and evaluation): the run's own pace
+    pace = seconds[-1] / steps[-1] if steps[-1] > 0 else 0.0
+    timesteps = np.asarray(run["timesteps"], dtype=float)
+    inside = np.interp(timesteps, steps, seconds)
+    return np.where(timesteps > steps[-1], seconds[-1] + (timesteps - steps[-1]) * pace, inside)

@@ -1,0 +1,152 @@
+"""
+The statistics of the reports: rliable's interquartile mean and probability of improvement with stratified
+bootstrap intervals, Holm's adjustment, scores at a wall-clock time, and the pairing of runs that trained side by
+side on one machine (the only wall-time ratios a report may print: machines differ in speed).
+"""
+
+import datetime
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+# Bootstrap resamples of the reports' intervals
+REPS = 2000
+
+
+def _rliable() -> tuple[Any, Any]:
+    try:
+        from rliable import library, metrics
+    except ImportError as error:  # the compare / plots extras
+        raise ImportError("the reports' statistics need rliable: pip install 'sb3-reset-ppo[compare]'") from error
+    return library, metrics
+
+
+def aggregate(
+    score_dict: dict[str, np.ndarray], reps: int = REPS, baseline: str | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
+    """
+    rliable's interquartile mean and mean over runs and tasks, with 95% stratified bootstrap intervals, and each
+    variant's probability of improvement over ``baseline`` (its interval too).
+
+    :param score_dict: Scores per variant, each of shape ``(n_runs, n_tasks)``
+    :param reps: Bootstrap resamples
+    :param baseline: The variant the others are compared with (None: no probabilities)
+    :return: ``(point, interval, poi, poi_ci)``: ``point[v]`` is ``[IQM, mean]``, ``interval[v]`` their ``(2, 2)``
+        intervals (rows low and high), ``poi`` and ``poi_ci`` keyed ``"v,baseline"`` (rliable's plots read that)
+    """
+    library, metrics = _rliable()
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise ValueError(f"reps must be a positive int, got {reps!r}")
+    if baseline is not None and baseline not in score_dict:
+        raise ValueError(f"baseline {baseline!r} is not one of the variants {sorted(score_dict)}")
+
+    def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
+        return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
+
+    # A fixed bootstrap seed, so the same runs give the same report. rliable 1.2's StratifiedBootstrap draws from
+    # numpy's global generator (its random_state argument is not used for the resampling).
+    np.random.seed(0)  # noqa: NPY002  (rliable samples from the global generator)
+    point, interval = library.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
+    pairs = (
+        {}
+        if baseline is None
+        else {f"{v},{baseline}": (score_dict[v], score_dict[baseline]) for v in score_dict if v != baseline}
+    )
+    poi, poi_ci = library.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
+    return point, interval, poi, poi_ci
+
+
+def probability_triple(poi: dict[str, Any], poi_ci: dict[str, Any], pair: str) -> list[float]:
+    """``[P, low, high]`` for one pair of rliable's probability-of-improvement estimates."""
+    # rliable returns a scalar (or shape (1,)) estimate and a (2,) or (2, 1) interval
+    low, high = np.asarray(poi_ci[pair]).reshape(-1)[:2]
+    return [float(np.asarray(poi[pair]).reshape(-1)[0]), float(low), float(high)]
+
+
+def probability_text(poi: dict[str, Any], poi_ci: dict[str, Any], pair: str) -> str:
+    """``"P (low to high)"`` for one pair of rliable's probability-of-improvement estimates."""
+    probability, low, high = probability_triple(poi, poi_ci, pair)
+    return f"{probability:.3f} ({low:.3f} to {high:.3f})"
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (same order as given)."""
+    order = np.argsort(p_values)
+    adjusted = np.empty(len(p_values))
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+def interval_triple(point: float, low: float, high: float) -> list[float]:
+    """``[point, low, high]`` as plain floats (the JSON summaries' form of an estimate with its interval)."""
+    return [float(point), float(low), float(high)]
+
+
+def significance(low: float, high: float, null: float) -> str:
+    """``"better"`` / ``"worse"`` where a 95% interval excludes ``null`` (above / below), else ``"not significant"``."""
+    return "better" if low > null else "worse" if high < null else "not significant"
+
+
+def score_at(times: np.ndarray, scores: np.ndarray, at: float, before_first: float) -> float:
+    """
+    A run's score at a time: its last evaluation at or before ``at`` (``before_first`` before its first
+    evaluation, e.g. the untrained policy's score).
+
+    :param times: Time of each evaluation (ascending)
+    :param scores: Score of each evaluation
+    :param at: The time asked for
+    :param before_first: The score before any evaluation
+    """
+    index = int(np.searchsorted(times, at, side="right")) - 1
+    return before_first if index < 0 else float(scores[index])
+
+
+def timestamp(text: str) -> float:
+    """
+    Seconds since the epoch of a UTC time as ``run.json`` writes it: ``2026-12-04T10:00:00.123Z`` (runs recorded
+    before milliseconds were: ``2026-12-04T10:00:00Z``).
+    """
+    layout = "%Y-%m-%dT%H:%M:%S.%fZ" if "." in text else "%Y-%m-%dT%H:%M:%SZ"
+    return datetime.datetime.strptime(text, layout).replace(tzinfo=datetime.UTC).timestamp()
+
+
+def run_interval(run: dict[str, Any]) -> tuple[float, float]:
+    """A run's start and end, seconds since the epoch (``started`` and ``seconds`` of its ``run.json``)."""
+    start = timestamp(run["started"])
+    return start, start + float(run["seconds"])
+
+
+def overlap(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Seconds two runs' time intervals overlap."""
+    (a0, a1), (b0, b1) = run_interval(a), run_interval(b)
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+def side_by_side(
+    runs: Sequence[dict[str, Any]], others: Sequence[dict[str, Any]]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """
+    Pairs (run of ``runs``, run of ``others``) of the same env and seed that trained on the same machine (host and
+    CPU, where recorded) at the same commit, their time intervals overlapping by at least half of the shorter: the
+    only pairs whose wall times may be compared.
+    """
+    pairs = []
+    for run in runs:
+        if "started" not in run:
+            continue
+        for other in others:
+            same = (
+                "started" in other
+                and other["env"] == run["env"]
+                and int(other["seed"]) == int(run["seed"])
+                and other.get("machine") == run.get("machine")
+                and other.get("host") == run.get("host")
+                and other.get("commit") == run.get("commit")
+            )
+            if same and overlap(run, other) >= 0.5 * min(float(run["seconds"]), float(other["seconds"])):
+                pairs.append((run, other))
+    return pairs

@@ -1,0 +1,228 @@
+"""The experiment package: runs through the zoo, their records, local and packed execution, the statistics."""
+
+import gzip
+import io
+import json
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sb3_reset_ppo.experiments import executors, runner, stats, training_log
+from sb3_reset_ppo.experiments.runner import RunSpec
+
+PACKAGED_CONF = Path(runner.__file__).resolve().parents[1] / "zoo" / "reset_ppo.yml"
+
+
+def _spec(tmp_path: Path, **changes: Any) -> RunSpec:
+    values: dict[str, Any] = {
+        "algo": "reset_ppo", "env": "CueRecall-v0", "seed": 3, "run_dir": tmp_path / "run", "conf_file": PACKAGED_CONF,
+    }  # fmt: skip
+    return RunSpec(**{**values, **changes})
+
+
+def test_zoo_command_holds_the_runs_settings(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, hyperparams=["window_size:32"], gym_packages=["my_envs"], steps=4000, evaluations=8)
+    args = runner.zoo_command(spec)
+    assert args[:4] == [sys.executable, "-m", "sb3_reset_ppo.zoo", "train"]
+    pairs = {args[i]: args[i + 1] for i in range(4, len(args) - 1) if args[i].startswith("-")}
+    assert pairs["--algo"] == "reset_ppo" and pairs["--env"] == "CueRecall-v0" and pairs["--seed"] == "3"
+    assert pairs["--conf-file"] == str(PACKAGED_CONF) and pairs["-f"] == str(tmp_path / "run")
+    # 8 evaluations over 4000 steps, one torch thread, a kept log (every update) only when asked
+    assert pairs["--eval-freq"] == "500" and pairs["-n"] == "4000" and pairs["--num-threads"] == "1"
+    assert pairs["--log-interval"] == "-1" and runner.zoo_command(_spec(tmp_path, keep_log=True))[-1] == "1"
+    assert args[args.index("--gym-packages") + 1] == "my_envs" and args[-2:] == ["--hyperparams", "window_size:32"]
+    # Without steps: the file's budget (CueRecall-v0: 3e4), no -n
+    default = runner.zoo_command(_spec(tmp_path))
+    assert "-n" not in default and default[default.index("--eval-freq") + 1] == str(30_000 // 20)
+
+
+def test_run_spec_rejects_bad_values_and_round_trips(tmp_path: Path) -> None:
+    for name, value in [("eval_episodes", 0), ("evaluations", 2.5), ("steps", -1), ("steps", True)]:
+        with pytest.raises(ValueError, match=name):
+            _spec(tmp_path, **{name: value})
+    spec = _spec(tmp_path, hyperparams=["a:1"], extra={"note": "x"})
+    assert RunSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    missing = tmp_path / "conf.yml"
+    missing.write_text("OtherEnv-v0:\n  n_timesteps: 100\n")
+    with pytest.raises(ValueError, match="no entry for env 'CueRecall-v0'"):
+        runner.zoo_command(_spec(tmp_path, conf_file=missing))
+    missing.write_text("CueRecall-v0:\n  policy: MlpLstmPolicy\n")
+    with pytest.raises(ValueError, match="no n_timesteps"):
+        runner.zoo_command(_spec(tmp_path, conf_file=missing))
+
+
+LOG = """
+-----------------------------
+| time/              |      |
+|    fps             | 400  |
+|    time_elapsed    | 2    |
+|    total_timesteps | 1000 |
+-----------------------------
+-----------------------------
+| time/              |      |
+|    time_elapsed    | 6    |
+|    total_timesteps | 2000 |
+| train/             |      |
+|    approx_kl       | 0.01 |
+-----------------------------
+"""
+
+
+def _fake_trainer(spec: RunSpec, evaluations: int, exit_code: int = 0) -> list[str]:
+    """A trainer that prints a training log and writes the zoo's evaluations file, then exits with ``exit_code``."""
+    folder = spec.run_dir / spec.algo / f"{spec.env}_1"
+    code = (
+        f"import os, numpy; os.makedirs({str(folder)!r}); print({LOG!r}); "
+        f"numpy.savez({str(folder / 'evaluations.npz')!r}, timesteps=500 * numpy.arange(1, {evaluations} + 1), "
+        f"results=numpy.ones(({evaluations}, 2))); raise SystemExit({exit_code})"
+    )
+    return [sys.executable, "-c", code]
+
+
+def test_run_one_records_a_finished_run_with_its_log_and_curves(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, evaluations=4, keep_log=True, label="mine", extra={"note": 1})
+    result = runner.run_one(spec, _fake_trainer(spec, 4))
+    stored = json.loads((spec.run_dir / "run.json").read_text())
+    assert stored == result and result["variant"] == "mine" and result["note"] == 1 and result["evaluations"] == 4
+    assert result["host"] and result["machine"] == runner.machine() and result["started"].endswith("Z")
+    assert runner.recorded(spec.run_dir) and runner.status(result, 4) == "ok"
+    with gzip.open(spec.run_dir / "log.txt.gz", "rt") as log:
+        assert "approx_kl" in log.read()
+    rows = training_log.read_csv(spec.run_dir / "progress.csv.gz")
+    assert rows == [
+        {"time/fps": 400.0, "time/time_elapsed": 2.0, "time/total_timesteps": 1000.0},
+        {"time/time_elapsed": 6.0, "time/total_timesteps": 2000.0, "train/approx_kl": 0.01},
+    ]
+    # Loaded with its evaluations, and learn() seconds at each: interpolated on the log's clock (1000 steps at 400
+    # steps/s: 2.5 s, not the whole seconds of time_elapsed; a row without fps: its time_elapsed, 6 s), past its last
+    # row at the run's own pace (6 s for 2000 steps)
+    layout = tmp_path / "grid" / "mine" / "CueRecall-v0" / "seed3"
+    spec2 = _spec(tmp_path, run_dir=layout, evaluations=4, keep_log=True, label="mine")
+    runner.run_one(spec2, _fake_trainer(spec2, 4))
+    (run,) = runner.load_runs(tmp_path / "grid", final_evaluations=2)
+    assert run["timesteps"].tolist() == [500, 1000, 1500, 2000] and run["final"] == 1.0 and run["auc"] == 1.0
+    assert runner.elapsed_seconds(run) == pytest.approx([1.25, 2.5, 4.25, 6.0])
+    run["timesteps"] = np.array([2500.0])
+    assert runner.elapsed_seconds(run) == pytest.approx([7.5])
+
+
+def test_run_one_records_failures_and_not_cut_runs(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, evaluations=4)
+    failed = runner.run_one(spec, _fake_trainer(spec, 4, exit_code=3))
+    assert runner.status(failed, 4) == "FAILED (3)" and (spec.run_dir / "failed.json").exists()
+    assert runner.recorded(spec.run_dir) and not runner.recorded(spec.run_dir, retry_failed=True)
+    # Fewer evaluations than asked (the zoo's train exits 0 on Ctrl-C): nothing recorded, trained again
+    short = runner.run_one(spec, _fake_trainer(spec, 3))
+    assert runner.status(short, 4) == "TRUNCATED (3 evaluations)" and not runner.recorded(spec.run_dir)
+    cut = runner.run_one(spec, [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    assert runner.status(cut) == "CUT (signal 9)" and not runner.recorded(spec.run_dir)
+
+
+def test_load_failed_finds_failed_runs_of_a_layout(tmp_path: Path) -> None:
+    run_dir = tmp_path / "arm" / "CueRecall-v0" / "seed0"
+    spec = _spec(tmp_path, run_dir=run_dir, evaluations=2)
+    runner.run_one(spec, _fake_trainer(spec, 2, exit_code=2))
+    (failed,) = runner.load_failed(tmp_path)
+    assert failed["returncode"] == 2 and failed["dir"] == run_dir and runner.load_runs(tmp_path) == []
+
+
+def test_run_local_runs_every_item_once_on_the_workers_and_reports_each() -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+    active = {"now": 0, "most": 0}
+
+    def train(item: int) -> dict[str, Any]:
+        with lock:
+            active["now"] += 1
+            active["most"] = max(active["most"], active["now"])
+        time.sleep(0.02)
+        with lock:
+            active["now"] -= 1
+        return {"item": item}
+
+    todo = list(range(7))
+    results = executors.run_local(todo, train, 2, on_result=lambda item, result: seen.append(item))
+    assert sorted(seen) == list(range(7)) and sorted(r["item"] for r in results) == list(range(7))
+    assert todo == [] and active["most"] == 2
+    # A pick that declines (nothing fits in the time left) starts nothing
+    todo = [1, 2]
+    assert executors.run_local(todo, train, 2, minutes=1, pick=lambda items, left: None) == [] and todo == [1, 2]
+    with pytest.raises(ValueError, match="workers must be a positive int, got 0"):
+        executors.run_local([1], train, 0)
+    with pytest.raises(ValueError, match="minutes must be positive"):
+        executors.run_local([1], train, 1, minutes=0)
+
+
+def test_packed_runs_come_back_whole_and_archives_cannot_escape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Ray task's body, without Ray: the run trains in a scratch folder and comes back as an archive
+    monkeypatch.setattr(runner, "zoo_command", lambda spec: _fake_trainer(spec, 2))
+    spec = _spec(tmp_path, run_dir=tmp_path / "driver" / "run", evaluations=2, keep_log=True)
+    result, data = executors.train_packed(spec.to_dict())
+    assert runner.status(result, 2) == "ok" and not spec.run_dir.exists()
+    executors._unpack(data, spec.run_dir)
+    assert json.loads((spec.run_dir / "run.json").read_text()) == result
+    assert (spec.run_dir / "progress.csv.gz").exists() and runner.evaluations_done(spec.run_dir) == 2
+    # An archive with a path leaving the folder is refused
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        info = tarfile.TarInfo("../escaped.txt")
+        info.size = 1
+        archive.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(tarfile.FilterError):
+        executors._unpack(buffer.getvalue(), tmp_path / "target")
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_run_ray_checks_its_address() -> None:
+    pytest.importorskip("ray")
+    with pytest.raises(ValueError, match="address must be a Ray cluster address"):
+        executors.run_ray([], "", init=lambda **kwargs: None)
+
+
+def _run(env: str, seed: int, started: str, seconds: float, **fields: Any) -> dict[str, Any]:
+    return {"env": env, "seed": seed, "started": started, "seconds": seconds, "machine": {"cpu": "A"}, "host": "h",
+            "commit": "c", **fields}  # fmt: skip
+
+
+def test_side_by_side_pairs_need_the_same_machine_commit_and_overlap() -> None:
+    base = [_run("E", 0, "2026-12-04T10:00:00Z", 100.0), _run("E", 1, "2026-12-04T11:00:00Z", 100.0)]
+    runs = [
+        _run("E", 0, "2026-12-04T10:00:10Z", 30.0),  # inside: paired
+        _run("E", 1, "2026-12-04T11:01:25Z", 30.0),  # overlaps 15 s of 30: half, paired
+        _run("E", 1, "2026-12-04T11:01:26Z", 30.0),  # overlaps 14 s: not
+        _run("E", 0, "2026-12-04T10:00:10Z", 30.0, host="other"),
+        _run("E", 0, "2026-12-04T10:00:10Z", 30.0, commit="d"),
+        _run("F", 0, "2026-12-04T10:00:10Z", 30.0),
+    ]
+    pairs = stats.side_by_side(runs, base)
+    assert [(runs.index(a), base.index(b)) for a, b in pairs] == [(0, 0), (1, 1)]
+    assert stats.overlap(runs[0], base[0]) == 30.0 and stats.timestamp("1970-01-01T00:01:00Z") == 60.0
+
+
+def test_score_at_and_significance() -> None:
+    times, scores = np.array([1.0, 2.0, 4.0]), np.array([0.1, 0.2, 0.4])
+    assert stats.score_at(times, scores, 0.5, before_first=-1.0) == -1.0
+    assert stats.score_at(times, scores, 2.0, before_first=-1.0) == 0.2
+    assert stats.score_at(times, scores, 9.0, before_first=-1.0) == 0.4
+    assert stats.significance(0.6, 0.9, 0.5) == "better" and stats.significance(0.1, 0.4, 0.5) == "worse"
+    assert stats.significance(0.4, 0.6, 0.5) == "not significant"
+
+
+def test_aggregate_probability_of_improvement_brute_force() -> None:
+    # P(X > Y) over all pairs of runs (ties count half): rliable's estimate for one task
+    x, y = np.array([[3.0], [1.0], [4.0], [1.0]]), np.array([[2.0], [1.0], [0.0], [5.0]])
+    expected = np.mean([(a > b) + 0.5 * (a == b) for a in x[:, 0] for b in y[:, 0]])
+    point, interval, poi, poi_ci = stats.aggregate({"x": x, "y": y}, reps=200, baseline="y")
+    assert stats.probability_triple(poi, poi_ci, "x,y")[0] == pytest.approx(expected)
+    low, high = stats.probability_triple(poi, poi_ci, "x,y")[1:]
+    assert 0.0 <= low <= expected <= high <= 1.0
+    # IQM of 4 runs: the mean of the middle two
+    assert point["x"][0] == pytest.approx(2.0) and interval["x"].shape == (2, 2)
+    with pytest.raises(ValueError, match="baseline 'z' is not one of"):
+        stats.aggregate({"x": x}, reps=10, baseline="z")
