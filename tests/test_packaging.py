@@ -1,6 +1,7 @@
 """What ships: the wheel holds the package data, and the zoo command works from an installed wheel."""
 
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def test_wheel_holds_package_data_and_runs_the_zoo_from_an_install(tmp_path: Pat
     )
     (wheel,) = (tmp_path / "dist").glob("sb3_reset_ppo-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for member in ("sb3_reset_ppo/zoo/reset_ppo.yml", "sb3_reset_ppo/py.typed", "sb3_reset_ppo/envs/cue_recall.py"):
+    members = ("sb3_reset_ppo/zoo/reset_ppo.yml", "sb3_reset_ppo/py.typed", "sb3_reset_ppo/envs/cue_recall.py")
+    for member in (*members, "sb3_reset_ppo/compare.py", "sb3_reset_ppo/experiments/compare.py"):
         assert member in names, f"{member} is not in {wheel.name}"
     # Install it apart from the checkout; run from a folder where the checkout is not importable
     site = tmp_path / "site"
@@ -84,3 +86,14 @@ def test_wheel_holds_package_data_and_runs_the_zoo_from_an_install(tmp_path: Pat
         cwd=tmp_path, env=env, timeout=300,
     )  # fmt: skip
     assert (tmp_path / "logs" / "reset_ppo" / "CueRecall-v0_1" / "CueRecall-v0.zip").exists()
+    # The comparison command from the install: its runs record no commit (no checkout), its report is written
+    out = tmp_path / "compare"
+    _run(
+        [sys.executable, "-m", "sb3_reset_ppo.compare", "--env", "CueRecall-v0", "--seeds", "1", "--timesteps", "512",
+         "--evaluations", "2", "--eval-episodes", "2", "--final-evaluations", "1", "--hyperparams", "n_envs:2",
+         "n_steps:32", "--workers", "2", "--out", str(out)],
+        cwd=tmp_path, env=env, timeout=300,
+    )  # fmt: skip
+    run = json.loads((out / "runs" / "reset_ppo" / "CueRecall-v0" / "seed0" / "run.json").read_text())
+    assert run["returncode"] == 0 and run["commit"] == "" and not run["dirty"]
+    assert (out / "REPORT.md").exists() and (out / "figures" / "return_vs_seconds.png").exists()

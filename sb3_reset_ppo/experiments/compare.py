@@ -1,0 +1,525 @@
+"""
+``python -m sb3_reset_ppo.compare``: should I switch? ResetPPO against RecurrentPPO (or any zoo algorithms) on
+*your* task, per env step and per second, with intervals.
+
+Every (algorithm, seed) trains through the RL Zoo with the same hyperparameter file and settings (the zoo's
+``--conf-file`` and ``--hyperparams``), one torch thread each, on local worker processes or, with ``--address``,
+as Ray tasks on a cluster. Runs are recorded as they finish, so the command is resumable: run it again and it
+trains only what is missing, then writes the report. Each seed's runs start next to each other, so that runs of two
+algorithms share the machine at the same time and their wall times can be compared.
+
+The report (``REPORT.md``, ``summary.json`` and figures in ``--out``): the return against env steps and against
+seconds of ``learn()``; for each algorithm the final return (mean of the last evaluations) and the return over
+training (mean of all evaluations) as interquartile means with 95% stratified-bootstrap intervals (rliable); the
+probability that each algorithm beats the baseline, at the end, over training, and at equal wall-clock time;
+``learn()`` time ratios of runs that trained side by side on one machine; and a verdict in words, which says "not
+significant" where the interval says so. Evaluations are the zoo's: ``--eval-episodes`` deterministic episodes on a
+separate env, ``--evaluations`` times over the budget.
+
+Example::
+
+    python -m sb3_reset_ppo.compare --env CueRecall-v0 --seeds 2 --timesteps 4000
+    python -m sb3_reset_ppo.compare --env MyEnv-v0 --gym-packages my_package --conf-file my.yml --seeds 10
+    python -m sb3_reset_ppo.compare --env MyEnv-v0 --gym-packages my_package --seeds 10 --address auto
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from sb3_reset_ppo.experiments import executors, runner, stats
+from sb3_reset_ppo.experiments.runner import RunSpec
+
+DEFAULT_ALGOS = ["reset_ppo", "ppo_lstm"]
+PACKAGED_CONF = Path(__file__).resolve().parents[1] / "zoo" / "reset_ppo.yml"
+SETTINGS_FILE = "compare.json"
+FEW_SEEDS = 5
+
+
+@dataclass
+class Variant:
+    """
+    One arm of a comparison.
+
+    :param name: Its name in the report (and its runs' folder)
+    :param algo: The zoo algorithm (``reset_ppo``, ``ppo_lstm``, ...)
+    :param hyperparams: Its own settings on top of the shared ones (the zoo's ``key:value`` form)
+    """
+
+    name: str
+    algo: str
+    hyperparams: list[str] = field(default_factory=list)
+
+
+def parse_variants(algos: Sequence[str], variants: Sequence[Sequence[str]] | None) -> list[Variant]:
+    """
+    The arms: each of ``algos`` with its own name, then each ``--variant NAME ALGO [KEY:VALUE ...]``.
+
+    :raises ValueError: a ``--variant`` without an algorithm, or two arms with one name
+    """
+    arms = [Variant(algo, algo) for algo in algos]
+    for values in variants or []:
+        if len(values) < 2:
+            raise ValueError(f"--variant needs NAME ALGO [KEY:VALUE ...], got {' '.join(values)!r}")
+        name, algo, *settings = values
+        bad = [setting for setting in settings if ":" not in setting]
+        if bad:
+            raise ValueError(f"--variant {name}: settings must be KEY:VALUE (the zoo's --hyperparams form), got {bad}")
+        arms.append(Variant(name, algo, list(settings)))
+    names = [arm.name for arm in arms]
+    duplicated = sorted({name for name in names if names.count(name) > 1})
+    if duplicated:
+        raise ValueError(f"each arm needs its own name; {duplicated} appear more than once in --algos/--variant")
+    if len(arms) < 2:
+        raise ValueError(f"a comparison needs at least two arms (--algos and --variant), got {names}")
+    return arms
+
+
+def conf_file(args: argparse.Namespace) -> Path:
+    """
+    The hyperparameter file every arm trains with: ``--conf-file``; else the package's (``reset_ppo.yml``: the
+    zoo's ``ppo_lstm`` settings and the memory tasks) if it has the env; else one written into ``--out`` with
+    ``--policy`` and ``--n-envs`` and every other argument at the algorithms' defaults.
+
+    :raises ValueError: the file has no entry for the env, or no budget is known (neither ``--timesteps`` nor the
+        entry's ``n_timesteps``)
+    """
+    if args.conf_file is not None:
+        path = Path(args.conf_file).resolve()
+        if not path.is_file():
+            raise ValueError(f"--conf-file {args.conf_file} is not a file")
+    else:
+        packaged = yaml.safe_load(PACKAGED_CONF.read_text())
+        path = PACKAGED_CONF
+        if args.env not in packaged:
+            if args.timesteps is None:
+                raise ValueError(
+                    f"env {args.env!r} has no settings in the package's file: give --timesteps (and --policy, "
+                    "--n-envs), or a --conf-file with an entry for it"
+                )
+            path = args.out / "conf.yml"
+            entry = {"policy": args.policy, "n_envs": args.n_envs, "n_timesteps": args.timesteps}
+            args.out.mkdir(parents=True, exist_ok=True)
+            path.write_text(yaml.safe_dump({args.env: entry}))
+    entries = yaml.safe_load(path.read_text()) or {}
+    if args.env not in entries:
+        raise ValueError(f"--conf-file {path} has no entry for env {args.env!r}")
+    if args.timesteps is None and "n_timesteps" not in entries[args.env]:
+        raise ValueError(f"--conf-file {path}'s entry for {args.env!r} has no n_timesteps: give --timesteps")
+    return path
+
+
+def plan(args: argparse.Namespace, arms: Sequence[Variant], conf: Path) -> list[RunSpec]:
+    """
+    Every (arm, seed) run, seed by seed with the arms of a seed next to each other (so that they train at the same
+    time and their wall times can be compared).
+    """
+    return [
+        RunSpec(
+            algo=arm.algo, env=args.env, seed=seed, run_dir=args.out / "runs" / arm.name / args.env / f"seed{seed}",
+            conf_file=conf, hyperparams=[*(args.hyperparams or []), *arm.hyperparams], eval_episodes=args.eval_episodes,
+            evaluations=args.evaluations, steps=args.timesteps, gym_packages=list(args.gym_packages or []),
+            keep_log=True, label=arm.name,
+        )
+        for seed in range(args.seeds)
+        for arm in arms
+    ]  # fmt: skip
+
+
+def check_settings(out: Path, settings: dict[str, Any]) -> None:
+    """
+    Record the comparison's settings in ``out`` on the first call; later calls (resuming) must give the same ones.
+
+    :raises ValueError: ``out`` holds a comparison with other settings
+    """
+    path = out / SETTINGS_FILE
+    if path.exists():
+        before = json.loads(path.read_text())
+        changed = sorted(
+            key for key in settings.keys() | before.keys() if before.get(key) != settings.get(key) and key != "seeds"
+        )
+        if changed:
+            raise ValueError(
+                f"--out {out} holds a comparison with other settings ({', '.join(changed)}): give another --out, or the "
+                "same settings to resume it (only --seeds may grow)"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2))
+
+
+class Progress:
+    """Prints each run as it finishes: how many are done, the time so far, and a forecast of the rest."""
+
+    def __init__(self, total: int, workers: int | None) -> None:
+        """
+        :param total: Runs to train
+        :param workers: Runs at a time, for the forecast (None: unknown, e.g. on a Ray cluster: no forecast)
+        """
+        self.total, self.workers, self.done = total, workers, 0
+        self.start = time.monotonic()
+        self.seconds: list[float] = []
+
+    @staticmethod
+    def clock(seconds: float) -> str:
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{rest:02d}s"
+
+    def __call__(self, spec: RunSpec, result: dict[str, Any]) -> None:
+        self.done += 1
+        self.seconds.append(float(result.get("seconds", 0.0)))
+        left = self.total - self.done
+        forecast = ""
+        if left and self.workers:
+            forecast = f", about {self.clock(statistics.median(self.seconds) * left / self.workers)} left"
+        print(
+            f"[{self.done}/{self.total}] {spec.label or spec.algo} seed {spec.seed}: "
+            f"{runner.status(result, spec.evaluations)} in {result.get('seconds', 0.0):.0f} s "
+            f"({self.clock(time.monotonic() - self.start)} so far{forecast})",
+            flush=True,
+        )
+
+
+def train(specs: list[RunSpec], args: argparse.Namespace) -> None:
+    """Train the runs not recorded yet, locally or on the Ray cluster at ``args.address``."""
+    todo = [spec for spec in specs if not runner.recorded(spec.run_dir, args.retry_failed)]
+    where = f"the Ray cluster at {args.address}" if args.address else f"{args.workers} local workers"
+    print(f"{len(specs) - len(todo)} of {len(specs)} runs already done; {len(todo)} to train on {where}", flush=True)
+    if not todo:
+        return
+    progress = Progress(len(todo), None if args.address else min(args.workers, len(todo)))
+    if args.address:
+        executors.run_ray(todo, args.address, on_result=progress)
+    else:
+        executors.run_local(todo, runner.run_one, args.workers, on_result=progress)
+
+
+def learn_seconds(run: dict[str, Any]) -> float:
+    """A run's ``learn()`` seconds: the time of its last evaluation (its training log's clock), else its process's."""
+    times = run.get("times")
+    return float(times[-1]) if times is not None and len(times) else float(run["seconds"])
+
+
+def load(out: Path, env: str, arms: Sequence[Variant], final_evaluations: int) -> dict[str, list[dict[str, Any]]]:
+    """The finished runs of each arm, with ``times`` (``learn()`` seconds at each evaluation, None without a log)."""
+    loaded = runner.load_runs(out / "runs", final_evaluations)
+    by_arm: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
+    for run in loaded:
+        if run["env"] == env and run["variant"] in by_arm:
+            run["times"] = runner.elapsed_seconds(run)
+            by_arm[run["variant"]].append(run)
+    for arm_runs in by_arm.values():
+        arm_runs.sort(key=lambda run: int(run["seed"]))
+    return by_arm
+
+
+def _scores(arm_runs: list[dict[str, Any]], key: str) -> np.ndarray:
+    # (n_runs,) -> (n_runs, 1): rliable's (runs, tasks) layout, one task
+    return np.array([[run[key]] for run in arm_runs], dtype=float)
+
+
+def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int) -> dict[str, Any]:
+    """
+    The report's numbers: per arm the IQM (95% CI) of the final return and of the return over training, and its
+    median ``learn()`` seconds; per arm other than the baseline the probability it beats the baseline (95% CI) at
+    the end, over training and at equal wall-clock time, and its ``learn()`` time over the baseline's in runs that
+    trained side by side.
+    """
+    arms = {name: arm_runs for name, arm_runs in by_arm.items() if arm_runs}
+    if baseline not in arms or len(arms) < 2:
+        counts = {name: len(arm_runs) for name, arm_runs in by_arm.items()}
+        raise ValueError(
+            f"nothing to compare yet: finished runs per arm {counts}; the "
+            f"baseline {baseline!r} and at least one other arm need finished runs"
+        )
+    summary: dict[str, Any] = {"baseline": baseline, "reps": reps, "arms": {}, "comparisons": {}}
+    for key in ("final", "auc"):
+        point, interval, poi, poi_ci = stats.aggregate({n: _scores(r, key) for n, r in arms.items()}, reps, baseline)
+        for name in arms:
+            entry = summary["arms"].setdefault(name, {"runs": len(arms[name])})
+            entry[key] = stats.interval_triple(point[name][0], interval[name][0][0], interval[name][1][0])
+            if name != baseline:
+                summary["comparisons"].setdefault(name, {})[key] = stats.probability_triple(poi, poi_ci, f"{name},{baseline}")
+    for name, arm_runs in arms.items():
+        summary["arms"][name]["learn_seconds"] = statistics.median(learn_seconds(run) for run in arm_runs)
+    for name in arms:
+        if name == baseline:
+            continue
+        comparison = summary["comparisons"][name]
+        pairs = stats.side_by_side(arms[name], arms[baseline])
+        ratios = [learn_seconds(run) / learn_seconds(other) for run, other in pairs if learn_seconds(other) > 0]
+        comparison["time_ratio"] = statistics.median(ratios) if ratios else None
+        comparison["time_pairs"] = len(ratios)
+        comparison["equal_time"] = equal_time(arms[name], arms[baseline], reps)
+    return summary
+
+
+def equal_time(arm_runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], reps: int) -> dict[str, Any] | None:
+    """
+    The probability that an arm beats the baseline when both stop at the same wall-clock time: the faster one's
+    median ``learn()`` seconds, each run's score its last evaluation by then (its final score once it has ended);
+    None where a run has no evaluation by then or no training log.
+    """
+    if any(run["times"] is None for run in [*arm_runs, *base_runs]):
+        return None
+    at = min(
+        statistics.median(learn_seconds(run) for run in arm_runs), statistics.median(learn_seconds(run) for run in base_runs)
+    )
+
+    def scores(group: list[dict[str, Any]]) -> np.ndarray:
+        values = [stats.score_at(run["times"], run["eval_mean"], at, before_first=math.nan) for run in group]
+        return np.array([[value] for value in values], dtype=float)
+
+    arm_scores, base_scores = scores(arm_runs), scores(base_runs)
+    if np.isnan(arm_scores).any() or np.isnan(base_scores).any():
+        return {"seconds": at, "probability": None}
+    _, _, poi, poi_ci = stats.aggregate({"arm": arm_scores, "base": base_scores}, reps, "base")
+    return {"seconds": at, "probability": stats.probability_triple(poi, poi_ci, "arm,base")}
+
+
+def _triple(values: Sequence[float], digits: int = 1) -> str:
+    return f"{values[0]:.{digits}f} ({values[1]:.{digits}f} to {values[2]:.{digits}f})"
+
+
+def _probability_sentence(name: str, baseline: str, triple: Sequence[float], when: str) -> str:
+    verdict = stats.significance(triple[1], triple[2], 0.5)
+    words = {
+        "better": f"**{name} is better** than {baseline}",
+        "worse": f"**{name} is worse** than {baseline}",
+        "not significant": f"{name} and {baseline} do not differ significantly (**not significant**)",
+    }[verdict]
+    return f"{when}, {words}: P({name} > {baseline}) = {_triple(triple, 2)}."
+
+
+def verdict(summary: dict[str, Any], seeds: int) -> list[str]:
+    """The verdict in words, one line per finding, "not significant" where the interval includes 0.5."""
+    baseline = summary["baseline"]
+    lines = []
+    for name, comparison in summary["comparisons"].items():
+        lines.append(_probability_sentence(name, baseline, comparison["final"], "Per env step, at the end of training"))
+        lines.append(_probability_sentence(name, baseline, comparison["auc"], "Per env step, over training"))
+        if comparison["time_ratio"] is not None:
+            lines.append(
+                f"Per second: {name}'s `learn()` takes {comparison['time_ratio']:.2f} of {baseline}'s time (median "
+                f"of {comparison['time_pairs']} pairs of runs that trained side by side on one machine)."
+            )
+        else:
+            lines.append(
+                f"Per second: no pair of {name} and {baseline} runs trained side by side on one machine, so no time ratio "
+                "is given (machines differ in speed)."
+            )
+        same_time = comparison["equal_time"]
+        if same_time is not None and same_time["probability"] is not None:
+            lines.append(
+                _probability_sentence(
+                    name,
+                    baseline,
+                    same_time["probability"],
+                    f"Stopped at {same_time['seconds']:.0f} s of `learn()` (the faster arm's median time)",
+                )
+            )
+    if seeds < FEW_SEEDS:
+        lines.append(
+            f"With {seeds} seed(s) per arm the intervals are wide and rest on few runs: use 10 or more seeds before deciding."
+        )
+    return lines
+
+
+def figures(by_arm: dict[str, list[dict[str, Any]]], folder: Path, env: str) -> list[Path]:
+    """The return against env steps (mean over seeds, shaded: its standard error) and against ``learn()`` seconds."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:  # the compare extra
+        raise ImportError("the report's figures need matplotlib: pip install 'sb3-reset-ppo[compare]'") from error
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def save(fig: Any, ax: Any, xlabel: str, title: str, path: Path) -> Path:
+        ax.set(xlabel=xlabel, ylabel="evaluation return", title=title)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, arm_runs in by_arm.items():
+        if not arm_runs:
+            continue
+        length = min(len(run["eval_mean"]) for run in arm_runs)
+        # (n_runs, n_evaluations): the evaluations all runs have
+        curves = np.array([run["eval_mean"][:length] for run in arm_runs])
+        steps = arm_runs[0]["timesteps"][:length]
+        mean = curves.mean(axis=0)
+        spread = curves.std(axis=0, ddof=1) / np.sqrt(len(curves)) if len(curves) > 1 else np.zeros_like(mean)
+        ax.plot(steps, mean, label=f"{name} ({len(curves)} seeds)")
+        ax.fill_between(steps, mean - spread, mean + spread, alpha=0.2)
+    paths.append(save(fig, ax, "env steps", f"{env}: return per env step", folder / "return_vs_steps.png"))
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for index, (name, arm_runs) in enumerate(by_arm.items()):
+        timed = [run for run in arm_runs if run["times"] is not None]
+        for number, run in enumerate(timed):
+            ax.plot(run["times"], run["eval_mean"], color=f"C{index}", alpha=0.6, label=name if number == 0 else None)
+    paths.append(save(fig, ax, "seconds of learn()", f"{env}: return per second (each run)", folder / "return_vs_seconds.png"))
+    return paths
+
+
+def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str], pictures: list[Path], out: Path) -> str:
+    """``REPORT.md``: the verdict first, then the table, the figures, the settings and what failed."""
+    baseline = summary["baseline"]
+    text = [f"# {settings['env']}: {' vs '.join(summary['arms'])}", "", "## Verdict", ""]
+    text += [f"- {line}" for line in lines]
+    text += [
+        "", "## Numbers", "",
+        "Interquartile mean over seeds with 95% stratified-bootstrap intervals (rliable, "
+        f"{summary['reps']} resamples); P(arm > {baseline}): the probability of improvement with its interval.", "",
+        f"| arm | runs | final return | return over training | median `learn()` s | P(> {baseline}) final | "
+        f"P(> {baseline}) over training | `learn()` time / {baseline}'s (side-by-side pairs) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for name, entry in summary["arms"].items():
+        comparison = summary["comparisons"].get(name)
+        if comparison is None:
+            extra = "baseline | baseline | 1"
+        else:
+            ratio = (
+                "none" if comparison["time_ratio"] is None else f"{comparison['time_ratio']:.2f} ({comparison['time_pairs']})"
+            )
+            extra = f"{_triple(comparison['final'], 2)} | {_triple(comparison['auc'], 2)} | {ratio}"
+        text.append(
+            f"| {name} | {entry['runs']} | {_triple(entry['final'])} | {_triple(entry['auc'])} | "
+            f"{entry['learn_seconds']:.0f} | {extra} |"
+        )
+    text += ["", "## Figures", ""]
+    text += [f"![{picture.stem}]({picture.relative_to(out).as_posix()})" for picture in pictures]
+    text += [
+        "", "## Settings", "",
+        f"- command: `{settings['command']}`",
+        f"- hyperparameter file (every arm): `{settings['conf_file']}`; shared settings: {settings['hyperparams'] or 'none'}",
+        f"- seeds 0 to {settings['seeds'] - 1}; budget: {settings['timesteps'] or 'the file n_timesteps'} env steps; "
+        f"{settings['evaluations']} evaluations of {settings['eval_episodes']} deterministic episodes on a separate env; "
+        f"final return: the mean of the last {settings['final_evaluations']}",
+        "- `learn()` seconds: the training log's clock at each evaluation (they include the evaluations, the same for "
+        "every arm); runs trained with one torch thread each",
+    ]  # fmt: skip
+    text += [f"- arm {arm['name']}: `{arm['algo']}` {' '.join(arm['hyperparams'])}".rstrip() for arm in settings["arms"]]
+    failed = settings.get("failed") or []
+    if failed:
+        text += ["", "## Failed runs", ""]
+        text += [f"- {run['variant']} seed {run['seed']}: exit {run['returncode']}, log `{run['log']}`" for run in failed]
+    return "\n".join(text) + "\n"
+
+
+def report(args: argparse.Namespace, arms: Sequence[Variant], settings: dict[str, Any]) -> Path:
+    """Write ``REPORT.md``, ``summary.json`` and the figures into ``args.out``; return the report's path."""
+    by_arm = load(args.out, args.env, arms, args.final_evaluations)
+    summary = analyse(by_arm, args.baseline, args.reps)
+    pictures = figures(by_arm, args.out / "figures", args.env)
+    failed = [
+        {
+            "variant": run["variant"],
+            "seed": run["seed"],
+            "returncode": run["returncode"],
+            "log": str(run["dir"] / "log.txt.gz"),
+        }
+        for run in runner.load_failed(args.out / "runs")
+    ]
+    lines = verdict(summary, min(entry["runs"] for entry in summary["arms"].values()))
+    (args.out / "summary.json").write_text(json.dumps({**summary, "verdict": lines}, indent=2))
+    path = args.out / "REPORT.md"
+    path.write_text(markdown(summary, {**settings, "failed": failed}, lines, pictures, args.out))
+    return path
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line (see the module's documentation)."""
+    p = argparse.ArgumentParser(
+        prog="python -m sb3_reset_ppo.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--env", required=True, help="the env id (registered by --gym-packages for your own env)")
+    p.add_argument("--gym-packages", nargs="+", default=[], help="modules to import first, e.g. the one registering --env")
+    p.add_argument("--algos", nargs="+", default=DEFAULT_ALGOS, help="zoo algorithms compared with their file's settings")
+    p.add_argument("--variant", nargs="+", action="append", metavar="NAME ALGO [KEY:VALUE]",
+                   help="one more arm: a name, a zoo algorithm and its own settings (repeatable)")  # fmt: skip
+    p.add_argument("--baseline", default=None, help="the arm the others are compared with (default ppo_lstm, else the last)")
+    p.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 per arm (default 10)")
+    p.add_argument("--timesteps", type=int, default=None, help="env steps per run (default: the file's n_timesteps)")
+    p.add_argument("--conf-file", default=None, help="the zoo hyperparameter file every arm trains with")
+    p.add_argument("--hyperparams", nargs="+", default=[], help="settings for every arm (the zoo's KEY:VALUE form)")
+    p.add_argument("--policy", default="MlpLstmPolicy", help="policy of the file written for an env the package lacks")
+    p.add_argument("--n-envs", type=int, default=8, help="n_envs of the file written for an env the package lacks")
+    p.add_argument("--eval-episodes", type=int, default=20)
+    p.add_argument("--evaluations", type=int, default=runner.EVALUATIONS_PER_RUN, help="evaluations over each run")
+    p.add_argument("--final-evaluations", type=int, default=2, help="the final return: mean of the last N evaluations")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="local runs at a time (one core each)")
+    p.add_argument("--address", default=None, help="a Ray cluster's address: runs train there as tasks of one CPU")
+    p.add_argument("--out", type=Path, default=None, help="the comparison's folder (default compare/<env>)")
+    p.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
+    p.add_argument("--report-only", action="store_true", help="train nothing; report the runs finished so far")
+    p.add_argument("--retry-failed", action="store_true", help="train again runs that failed with an error")
+    return p
+
+
+def _check(args: argparse.Namespace, p: argparse.ArgumentParser, arms: Sequence[Variant]) -> None:
+    for name in ("seeds", "n_envs", "eval_episodes", "evaluations", "final_evaluations", "workers", "reps"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.timesteps is not None and args.timesteps < 1:
+        p.error(f"--timesteps must be at least 1, got {args.timesteps}")
+    if args.final_evaluations > args.evaluations:
+        p.error(f"--final-evaluations ({args.final_evaluations}) must be at most --evaluations ({args.evaluations})")
+    names = [arm.name for arm in arms]
+    if args.baseline is None:
+        args.baseline = "ppo_lstm" if "ppo_lstm" in names else names[-1]
+    if args.baseline not in names:
+        p.error(f"--baseline {args.baseline!r} is not one of the arms {names}")
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the comparison (resumable) and write its report; return the report's path."""
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        arms = parse_variants(args.algos, args.variant)
+    except ValueError as error:
+        p.error(str(error))
+    _check(args, p, arms)
+    args.out = (args.out or Path("compare") / args.env).resolve()
+    try:
+        conf = conf_file(args)
+    except ValueError as error:
+        p.error(str(error))
+    settings = {
+        "env": args.env, "arms": [asdict(arm) for arm in arms], "baseline": args.baseline, "seeds": args.seeds,
+        "timesteps": args.timesteps, "conf_file": str(conf), "hyperparams": args.hyperparams,
+        "gym_packages": args.gym_packages, "eval_episodes": args.eval_episodes, "evaluations": args.evaluations,
+        "final_evaluations": args.final_evaluations,
+    }  # fmt: skip
+    try:
+        check_settings(args.out, settings)
+    except ValueError as error:
+        p.error(str(error))
+    settings["command"] = "python -m sb3_reset_ppo.compare " + " ".join(sys.argv[1:] if argv is None else argv)
+    if not args.report_only:
+        train(plan(args, arms, conf), args)
+    try:
+        path = report(args, arms, settings)
+    except ValueError as error:  # no finished runs to compare yet
+        p.exit(1, f"{p.prog}: no report: {error}\n")
+    print(f"report: {path}")
+    print("\n".join(json.loads((args.out / "summary.json").read_text())["verdict"]))
+    return path

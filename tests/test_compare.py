@@ -1,0 +1,201 @@
+"""``python -m sb3_reset_ppo.compare``: arms, settings, resuming, the statistics and verdict, and a real comparison."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from sb3_reset_ppo.experiments import compare, runner
+from sb3_reset_ppo.experiments.runner import RunSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_arms_from_algos_and_variants() -> None:
+    arms = compare.parse_variants(["reset_ppo", "ppo_lstm"], [["full", "reset_ppo", "window_coverage:'full'"]])
+    assert [(a.name, a.algo, a.hyperparams) for a in arms] == [
+        ("reset_ppo", "reset_ppo", []),
+        ("ppo_lstm", "ppo_lstm", []),
+        ("full", "reset_ppo", ["window_coverage:'full'"]),
+    ]
+    with pytest.raises(ValueError, match="needs NAME ALGO"):
+        compare.parse_variants(["ppo_lstm"], [["lonely"]])
+    with pytest.raises(ValueError, match="KEY:VALUE"):
+        compare.parse_variants(["ppo_lstm"], [["a", "reset_ppo", "window_size=8"]])
+    with pytest.raises(ValueError, match=r"\['ppo_lstm'\] appear more than once"):
+        compare.parse_variants(["ppo_lstm"], [["ppo_lstm", "reset_ppo"]])
+    with pytest.raises(ValueError, match="at least two arms"):
+        compare.parse_variants(["ppo_lstm"], None)
+
+
+def _args(tmp_path: Path, **changes: Any) -> argparse.Namespace:
+    args = compare.parser().parse_args(["--env", "CueRecall-v0", "--out", str(tmp_path / "out")])
+    for key, value in changes.items():
+        setattr(args, key, value)
+    args.out = Path(args.out)
+    return args
+
+
+def test_the_hyperparameter_file_every_arm_trains_with(tmp_path: Path) -> None:
+    # The package's file where it has the env (the zoo's ppo_lstm settings and the memory tasks)
+    assert compare.conf_file(_args(tmp_path)) == compare.PACKAGED_CONF
+    # An env it lacks: a file with --policy, --n-envs and --timesteps, everything else at the defaults
+    args = _args(tmp_path, env="MyEnv-v0", timesteps=5000, n_envs=4)
+    written = compare.conf_file(args)
+    assert yaml.safe_load(written.read_text()) == {"MyEnv-v0": {"policy": "MlpLstmPolicy", "n_envs": 4, "n_timesteps": 5000}}
+    with pytest.raises(ValueError, match="give --timesteps"):
+        compare.conf_file(_args(tmp_path, env="MyEnv-v0"))
+    own = tmp_path / "own.yml"
+    own.write_text("Other-v0:\n  policy: MlpLstmPolicy\n")
+    with pytest.raises(ValueError, match="no entry for env 'CueRecall-v0'"):
+        compare.conf_file(_args(tmp_path, conf_file=str(own)))
+    own.write_text("CueRecall-v0:\n  policy: MlpLstmPolicy\n")
+    with pytest.raises(ValueError, match="has no n_timesteps: give --timesteps"):
+        compare.conf_file(_args(tmp_path, conf_file=str(own)))
+    with pytest.raises(ValueError, match="is not a file"):
+        compare.conf_file(_args(tmp_path, conf_file=str(tmp_path / "absent.yml")))
+
+
+def test_resuming_needs_the_same_settings(tmp_path: Path) -> None:
+    settings = {"env": "E", "seeds": 2, "timesteps": 100}
+    compare.check_settings(tmp_path, settings)
+    compare.check_settings(tmp_path, {**settings, "seeds": 5})  # more seeds: the same comparison, grown
+    with pytest.raises(ValueError, match=r"other settings \(timesteps\)"):
+        compare.check_settings(tmp_path, {**settings, "timesteps": 200})
+
+
+def test_the_plan_puts_each_seeds_arms_side_by_side(tmp_path: Path) -> None:
+    args = _args(tmp_path, seeds=2, timesteps=4000, hyperparams=["gamma:0.9"])
+    arms = compare.parse_variants(["reset_ppo", "ppo_lstm"], [["w64", "reset_ppo", "window_size:64"]])
+    specs = compare.plan(args, arms, compare.PACKAGED_CONF)
+    assert [(s.label, s.seed) for s in specs] == [(a, seed) for seed in range(2) for a in ("reset_ppo", "ppo_lstm", "w64")]
+    assert specs[2].hyperparams == ["gamma:0.9", "window_size:64"] and specs[0].steps == 4000 and specs[0].keep_log
+    assert specs[4].run_dir == tmp_path / "out" / "runs" / "ppo_lstm" / "CueRecall-v0" / "seed1"
+
+
+def _fake_trainer(returns: dict[str, float], pace: dict[str, float]) -> Any:
+    """
+    A zoo stand-in: each run writes 4 evaluations of ``returns[label] + seed / 10`` and a training log whose clock
+    runs at ``pace[label]`` seconds per 1000 steps.
+    """
+
+    def command(spec: RunSpec) -> list[str]:
+        label = spec.label or spec.algo
+        value = returns[label] + spec.seed / 10
+        folder = spec.run_dir / spec.algo / f"{spec.env}_1"
+        rows = [f"|    time_elapsed    | {pace[label] * k} |\n|    total_timesteps | {1000 * k} |" for k in range(1, 5)]
+        log = "".join(f"\n------\n| time/ |  |\n{row}\n------\n" for row in rows)
+        code = (
+            f"import os, numpy; os.makedirs({str(folder)!r}); print({log!r}); "
+            f"numpy.savez({str(folder / 'evaluations.npz')!r}, timesteps=1000 * numpy.arange(1, 5), "
+            f"results=numpy.full((4, 3), {value}))"
+        )
+        return [sys.executable, "-c", code]
+
+    return command
+
+
+def test_compare_trains_reports_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.setattr(
+        runner, "zoo_command", _fake_trainer({"reset_ppo": 5.0, "ppo_lstm": 1.0}, {"reset_ppo": 1, "ppo_lstm": 4})
+    )
+    out = tmp_path / "out"
+    argv = ["--env", "CueRecall-v0", "--seeds", "3", "--timesteps", "4000", "--evaluations", "4", "--out", str(out)]
+    argv += ["--workers", "2", "--reps", "200"]
+    report = compare.main(argv)
+    printed = capsys.readouterr().out
+    assert "0 of 6 runs already done; 6 to train on 2 local workers" in printed and "[6/6]" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    # ResetPPO's every run beats every RecurrentPPO run: P = 1 at the end, over training and at equal time
+    assert summary["comparisons"]["reset_ppo"]["final"][0] == 1.0
+    assert summary["comparisons"]["reset_ppo"]["auc"][0] == 1.0
+    assert summary["arms"]["reset_ppo"]["final"][0] == pytest.approx(5.1)  # IQM of 5.0, 5.1, 5.2
+    # learn() seconds from the logs' clocks (4 s and 16 s); the runs of a seed trained side by side: ratio 0.25
+    assert summary["arms"]["reset_ppo"]["learn_seconds"] == 4 and summary["arms"]["ppo_lstm"]["learn_seconds"] == 16
+    assert summary["comparisons"]["reset_ppo"]["time_ratio"] == pytest.approx(0.25)
+    assert summary["comparisons"]["reset_ppo"]["time_pairs"] >= 1
+    equal_time = summary["comparisons"]["reset_ppo"]["equal_time"]
+    assert equal_time["seconds"] == 4 and equal_time["probability"][0] == 1.0
+    text = report.read_text()
+    assert "**reset_ppo is better** than ppo_lstm" in text and "use 10 or more seeds" in text
+    assert (out / "figures" / "return_vs_steps.png").exists() and (out / "figures" / "return_vs_seconds.png").exists()
+    # Resumed: nothing trains again; other settings in the same folder are refused
+    compare.main(argv)
+    assert "6 of 6 runs already done; 0 to train" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        compare.main([*argv[:5], "8000", *argv[6:]])
+    assert "other settings (timesteps)" in capsys.readouterr().err
+
+
+def test_equal_returns_are_not_significant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        runner, "zoo_command", _fake_trainer({"reset_ppo": 1.0, "ppo_lstm": 1.0}, {"reset_ppo": 1, "ppo_lstm": 1})
+    )
+    out = tmp_path / "out"
+    argv = ["--env", "CueRecall-v0", "--seeds", "4", "--timesteps", "4000", "--evaluations", "4", "--out", str(out)]
+    compare.main([*argv, "--workers", "2", "--reps", "200"])
+    summary = json.loads((out / "summary.json").read_text())
+    final = summary["comparisons"]["reset_ppo"]["final"]
+    assert final[0] == 0.5 and final[1] < 0.5 < final[2]
+    assert any("(**not significant**)" in line for line in summary["verdict"])
+
+
+def test_analyse_needs_runs_of_both_arms_and_times_only_side_by_side_pairs() -> None:
+    def run(seed: int, final: float, started: str, host: str = "h") -> dict[str, Any]:
+        return {
+            "env": "E", "seed": seed, "final": final, "auc": final, "started": started, "seconds": 10.0, "host": host,
+            "machine": {}, "commit": "c", "times": np.array([5.0, 10.0]), "eval_mean": np.array([final, final]),
+        }  # fmt: skip
+
+    with pytest.raises(ValueError, match="nothing to compare yet"):
+        compare.analyse({"a": [run(0, 1.0, "2026-12-04T10:00:00Z")], "b": []}, "b", 100)
+    # Runs on other machines, or at other times: no time ratio (machines differ in speed)
+    by_arm = {
+        "a": [run(0, 1.0, "2026-12-04T10:00:00Z", host="x"), run(1, 2.0, "2026-12-04T12:00:00Z")],
+        "b": [run(0, 1.0, "2026-12-04T10:00:00Z"), run(1, 2.0, "2026-12-04T10:00:00Z")],
+    }
+    summary = compare.analyse(by_arm, "b", 100)
+    assert summary["comparisons"]["a"]["time_ratio"] is None and summary["comparisons"]["a"]["time_pairs"] == 0
+    assert "no pair of a and b runs trained side by side" in " ".join(compare.verdict(summary, 2))
+
+
+def test_bad_command_lines_name_the_option(tmp_path: Path, capsys: Any) -> None:
+    base = ["--env", "CueRecall-v0", "--out", str(tmp_path / "out")]
+    for extra, message in [
+        (["--seeds", "0"], "--seeds must be at least 1, got 0"),
+        (["--baseline", "ppo"], "--baseline 'ppo' is not one of the arms"),
+        (["--final-evaluations", "5", "--evaluations", "4"], "--final-evaluations (5) must be at most --evaluations (4)"),
+        (["--variant", "x"], "--variant needs NAME ALGO"),
+    ]:
+        with pytest.raises(SystemExit):
+            compare.main([*base, *extra])
+        assert message in capsys.readouterr().err
+
+
+def test_compare_on_a_real_task(tmp_path: Path) -> None:
+    """The documented command, trained for real through the RL Zoo (ResetPPO and RecurrentPPO, 2 seeds each)."""
+    out = tmp_path / "compare"
+    command = [sys.executable, "-m", "sb3_reset_ppo.compare", "--env", "CueRecall-v0", "--seeds", "2", "--timesteps", "4000"]
+    result = subprocess.run(
+        [*command, "--out", str(out), "--workers", "2"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["arms"]["reset_ppo"]["runs"] == 2 and summary["arms"]["ppo_lstm"]["runs"] == 2
+    probability = summary["comparisons"]["reset_ppo"]["final"]
+    assert 0.0 <= probability[1] <= probability[0] <= probability[2] <= 1.0
+    for arm in ("reset_ppo", "ppo_lstm"):
+        for seed in range(2):
+            run = json.loads((out / "runs" / arm / "CueRecall-v0" / f"seed{seed}" / "run.json").read_text())
+            assert run["returncode"] == 0 and run["evaluations"] >= 20 and f"--algo {arm}" in run["command"]
+    text = (out / "REPORT.md").read_text()
+    assert "## Verdict" in text and "P(reset_ppo > ppo_lstm)" in text and "use 10 or more seeds" in text
+    assert f"report: {out / 'REPORT.md'}" in result.stdout
