@@ -332,6 +332,8 @@ def run_on_ray(todo: list[dict[str, Any]], address: str) -> list[dict[str, Any]]
 
     def report(spec: RunSpec, result: dict[str, Any]) -> None:
         print(f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}: {status(result)}", flush=True)
+        if "error" in result:
+            print(f"    {result['error'][:2000]}", flush=True)
 
     return executors.run_ray([spec_of(job) for job in todo], address, on_result=report)
 

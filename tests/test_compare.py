@@ -45,30 +45,55 @@ def _args(tmp_path: Path, **changes: Any) -> argparse.Namespace:
 
 def test_the_hyperparameter_file_every_arm_trains_with(tmp_path: Path) -> None:
     # The package's file where it has the env (the zoo's ppo_lstm settings and the memory tasks)
-    assert compare.conf_file(_args(tmp_path)) == compare.PACKAGED_CONF
-    # An env it lacks: a file with --policy, --n-envs and --timesteps, everything else at the defaults
-    args = _args(tmp_path, env="MyEnv-v0", timesteps=5000, n_envs=4)
-    written = compare.conf_file(args)
-    assert yaml.safe_load(written.read_text()) == {"MyEnv-v0": {"policy": "MlpLstmPolicy", "n_envs": 4, "n_timesteps": 5000}}
+    path, text = compare.resolve_conf(_args(tmp_path))
+    assert path == compare.PACKAGED_CONF and text == compare.PACKAGED_CONF.read_text()
+    # An env it lacks: a file with --policy, --n-envs and --timesteps, everything else at the defaults (written by
+    # main once the settings are checked)
+    path, text = compare.resolve_conf(_args(tmp_path, env="MyEnv-v0", timesteps=5000, n_envs=4))
+    assert path == tmp_path / "out" / "conf.yml" and not path.exists()
+    assert yaml.safe_load(text) == {"MyEnv-v0": {"policy": "MlpLstmPolicy", "n_envs": 4, "n_timesteps": 5000}}
     with pytest.raises(ValueError, match="give --timesteps"):
-        compare.conf_file(_args(tmp_path, env="MyEnv-v0"))
+        compare.resolve_conf(_args(tmp_path, env="MyEnv-v0"))
     own = tmp_path / "own.yml"
     own.write_text("Other-v0:\n  policy: MlpLstmPolicy\n")
     with pytest.raises(ValueError, match="no entry for env 'CueRecall-v0'"):
-        compare.conf_file(_args(tmp_path, conf_file=str(own)))
+        compare.resolve_conf(_args(tmp_path, conf_file=str(own)))
     own.write_text("CueRecall-v0:\n  policy: MlpLstmPolicy\n")
     with pytest.raises(ValueError, match="has no n_timesteps: give --timesteps"):
-        compare.conf_file(_args(tmp_path, conf_file=str(own)))
+        compare.resolve_conf(_args(tmp_path, conf_file=str(own)))
+    own.write_text("CueRecall-v0: [unclosed\n")
+    with pytest.raises(ValueError, match="is not valid YAML"):
+        compare.resolve_conf(_args(tmp_path, conf_file=str(own)))
     with pytest.raises(ValueError, match="is not a file"):
-        compare.conf_file(_args(tmp_path, conf_file=str(tmp_path / "absent.yml")))
+        compare.resolve_conf(_args(tmp_path, conf_file=str(tmp_path / "absent.yml")))
+
+
+def test_arms_checks_name_budget_algorithm_and_packages() -> None:
+    with pytest.raises(ValueError, match="they name folders"):
+        compare.parse_variants(["ppo_lstm"], [["../up", "reset_ppo"]])
+    with pytest.raises(ValueError, match="give the budget with --timesteps"):
+        compare.parse_variants(["ppo_lstm"], [["short", "reset_ppo", "n_timesteps:1000"]])
+    with pytest.raises(ValueError, match="--hyperparams: give the budget with --timesteps"):
+        compare.check_hyperparams(["gamma:0.9", "n_timesteps : 5"], "--hyperparams")
+    arms = compare.parse_variants(["reset_ppo", "ppo_lstm"], None)
+    compare.check_algos(arms, ["sb3_reset_ppo.envs"])
+    with pytest.raises(ValueError, match=r"unknown algorithms \['reset_pp'\]"):
+        compare.check_algos(compare.parse_variants(["reset_pp", "ppo_lstm"], None), [])
+    with pytest.raises(ValueError, match=r"--gym-packages \['no_such_package_here'\] cannot be imported"):
+        compare.check_algos(arms, ["no_such_package_here"])
+    # A namespaced env id names one folder
+    assert compare.env_folder("gymnasium_env/GridWorld-v0") == "gymnasium_env-GridWorld-v0"
 
 
 def test_resuming_needs_the_same_settings(tmp_path: Path) -> None:
-    settings = {"env": "E", "seeds": 2, "timesteps": 100}
+    settings = {"env": "E", "seeds": 2, "timesteps": 100, "conf_sha256": "a"}
     compare.check_settings(tmp_path, settings)
     compare.check_settings(tmp_path, {**settings, "seeds": 5})  # more seeds: the same comparison, grown
     with pytest.raises(ValueError, match=r"other settings \(timesteps\)"):
         compare.check_settings(tmp_path, {**settings, "timesteps": 200})
+    # An edited hyperparameter file is another comparison too
+    with pytest.raises(ValueError, match=r"other settings \(conf_sha256\)"):
+        compare.check_settings(tmp_path, {**settings, "conf_sha256": "b"})
 
 
 def test_the_plan_puts_each_seeds_arms_side_by_side(tmp_path: Path) -> None:
@@ -103,35 +128,53 @@ def _fake_trainer(returns: dict[str, float], pace: dict[str, float]) -> Any:
 
 
 def test_compare_trains_reports_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    monkeypatch.setattr(
-        runner, "zoo_command", _fake_trainer({"reset_ppo": 5.0, "ppo_lstm": 1.0}, {"reset_ppo": 1, "ppo_lstm": 4})
-    )
+    fake = _fake_trainer({"reset_ppo": 5.0, "ppo_lstm": 1.0}, {"reset_ppo": 1, "ppo_lstm": 4})
+    monkeypatch.setattr(runner, "zoo_command", fake)
     out = tmp_path / "out"
-    argv = ["--env", "CueRecall-v0", "--seeds", "3", "--timesteps", "4000", "--evaluations", "4", "--out", str(out)]
+    argv = ["--env", "CueRecall-v0", "--seeds", "5", "--timesteps", "4000", "--evaluations", "4", "--out", str(out)]
     argv += ["--workers", "2", "--reps", "200"]
     report = compare.main(argv)
     printed = capsys.readouterr().out
-    assert "0 of 6 runs already done; 6 to train on 2 local workers" in printed and "[6/6]" in printed
+    assert "0 of 10 runs already done; 10 to train on 2 local workers" in printed and "[10/10]" in printed
     summary = json.loads((out / "summary.json").read_text())
-    # ResetPPO's every run beats every RecurrentPPO run: P = 1 at the end, over training and at equal time
-    assert summary["comparisons"]["reset_ppo"]["final"][0] == 1.0
-    assert summary["comparisons"]["reset_ppo"]["auc"][0] == 1.0
-    assert summary["arms"]["reset_ppo"]["final"][0] == pytest.approx(5.1)  # IQM of 5.0, 5.1, 5.2
-    # learn() seconds from the logs' clocks (4 s and 16 s); the runs of a seed trained side by side: ratio 0.25
+    comparison = summary["comparisons"]["reset_ppo"]
+    # ResetPPO's every run beats every RecurrentPPO run: P = 1 at the end, over training and at equal time, and the
+    # exact Mann-Whitney p (2 / 252 for 5 against 5) times the report's 3 tests (Holm) is below 0.05
+    assert comparison["final"][0] == 1.0 and comparison["auc"][0] == 1.0
+    assert comparison["p"]["final"] == pytest.approx(2 / 252) and summary["tests"] == 3
+    assert comparison["p_holm"]["final"] == pytest.approx(3 * 2 / 252)
+    assert summary["arms"]["reset_ppo"]["final"][0] == pytest.approx(5.2)  # IQM of 5.0 to 5.4: 5.1, 5.2, 5.3
+    # learn() seconds from the logs' clocks (4 s and 16 s); runs that trained at the same time: ratio 0.25
     assert summary["arms"]["reset_ppo"]["learn_seconds"] == 4 and summary["arms"]["ppo_lstm"]["learn_seconds"] == 16
-    assert summary["comparisons"]["reset_ppo"]["time_ratio"] == pytest.approx(0.25)
-    assert summary["comparisons"]["reset_ppo"]["time_pairs"] >= 1
-    equal_time = summary["comparisons"]["reset_ppo"]["equal_time"]
-    assert equal_time["seconds"] == 4 and equal_time["probability"][0] == 1.0
+    assert comparison["time_ratio"] == pytest.approx(0.25) and comparison["time_pairs"] >= 1
+    assert comparison["equal_time"]["seconds"] == 4 and comparison["equal_time"]["probability"][0] == 1.0
     text = report.read_text()
-    assert "**reset_ppo is better** than ppo_lstm" in text and "use 10 or more seeds" in text
+    assert "**reset_ppo is better** than ppo_lstm" in text and "use 10 or more seeds" not in text
     assert (out / "figures" / "return_vs_steps.png").exists() and (out / "figures" / "return_vs_seconds.png").exists()
     # Resumed: nothing trains again; other settings in the same folder are refused
     compare.main(argv)
-    assert "6 of 6 runs already done; 0 to train" in capsys.readouterr().out
+    assert "10 of 10 runs already done; 0 to train" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         compare.main([*argv[:5], "8000", *argv[6:]])
     assert "other settings (timesteps)" in capsys.readouterr().err
+    # Fewer seeds: the report takes seeds 0 to 1 only (and, with so few, calls nothing significant)
+    compare.main([*argv[:3], "2", *argv[4:], "--report-only"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["arms"]["reset_ppo"]["runs"] == 2 and summary["comparisons"]["reset_ppo"]["final"][:2] == [1.0, 1.0]
+    assert all("not significant" in line for line in summary["verdict"][:2])
+
+
+def test_few_seeds_are_never_called_significant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 3 runs against 3 that never overlap: every bootstrap resample gives P = 1, but the exact test's p is 0.1
+    fake = _fake_trainer({"reset_ppo": 5.0, "ppo_lstm": 1.0}, {"reset_ppo": 1, "ppo_lstm": 1})
+    monkeypatch.setattr(runner, "zoo_command", fake)
+    out = tmp_path / "out"
+    argv = ["--env", "CueRecall-v0", "--seeds", "3", "--timesteps", "4000", "--evaluations", "4", "--out", str(out)]
+    compare.main([*argv, "--workers", "2", "--reps", "200"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["comparisons"]["reset_ppo"]["final"] == [1.0, 1.0, 1.0]
+    assert summary["comparisons"]["reset_ppo"]["p"]["final"] == pytest.approx(0.1)
+    assert "(**not significant**)" in summary["verdict"][0] and "use 10 or more seeds" in summary["verdict"][-1]
 
 
 def test_equal_returns_are_not_significant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,7 +206,13 @@ def test_analyse_needs_runs_of_both_arms_and_times_only_side_by_side_pairs() -> 
     }
     summary = compare.analyse(by_arm, "b", 100)
     assert summary["comparisons"]["a"]["time_ratio"] is None and summary["comparisons"]["a"]["time_pairs"] == 0
-    assert "no pair of a and b runs trained side by side" in " ".join(compare.verdict(summary, 2))
+    text = " ".join(compare.verdict(summary, 2))
+    assert "no a run trained at the same time as a b run on one machine" in text
+    assert "The runs trained on 2 machines" in text
+    # A run of another seed that trained at the same time on the same machine pairs with both b runs
+    by_arm["a"][1] = run(1, 2.0, "2026-12-04T10:00:02Z")
+    summary = compare.analyse(by_arm, "b", 100)
+    assert summary["comparisons"]["a"]["time_pairs"] == 2 and summary["comparisons"]["a"]["time_ratio"] == 1.0
 
 
 def test_bad_command_lines_name_the_option(tmp_path: Path, capsys: Any) -> None:

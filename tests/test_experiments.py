@@ -226,3 +226,87 @@ def test_aggregate_probability_of_improvement_brute_force() -> None:
     assert point["x"][0] == pytest.approx(2.0) and interval["x"].shape == (2, 2)
     with pytest.raises(ValueError, match="baseline 'z' is not one of"):
         stats.aggregate({"x": x}, reps=10, baseline="z")
+
+
+def test_packed_runs_train_with_the_files_text_not_the_drivers_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On another machine the driver's path does not exist: the task writes the text it was sent and trains with it
+    def trainer_that_reads_its_conf(spec: RunSpec) -> list[str]:
+        assert spec.conf_file.read_text() == "CueRecall-v0:\n  n_timesteps: 1000\n" and spec.conf_file != absent
+        return _fake_trainer(spec, 2)
+
+    absent = tmp_path / "driver_only" / "settings.yml"
+    monkeypatch.setattr(runner, "zoo_command", trainer_that_reads_its_conf)
+    spec = _spec(tmp_path, conf_file=absent, evaluations=2, steps=1000)
+    result, _ = executors.train_packed(spec.to_dict(), "CueRecall-v0:\n  n_timesteps: 1000\n")
+    assert runner.status(result, 2) == "ok"
+
+
+class _FakeRay:
+    """Enough of Ray's API for run_ray: tasks run at once; a task's outcome is chosen by its seed."""
+
+    class exceptions:
+        class RayError(Exception):
+            pass
+
+        class RayTaskError(RayError):
+            pass
+
+        class WorkerCrashedError(RayError):
+            pass
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[dict[str, Any], str | None]] = []
+
+    def remote(self, **options: Any) -> Any:
+        fake = self
+
+        class Task:
+            @staticmethod
+            def remote(values: dict[str, Any], conf_text: str | None) -> int:
+                fake.sent.append((values, conf_text))
+                return len(fake.sent) - 1
+
+        return lambda function: Task
+
+    def wait(self, refs: list[int], num_returns: int) -> tuple[list[int], list[int]]:
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref: int) -> tuple[dict[str, Any], bytes]:
+        values, _ = self.sent[ref]
+        if values["seed"] == 1:
+            raise self.exceptions.RayTaskError("ValueError in the task")
+        if values["seed"] == 2:
+            raise self.exceptions.WorkerCrashedError("the worker died")
+        folder = Path(values["run_dir"])
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w:gz") as archive:
+            record = json.dumps({"returncode": 0}).encode()
+            info = tarfile.TarInfo("run.json")
+            info.size = len(record)
+            archive.addfile(info, io.BytesIO(record))
+        return {"seed": values["seed"], "returncode": 0, "folder": str(folder)}, data.getvalue()
+
+    def cancel(self, ref: int, force: bool = False) -> None:
+        pass
+
+
+def test_run_ray_sends_settings_records_task_errors_and_retries_lost_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    specs = [_spec(tmp_path, seed=seed, run_dir=tmp_path / f"seed{seed}") for seed in range(3)]
+    seen: list[str] = []
+    results = executors.run_ray(
+        specs, "auto", on_result=lambda spec, result: seen.append(runner.status(result)), init=lambda **kw: None
+    )
+    # Every task got the file's text and the budget read on the driver (CueRecall-v0: 3e4 steps)
+    assert [values["steps"] for values, _ in fake.sent] == [30_000] * 3
+    assert all(text == PACKAGED_CONF.read_text() for _, text in fake.sent)
+    # Seed 0 came back and was unpacked; seed 1's task raised: failed, recorded with the error; seed 2 was lost with
+    # its worker: not recorded, trained next time
+    assert seen == ["ok", "FAILED (1)", "CUT (signal 1)"] and len(results) == 3
+    assert json.loads((tmp_path / "seed0" / "run.json").read_text()) == {"returncode": 0}
+    failed = json.loads((tmp_path / "seed1" / "failed.json").read_text())
+    assert "RayTaskError: ValueError in the task" in failed["error"] and runner.recorded(tmp_path / "seed1")
+    assert not runner.recorded(tmp_path / "seed2")

@@ -11,10 +11,11 @@ algorithms share the machine at the same time and their wall times can be compar
 The report (``REPORT.md``, ``summary.json`` and figures in ``--out``): the return against env steps and against
 seconds of ``learn()``; for each algorithm the final return (mean of the last evaluations) and the return over
 training (mean of all evaluations) as interquartile means with 95% stratified-bootstrap intervals (rliable); the
-probability that each algorithm beats the baseline, at the end, over training, and at equal wall-clock time;
-``learn()`` time ratios of runs that trained side by side on one machine; and a verdict in words, which says "not
-significant" where the interval says so. Evaluations are the zoo's: ``--eval-episodes`` deterministic episodes on a
-separate env, ``--evaluations`` times over the budget.
+probability that each algorithm beats the baseline, at the end, over training, and at equal wall-clock time, with
+the Mann-Whitney test's Holm-adjusted p-value; ``learn()`` time ratios of runs that trained at the same time on one
+machine; and a verdict in words, which says "not significant" unless both the interval and the test say otherwise.
+Evaluations are the zoo's: ``--eval-episodes`` deterministic episodes on a separate env, ``--evaluations`` times
+over the budget.
 
 Example::
 
@@ -24,9 +25,11 @@ Example::
 """
 
 import argparse
+import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -45,6 +48,8 @@ DEFAULT_ALGOS = ["reset_ppo", "ppo_lstm"]
 PACKAGED_CONF = Path(__file__).resolve().parents[1] / "zoo" / "reset_ppo.yml"
 SETTINGS_FILE = "compare.json"
 FEW_SEEDS = 5
+# The tests' level (after Holm's adjustment over the report's tests)
+ALPHA = 0.05
 
 
 @dataclass
@@ -66,7 +71,9 @@ def parse_variants(algos: Sequence[str], variants: Sequence[Sequence[str]] | Non
     """
     The arms: each of ``algos`` with its own name, then each ``--variant NAME ALGO [KEY:VALUE ...]``.
 
-    :raises ValueError: a ``--variant`` without an algorithm, or two arms with one name
+    :raises ValueError: a ``--variant`` without an algorithm, a setting not ``KEY:VALUE`` or setting the budget
+        (``n_timesteps``: ``--timesteps`` sets it for every arm), a name that is not a plain folder name, or two
+        arms with one name
     """
     arms = [Variant(algo, algo) for algo in algos]
     for values in variants or []:
@@ -76,8 +83,12 @@ def parse_variants(algos: Sequence[str], variants: Sequence[Sequence[str]] | Non
         bad = [setting for setting in settings if ":" not in setting]
         if bad:
             raise ValueError(f"--variant {name}: settings must be KEY:VALUE (the zoo's --hyperparams form), got {bad}")
+        check_hyperparams(settings, f"--variant {name}")
         arms.append(Variant(name, algo, list(settings)))
     names = [arm.name for arm in arms]
+    unsafe = [name for name in names if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name)]
+    if unsafe:
+        raise ValueError(f"arm names must be letters, digits, '_', '.' and '-' (they name folders), got {unsafe}")
     duplicated = sorted({name for name in names if names.count(name) > 1})
     if duplicated:
         raise ValueError(f"each arm needs its own name; {duplicated} appear more than once in --algos/--variant")
@@ -86,23 +97,59 @@ def parse_variants(algos: Sequence[str], variants: Sequence[Sequence[str]] | Non
     return arms
 
 
-def conf_file(args: argparse.Namespace) -> Path:
+def check_hyperparams(settings: Sequence[str], option: str) -> None:
     """
-    The hyperparameter file every arm trains with: ``--conf-file``; else the package's (``reset_ppo.yml``: the
-    zoo's ``ppo_lstm`` settings and the memory tasks) if it has the env; else one written into ``--out`` with
-    ``--policy`` and ``--n-envs`` and every other argument at the algorithms' defaults.
+    :raises ValueError: a setting gives ``n_timesteps``: the evaluations are spread over ``--timesteps``, which
+        sets every arm's budget
+    """
+    budget_settings = [setting for setting in settings if setting.split(":", 1)[0].strip() == "n_timesteps"]
+    if budget_settings:
+        raise ValueError(f"{option}: give the budget with --timesteps (the same for every arm), not {budget_settings}")
 
-    :raises ValueError: the file has no entry for the env, or no budget is known (neither ``--timesteps`` nor the
-        entry's ``n_timesteps``)
+
+def check_algos(arms: Sequence[Variant], gym_packages: Sequence[str]) -> None:
+    """
+    :raises ValueError: an arm's algorithm the RL Zoo does not know, or a ``--gym-packages`` module that cannot be
+        imported here (every run would fail)
+    """
+    import importlib.util
+
+    from sb3_reset_ppo.zoo import register
+
+    register()
+    from rl_zoo3.utils import ALGOS
+
+    unknown = sorted({arm.algo for arm in arms if arm.algo not in ALGOS})
+    if unknown:
+        raise ValueError(f"unknown algorithms {unknown}: the RL Zoo's are {sorted(ALGOS)}")
+    missing = [name for name in gym_packages if importlib.util.find_spec(name.split(".")[0]) is None]
+    if missing:
+        raise ValueError(f"--gym-packages {missing} cannot be imported here: install them (on every machine of a cluster)")
+
+
+def env_folder(env_id: str) -> str:
+    """The folder name of an env id (a namespace's ``/`` becomes ``-``, as the zoo's hub names do)."""
+    return env_id.replace("/", "-")
+
+
+def resolve_conf(args: argparse.Namespace) -> tuple[Path, str]:
+    """
+    The hyperparameter file every arm trains with and its text: ``--conf-file``; else the package's
+    (``reset_ppo.yml``: the zoo's ``ppo_lstm`` settings and the memory tasks) if it has the env; else a file for
+    ``--out`` (``conf.yml``, written by :func:`main` once the settings are checked) with ``--policy``, ``--n-envs``
+    and ``--timesteps``, every other argument at the algorithms' defaults.
+
+    :raises ValueError: the file is missing or not the zoo's YAML form, has no entry for the env, or no budget is
+        known (neither ``--timesteps`` nor the entry's ``n_timesteps``)
     """
     if args.conf_file is not None:
         path = Path(args.conf_file).resolve()
         if not path.is_file():
             raise ValueError(f"--conf-file {args.conf_file} is not a file")
+        text = path.read_text()
     else:
-        packaged = yaml.safe_load(PACKAGED_CONF.read_text())
-        path = PACKAGED_CONF
-        if args.env not in packaged:
+        path, text = PACKAGED_CONF, PACKAGED_CONF.read_text()
+        if args.env not in (yaml.safe_load(text) or {}):
             if args.timesteps is None:
                 raise ValueError(
                     f"env {args.env!r} has no settings in the package's file: give --timesteps (and --policy, "
@@ -110,24 +157,24 @@ def conf_file(args: argparse.Namespace) -> Path:
                 )
             path = args.out / "conf.yml"
             entry = {"policy": args.policy, "n_envs": args.n_envs, "n_timesteps": args.timesteps}
-            args.out.mkdir(parents=True, exist_ok=True)
-            path.write_text(yaml.safe_dump({args.env: entry}))
-    entries = yaml.safe_load(path.read_text()) or {}
-    if args.env not in entries:
-        raise ValueError(f"--conf-file {path} has no entry for env {args.env!r}")
+            text = yaml.safe_dump({args.env: entry})
+    try:
+        entries = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"--conf-file {path} is not valid YAML: {error}") from error
+    if not isinstance(entries, dict) or args.env not in entries or not isinstance(entries[args.env], dict):
+        raise ValueError(f"--conf-file {path} has no entry for env {args.env!r} (a YAML mapping of env ids to settings)")
     if args.timesteps is None and "n_timesteps" not in entries[args.env]:
         raise ValueError(f"--conf-file {path}'s entry for {args.env!r} has no n_timesteps: give --timesteps")
-    return path
+    return path, text
 
 
 def plan(args: argparse.Namespace, arms: Sequence[Variant], conf: Path) -> list[RunSpec]:
-    """
-    Every (arm, seed) run, seed by seed with the arms of a seed next to each other (so that they train at the same
-    time and their wall times can be compared).
-    """
+    """Every (arm, seed) run, seed by seed with the arms of a seed next to each other."""
     return [
         RunSpec(
-            algo=arm.algo, env=args.env, seed=seed, run_dir=args.out / "runs" / arm.name / args.env / f"seed{seed}",
+            algo=arm.algo, env=args.env, seed=seed,
+            run_dir=args.out / "runs" / arm.name / env_folder(args.env) / f"seed{seed}",
             conf_file=conf, hyperparams=[*(args.hyperparams or []), *arm.hyperparams], eval_episodes=args.eval_episodes,
             evaluations=args.evaluations, steps=args.timesteps, gym_packages=list(args.gym_packages or []),
             keep_log=True, label=arm.name,
@@ -152,7 +199,7 @@ def check_settings(out: Path, settings: dict[str, Any]) -> None:
         if changed:
             raise ValueError(
                 f"--out {out} holds a comparison with other settings ({', '.join(changed)}): give another --out, or the "
-                "same settings to resume it (only --seeds may grow)"
+                "same settings to resume it (only --seeds may change: the report takes seeds 0 to N-1)"
             )
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=2))
@@ -188,6 +235,8 @@ class Progress:
             f"({self.clock(time.monotonic() - self.start)} so far{forecast})",
             flush=True,
         )
+        if "error" in result:
+            print(f"    {result['error'][:2000]}", flush=True)
 
 
 def train(specs: list[RunSpec], args: argparse.Namespace) -> None:
@@ -210,12 +259,15 @@ def learn_seconds(run: dict[str, Any]) -> float:
     return float(times[-1]) if times is not None and len(times) else float(run["seconds"])
 
 
-def load(out: Path, env: str, arms: Sequence[Variant], final_evaluations: int) -> dict[str, list[dict[str, Any]]]:
-    """The finished runs of each arm, with ``times`` (``learn()`` seconds at each evaluation, None without a log)."""
+def load(out: Path, env: str, arms: Sequence[Variant], final_evaluations: int, seeds: int) -> dict[str, list[dict[str, Any]]]:
+    """
+    The finished runs of seeds ``0..seeds-1`` of each arm, with ``times`` (``learn()`` seconds at each evaluation,
+    None without a log).
+    """
     loaded = runner.load_runs(out / "runs", final_evaluations)
     by_arm: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
     for run in loaded:
-        if run["env"] == env and run["variant"] in by_arm:
+        if run["env"] == env and run["variant"] in by_arm and int(run["seed"]) < seeds:
             run["times"] = runner.elapsed_seconds(run)
             by_arm[run["variant"]].append(run)
     for arm_runs in by_arm.values():
@@ -228,21 +280,38 @@ def _scores(arm_runs: list[dict[str, Any]], key: str) -> np.ndarray:
     return np.array([[run[key]] for run in arm_runs], dtype=float)
 
 
+class NothingToCompare(ValueError):
+    """No finished runs of the baseline, or of every other arm, yet."""
+
+
+def _mann_whitney(arm: Sequence[float], base: Sequence[float]) -> float:
+    """The two-sided Mann-Whitney U test's p-value (exact for small samples without ties), 1 where undefined."""
+    from scipy.stats import mannwhitneyu
+
+    if len(arm) < 1 or len(base) < 1 or len(set(arm) | set(base)) < 2:
+        return 1.0
+    return float(mannwhitneyu(arm, base, alternative="two-sided").pvalue)
+
+
 def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int) -> dict[str, Any]:
     """
     The report's numbers: per arm the IQM (95% CI) of the final return and of the return over training, and its
     median ``learn()`` seconds; per arm other than the baseline the probability it beats the baseline (95% CI) at
-    the end, over training and at equal wall-clock time, and its ``learn()`` time over the baseline's in runs that
-    trained side by side.
+    the end, over training and at equal wall-clock time, each with the Mann-Whitney test's p-value and its Holm
+    adjustment over all the report's tests, and its ``learn()`` time over the baseline's in pairs of runs that
+    trained at the same time on one machine.
+
+    :raises NothingToCompare: the baseline or every other arm has no finished run
     """
     arms = {name: arm_runs for name, arm_runs in by_arm.items() if arm_runs}
     if baseline not in arms or len(arms) < 2:
         counts = {name: len(arm_runs) for name, arm_runs in by_arm.items()}
-        raise ValueError(
+        raise NothingToCompare(
             f"nothing to compare yet: finished runs per arm {counts}; the "
             f"baseline {baseline!r} and at least one other arm need finished runs"
         )
     summary: dict[str, Any] = {"baseline": baseline, "reps": reps, "arms": {}, "comparisons": {}}
+    tests: list[tuple[str, str, list[float], list[float]]] = []
     for key in ("final", "auc"):
         point, interval, poi, poi_ci = stats.aggregate({n: _scores(r, key) for n, r in arms.items()}, reps, baseline)
         for name in arms:
@@ -250,25 +319,37 @@ def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int) -
             entry[key] = stats.interval_triple(point[name][0], interval[name][0][0], interval[name][1][0])
             if name != baseline:
                 summary["comparisons"].setdefault(name, {})[key] = stats.probability_triple(poi, poi_ci, f"{name},{baseline}")
+                tests.append((name, key, [r[key] for r in arms[name]], [r[key] for r in arms[baseline]]))
     for name, arm_runs in arms.items():
         summary["arms"][name]["learn_seconds"] = statistics.median(learn_seconds(run) for run in arm_runs)
+        summary["arms"][name]["hosts"] = sorted({str(run.get("host", "?")) for run in arm_runs})
     for name in arms:
         if name == baseline:
             continue
         comparison = summary["comparisons"][name]
-        pairs = stats.side_by_side(arms[name], arms[baseline])
+        # Pairs of runs (any seeds) that trained at the same time on one machine: the only fair time ratios
+        pairs = stats.side_by_side(arms[name], arms[baseline], same_seed=False)
         ratios = [learn_seconds(run) / learn_seconds(other) for run, other in pairs if learn_seconds(other) > 0]
         comparison["time_ratio"] = statistics.median(ratios) if ratios else None
         comparison["time_pairs"] = len(ratios)
         comparison["equal_time"] = equal_time(arms[name], arms[baseline], reps)
+        if comparison["equal_time"] is not None and comparison["equal_time"]["probability"] is not None:
+            tests.append((name, "equal_time", *comparison["equal_time"].pop("scores")))
+    p_values = [_mann_whitney(arm, base) for _, _, arm, base in tests]
+    for (name, key, _, _), p, p_holm in zip(tests, p_values, stats.holm(p_values), strict=True):
+        summary["comparisons"][name].setdefault("p", {})[key] = p
+        summary["comparisons"][name].setdefault("p_holm", {})[key] = p_holm
+    summary["tests"] = len(tests)
     return summary
 
 
 def equal_time(arm_runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], reps: int) -> dict[str, Any] | None:
     """
     The probability that an arm beats the baseline when both stop at the same wall-clock time: the faster one's
-    median ``learn()`` seconds, each run's score its last evaluation by then (its final score once it has ended);
-    None where a run has no evaluation by then or no training log.
+    median ``learn()`` seconds, each run's score its last evaluation by then (its final score once it has ended).
+
+    :return: ``seconds``, ``probability`` (None where a run has no evaluation by then) and ``scores`` (the two arms'
+        scores then); None without training logs
     """
     if any(run["times"] is None for run in [*arm_runs, *base_runs]):
         return None
@@ -276,58 +357,93 @@ def equal_time(arm_runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], 
         statistics.median(learn_seconds(run) for run in arm_runs), statistics.median(learn_seconds(run) for run in base_runs)
     )
 
-    def scores(group: list[dict[str, Any]]) -> np.ndarray:
-        values = [stats.score_at(run["times"], run["eval_mean"], at, before_first=math.nan) for run in group]
-        return np.array([[value] for value in values], dtype=float)
+    def scores(group: list[dict[str, Any]]) -> list[float]:
+        return [stats.score_at(run["times"], run["eval_mean"], at, before_first=math.nan) for run in group]
 
     arm_scores, base_scores = scores(arm_runs), scores(base_runs)
-    if np.isnan(arm_scores).any() or np.isnan(base_scores).any():
+    if any(math.isnan(value) for value in [*arm_scores, *base_scores]):
         return {"seconds": at, "probability": None}
-    _, _, poi, poi_ci = stats.aggregate({"arm": arm_scores, "base": base_scores}, reps, "base")
-    return {"seconds": at, "probability": stats.probability_triple(poi, poi_ci, "arm,base")}
+    # (n_runs,) -> (n_runs, 1): rliable's (runs, tasks) layout
+    both = {"arm": np.array(arm_scores)[:, None], "base": np.array(base_scores)[:, None]}
+    _, _, poi, poi_ci = stats.aggregate(both, reps, "base")
+    return {
+        "seconds": at,
+        "probability": stats.probability_triple(poi, poi_ci, "arm,base"),
+        "scores": (arm_scores, base_scores),
+    }
 
 
 def _triple(values: Sequence[float], digits: int = 1) -> str:
     return f"{values[0]:.{digits}f} ({values[1]:.{digits}f} to {values[2]:.{digits}f})"
 
 
-def _probability_sentence(name: str, baseline: str, triple: Sequence[float], when: str) -> str:
-    verdict = stats.significance(triple[1], triple[2], 0.5)
+def _probability_sentence(name: str, baseline: str, triple: Sequence[float], when: str, p_holm: float, tests: int) -> str:
+    """
+    A finding in words: better / worse only where the probability's 95% interval excludes 0.5 and the Mann-Whitney
+    test's Holm-adjusted p-value is below 0.05 (with few seeds a bootstrap interval can exclude 0.5 by chance).
+    """
+    verdict = stats.significance(triple[1], triple[2], 0.5) if p_holm < ALPHA else "not significant"
     words = {
         "better": f"**{name} is better** than {baseline}",
         "worse": f"**{name} is worse** than {baseline}",
         "not significant": f"{name} and {baseline} do not differ significantly (**not significant**)",
     }[verdict]
-    return f"{when}, {words}: P({name} > {baseline}) = {_triple(triple, 2)}."
+    return (
+        f"{when}, {words}: P({name} > {baseline}) = {_triple(triple, 2)}; Mann-Whitney p = {p_holm:.3f} "
+        f"(Holm-adjusted over the report's {tests} tests)."
+    )
 
 
-def verdict(summary: dict[str, Any], seeds: int) -> list[str]:
-    """The verdict in words, one line per finding, "not significant" where the interval includes 0.5."""
-    baseline = summary["baseline"]
+def verdict(summary: dict[str, Any], seeds: int, failed: dict[str, int] | None = None) -> list[str]:
+    """
+    The verdict in words, one line per finding; "not significant" unless the probability's interval excludes 0.5
+    and the Holm-adjusted Mann-Whitney p-value is below 0.05.
+
+    :param summary: :func:`analyse`'s numbers
+    :param seeds: The fewest finished runs of an arm (a warning below :data:`FEW_SEEDS`)
+    :param failed: Runs per arm that failed with an error (left out of the numbers)
+    """
+    baseline, tests = summary["baseline"], summary["tests"]
     lines = []
     for name, comparison in summary["comparisons"].items():
-        lines.append(_probability_sentence(name, baseline, comparison["final"], "Per env step, at the end of training"))
-        lines.append(_probability_sentence(name, baseline, comparison["auc"], "Per env step, over training"))
+        p_holm = comparison["p_holm"]
+        lines.append(
+            _probability_sentence(
+                name, baseline, comparison["final"], "Per env step, at the end of training", p_holm["final"], tests
+            )
+        )
+        lines.append(
+            _probability_sentence(name, baseline, comparison["auc"], "Per env step, over training", p_holm["auc"], tests)
+        )
         if comparison["time_ratio"] is not None:
             lines.append(
                 f"Per second: {name}'s `learn()` takes {comparison['time_ratio']:.2f} of {baseline}'s time (median "
-                f"of {comparison['time_pairs']} pairs of runs that trained side by side on one machine)."
+                f"of {comparison['time_pairs']} pairs of runs that trained at the same time on one machine)."
             )
         else:
             lines.append(
-                f"Per second: no pair of {name} and {baseline} runs trained side by side on one machine, so no time ratio "
-                "is given (machines differ in speed)."
+                f"Per second: no {name} run trained at the same time as a {baseline} run on one machine, so no time ratio "
+                "is given (machines and loads differ in speed)."
             )
         same_time = comparison["equal_time"]
-        if same_time is not None and same_time["probability"] is not None:
+        if same_time is None:
+            lines.append("Equal wall-clock time: not measured (runs without a training log).")
+        elif same_time["probability"] is None:
             lines.append(
-                _probability_sentence(
-                    name,
-                    baseline,
-                    same_time["probability"],
-                    f"Stopped at {same_time['seconds']:.0f} s of `learn()` (the faster arm's median time)",
-                )
+                f"Equal wall-clock time: not measured (a run had no evaluation by {same_time['seconds']:.0f} s, the faster "
+                "arm's median `learn()` time)."
             )
+        else:
+            when = f"Stopped at {same_time['seconds']:.0f} s of `learn()` (the faster arm's median time)"
+            lines.append(_probability_sentence(name, baseline, same_time["probability"], when, p_holm["equal_time"], tests))
+    hosts = sorted({host for entry in summary["arms"].values() for host in entry["hosts"]})
+    if len(hosts) > 1:
+        lines.append(
+            f"The runs trained on {len(hosts)} machines: the equal wall-clock comparison mixes their speeds (the time "
+            "ratio uses only pairs on one machine)."
+        )
+    for name, count in sorted((failed or {}).items()):
+        lines.append(f"{count} run(s) of {name} failed with an error and are left out of these numbers (see Failed runs).")
     if seeds < FEW_SEEDS:
         lines.append(
             f"With {seeds} seed(s) per arm the intervals are wide and rest on few runs: use 10 or more seeds before deciding."
@@ -386,7 +502,8 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str]
     text += [
         "", "## Numbers", "",
         "Interquartile mean over seeds with 95% stratified-bootstrap intervals (rliable, "
-        f"{summary['reps']} resamples); P(arm > {baseline}): the probability of improvement with its interval.", "",
+        f"{summary['reps']} resamples); P(arm > {baseline}): the probability of improvement with its interval, and p: "
+        f"the two-sided Mann-Whitney test's p-value, Holm-adjusted over the report's {summary['tests']} tests.", "",
         f"| arm | runs | final return | return over training | median `learn()` s | P(> {baseline}) final | "
         f"P(> {baseline}) over training | `learn()` time / {baseline}'s (side-by-side pairs) |",
         "|---|---|---|---|---|---|---|---|",
@@ -399,7 +516,11 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str]
             ratio = (
                 "none" if comparison["time_ratio"] is None else f"{comparison['time_ratio']:.2f} ({comparison['time_pairs']})"
             )
-            extra = f"{_triple(comparison['final'], 2)} | {_triple(comparison['auc'], 2)} | {ratio}"
+            p_holm = comparison["p_holm"]
+            extra = (
+                f"{_triple(comparison['final'], 2)}, p {p_holm['final']:.3f} | "
+                f"{_triple(comparison['auc'], 2)}, p {p_holm['auc']:.3f} | {ratio}"
+            )
         text.append(
             f"| {name} | {entry['runs']} | {_triple(entry['final'])} | {_triple(entry['auc'])} | "
             f"{entry['learn_seconds']:.0f} | {extra} |"
@@ -413,8 +534,8 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str]
         f"- seeds 0 to {settings['seeds'] - 1}; budget: {settings['timesteps'] or 'the file n_timesteps'} env steps; "
         f"{settings['evaluations']} evaluations of {settings['eval_episodes']} deterministic episodes on a separate env; "
         f"final return: the mean of the last {settings['final_evaluations']}",
-        "- `learn()` seconds: the training log's clock at each evaluation (they include the evaluations, the same for "
-        "every arm); runs trained with one torch thread each",
+        "- `learn()` seconds: SB3's clock (env steps over `time/fps`) at each evaluation, the last update not counted; "
+        "they include the evaluations; runs trained with one torch thread each",
     ]  # fmt: skip
     text += [f"- arm {arm['name']}: `{arm['algo']}` {' '.join(arm['hyperparams'])}".rstrip() for arm in settings["arms"]]
     failed = settings.get("failed") or []
@@ -426,7 +547,7 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str]
 
 def report(args: argparse.Namespace, arms: Sequence[Variant], settings: dict[str, Any]) -> Path:
     """Write ``REPORT.md``, ``summary.json`` and the figures into ``args.out``; return the report's path."""
-    by_arm = load(args.out, args.env, arms, args.final_evaluations)
+    by_arm = load(args.out, args.env, arms, args.final_evaluations, args.seeds)
     summary = analyse(by_arm, args.baseline, args.reps)
     pictures = figures(by_arm, args.out / "figures", args.env)
     failed = [
@@ -437,9 +558,11 @@ def report(args: argparse.Namespace, arms: Sequence[Variant], settings: dict[str
             "log": str(run["dir"] / "log.txt.gz"),
         }
         for run in runner.load_failed(args.out / "runs")
+        if run["variant"] in by_arm and int(run["seed"]) < args.seeds and not (run["dir"] / runner.RUN_FILE).exists()
     ]
-    lines = verdict(summary, min(entry["runs"] for entry in summary["arms"].values()))
-    (args.out / "summary.json").write_text(json.dumps({**summary, "verdict": lines}, indent=2))
+    counts = {name: sum(run["variant"] == name for run in failed) for name in {run["variant"] for run in failed}}
+    lines = verdict(summary, min(entry["runs"] for entry in summary["arms"].values()), counts)
+    (args.out / "summary.json").write_text(json.dumps({**summary, "failed": failed, "verdict": lines}, indent=2))
     path = args.out / "REPORT.md"
     path.write_text(markdown(summary, {**settings, "failed": failed}, lines, pictures, args.out))
     return path
@@ -495,30 +618,38 @@ def main(argv: Sequence[str] | None = None) -> Path:
     args = p.parse_args(argv)
     try:
         arms = parse_variants(args.algos, args.variant)
+        check_hyperparams(args.hyperparams, "--hyperparams")
     except ValueError as error:
         p.error(str(error))
     _check(args, p, arms)
-    args.out = (args.out or Path("compare") / args.env).resolve()
+    args.out = (args.out or Path("compare") / env_folder(args.env)).resolve()
     try:
-        conf = conf_file(args)
+        conf, text = resolve_conf(args)
+        if not args.report_only:
+            check_algos(arms, args.gym_packages)
     except ValueError as error:
         p.error(str(error))
     settings = {
         "env": args.env, "arms": [asdict(arm) for arm in arms], "baseline": args.baseline, "seeds": args.seeds,
-        "timesteps": args.timesteps, "conf_file": str(conf), "hyperparams": args.hyperparams,
-        "gym_packages": args.gym_packages, "eval_episodes": args.eval_episodes, "evaluations": args.evaluations,
-        "final_evaluations": args.final_evaluations,
+        "timesteps": args.timesteps, "conf_file": str(conf), "conf_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "hyperparams": args.hyperparams, "gym_packages": args.gym_packages, "eval_episodes": args.eval_episodes,
+        "evaluations": args.evaluations, "final_evaluations": args.final_evaluations,
     }  # fmt: skip
     try:
         check_settings(args.out, settings)
     except ValueError as error:
         p.error(str(error))
+    if conf == args.out / "conf.yml":  # the file written for an env the package lacks
+        conf.write_text(text)
     settings["command"] = "python -m sb3_reset_ppo.compare " + " ".join(sys.argv[1:] if argv is None else argv)
     if not args.report_only:
-        train(plan(args, arms, conf), args)
+        try:
+            train(plan(args, arms, conf), args)
+        except KeyboardInterrupt:
+            p.exit(130, "interrupted: the finished runs are kept; run the same command again to resume\n")
     try:
         path = report(args, arms, settings)
-    except ValueError as error:  # no finished runs to compare yet
+    except NothingToCompare as error:
         p.exit(1, f"{p.prog}: no report: {error}\n")
     print(f"report: {path}")
     print("\n".join(json.loads((args.out / "summary.json").read_text())["verdict"]))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sb3_reset_ppo.experiments.runner import RunSpec, run_one
+from sb3_reset_ppo.experiments.runner import FAILED_FILE, RunSpec, budget, run_one, write_record
 
 Item = TypeVar("Item")
 Result = dict[str, Any]
@@ -141,25 +141,44 @@ def _pack(folder: Path) -> bytes:
 
 
 def _unpack(data: bytes, folder: Path) -> None:
-    """Unpack :func:`_pack`'s archive into ``folder`` (emptied first), refusing paths that leave it."""
+    """
+    Unpack :func:`_pack`'s archive into ``folder``, refusing paths that leave it: into a sibling folder first, which
+    then replaces ``folder`` (an interruption leaves the run as it was, never half unpacked).
+    """
+    scratch = folder.with_name(folder.name + ".unpacking")
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+        archive.extractall(scratch, filter="data")
     if folder.exists():
         shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-        archive.extractall(folder, filter="data")
+    scratch.rename(folder)
 
 
-def train_packed(spec_values: dict[str, Any]) -> tuple[Result, bytes]:
+def train_packed(spec_values: dict[str, Any], conf_text: str | None = None) -> tuple[Result, bytes]:
     """
     Train a run into a temporary folder of this machine and return its record and its folder's files
     (:func:`_pack`): the body of a Ray task, so that the driver needs no filesystem shared with the workers.
 
     :param spec_values: The run (:meth:`RunSpec.to_dict`); its ``run_dir`` is replaced by the temporary folder
+    :param conf_text: The hyperparameter file's text, written into the temporary folder and trained with (the
+        driver's path need not exist here); None: the spec's ``conf_file`` as it is
     """
     with tempfile.TemporaryDirectory(prefix="sb3_reset_ppo_run_") as scratch:
-        spec = RunSpec.from_dict({**spec_values, "run_dir": str(Path(scratch) / "run")})
+        values = {**spec_values, "run_dir": str(Path(scratch) / "run")}
+        if conf_text is not None:
+            conf = Path(scratch) / Path(spec_values["conf_file"]).name
+            conf.write_text(conf_text)
+            values["conf_file"] = str(conf)
+        spec = RunSpec.from_dict(values)
         result = run_one(spec)
         return result, _pack(spec.run_dir)
+
+
+# Ray errors that lose a run with its machine or worker (trained again next time); any other error of a task is the
+# run's own (recorded as failed)
+_LOST = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "TaskCancelledError", "RaySystemError", "OwnerDiedError")
 
 
 def run_ray(
@@ -172,8 +191,10 @@ def run_ray(
     Train the runs as Ray tasks of one CPU each on the cluster at ``address`` (``"auto"``, ``"host:port"`` or
     ``"ray://host:10001"``), each run's files returned to this process and unpacked into its ``run_dir``.
 
-    A task that fails (its machine lost, its worker killed) leaves its run unrecorded, so it trains again next time;
-    on Ctrl-C the tasks not finished are cancelled and the interrupt is raised.
+    Each run carries its hyperparameter file's text and its budget (read here), so the workers need no file of
+    this machine. A task lost with its machine or worker leaves its run unrecorded, so it trains again next time; a
+    task that raised is recorded as failed (``failed.json`` with the error); on Ctrl-C the tasks not finished are
+    cancelled and the interrupt is raised.
 
     :param specs: The runs
     :param address: The cluster's address (``ray.init(address=...)``)
@@ -189,7 +210,11 @@ def run_ray(
         raise ValueError(f"address must be a Ray cluster address such as 'auto' or 'host:6379', got {address!r}")
     (init or ray.init)(address=address, log_to_driver=False, configure_logging=False)
     task = ray.remote(num_cpus=1, max_retries=0)(train_packed)
-    pending = {task.remote(spec.to_dict()): spec for spec in specs}
+    # Each run carries its hyperparameter file's text and its budget, read here: workers need no shared files
+    pending = {}
+    for spec in specs:
+        sent = RunSpec.from_dict({**spec.to_dict(), "steps": spec.steps or budget(spec.env, spec.conf_file)})
+        pending[task.remote(sent.to_dict(), spec.conf_file.read_text())] = spec
     results: list[Result] = []
     try:
         while pending:
@@ -199,11 +224,17 @@ def run_ray(
                 try:
                     result, data = ray.get(ref)
                 except ray.exceptions.RayError as error:
-                    # Lost with its machine or worker: not recorded, trained again next time
                     result = {
-                        "variant": spec.label or spec.algo, "env": spec.env, "seed": spec.seed, "returncode": -1,
-                        "seconds": 0.0, "evaluations": 0, "error": f"{type(error).__name__}: {error}",
+                        "variant": spec.label or spec.algo, "env": spec.env, "seed": spec.seed, "seconds": 0.0,
+                        "evaluations": 0, "error": f"{type(error).__name__}: {error}",
                     }  # fmt: skip
+                    if type(error).__name__ in _LOST:
+                        result["returncode"] = -1  # lost with its machine or worker: not recorded, trained again
+                    else:
+                        # The task itself raised (in this package's code on the worker): recorded as failed
+                        result["returncode"] = 1
+                        spec.run_dir.mkdir(parents=True, exist_ok=True)
+                        write_record(spec.run_dir / FAILED_FILE, result)
                 else:
                     _unpack(data, spec.run_dir)
                 results.append(result)

@@ -97,9 +97,14 @@ def budget(env_id: str, conf_file: Path) -> int:
     """
     The env steps a hyperparameter file gives an env (its ``n_timesteps``).
 
-    :raises ValueError: the file has no entry, or no ``n_timesteps``, for the env
+    :raises ValueError: the file is not a YAML mapping, or has no entry, or no ``n_timesteps``, for the env
     """
-    entries = yaml.safe_load(Path(conf_file).read_text()) or {}
+    try:
+        entries = yaml.safe_load(Path(conf_file).read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"conf_file {conf_file} is not valid YAML: {error}") from error
+    if not isinstance(entries, dict) or not isinstance(entries.get(env_id, {}), dict):
+        raise ValueError(f"conf_file {conf_file} must map env ids to settings (the RL Zoo's YAML hyperparameter file)")
     if env_id not in entries:
         raise ValueError(f"conf_file {conf_file} has no entry for env {env_id!r}: add one, or give another file")
     if "n_timesteps" not in entries[env_id]:
@@ -249,13 +254,20 @@ def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
             _compress(run_dir / "log.txt", run_dir / "log.txt.gz")
             rows = training_log.parse_tables((run_dir / "log.txt").read_text())
             training_log.write_csv(rows, run_dir / "progress.csv.gz")
-        (run_dir / RUN_FILE).write_text(json.dumps(result, indent=2))
+        write_record(run_dir / RUN_FILE, result)
     elif code > 0:
         # An error (a negative code is a signal: the run was cut, not failed, and trains again next time), kept with
         # its log so that the report lists it and the failure can be traced
         _compress(run_dir / "log.txt", run_dir / "log.txt.gz")
-        (run_dir / FAILED_FILE).write_text(json.dumps(result, indent=2))
+        write_record(run_dir / FAILED_FILE, result)
     return result
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    """Write a run's record as JSON atomically (a temporary file renamed over it): never half written."""
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text(json.dumps(record, indent=2))
+    os.replace(scratch, path)
 
 
 class _ZooYamlLoader(yaml.SafeLoader):
@@ -329,8 +341,9 @@ def elapsed_seconds(run: dict[str, Any]) -> np.ndarray | None:
     Seconds of ``learn()`` at each of a loaded run's evaluations (:func:`load_runs`), from its training log (SB3
     logs ``time/`` keys after every rollout with ``--log-interval 1``: :attr:`RunSpec.keep_log`), interpolated at the
     evaluations' env steps; None without a kept log. A row's time is ``time/total_timesteps / time/fps`` where the
-    log has ``fps`` (SB3 computes it from the exact clock, while it logs ``time/time_elapsed`` in whole seconds),
-    else ``time/time_elapsed``. The time includes the evaluations (both algorithms of a comparison run the same ones).
+    log has ``fps`` (steps per second, rounded down: finer than ``time/time_elapsed``, which SB3 logs in whole
+    seconds), else ``time/time_elapsed``. SB3 logs a rollout's row before its update, so the last update is not
+    counted; the time includes the evaluations, whose cost grows with the episodes' length.
     """
     steps, seconds = [0.0], [0.0]
     for row in training_log.training_rows(Path(run["dir"])):

@@ -40,13 +40,23 @@ def aggregate(
         raise ValueError(f"reps must be a positive int, got {reps!r}")
     if baseline is not None and baseline not in score_dict:
         raise ValueError(f"baseline {baseline!r} is not one of the variants {sorted(score_dict)}")
+    # A fixed bootstrap seed, so the same runs give the same report. rliable 1.2's StratifiedBootstrap draws from
+    # numpy's global generator (its random_state argument is not used for the resampling): seeded here, and the
+    # caller's state restored afterwards
+    state = np.random.get_state()  # noqa: NPY002
+    np.random.seed(0)  # noqa: NPY002  (rliable samples from the global generator)
+    try:
+        return _estimates(library, metrics, score_dict, reps, baseline)
+    finally:
+        np.random.set_state(state)  # noqa: NPY002
 
+
+def _estimates(
+    library: Any, metrics: Any, score_dict: dict[str, np.ndarray], reps: int, baseline: str | None
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
     def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
 
-    # A fixed bootstrap seed, so the same runs give the same report. rliable 1.2's StratifiedBootstrap draws from
-    # numpy's global generator (its random_state argument is not used for the resampling).
-    np.random.seed(0)  # noqa: NPY002  (rliable samples from the global generator)
     point, interval = library.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
     pairs = (
         {}
@@ -127,12 +137,12 @@ def overlap(a: dict[str, Any], b: dict[str, Any]) -> float:
 
 
 def side_by_side(
-    runs: Sequence[dict[str, Any]], others: Sequence[dict[str, Any]]
+    runs: Sequence[dict[str, Any]], others: Sequence[dict[str, Any]], same_seed: bool = True
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """
-    Pairs (run of ``runs``, run of ``others``) of the same env and seed that trained on the same machine (host and
-    CPU, where recorded) at the same commit, their time intervals overlapping by at least half of the shorter: the
-    only pairs whose wall times may be compared.
+    Pairs (run of ``runs``, run of ``others``) of the same env (and seed, with ``same_seed``) that trained on the
+    same machine (host and CPU, where recorded) at the same commit, their time intervals overlapping by at least
+    half of the shorter: the only pairs whose wall times may be compared.
     """
     pairs = []
     for run in runs:
@@ -142,7 +152,7 @@ def side_by_side(
             same = (
                 "started" in other
                 and other["env"] == run["env"]
-                and int(other["seed"]) == int(run["seed"])
+                and (not same_seed or int(other["seed"]) == int(run["seed"]))
                 and other.get("machine") == run.get("machine")
                 and other.get("host") == run.get("host")
                 and other.get("commit") == run.get("commit")
