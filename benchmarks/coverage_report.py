@@ -269,8 +269,45 @@ def reuse_check(runs: list[dict[str, Any]], timing: list[dict[str, Any]]) -> lis
             equal = np.array_equal(run["eval_mean"], other["eval_mean"]) and np.array_equal(
                 run["timesteps"], other["timesteps"]
             )
-            rows.append({"variant": run["variant"], "env": run["env"], "seed": int(run["seed"]), "equal": bool(equal)})
+            rows.append(
+                {
+                    "variant": run["variant"], "env": run["env"], "seed": int(run["seed"]), "equal": bool(equal),
+                    "final": [float(run["final"]), float(other["final"])], "auc": [float(run["auc"]), float(other["auc"])],
+                }
+            )  # fmt: skip
     return rows
+
+
+def reuse_returns(reuse: list[dict[str, Any]], randoms: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """
+    Whether the reused runs stand for this machine's: per arm and endpoint, the re-trained timing runs' normalised
+    return minus the reused run's (same env and seed), over the pairs whose evaluations differ bitwise (a different
+    floating-point path makes a run's learning take another course, so only the distribution can agree): the mean
+    difference with a 95% bootstrap interval and the Wilcoxon signed-rank test's p.
+    """
+    from scipy.stats import wilcoxon
+
+    generator = np.random.default_rng(0)
+    result: dict[str, dict[str, Any]] = {}
+    for arm in sorted({row["variant"] for row in reuse}):
+        rows = [row for row in reuse if row["variant"] == arm and not row["equal"]]
+        for key in ("final", "auc"):
+            differences = np.array(
+                [
+                    float(normalise(row[key][0], randoms[row["env"]], report.REFERENCE_RETURN[row["env"]]))
+                    - float(normalise(row[key][1], randoms[row["env"]], report.REFERENCE_RETURN[row["env"]]))
+                    for row in rows
+                ]
+            )
+            if len(differences) < 2:
+                continue
+            boot = [generator.choice(differences, len(differences)).mean() for _ in range(2000)]
+            low, high = np.percentile(boot, [2.5, 97.5])
+            p = float(wilcoxon(differences).pvalue) if np.any(differences != 0) else 1.0
+            result.setdefault(arm, {})[key] = {
+                "pairs": len(differences), "difference": [float(differences.mean()), float(low), float(high)], "p": p,
+            }  # fmt: skip
+    return result
 
 
 def load_disturbed(path: Path) -> list[tuple[float, float]]:
@@ -309,7 +346,12 @@ def side_by_side_pairs(
     return pairs
 
 
-def grid_markdown(runs: list[dict[str, Any]], timing: list[dict[str, Any]], reuse: list[dict[str, Any]]) -> str:
+def grid_markdown(
+    runs: list[dict[str, Any]],
+    timing: list[dict[str, Any]],
+    reuse: list[dict[str, Any]],
+    returns: dict[str, dict[str, Any]] | None = None,
+) -> str:
     envs = run_grid.EVIDENCE_ENVS
     arms = [*CANDIDATES, "cv_rppo"]
     lines = [
@@ -334,6 +376,17 @@ def grid_markdown(runs: list[dict[str, Any]], timing: list[dict[str, Any]], reus
             + ("." if equal == len(reuse) else ": " + ", ".join(
                 f"{r['variant']} {r['env']} seed {r['seed']}" for r in reuse if not r["equal"]) + " differ.")
         )  # fmt: skip
+    for arm, endpoints in (returns or {}).items():
+        parts = [
+            f"{'final' if key == 'final' else 'over training'} {e['difference'][0]:+.3f} ({e['difference'][1]:+.3f} to "
+            f"{e['difference'][2]:+.3f}, Wilcoxon p {e['p']:.2f})"
+            for key, e in endpoints.items()
+        ]
+        pairs_count = next(iter(endpoints.values()))["pairs"]
+        lines.append(
+            f"Returns of the {pairs_count} `{arm}` re-runs that differ bitwise, minus the reused runs' (normalised, same "
+            f"env and seed): " + "; ".join(parts) + "."
+        )
     rppo = [t for t in timing if t["variant"] == "cv_rppo"]
     pairs = side_by_side_pairs([*runs, *[t for t in timing if t["variant"] != "cv_rppo"]], rppo)
     lines += [f"Side-by-side pairs with `cv_rppo` so far: {len(pairs)}.", ""]
@@ -696,7 +749,7 @@ def main() -> None:
             "statistics and decision rule before the runs.",
             "",
             port_markdown(analysis),
-            grid_markdown(runs, timing, reuse),
+            grid_markdown(runs, timing, reuse, reuse_returns(reuse, randoms)),
             analysis_markdown(grid, decision, ratios),
             "![return against wall-clock seconds per env](figures_coverage/wall_clock.png)\n" if wall_figure else "",
         ]
@@ -704,6 +757,7 @@ def main() -> None:
     (args.out / "RESULTS_coverage.md").write_text(text)
     summary = {
         "port": analysis, "grid": grid, "bench_ratios": ratios, "decision": decision, "reuse_check": reuse,
+        "reuse_returns": reuse_returns(reuse, randoms),
         "figures": [str(p.relative_to(args.out)) for p in figures],
     }  # fmt: skip
     (args.out / "results").mkdir(parents=True, exist_ok=True)

@@ -198,3 +198,22 @@ def test_pairs_in_a_disturbed_period_are_left_out_of_the_timings(tmp_path: Path)
     speed, none = coverage_report.seconds_per_step(runs, timing, coverage_report.load_disturbed(path))
     assert none == 0 and speed == {}
     assert coverage_report.load_disturbed(tmp_path / "missing.json") == []
+
+
+def test_reused_runs_are_checked_by_their_returns_where_bits_differ() -> None:
+    env = "CueRecall-v0"
+    reference = coverage_report.report.REFERENCE_RETURN[env]
+    randoms = {env: 0.0}
+
+    def row(seed: int, rerun: float, stored: float, equal: bool = False) -> dict[str, Any]:
+        scale = reference  # normalised = return / reference with a random return of 0
+        return {"variant": "cv_rppo", "env": env, "seed": seed, "equal": equal,
+                "final": [rerun * scale, stored * scale], "auc": [rerun * scale, stored * scale]}  # fmt: skip
+
+    # Bitwise-equal pairs are left out; the others' normalised differences are +0.1, +0.2, -0.1
+    reuse = [row(0, 0.5, 0.4), row(1, 0.7, 0.5), row(2, 0.3, 0.4), row(3, 0.9, 0.1, equal=True)]
+    result = coverage_report.reuse_returns(reuse, randoms)["cv_rppo"]["final"]
+    assert result["pairs"] == 3 and result["difference"][0] == pytest.approx(0.2 / 3)
+    assert result["difference"][1] <= result["difference"][0] <= result["difference"][2] and 0 < result["p"] <= 1
+    text = coverage_report.grid_markdown([], [], reuse, coverage_report.reuse_returns(reuse, randoms))
+    assert "Returns of the 3 `cv_rppo` re-runs that differ bitwise" in text and "final +0.067" in text
