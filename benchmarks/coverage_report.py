@@ -259,6 +259,18 @@ def grid_runs(coverage: Path, evidence: Path) -> tuple[list[dict[str, Any]], lis
     return runs, timing
 
 
+def load_pairs(folder: Path) -> list[dict[str, Any]]:
+    """
+    The finished runs of the timing pairs (``PROTOCOL_coverage.md``, amendment 4; ``timing_pairs.py``):
+    ``<folder>/<arm>/<variant>/<env>/seed<k>/``, ``variant`` the arm or ``cv_rppo``.
+    """
+    if not folder.exists():
+        return []
+    return [
+        run for arm in sorted(p for p in folder.iterdir() if p.is_dir()) for run in runner.load_runs(arm, FINAL_EVALUATIONS)
+    ]
+
+
 def reuse_check(runs: list[dict[str, Any]], timing: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each re-trained timing run against the reused run of the same arm, env and seed: bitwise-equal evaluations?"""
     reused = {(r["variant"], r["env"], int(r["seed"])): r for r in runs if "reused_from" in r}
@@ -351,7 +363,12 @@ def grid_markdown(
     timing: list[dict[str, Any]],
     reuse: list[dict[str, Any]],
     returns: dict[str, dict[str, Any]] | None = None,
+    timings: tuple[int, list[tuple[str, str]]] | None = None,
 ) -> str:
+    """
+    The grid's progress: finished runs per arm and env, the timing re-runs, the reuse check, and ``timings`` =
+    (the pairs counted for the timings: undisturbed and the timing pairs', the (arm, env) still without a timing).
+    """
     envs = run_grid.EVIDENCE_ENVS
     arms = [*CANDIDATES, "cv_rppo"]
     lines = [
@@ -389,7 +406,16 @@ def grid_markdown(
         )
     rppo = [t for t in timing if t["variant"] == "cv_rppo"]
     pairs = side_by_side_pairs([*runs, *[t for t in timing if t["variant"] != "cv_rppo"]], rppo)
-    lines += [f"Side-by-side pairs with `cv_rppo` so far: {len(pairs)}.", ""]
+    lines.append(f"Side-by-side pairs with `cv_rppo` in the grid so far: {len(pairs)}.")
+    if timings is not None:
+        counted, missing = timings
+        lines.append(
+            f"Pairs counted for the timings (undisturbed grid pairs and the timing pairs of amendment 4, `python "
+            f"benchmarks/timing_pairs.py`): {counted}; (arm, env) still without one: "
+            + (", ".join(f"`{arm}` {env}" for arm, env in missing) if missing else "none")
+            + "."
+        )
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -427,19 +453,24 @@ def score_matrix(
 
 
 def seconds_per_step(
-    runs: list[dict[str, Any]], timing: list[dict[str, Any]], disturbed: Sequence[tuple[float, float]] = ()
+    runs: list[dict[str, Any]],
+    timing: list[dict[str, Any]],
+    disturbed: Sequence[tuple[float, float]] = (),
+    pairs_runs: Sequence[dict[str, Any]] = (),
 ) -> tuple[dict[tuple[str, str], float], int]:
     """
     Seconds per env step of each (arm, env) from the side-by-side pairs (``PROTOCOL_coverage.md``, amendment 1): a
     ResetPPO arm's median over its paired runs, ``cv_rppo``'s over its runs with at least one pair. Pairs with a run
-    in a ``disturbed`` period (amendment 3) are left out.
+    in a ``disturbed`` period (amendment 3) are left out. ``pairs_runs``: the timing pairs' runs (amendment 4), paired
+    by the same rule.
 
     :return: (arm, env) -> seconds per step, and the number of pairs
     """
-    rppo = [t for t in timing if t["variant"] == "cv_rppo"]
+    extra = list(pairs_runs)
+    rppo = [t for t in [*timing, *extra] if t["variant"] == "cv_rppo"]
     others = [
         *[r for r in runs if "reused_from" not in r and "shared_with" not in r],
-        *[t for t in timing if t["variant"] != "cv_rppo"],
+        *[t for t in [*timing, *extra] if t["variant"] != "cv_rppo"],
     ]
     pairs = [
         (run, partner)
@@ -458,6 +489,16 @@ def seconds_per_step(
         if "shared_with" in run and (run["shared_with"], run["env"]) in samples:
             samples.setdefault((run["variant"], run["env"]), samples[(run["shared_with"], run["env"])])
     return {key: float(np.median(values)) for key, values in samples.items()}, len(pairs)
+
+
+def trained_arms(env: str) -> list[str]:
+    """The candidates that train their own runs on an env (arms with coinciding settings share the first's)."""
+    return [arm for arm in CANDIDATES if run_grid.coverage_alias(arm, env) == arm]
+
+
+def missing_timings(speed: dict[tuple[str, str], float]) -> list[tuple[str, str]]:
+    """The (arm, env) of the candidates that train there and have no timing in ``speed`` (:func:`seconds_per_step`)."""
+    return [(arm, env) for env in run_grid.EVIDENCE_ENVS for arm in trained_arms(env) if (arm, env) not in speed]
 
 
 def equal_time_scores(
@@ -519,6 +560,7 @@ def grid_analysis(
     randoms: dict[str, float],
     reps: int,
     disturbed: Sequence[tuple[float, float]] = (),
+    pairs_runs: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """
     The protocol's grid statistics once the grid is complete: per endpoint (final, over training, equal wall-clock)
@@ -542,7 +584,7 @@ def grid_analysis(
         key = "final" if endpoint == "final" else "auc"
         entry["differences"] = report.difference_tests(runs, envs, CANDIDATES, "cv_rppo", key, reps)
         result["endpoints"][endpoint] = entry
-    speed, n_pairs = seconds_per_step(runs, timing, disturbed)
+    speed, n_pairs = seconds_per_step(runs, timing, disturbed, pairs_runs)
     result["pairs"] = n_pairs
     result["seconds_per_step"] = {f"{arm} {env}": value for (arm, env), value in speed.items()}
     at_time: dict[str, list[float]] = {}
@@ -733,9 +775,10 @@ def main() -> None:
     grid: dict[str, Any] = {"complete": False}
     randoms = random_returns(envs, args.results / "coverage" / "random_returns.json")
     disturbed = load_disturbed(args.results / "coverage" / "disturbed.json")
+    pairs_runs = load_pairs(args.results / "coverage_pairs")
     if complete(runs, [*CANDIDATES, "cv_rppo"], envs):
-        grid = grid_analysis(runs, timing, randoms, args.reps, disturbed)
-    speed, _ = seconds_per_step(runs, timing, disturbed)
+        grid = grid_analysis(runs, timing, randoms, args.reps, disturbed, pairs_runs)
+    speed, n_pairs = seconds_per_step(runs, timing, disturbed, pairs_runs)
     wall_figure = wall_clock_figure(runs, speed, randoms, args.out / "figures_coverage" / "wall_clock.png")
     if wall_figure is not None:
         figures.append(wall_figure)
@@ -749,7 +792,7 @@ def main() -> None:
             "statistics and decision rule before the runs.",
             "",
             port_markdown(analysis),
-            grid_markdown(runs, timing, reuse, reuse_returns(reuse, randoms)),
+            grid_markdown(runs, timing, reuse, reuse_returns(reuse, randoms), (n_pairs, missing_timings(speed))),
             analysis_markdown(grid, decision, ratios),
             "![return against wall-clock seconds per env](figures_coverage/wall_clock.png)\n" if wall_figure else "",
         ]

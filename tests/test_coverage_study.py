@@ -217,3 +217,53 @@ def test_reused_runs_are_checked_by_their_returns_where_bits_differ() -> None:
     assert result["difference"][1] <= result["difference"][0] <= result["difference"][2] and 0 < result["p"] <= 1
     text = coverage_report.grid_markdown([], [], reuse, coverage_report.reuse_returns(reuse, randoms))
     assert "Returns of the 3 `cv_rppo` re-runs that differ bitwise" in text and "final +0.067" in text
+
+
+timing_pairs = _load("timing_pairs")
+
+
+def test_timing_pairs_fill_the_arms_without_a_grid_pair(tmp_path: Path) -> None:
+    runs, timing, _ = _grid("cv_full16", np.random.default_rng(3))
+    # cv_full64 on CueRecall-v0 trained an hour after cv_rppo's timing runs there: no pair
+    for run in runs:
+        if run["variant"] == "cv_full64" and run["env"] == "CueRecall-v0":
+            run["started"] = "2026-12-04T11:00:00Z"
+    speed, pairs = coverage_report.seconds_per_step(runs, timing)
+    assert coverage_report.missing_timings(speed) == [("cv_full64", "CueRecall-v0")]
+    # Arms that share another arm's runs on an env never need their own pair
+    assert coverage_report.trained_arms("CartPoleNoVel-v1") == ["cv_inside16", "cv_full16", "cv_full64"]
+    dirs = timing_pairs.pair_dirs("cv_full64", "CueRecall-v0", 1, tmp_path)
+    assert dirs == {
+        "cv_rppo": tmp_path / "cv_full64" / "cv_rppo" / "CueRecall-v0" / "seed1",
+        "cv_full64": tmp_path / "cv_full64" / "cv_full64" / "CueRecall-v0" / "seed1",
+    }
+    jobs = timing_pairs.pair_jobs("cv_full64", "CueRecall-v0", 1, 20, tmp_path)
+    assert [job["variant"] for job in jobs] == ["cv_rppo", "cv_full64"]
+    assert all(job["extra"] == {"timing_pair": "cv_full64"} for job in jobs)
+    assert not timing_pairs.pair_done(dirs)
+    # The pair's runs started together: they count by the same rule, and give cv_full64 its timing there
+    pair = [
+        _timed("cv_rppo", "2026-12-04T12:00:00Z", 300, seed=1, timing_pair="cv_full64"),
+        _timed("cv_full64", "2026-12-04T12:00:00Z", 90, seed=1, timing_pair="cv_full64"),
+    ]
+    pair[1]["timesteps"] = pair[0]["timesteps"] = np.arange(1, 21) * 1000.0
+    speed, with_pair = coverage_report.seconds_per_step(runs, timing, pairs_runs=pair)
+    assert with_pair == pairs + 1 and coverage_report.missing_timings(speed) == []
+    assert speed[("cv_full64", "CueRecall-v0")] == pytest.approx(90 / 20000)
+    # A pair in a disturbed period is left out like any other
+    path = tmp_path / "disturbed.json"
+    path.write_text(json.dumps([{"from": "2026-12-04T12:01:00Z", "to": "2026-12-04T12:02:00Z", "what": "tests"}]))
+    speed, _ = coverage_report.seconds_per_step(runs, timing, coverage_report.load_disturbed(path), pair)
+    assert ("cv_full64", "CueRecall-v0") not in speed
+
+
+def test_load_pairs_reads_every_arms_folder(tmp_path: Path) -> None:
+    assert coverage_report.load_pairs(tmp_path / "none") == []
+    for variant in ("cv_rppo", "cv_batch"):
+        run_dir = tmp_path / "cv_batch" / variant / "CueRecall-v0" / "seed0"
+        (run_dir / "algo" / "CueRecall-v0_1").mkdir(parents=True)
+        np.savez(run_dir / "algo" / "CueRecall-v0_1" / "evaluations.npz", timesteps=np.array([1000, 2000]),
+                 results=np.ones((2, 3)))  # fmt: skip
+        (run_dir / "run.json").write_text(json.dumps({"variant": variant, "env": "CueRecall-v0", "seed": 0}))
+    loaded = coverage_report.load_pairs(tmp_path)
+    assert sorted(run["variant"] for run in loaded) == ["cv_batch", "cv_rppo"]
