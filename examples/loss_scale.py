@@ -48,6 +48,7 @@ def logged_losses(episode_length: int, boundary: str, weighting: str, seed: int)
         n_epochs=1,
         window_size=16,
         window_stride=1,
+        window_coverage="inside",  # the masking baseline's epochs (the seed's trainer)
         boundary=boundary,
         weighting=weighting,
         seed=seed,

@@ -58,6 +58,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def _model_and_windows(variant: dict[str, Any]) -> tuple[ResetPPO, WindowRolloutBufferSamples]:
+    """A trained model's windows, inside the rollout (every slot real; clipped windows: ``test_coverage.py``)."""
     variant = dict(variant)
     env_kwargs: dict[str, Any] = dict(action_space=variant.pop("action_space", None), obs_kind=variant.pop("obs_kind", "box"))
     if variant.pop("long_episodes", False):
@@ -66,8 +67,8 @@ def _model_and_windows(variant: dict[str, Any]) -> tuple[ResetPPO, WindowRollout
     policy_kwargs = {"lstm_hidden_size": 8, "net_arch": [8], **variant.pop("policy_kwargs", {})}
     env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=0, env_kwargs=env_kwargs)
     model = ResetPPO(
-        policy, env, n_steps=16, batch_size=60, n_epochs=2, window_size=6, window_stride=1, seed=0,
-        policy_kwargs=policy_kwargs, **variant,
+        policy, env, n_steps=16, batch_size=60, n_epochs=2, window_size=6, window_stride=1, window_coverage="inside",
+        seed=0, policy_kwargs=policy_kwargs, **variant,
     )  # fmt: skip
     # Two rollouts with training in between: windows start from non-zero memory of a trained policy
     model.learn(2 * 16 * 2)

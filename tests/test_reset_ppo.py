@@ -141,10 +141,13 @@ def test_tensorboard_logs_window_diagnostics(tmp_path: Path) -> None:
         assert f"train/{key}" in tags
 
 
+@pytest.mark.parametrize("coverage", ["inside", "full"])
 @pytest.mark.parametrize("window_stride", [1, None])
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
-def test_logged_diagnostics_equal_window_weights(boundary: str, window_stride: int | None) -> None:
-    model = ResetPPO("MlpLstmPolicy", _env(), boundary=boundary, window_stride=window_stride, **SMALL)
+def test_logged_diagnostics_equal_window_weights(boundary: str, window_stride: int | None, coverage: str) -> None:
+    model = ResetPPO(
+        "MlpLstmPolicy", _env(), boundary=boundary, window_stride=window_stride, window_coverage=coverage, **SMALL
+    )
     model.set_logger(configure(None, []))
     model.learn(32)
     model.logger.name_to_value.clear()
@@ -152,10 +155,11 @@ def test_logged_diagnostics_equal_window_weights(boundary: str, window_stride: i
     logged = dict(model.logger.name_to_value)
     starts = model.rollout_buffer.episode_starts
     # Shares over all windows of the rollout: the expected shares of an epoch, whatever the stride
-    weights = brute_force_step_weights(starts, 4, boundary, "uniform", window_stride or 4)
-    counts = brute_force_step_weights(starts, 4, boundary, "uniform", 1)
-    n_windows = 2 * (16 - 4 + 1)
-    assert logged["train/kept_slot_fraction"] == pytest.approx(counts.sum() / (n_windows * 4))
+    weights = brute_force_step_weights(starts, 4, boundary, "uniform", window_stride or 4, coverage)
+    counts = brute_force_step_weights(starts, 4, boundary, "uniform", 1, coverage)
+    # Real slots of all windows: inside, 13 windows of 4 per env; full, every step in 4 windows (clipped ones shorter)
+    real_slots = 2 * (16 - 4 + 1) * 4 if coverage == "inside" else 2 * 16 * 4
+    assert logged["train/kept_slot_fraction"] == pytest.approx(counts.sum() / real_slots)
     assert logged["train/untrained_step_fraction"] == pytest.approx(np.mean(weights == 0))
     assert logged["train/episode_start_weight"] == pytest.approx(weights[starts > 0].mean() / weights.mean(), rel=1e-5)
     if boundary == "reset":
@@ -209,13 +213,13 @@ def test_cnn_policy_trains() -> None:
 
 def test_batch_size_larger_than_an_epoch_warns_once_at_the_users_line() -> None:
     with pytest.warns(UserWarning, match=r"batch_size=400 \(100 windows of 4\) is more than an epoch holds") as record:
-        model = ResetPPO("MlpLstmPolicy", _env(), **{**SMALL, "batch_size": 400})
+        model = ResetPPO("MlpLstmPolicy", _env(), window_coverage="inside", **{**SMALL, "batch_size": 400})
         model.learn(32)
     assert sum("batch_size" in str(w.message) for w in record) == 1
     assert record[0].filename == __file__
     # With every window every epoch, the same batch is 100 of 2 * 13 windows too
     with pytest.warns(UserWarning, match="26 windows"):
-        ResetPPO("MlpLstmPolicy", _env(), window_stride=1, **{**SMALL, "batch_size": 400})
+        ResetPPO("MlpLstmPolicy", _env(), window_stride=1, window_coverage="inside", **{**SMALL, "batch_size": 400})
 
 
 @pytest.mark.parametrize("batch_size,windows", [(18, 4), (3, 1), (16, 4)])
@@ -224,7 +228,9 @@ def test_batch_size_counts_transitions(batch_size: int, windows: int) -> None:
 
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        model = ResetPPO("MlpLstmPolicy", _env(), window_stride=1, **{**SMALL, "batch_size": batch_size})
+        model = ResetPPO(
+            "MlpLstmPolicy", _env(), window_stride=1, window_coverage="inside", **{**SMALL, "batch_size": batch_size}
+        )
     messages = [str(w.message) for w in record if "window_size=4" in str(w.message)]
     if batch_size < 4:
         assert messages == [f"batch_size={batch_size} is smaller than window_size=4: each minibatch holds one window "
@@ -294,9 +300,12 @@ def test_non_recurrent_policy_is_rejected() -> None:
 def test_string_env_and_single_env() -> None:
     import sb3_reset_ppo.envs  # registers CueRecall-v0
 
-    model = ResetPPO("MlpLstmPolicy", "CueRecall-v0", **SMALL)
+    model = ResetPPO("MlpLstmPolicy", "CueRecall-v0", window_coverage="inside", **SMALL)
     # 13 window starts, every 4 steps from a random phase: at most 4 windows per epoch
     assert model.n_envs == 1 and model.rollout_buffer.n_windows == 4
-    assert ResetPPO("MlpLstmPolicy", "CueRecall-v0", window_stride=1, **SMALL).rollout_buffer.n_windows == 13
+    inside = ResetPPO("MlpLstmPolicy", "CueRecall-v0", window_stride=1, window_coverage="inside", **SMALL)
+    assert inside.rollout_buffer.n_windows == 13
+    # Full coverage: 19 window starts (-3 .. 15), every 4 steps: at most 5 windows (clipped ones shorter)
+    assert ResetPPO("MlpLstmPolicy", "CueRecall-v0", window_coverage="full", **SMALL).rollout_buffer.n_windows == 5
     model.learn(32)
     assert isinstance(gym.make("CueRecall-v0").unwrapped, sb3_reset_ppo.envs.CueRecallEnv)
