@@ -148,7 +148,7 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
     from stable_baselines3.common.env_util import make_vec_env
 
     import sb3_reset_ppo.envs  # noqa: F401
-    from sb3_reset_ppo.common.windows import windows_per_minibatch
+    from sb3_reset_ppo.common.windows import epoch_window_starts, window_units, windows_per_minibatch
 
     n_envs = 2
     env = make_vec_env("CueRecall-v0", n_envs=n_envs)
@@ -169,14 +169,20 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
         merged = {**config, "window_stride": 1, **params}
         settings = {k: merged[k] for k in ("n_steps", "batch_size", "n_epochs", "window_size", "window_stride")}
         model = ResetPPO("MlpLstmPolicy", env, **settings)
-        window_size, batch_size = model.window_length, model.batch_size
+        window_size, batch_size, buffer = model.window_length, model.batch_size, model.rollout_buffer
         assert window_size <= params["n_steps"]
-        windows_per_epoch = model.rollout_buffer.n_windows  # the most an epoch can hold
         windows = windows_per_minibatch(batch_size, window_size)
         assert windows is not None
         transitions = n_envs * params["n_steps"]
-        assert windows_per_epoch * window_size <= transitions
-        assert -(-windows_per_epoch // windows) <= -(-transitions // batch_size)
+        # Epochs as the buffer draws them (either coverage): real slots, and units (what minibatches are made of)
+        generator = np.random.default_rng(0)
+        for _ in range(5):
+            epoch = epoch_window_starts(
+                params["n_steps"], n_envs, window_size, buffer.window_stride, generator, buffer.window_coverage
+            )
+            n_units = int(window_units(epoch, window_size).max()) + 1
+            assert int(epoch.lengths.sum()) <= transitions
+            assert -(-n_units // windows) <= -(-transitions // batch_size)
         checked += 1
         study.tell(trial, 0.0)
     assert checked == 60
