@@ -98,6 +98,11 @@ for _name, _hyperparams in {**EVIDENCE_PRIMARY, **EVIDENCE_SECONDARY}.items():
     VARIANTS[_name] = {"algo": "reset_ppo", "hyperparams": _hyperparams, "conf": EVIDENCE_CONF}
 # RecurrentPPO with the same settings (the zoo's ppo_lstm algo reading the same file)
 VARIANTS["ev_rppo"] = {"algo": "ppo_lstm", "hyperparams": [], "conf": EVIDENCE_CONF}
+# The studies above trained with ResetPPO's defaults of their time, windows of 16 inside the rollout (the coverage
+# study changed the defaults): their runs name them on the command line (hyperparams()) so that they train the same
+# way at any commit. The window length only where the variant's own file is read: a tuned trial's file names its own.
+OLD_DEFAULT_COVERAGE = "window_coverage:'inside'"
+OLD_DEFAULT_WINDOW = "window_size:16"
 EVIDENCE_VARIANTS = [*EVIDENCE_PRIMARY, "ev_rppo", *EVIDENCE_SECONDARY]
 EVIDENCE_ENVS = [
     "CueRecall-v0",
@@ -196,12 +201,23 @@ def coverage_alias(variant: str, env_id: str) -> str:
     return variant
 
 
-def hyperparams(variant: str, env_id: str) -> list[str]:
-    """The settings a variant adds on the command line for an env (coverage arms: their resolved window length)."""
+def hyperparams(variant: str, env_id: str, own_conf: bool = True) -> list[str]:
+    """
+    The settings a variant adds on the command line for an env: coverage arms their resolved window length; the
+    other ResetPPO variants the defaults of their studies' time (:data:`OLD_DEFAULT_COVERAGE`, and
+    :data:`OLD_DEFAULT_WINDOW` when ``own_conf``, i.e. the variant's own hyperparameter file is read), unless they
+    set them.
+    """
     spec = VARIANTS[variant]
     if variant in COVERAGE_ARMS:
         return [*spec["hyperparams"], f"window_size:{coverage_window(variant, env_id)}"]
-    return list(spec["hyperparams"])
+    settings = list(spec["hyperparams"])
+    if spec["algo"] == "reset_ppo":
+        named = {setting.split(":")[0] for setting in settings}
+        for pinned in (OLD_DEFAULT_COVERAGE, *([OLD_DEFAULT_WINDOW] if own_conf else [])):
+            if pinned.split(":")[0] not in named:
+                settings.append(pinned)
+    return settings
 
 
 def spec_of(job: dict[str, Any]) -> RunSpec:
@@ -214,7 +230,8 @@ def spec_of(job: dict[str, Any]) -> RunSpec:
     variant = VARIANTS[job["variant"]]
     return RunSpec(
         algo=variant["algo"], env=job["env"], seed=job["seed"], run_dir=job["run_dir"],
-        conf_file=job.get("conf") or conf_file(job["variant"]), hyperparams=hyperparams(job["variant"], job["env"]),
+        conf_file=job.get("conf") or conf_file(job["variant"]),
+        hyperparams=hyperparams(job["variant"], job["env"], own_conf=not job.get("conf")),
         eval_episodes=job["eval_episodes"], steps=job.get("steps"), keep_log="conf" in variant,
         label=job.get("label", job["variant"]), extra=job.get("extra", {}),
     )  # fmt: skip

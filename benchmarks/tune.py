@@ -264,8 +264,10 @@ def optimize_command(env_id: str, arm: str, storage: str, seed: int, log_dir: Pa
     ]  # fmt: skip
     if args.n_timesteps:
         command += ["-n", str(args.n_timesteps)]
-    if spec["hyperparams"]:
-        command += ["--hyperparams", *spec["hyperparams"]]
+    # The arm's fixed settings (run_grid.hyperparams: its study's window settings); sampled values override them
+    fixed = run_grid.hyperparams(arm, env_id)
+    if fixed:
+        command += ["--hyperparams", *fixed]
     return command
 
 

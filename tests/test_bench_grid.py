@@ -18,6 +18,9 @@ from bench_helpers import ROOT, _fake_run, _interrupted, _load
 
 from sb3_reset_ppo.experiments import executors, runner, stats
 
+# ResetPPO's window settings before the coverage study, named by the earlier studies' runs
+OLD_DEFAULTS = ["window_coverage:'inside'", "window_size:16"]
+
 
 def test_grid_commands_and_resume(tmp_path: Path) -> None:
     run_grid = _load("run_grid")
@@ -25,7 +28,8 @@ def test_grid_commands_and_resume(tmp_path: Path) -> None:
     mask = run_grid.command("mask", "CartPoleNoVel-v1", 3, tmp_path, 20)
     assert mask[mask.index("--algo") + 1] == "reset_ppo" and mask[mask.index("--seed") + 1] == "3"
     assert mask[mask.index("--eval-freq") + 1] == str(steps // runner.EVALUATIONS_PER_RUN)
-    assert mask[mask.index("--hyperparams") + 1 :] == ["boundary:'mask'", "weighting:'uniform'"]
+    # The studies before the coverage study name the defaults of their time (windows of 16 inside the rollout)
+    assert mask[mask.index("--hyperparams") + 1 :] == ["boundary:'mask'", "weighting:'uniform'", *OLD_DEFAULTS]
     ppo_lstm = run_grid.command("ppo_lstm", "CartPoleNoVel-v1", 0, tmp_path, 20)
     assert ppo_lstm[ppo_lstm.index("--conf-file") + 1] == str(run_grid.PPO_LSTM_CONF)
     assert "--hyperparams" not in ppo_lstm
@@ -48,12 +52,12 @@ def test_fresh_memory_study_commands() -> None:
     assert len(run_grid.FRESH_MEMORY_VARIANTS) == 10 and len(run_grid.FRESH_MEMORY_ENVS) == 6
     both = run_grid.command("fm_refresh_burn8_e30", "PopgymAutoencodeEasy-v0", 2, Path("/tmp/x"), 20)
     assert both[both.index("--conf-file") + 1] == str(run_grid.FRESH_MEMORY_CONF)
-    assert both[both.index("--hyperparams") + 1 :] == ["memory_refresh:1", "burn_in:8", "n_epochs:30"]
+    assert both[both.index("--hyperparams") + 1 :] == ["memory_refresh:1", "burn_in:8", "n_epochs:30", *OLD_DEFAULTS]
     assert both[both.index("--log-interval") + 1] == "1"
     # 1e5 steps, 20 evaluations
     assert both[both.index("--eval-freq") + 1] == "5000"
     off = run_grid.command("fm_off", "CueRecall-v0", 0, Path("/tmp/x"), 20)
-    assert "--hyperparams" not in off
+    assert off[off.index("--hyperparams") + 1 :] == OLD_DEFAULTS
     # The published grid's variants are unchanged
     assert run_grid.conf_file("reset") == run_grid.RESET_PPO_CONF and run_grid.conf_file("ppo_lstm") == run_grid.PPO_LSTM_CONF
 
@@ -62,7 +66,7 @@ def test_gru_study_commands() -> None:
     run_grid = _load("run_grid")
     gru = run_grid.command("gru", "CartPoleNoVel-v1", 3, Path("/tmp/x"), 20)
     assert gru[gru.index("--conf-file") + 1] == str(run_grid.FRESH_MEMORY_CONF)
-    assert gru[gru.index("--hyperparams") + 1 :] == ["policy:'MlpGruPolicy'"]
+    assert gru[gru.index("--hyperparams") + 1 :] == ["policy:'MlpGruPolicy'", *OLD_DEFAULTS]
     assert gru[gru.index("--log-interval") + 1] == "1"
     assert set(run_grid.GRU_ENVS) < set(run_grid.FRESH_MEMORY_ENVS)
 
@@ -83,8 +87,10 @@ def test_evidence_study_jobs_follow_the_protocol(tmp_path: Path) -> None:
     tuned = run_grid.command("ev_reset", "CueRecall-v0", 100, tmp_path, 20, conf=tmp_path / "best.yml", steps=2048)
     assert tuned[tuned.index("--conf-file") + 1] == str(tmp_path / "best.yml")
     assert tuned[tuned.index("-n") + 1] == "2048" and tuned[tuned.index("--eval-freq") + 1] == "102"
+    # A tuned trial's file names its window length: only the coverage of the study's time is added
+    assert tuned[tuned.index("--hyperparams") + 1 :] == ["boundary:'reset'", "weighting:'uniform'", OLD_DEFAULTS[0]]
     mask = run_grid.command("ev_mask_kept", "CartPoleNoVel-v1", 0, tmp_path, 20)
-    assert mask[mask.index("--hyperparams") + 1 :] == ["boundary:'mask'", "weighting:'kept_mean'"]
+    assert mask[mask.index("--hyperparams") + 1 :] == ["boundary:'mask'", "weighting:'kept_mean'", *OLD_DEFAULTS]
     # Every env of the study is configured in evidence.yml, and has a reference return for the report
     import yaml
 

@@ -40,7 +40,13 @@ def test_tuning_rerun_config_is_the_trials_settings(tmp_path: Path) -> None:
     # One trial per process (tune.py counts the study's trials; the zoo's --max-total-trials would run until full)
     assert command[command.index("--n-trials") + 1] == "1" and "--max-total-trials" not in command
     assert command[command.index("--storage") + 1] == "s.log" and command[command.index("--seed") + 1] == "7"
-    assert command[command.index("--hyperparams") + 1 :] == ["boundary:'mask'", "weighting:'kept_mean'"]
+    # The arm's fixed settings, with its study's window settings (sampled values override them in the zoo)
+    assert command[command.index("--hyperparams") + 1 :] == [
+        "boundary:'mask'",
+        "weighting:'kept_mean'",
+        "window_coverage:'inside'",
+        "window_size:16",
+    ]
 
 
 def test_tuning_marks_trials_of_stopped_workers_failed(tmp_path: Path) -> None:
