@@ -371,13 +371,18 @@ def grid_markdown(
     """
     envs = run_grid.EVIDENCE_ENVS
     arms = [*CANDIDATES, "cv_rppo"]
+    done = complete(runs, arms, envs)
     lines = [
-        "## Grid (in progress)",
+        "## Grid" if done else "## Grid (in progress)",
         "",
         "Finished runs per arm and env (seeds 0 to 9 each when complete; `cv_inside16` and `cv_rppo` are the evidence "
-        "study's `ev_reset` and `ev_rppo`, arms whose settings coincide on an env share runs). The aggregates, the "
-        "equal-wall-clock comparison and the decision follow when the grid is complete. Command: `python "
-        "benchmarks/run_grid.py --study coverage --workers 2`.",
+        "study's `ev_reset` and `ev_rppo`, arms whose settings coincide on an env share runs). "
+        + (
+            ""
+            if done
+            else "The aggregates, the equal-wall-clock comparison and the decision follow when the grid is complete. "
+        )
+        + "Command: `python benchmarks/run_grid.py --study coverage --workers 2`.",
         "",
         "| env | " + " | ".join(f"`{arm}`" for arm in arms) + " |",
         "|---|" + "---|" * len(arms),
@@ -595,6 +600,7 @@ def grid_analysis(
         _, _, poi, poi_ci = stats.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
         at_time[arm] = stats.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
     result["equal_wall_clock_vs_cv_rppo"] = at_time
+    result["collapses"] = collapse_counts(runs, randoms)
     # The issue's two moments: the ResetPPO arm's finishing time and RecurrentPPO's
     for key, moment in (("at_arm_finish_vs_cv_rppo", "arm"), ("at_rppo_finish_vs_cv_rppo", "base")):
         probabilities: dict[str, list[float]] = {}
@@ -716,6 +722,66 @@ def triple_text(triple: Sequence[float]) -> str:
     return f"{point:.2f} ({low:.2f} to {high:.2f}), {word}"
 
 
+def aggregate_details(grid: dict[str, Any]) -> list[str]:
+    """
+    The complete grid's IQMs, P(arm > ``cv_inside16``) and per-env differences to ``cv_rppo`` (Holm over each
+    table's rows) and collapses, as markdown lines.
+    """
+    final, over = grid["endpoints"]["final"], grid["endpoints"]["over_training"]
+    arms = [*CANDIDATES, "cv_rppo"]
+    lines = [
+        "IQM of the normalised return over the 9 envs x 10 seeds (95% stratified-bootstrap interval), and "
+        "P(arm > `cv_inside16`, the defaults before this study):",
+        "",
+        "| arm | IQM final | IQM over training | P(> `cv_inside16`) final | P(> `cv_inside16`) over training |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in arms:
+        versus = [triple_text(e["vs_cv_inside16"][arm]) if arm in e.get("vs_cv_inside16", {}) else "" for e in (final, over)]
+        iqm = [f"{e['iqm'][arm][0]:.3f} ({e['iqm'][arm][1]:.3f} to {e['iqm'][arm][2]:.3f})" for e in (final, over)]
+        lines.append(f"| `{arm}` | {iqm[0]} | {iqm[1]} | {versus[0]} | {versus[1]} |")
+    for endpoint, entry in (("final", final), ("over training", over)):
+        lines += [
+            "",
+            f"Per env, {endpoint}: arm minus `cv_rppo` (mean raw return, 95% bootstrap interval, Welch's p, Holm over "
+            "the table's rows; arms that share runs on an env repeat the row)",
+            "",
+            "| env | arm | difference | p | p (Holm) |",
+            "|---|---|---|---|---|",
+        ]
+        for row in entry["differences"]:
+            diff, low, high = row["difference"]
+            p = "undefined" if row["p"] is None else f"{row['p']:.3f}"
+            lines.append(
+                f"| {row['env']} | `{row['variant']}` | {diff:+.3f} ({low:+.3f} to {high:+.3f}) | {p} | {row['p_holm']:.3f} |"
+            )
+    collapses = grid.get("collapses", {})
+    if collapses:
+        lines += [
+            "",
+            f"Collapses (as in the evidence study): runs that solved their env (an evaluation at or above "
+            f"{report.SOLVED_AT} normalised) and, of their later evaluations, the share below {report.COLLAPSE_BELOW}.",
+            "",
+            "| arm | runs that solved | later evaluations below |",
+            "|---|---|---|",
+        ]
+        for arm, (solved, runs, below, after) in collapses.items():
+            share = f"{below} of {after} ({below / after:.0%})" if after else "-"
+            lines.append(f"| `{arm}` | {solved} of {runs} | {share} |")
+    lines.append("")
+    return lines
+
+
+def collapse_counts(runs: list[dict[str, Any]], randoms: dict[str, float]) -> dict[str, list[int]]:
+    """Per arm (candidates and ``cv_rppo``): runs that solved, runs, later evaluations below the threshold, later ones."""
+    result = {}
+    for arm in [*CANDIDATES, "cv_rppo"]:
+        rows = [r for r in runs if r["variant"] == arm and r["env"] in randoms and int(r["seed"]) in SEEDS]
+        stats_ = [report.collapse_stats(r["eval_mean"], randoms[r["env"]], report.REFERENCE_RETURN[r["env"]]) for r in rows]
+        result[arm] = [sum(s[0] for s in stats_), len(rows), sum(s[1] for s in stats_), sum(s[2] for s in stats_)]
+    return result
+
+
 def analysis_markdown(grid: dict[str, Any], decision: dict[str, Any], ratios: dict[str, list[float]]) -> str:
     """The complete grid's aggregates and the decision (nothing while the grid is incomplete)."""
     lines = ["## Decision (the protocol's rule)", ""]
@@ -745,6 +811,7 @@ def analysis_markdown(grid: dict[str, Any], decision: dict[str, Any], ratios: di
                 f"| {timed('at_rppo_finish_vs_cv_rppo', arm)} |"
             )
         lines += ["", f"Side-by-side pairs behind the timings: {grid.get('pairs', 0)}.", ""]
+        lines += aggregate_details(grid)
     if ratios:
         lines += ["`learn()` CPU seconds over RecurrentPPO's (`bench_train.py`, every setting):", ""]
         lines += [f"- `{arm}`: {min(v):.2f} to {max(v):.2f}" for arm, v in ratios.items() if v]

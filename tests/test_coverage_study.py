@@ -171,6 +171,16 @@ def test_grid_analysis_and_decision_on_a_synthetic_grid() -> None:
     assert coverage_report.decide({"complete": False}, port, ratios) == {"pending": ["the grid"]}
     text = coverage_report.analysis_markdown(grid, coverage_report.decide(grid, port, ratios), ratios)
     assert "New default: `cv_full16`" in text
+    # Every claim with its interval: IQMs, P against the old defaults, per-env differences (Holm), collapses
+    assert "| `cv_full16` | 0.78" in text and "| `cv_full16` | 0.780 (" in text  # P against cv_rppo; IQM final
+    per_env = [line for line in text.splitlines() if line.startswith("| CueRecall-v0 | `cv_full16` |")]
+    assert len(per_env) == 2 and all(line.split(" | ")[2].startswith("+") for line in per_env)
+    assert "| `cv_full16` | 1.00 (1.00 to 1.00), better |" in text  # P(> cv_inside16)
+    # Synthetic curves end 0.3 (cv_full16 0.8) normalised, below the solved threshold: no run solves
+    assert coverage_report.report.SOLVED_AT > 0.8 and grid["collapses"]["cv_full16"] == [0, 90, 0, 0]
+    assert "| `cv_full16` | 0 of 90 | - |" in text
+    assert coverage_report.grid_markdown(runs, timing, []).startswith("## Grid\n")
+    assert coverage_report.grid_markdown(runs[1:], timing, []).startswith("## Grid (in progress)")
 
 
 def test_wall_clock_figure_and_random_return_cache(tmp_path: Path) -> None:
