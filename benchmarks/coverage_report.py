@@ -587,7 +587,9 @@ def grid_analysis(
             }
             entry["iqm"] = {arm: stats.interval_triple(point[arm][0], *np.asarray(interval[arm])[:, 0]) for arm in arms}
         key = "final" if endpoint == "final" else "auc"
-        entry["differences"] = report.difference_tests(runs, envs, CANDIDATES, "cv_rppo", key, reps)
+        # Arms that share another arm's runs on an env are left out there (their rows would repeat it in Holm's family)
+        trained = [r for r in runs if "shared_with" not in r]
+        entry["differences"] = report.difference_tests(trained, envs, CANDIDATES, "cv_rppo", key, reps)
         result["endpoints"][endpoint] = entry
     speed, n_pairs = seconds_per_step(runs, timing, disturbed, pairs_runs)
     result["pairs"] = n_pairs
@@ -610,6 +612,19 @@ def grid_analysis(
                 _, _, poi, poi_ci = stats.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
                 probabilities[arm] = stats.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
         result[key] = probabilities
+    # Against the old defaults too: at the finishing time of the faster and of the slower of the two, per env
+    versus_inside: dict[str, dict[str, list[float]]] = {}
+    for arm in CANDIDATES[1:]:
+        if any((name, env) not in speed for name in (arm, "cv_inside16") for env in envs):
+            continue
+        faster = {env: arm if speed[(arm, env)] <= speed[("cv_inside16", env)] else "cv_inside16" for env in envs}
+        slower = {env: "cv_inside16" if faster[env] == arm else arm for env in envs}
+        for moment, at in (("at_faster_finish", faster), ("at_slower_finish", slower)):
+            both = scores_at_finish(runs, arm, "cv_inside16", at, envs, speed, randoms)
+            if both is not None:
+                _, _, poi, poi_ci = stats.aggregate({arm: both[0], "cv_inside16": both[1]}, reps, baseline="cv_inside16")
+                versus_inside.setdefault(arm, {})[moment] = stats.probability_triple(poi, poi_ci, f"{arm},cv_inside16")
+    result["equal_wall_clock_vs_cv_inside16"] = versus_inside
     return result
 
 
@@ -744,7 +759,7 @@ def aggregate_details(grid: dict[str, Any]) -> list[str]:
         lines += [
             "",
             f"Per env, {endpoint}: arm minus `cv_rppo` (mean raw return, 95% bootstrap interval, Welch's p, Holm over "
-            "the table's rows; arms that share runs on an env repeat the row)",
+            "the table's rows; an arm that shares another arm's runs on an env is that arm's row there)",
             "",
             "| env | arm | difference | p | p (Holm) |",
             "|---|---|---|---|---|",
@@ -755,6 +770,19 @@ def aggregate_details(grid: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {row['env']} | `{row['variant']}` | {diff:+.3f} ({low:+.3f} to {high:+.3f}) | {p} | {row['p_holm']:.3f} |"
             )
+    versus_inside = grid.get("equal_wall_clock_vs_cv_inside16", {})
+    if versus_inside:
+        lines += [
+            "",
+            "At equal wall-clock time against `cv_inside16` (side-by-side timings): P(arm > `cv_inside16`) at the "
+            "finishing time of the faster of the two (per env) and of the slower.",
+            "",
+            "| arm | at the faster one's finish | at the slower one's finish |",
+            "|---|---|---|",
+        ]
+        for arm, moments in versus_inside.items():
+            cells = [triple_text(moments[m]) if m in moments else "" for m in ("at_faster_finish", "at_slower_finish")]
+            lines.append(f"| `{arm}` | {cells[0]} | {cells[1]} |")
     collapses = grid.get("collapses", {})
     if collapses:
         lines += [

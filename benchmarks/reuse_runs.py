@@ -3,8 +3,9 @@ Reuse finished runs of one study as the runs of another study's arm, where both 
 (benchmarks/PROTOCOL.md, "Reuse").
 
 Copies ``<from>/<env>/seed<k>/`` to ``<to>/<env>/seed<k>/`` for every env and seed asked for, only if the two
-variants' hyperparameter files hold the same entry for the env and the two variants add the same settings
-(ResetPPO's defaults written out, such as ``boundary:'reset'``, count as no setting). The copy's ``run.json``
+variants' hyperparameter files hold the same entry for the env and the two variants add the same settings on the
+command line for it (``run_grid.hyperparams``; ResetPPO's defaults written out, such as ``boundary:'reset'``, count
+as no setting). The copy's ``run.json``
 gets ``variant`` set to the new arm and ``reused_from`` to the original folder. Runs already present are left.
 
 Usage: python benchmarks/reuse_runs.py --from-study fresh_memory --from-variant fm_off --to-study evidence
@@ -33,7 +34,8 @@ def same_training(from_variant: str, to_variant: str, env_id: str) -> bool:
     if first["algo"] != second["algo"]:
         return False
     entries = [yaml.safe_load(run_grid.conf_file(v).read_text()).get(env_id) for v in (from_variant, to_variant)]
-    settings = [set(spec["hyperparams"]) - DEFAULT_SETTINGS for spec in (first, second)]
+    # The settings each adds on the command line for this env, as run_grid resolves them (window lengths, pins)
+    settings = [set(run_grid.hyperparams(v, env_id)) - DEFAULT_SETTINGS for v in (from_variant, to_variant)]
     return entries[0] is not None and entries[0] == entries[1] and settings[0] == settings[1]
 
 

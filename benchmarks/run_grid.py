@@ -206,14 +206,15 @@ def hyperparams(variant: str, env_id: str, own_conf: bool = True) -> list[str]:
     The settings a variant adds on the command line for an env: coverage arms their resolved window length; the
     other ResetPPO variants the defaults of their studies' time (:data:`OLD_DEFAULT_COVERAGE`, and
     :data:`OLD_DEFAULT_WINDOW` when ``own_conf``, i.e. the variant's own hyperparameter file is read), unless they
-    set them.
+    or the file's entry for the env set them (the command line overrides the file).
     """
     spec = VARIANTS[variant]
     if variant in COVERAGE_ARMS:
         return [*spec["hyperparams"], f"window_size:{coverage_window(variant, env_id)}"]
     settings = list(spec["hyperparams"])
     if spec["algo"] == "reset_ppo":
-        named = {setting.split(":")[0] for setting in settings}
+        entry = yaml.safe_load(conf_file(variant).read_text()).get(env_id, {}) if own_conf else {}
+        named = {setting.split(":")[0] for setting in settings} | set(entry)
         for pinned in (OLD_DEFAULT_COVERAGE, *([OLD_DEFAULT_WINDOW] if own_conf else [])):
             if pinned.split(":")[0] not in named:
                 settings.append(pinned)

@@ -1,12 +1,15 @@
 """
 Timing pairs of the coverage study (``benchmarks/PROTOCOL_coverage.md``, amendment 4): for every (arm, env) that
 trains its own runs and has no undisturbed side-by-side pair with ``cv_rppo`` in the grid, the arm's run and a
-``cv_rppo`` re-run of the same env and seed, started together on two workers with nothing else on the machine; the
-next pair starts when both have ended. Seeds 0 and 1.
+``cv_rppo`` re-run of the same env and seed, started together on two workers with no other trainer on the machine
+(checked before each pair). As in the grid, both cores stay busy: when one run of the pair ends first, its worker
+trains *filler* copies of it (into a scratch folder, not recorded) until the other ends, so the longer run is timed
+under the grid's load, not alone. The next pair starts when both have ended. Seeds 0 and 1.
 
 Runs go to ``benchmarks/results/coverage_pairs/<arm>/<variant>/<env>/seed<k>/`` (``<variant>`` is the arm or
 ``cv_rppo``), trained as ``run_grid.py`` trains them (the same zoo command and records). A pair with both runs
-finished is skipped; a pair with one run finished is trained again whole (its runs must run together). They count
+finished and counted (side by side, outside the disturbed periods) is skipped; any other pair is trained again
+whole (its runs must run together). They count
 for the timings only: ``coverage_report.py`` adds them to the grid's pairs by the same side-by-side rule.
 
 Usage: python benchmarks/timing_pairs.py [--list] [--minutes M]
@@ -14,13 +17,18 @@ Usage: python benchmarks/timing_pairs.py [--list] [--minutes M]
 
 import argparse
 import json
+import os
 import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from sb3_reset_ppo.experiments import executors
+from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -39,9 +47,73 @@ def pair_dirs(arm: str, env: str, seed: int, folder: Path = PAIRS_FOLDER) -> dic
     return {variant: folder / arm / variant / env / f"seed{seed}" for variant in ("cv_rppo", arm)}
 
 
-def pair_done(dirs: dict[str, Path]) -> bool:
-    """Whether both runs of a pair finished."""
-    return all((d / "run.json").exists() for d in dirs.values())
+def pair_done(dirs: dict[str, Path], disturbed: list[tuple[float, float]] | None = None) -> bool:
+    """
+    Whether both runs of a pair finished and count as a side-by-side pair outside the ``disturbed`` periods (a pair
+    that does not is trained again).
+    """
+    if not all((d / "run.json").exists() for d in dirs.values()):
+        return False
+    runs = {d: json.loads((d / "run.json").read_text()) for d in dirs.values()}
+    if any(run.get("returncode") != 0 for run in runs.values()):
+        return False
+    rppo, arm = (runs[d] for d in dirs.values())
+    rppo["seconds"], arm["seconds"] = float(rppo["seconds"]), float(arm["seconds"])
+    paired = bool(coverage_report.side_by_side_pairs([arm], [rppo]))
+    return paired and not any(coverage_report.disturbed_run(r, disturbed or []) for r in (rppo, arm))
+
+
+def other_trainers() -> list[str]:
+    """Command lines of the zoo trainers running on this machine (``/proc``), other than this process's children."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if "sb3_reset_ppo.zoo train" in command:
+            found.append(command)
+    return found
+
+
+def run_pair(jobs: list[dict[str, Any]], scratch: Path) -> list[dict[str, Any]]:
+    """
+    Train the two jobs of a pair at the same time, one per thread; the one that ends first is followed on its thread
+    by filler copies of itself (same command, into ``scratch``, not recorded) until the other ends, then the filler
+    is stopped. Returns the two records (``run_grid.run_one``'s), in the jobs' order.
+    """
+    results: list[dict[str, Any] | None] = [None, None]
+    finished = [threading.Event(), threading.Event()]
+
+    def work(index: int) -> None:
+        results[index] = run_grid.run_one(jobs[index])
+        finished[index].set()
+        other = 1 - index
+        copy = 0
+        while not finished[other].is_set():
+            filler_dir = scratch / f"filler{index}_{copy}"
+            spec = run_grid.spec_of({**jobs[index], "run_dir": filler_dir})
+            with open(os.devnull, "wb") as devnull:
+                process = subprocess.Popen(
+                    runner.zoo_command(spec), stdout=devnull, stderr=subprocess.STDOUT,
+                    env={**os.environ, "OMP_NUM_THREADS": "1"},
+                )  # fmt: skip
+                while process.poll() is None and not finished[other].wait(1.0):
+                    pass
+                if process.poll() is None:
+                    process.terminate()
+                    process.wait()
+            shutil.rmtree(filler_dir, ignore_errors=True)
+            copy += 1
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [r for r in results if r is not None]
 
 
 def pair_jobs(arm: str, env: str, seed: int, eval_episodes: int, folder: Path = PAIRS_FOLDER) -> list[dict[str, Any]]:
@@ -64,7 +136,7 @@ def expected_seconds(arm: str, env: str, grid: list[dict[str, Any]], timing: lis
         )
         if not seconds:
             return None
-        medians.append(seconds[len(seconds) // 2])
+        medians.append(statistics.median(seconds))
     return max(medians)
 
 
@@ -77,6 +149,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.minutes is not None and args.minutes <= 0:
         parser.error(f"--minutes must be positive, got {args.minutes}")
+    start = time.monotonic()
     print("command: python " + " ".join(sys.argv), flush=True)
     coverage = RESULTS / "coverage"
     runs, timing = coverage_report.grid_runs(coverage, RESULTS / "evidence")
@@ -86,7 +159,7 @@ def main() -> None:
     print(f"(arm, env) without an undisturbed side-by-side pair in the grid: {len(missing)}", flush=True)
     # Seed 0 of every (arm, env) first, so that a partial state times every one of them
     plan = [(arm, env, seed) for seed in SEEDS for arm, env in missing]
-    todo = [(arm, env, seed) for arm, env, seed in plan if not pair_done(pair_dirs(arm, env, seed))]
+    todo = [(arm, env, seed) for arm, env, seed in plan if not pair_done(pair_dirs(arm, env, seed), disturbed)]
     total = 0.0
     for arm, env, seed in plan:
         seconds = expected_seconds(arm, env, runs, timing)
@@ -97,8 +170,14 @@ def main() -> None:
     if args.list:
         return
     deadline_left = None if args.minutes is None else 60 * args.minutes
-    start = time.monotonic()
     for arm, env, seed in todo:
+        # Nothing else trains while a pair does (amendment 4): wait for other trainers to end
+        waited = False
+        while others := other_trainers():
+            if not waited:
+                print(f"  waiting: {len(others)} other trainer(s) running, e.g. {others[0][:160]}", flush=True)
+                waited = True
+            time.sleep(30)
         expected = expected_seconds(arm, env, runs, timing)
         if deadline_left is not None:
             left = deadline_left - (time.monotonic() - start)
@@ -107,14 +186,19 @@ def main() -> None:
                 continue
         dirs = pair_dirs(arm, env, seed)
         for run_dir in dirs.values():
-            # A pair half done is trained again whole: its runs must run together
+            # A pair not counted is trained again whole: its runs must run together
             if run_dir.exists():
                 shutil.rmtree(run_dir)
         jobs = pair_jobs(arm, env, seed, args.eval_episodes)
-        results = executors.run_local(jobs, run_grid.run_one, workers=2)
+        for job in jobs:
+            job["extra"]["load_average_before"] = os.getloadavg()[0]
+        with tempfile.TemporaryDirectory(prefix="timing_pair_filler_") as scratch:
+            results = run_pair(jobs, Path(scratch))
         line = ", ".join(f"{r['variant']} {run_grid.status(r)} in {r['seconds']:.0f} s" for r in results)
-        print(f"  {arm} {env} seed {seed}: {line}", flush=True)
-    summary = {"missing": [list(m) for m in missing], "pairs_done": sum(pair_done(pair_dirs(*p)) for p in plan)}
+        counted = "counted" if pair_done(dirs, disturbed) else "NOT counted (not side by side, disturbed or failed)"
+        print(f"  {arm} {env} seed {seed}: {line}; {counted}", flush=True)
+    done = sum(pair_done(pair_dirs(*p), disturbed) for p in plan)
+    summary = {"missing": [list(m) for m in missing], "pairs_done": done}
     print(json.dumps(summary), flush=True)
 
 

@@ -23,6 +23,9 @@ def test_reuse_only_runs_trained_the_same_way() -> None:
     assert not reuse.same_training("fm_off", "ev_reset", "CartPoleNoVel-v1")
     assert not reuse.same_training("fm_off", "ev_mask", "CueRecall-v0")
     assert not reuse.same_training("fm_refresh", "ev_reset", "CueRecall-v0")
+    # Settings as resolved per env: the coverage study's cv_inside16 is ev_reset; cv_full16 and cv_full64 differ
+    assert reuse.same_training("ev_reset", "cv_inside16", "CueRecall-v0")
+    assert not reuse.same_training("cv_full16", "cv_full64", "CueRecall-v0")
 
 
 def test_precondition_reruns_and_compares_bitwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

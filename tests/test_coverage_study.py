@@ -176,6 +176,9 @@ def test_grid_analysis_and_decision_on_a_synthetic_grid() -> None:
     per_env = [line for line in text.splitlines() if line.startswith("| CueRecall-v0 | `cv_full16` |")]
     assert len(per_env) == 2 and all(line.split(" | ")[2].startswith("+") for line in per_env)
     assert "| `cv_full16` | 1.00 (1.00 to 1.00), better |" in text  # P(> cv_inside16)
+    # Same speed as cv_inside16: both have finished at either moment, so their finals decide
+    versus = grid["equal_wall_clock_vs_cv_inside16"]["cv_full16"]
+    assert versus["at_faster_finish"][0] == versus["at_slower_finish"][0] == 1.0
     # Synthetic curves end 0.3 (cv_full16 0.8) normalised, below the solved threshold: no run solves
     assert coverage_report.report.SOLVED_AT > 0.8 and grid["collapses"]["cv_full16"] == [0, 90, 0, 0]
     assert "| `cv_full16` | 0 of 90 | - |" in text
@@ -277,3 +280,65 @@ def test_load_pairs_reads_every_arms_folder(tmp_path: Path) -> None:
         (run_dir / "run.json").write_text(json.dumps({"variant": variant, "env": "CueRecall-v0", "seed": 0}))
     loaded = coverage_report.load_pairs(tmp_path)
     assert sorted(run["variant"] for run in loaded) == ["cv_batch", "cv_rppo"]
+
+
+def test_a_pair_keeps_both_cores_busy_until_its_longer_run_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    started: list[str] = []
+
+    def fake_run_one(job: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(2.0 if job["variant"] == "cv_rppo" else 0.2)
+        return {"variant": job["variant"], "seconds": 1.0, "returncode": 0}
+
+    def fake_command(spec: Any) -> list[str]:
+        started.append(str(spec.run_dir))
+        # A filler that would run far longer than the pair: it must be stopped when cv_rppo ends
+        return [sys.executable, "-c", "import time; time.sleep(60)"]
+
+    monkeypatch.setattr(timing_pairs.run_grid, "run_one", fake_run_one)
+    monkeypatch.setattr(timing_pairs.runner, "zoo_command", fake_command)
+    jobs = timing_pairs.pair_jobs("cv_full16", "CueRecall-v0", 0, 20, tmp_path / "pairs")
+    begin = time.monotonic()
+    results = timing_pairs.run_pair(jobs, tmp_path / "scratch")
+    assert [r["variant"] for r in results] == ["cv_rppo", "cv_full16"]
+    # The arm's worker ran a filler copy of the arm while cv_rppo trained, stopped when cv_rppo ended
+    assert started and all("filler1_" in path for path in started)
+    assert time.monotonic() - begin < 10
+
+
+def test_a_pair_counts_only_side_by_side_and_undisturbed(tmp_path: Path) -> None:
+    dirs = timing_pairs.pair_dirs("cv_full16", "CueRecall-v0", 0, tmp_path)
+    assert not timing_pairs.pair_done(dirs)
+    records = {
+        "cv_rppo": _timed("cv_rppo", "2026-12-04T12:00:00Z", 300, returncode=0),
+        "cv_full16": _timed("cv_full16", "2026-12-04T12:00:00Z", 90, returncode=0),
+    }
+    for variant, run_dir in dirs.items():
+        run_dir.mkdir(parents=True)
+        (run_dir / "run.json").write_text(json.dumps(records[variant]))
+    assert timing_pairs.pair_done(dirs)
+    assert not timing_pairs.pair_done(dirs, [(coverage_report.stats.timestamp("2026-12-04T12:01:00Z"),
+                                              coverage_report.stats.timestamp("2026-12-04T12:02:00Z"))])  # fmt: skip
+    (dirs["cv_full16"] / "run.json").write_text(json.dumps({**records["cv_full16"], "started": "2026-12-04T13:00:00Z"}))
+    assert not timing_pairs.pair_done(dirs)
+
+
+def test_other_trainers_are_found_by_their_command_line() -> None:
+    import subprocess
+
+    # A process whose command line reads like a zoo trainer's (its arguments after -c are only argv)
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m", "sb3_reset_ppo.zoo", "train"])
+    try:
+        import time
+
+        # Until the child has exec'd, its command line is still the parent's
+        for _ in range(50):
+            if any("time.sleep(30)" in command for command in timing_pairs.other_trainers()):
+                break
+            time.sleep(0.1)
+        assert any("time.sleep(30)" in command for command in timing_pairs.other_trainers())
+    finally:
+        process.kill()
+        process.wait()
+    assert not any("time.sleep(30)" in command for command in timing_pairs.other_trainers())

@@ -168,21 +168,22 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
         assert "window_stride" not in config and params["window_stride"] is None
         merged = {**config, "window_stride": 1, **params}
         settings = {k: merged[k] for k in ("n_steps", "batch_size", "n_epochs", "window_size", "window_stride")}
-        model = ResetPPO("MlpLstmPolicy", env, **settings)
-        window_size, batch_size, buffer = model.window_length, model.batch_size, model.rollout_buffer
-        assert window_size <= params["n_steps"]
-        windows = windows_per_minibatch(batch_size, window_size)
-        assert windows is not None
-        transitions = n_envs * params["n_steps"]
-        # Epochs as the buffer draws them (either coverage): real slots, and units (what minibatches are made of)
-        generator = np.random.default_rng(0)
-        for _ in range(5):
-            epoch = epoch_window_starts(
-                params["n_steps"], n_envs, window_size, buffer.window_stride, generator, buffer.window_coverage
-            )
-            n_units = int(window_units(epoch, window_size).max()) + 1
-            assert int(epoch.lengths.sum()) <= transitions
-            assert -(-n_units // windows) <= -(-transitions // batch_size)
+        for coverage in ("inside", "full"):
+            model = ResetPPO("MlpLstmPolicy", env, window_coverage=coverage, **settings)
+            window_size, batch_size, buffer = model.window_length, model.batch_size, model.rollout_buffer
+            assert window_size <= params["n_steps"]
+            windows = windows_per_minibatch(batch_size, window_size)
+            assert windows is not None
+            transitions = n_envs * params["n_steps"]
+            # Epochs as the buffer draws them: real slots, and units (what minibatches are made of)
+            generator = np.random.default_rng(0)
+            for _ in range(5):
+                epoch = epoch_window_starts(
+                    params["n_steps"], n_envs, window_size, buffer.window_stride, generator, buffer.window_coverage
+                )
+                n_units = int(window_units(epoch, window_size).max()) + 1
+                assert int(epoch.lengths.sum()) <= transitions
+                assert -(-n_units // windows) <= -(-transitions // batch_size)
         checked += 1
         study.tell(trial, 0.0)
     assert checked == 60
