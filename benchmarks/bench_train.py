@@ -4,8 +4,10 @@ Speed of ``learn()`` and ``train()``: a RecurrentPPO setup with only the class n
 For each task (MLP: CartPoleNoVel-v1; image: CueRecallImage-v0, 64x64 with CnnLstmPolicy) and each setting
 (LSTM 64 and 256, ``batch_size`` 128, RecurrentPPO's default, and 1024), three models get the same
 arguments (RecurrentPPO's defaults otherwise: ``n_steps=128``, ``n_epochs=10``): sb3-contrib's
-``RecurrentPPO``, ``ResetPPO`` with its defaults (``window_stride = window_size``) and ``ResetPPO`` with
-``window_stride=1``. Each learns ``--learn-steps`` env steps from a fresh model, ``--repeats`` times,
+``RecurrentPPO``, ``ResetPPO`` with its defaults (``window_size="batch"``, full coverage, ``window_stride =
+window_size``; results measured before the coverage study used windows of 16 inside the rollout, as their
+``settings:`` line says) and ``ResetPPO`` with ``window_stride=1``. Each learns ``--learn-steps`` env steps from a
+fresh model, ``--repeats`` times,
 interleaved so that all see the same machine load; the figures are medians over the repeats:
 
 - seconds of ``learn()`` (what a user waits for) and of one ``train()`` call, as the process's CPU time
@@ -66,7 +68,9 @@ TASKS: dict[str, dict[str, Any]] = {
 # ResetPPO's settings of each variant (the coverage study's arms: benchmarks/PROTOCOL_coverage.md)
 RESET_SETTINGS: dict[str, dict[str, Any]] = {
     "reset": {},
-    "reset_stride1": {"window_stride": 1},
+    # Every window every epoch, as the published first grid trained (windows of 16 inside the rollout: with the
+    # default windows of min(batch_size, n_steps) a stride of 1 would mean that many times the work)
+    "reset_stride1": {"window_stride": 1, "window_size": 16, "window_coverage": "inside"},
     "reset_gru": {},
     "reset_full16": {"window_coverage": "full", "window_size": 16},
     "reset_full64": {"window_coverage": "full", "window_size": 64},
@@ -449,6 +453,14 @@ def print_tables(results: list[dict[str, Any]], variants: list[str]) -> None:
             )
 
 
+def default_windows() -> str:
+    """ResetPPO's default window settings, as the ``reset`` variant trains with them (they changed with the coverage study)."""
+    import inspect
+
+    parameters = inspect.signature(ResetPPO.__init__).parameters
+    return " ".join(f"{name}={parameters[name].default!r}" for name in ("window_size", "window_coverage", "window_stride"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=["mlp", "image"], choices=sorted(TASKS))
@@ -478,7 +490,8 @@ def main() -> None:
 
     print("command: python " + " ".join(sys.argv), flush=True)
     print(
-        f"settings: n_steps={args.n_steps} n_epochs={args.n_epochs} window_size=16 (default) threads={args.threads} "
+        f"settings: n_steps={args.n_steps} n_epochs={args.n_epochs} ResetPPO defaults: {default_windows()} "
+        f"threads={args.threads} "
         f"repeats={args.repeats} torch={th.__version__} machine={platform.machine()}",
         flush=True,
     )

@@ -57,21 +57,34 @@ def test_readme_is_short_and_its_links_resolve() -> None:
 def test_readme_numbers_are_the_reports() -> None:
     # The decision a user makes, each number from the stored results the reports are made of
     readme = _flat(README)
-    bench = json.loads((ROOT / "benchmarks" / "results" / "bench_train.json").read_text())["results"]
-    ratios = [row["reset"]["learn_ratio"] for row in bench]
-    assert f"{min(ratios):.2f} to {max(ratios):.2f} of RecurrentPPO's time" in readme.replace("`", "")
-    primary = json.loads((ROOT / "benchmarks" / "results" / "evidence_primary_summary.json").read_text())["aggregate"]
-    # RecurrentPPO with the same settings: better over training, not significantly different at the end
-    assert f"= {_interval(primary['auc']['probability_of_improvement']['ev_rppo'])}" in readme
-    assert f"not significantly different: {_interval(primary['final']['probability_of_improvement']['ev_rppo'])}" in readme
-    # Masking against reset-and-continue
+    results = ROOT / "benchmarks" / "results"
+    # Speed of the defaults: the coverage study's bench_train run, its full-coverage "batch" arm (today's defaults)
+    bench = json.loads((results / "coverage" / "bench" / "bench_train.json").read_text())["results"]
+    ratios = [row["reset_batch"]["learn_ratio"] for row in bench]
+    assert f"{min(ratios):.2f} to {max(ratios):.2f} of RecurrentPPO's time with ResetPPO's defaults" in readme.replace("`", "")
+    # Learning per env step: the coverage study's aggregate for the chosen arm, and for the old defaults
+    coverage = json.loads((results / "coverage_summary.json").read_text())
+    assert coverage["decision"]["default"] == "cv_batch"
+    grid = coverage["grid"]["endpoints"]
+    over, final = grid["over_training"]["vs_cv_rppo"]["cv_batch"], grid["final"]["vs_cv_rppo"]["cv_batch"]
+    assert f"{over[0]:.2f} over training ({over[1]:.2f} to {over[2]:.2f}) and {final[0]:.2f} at the end" in readme
+    assert f"({final[1]:.2f} to {final[2]:.2f})" in readme
+    old = grid["over_training"]["vs_cv_rppo"]["cv_inside16"]
+    assert f"({old[0]:.2f}, {old[1]:.2f} to {old[2]:.2f})" in readme
+    versus_old = grid["over_training"]["vs_cv_inside16"]["cv_batch"]
+    assert f"P = {versus_old[0]:.2f}, {versus_old[1]:.2f} to {versus_old[2]:.2f}" in readme
+    # The port case with the new defaults
+    port = coverage["port"]["arms"]["cv_batch"]
+    assert f"at {port['learn_ratio']:.2f} of its learn() time" in readme.replace("`", "")
+    # Masking against reset-and-continue (the evidence study)
+    primary = json.loads((results / "evidence_primary_summary.json").read_text())["aggregate"]
     mask = primary["final"]["probability_of_improvement"]["ev_mask"], primary["auc"]["probability_of_improvement"]["ev_mask"]
     assert f"{_interval(mask[0])} at the end and {_interval(mask[1])} over training" in readme
-    tuned = json.loads((ROOT / "benchmarks" / "results" / "evidence_tuned_summary.json").read_text())["aggregate"]
+    tuned = json.loads((results / "evidence_tuned_summary.json").read_text())["aggregate"]
     assert _interval(tuned["final"]["probability_of_improvement"]["tuned_ev_rppo"]) in readme
-    # No equal-wall-clock number until the coverage study reports; then the README must cite it
-    if not (ROOT / "benchmarks" / "RESULTS_coverage.md").exists():
-        assert "no finished report compares the two yet" in readme and "PROTOCOL_coverage.md" in readme
+    # No equal-wall-clock number until the coverage study has every timing; then the README must cite it
+    if not coverage["grid"].get("equal_wall_clock_vs_cv_rppo"):
+        assert "so this is not reported yet" in readme
 
 
 def test_docs_include_the_readme_parts_they_name() -> None:
@@ -148,11 +161,12 @@ def test_optimize_command_runs_as_written(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(5))
 def test_usage_snippet_solves_its_task(tmp_path: Path, seed: int) -> None:
-    # What the README says the snippet prints, at its full budget, on seeds 0 to 4
+    # What the README says the snippet prints, at its full budget, on seeds 0 to 4: at least 0.85 each
     code = _code_block("## Usage: a drop-in for RecurrentPPO", "python")
     code = code.replace('make_vec_env("CueRecall-v0", n_envs=8)', f'make_vec_env("CueRecall-v0", n_envs=8, seed={seed})')
     code = code.replace("verbose=1)", f"verbose=0, seed={seed})")
     assert f"seed={seed})" in code
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "mean return 1.00 +- 0.00" in result.stdout
+    # The README gives each seed's return (measured on one machine); a CPU with other float kernels may differ a little
+    assert float(result.stdout.split("mean return ")[1].split()[0]) >= 0.85

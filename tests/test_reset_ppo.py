@@ -66,8 +66,10 @@ def test_load_recurrent_ppo_checkpoint(tmp_path: Path) -> None:
     # RecurrentPPO's arguments keep their meaning: batch_size=16 transitions is one window of 16
     model = ResetPPO.load(tmp_path / "recurrent.zip", env=_env())
     assert (model.batch_size, model.n_epochs, model.n_steps) == (16, source.n_epochs, 16)
-    assert (model.window_size, model.boundary, model.weighting, model.window_stride) == (16, "reset", "uniform", None)
-    assert model.rollout_buffer.window_stride == 16
+    # ResetPPO's own settings take its defaults: windows of min(batch_size, n_steps), full coverage
+    settings = (model.window_size, model.window_coverage, model.boundary, model.weighting, model.window_stride)
+    assert settings == ("batch", "full", "reset", "uniform", None)
+    assert model.window_length == 16 and model.rollout_buffer.window_stride == 16
     observations = np.random.default_rng(1).normal(size=(5, 2, 3)).astype(np.float32)
     np.testing.assert_array_equal(_predict_sequence(source, observations), _predict_sequence(model, observations))
     before = [p.clone() for p in model.policy.parameters()]
@@ -76,13 +78,16 @@ def test_load_recurrent_ppo_checkpoint(tmp_path: Path) -> None:
     assert any(not th.equal(a, b) for a, b in zip(before, model.policy.parameters(), strict=True))
 
 
-def test_load_recurrent_ppo_checkpoint_with_short_rollout_explains_window_size(tmp_path: Path) -> None:
+def test_load_recurrent_ppo_checkpoint_with_short_rollout(tmp_path: Path) -> None:
     source = RecurrentPPO("MlpLstmPolicy", _env(), n_steps=8, batch_size=8, policy_kwargs={"lstm_hidden_size": 8})
     source.save(tmp_path / "short.zip")
-    with pytest.raises(ValueError, match=r"window_size must be at most n_steps=8"):
-        ResetPPO.load(tmp_path / "short.zip", env=_env())
-    model = ResetPPO.load(tmp_path / "short.zip", env=_env(), window_size=8)
+    # The default window follows n_steps and batch_size: 8 steps here
+    model = ResetPPO.load(tmp_path / "short.zip", env=_env())
+    assert model.window_length == 8
     model.learn(16)
+    # A window longer than the rollout is refused, naming n_steps
+    with pytest.raises(ValueError, match=r"window_size must be at most n_steps=8"):
+        ResetPPO.load(tmp_path / "short.zip", env=_env(), window_size=16)
 
 
 def test_dict_observations_use_dict_buffer() -> None:

@@ -108,6 +108,12 @@ def test_optuna_sampler_adds_window_size_and_keeps_batch_size_in_transitions() -
     short = sample_reset_ppo_params(cast(optuna.Trial, short_trial), 2, 8, {})
     assert short["window_size"] == 8
     assert convert_reset_ppo_params(raw)["batch_size"] == 256
+    # The default window, min(batch_size, n_steps), is one of the choices, kept as the setting ResetPPO resolves
+    derived = sample_reset_ppo_params(cast(optuna.Trial, optuna.trial.FixedTrial({**raw, "window_size": "batch"})), 2, 8, {})
+    assert (
+        derived["window_size"] == "batch"
+        and convert_reset_ppo_params({**raw, "window_size": "batch"})["window_size"] == "batch"
+    )
 
 
 @pytest.mark.slow

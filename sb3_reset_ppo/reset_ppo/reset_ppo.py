@@ -110,9 +110,11 @@ class ResetPPO(RecurrentPPO):
     :param seed: Seed for the pseudo random generators
     :param device: Device (cpu, cuda, ...) on which the code should be run.
     :param window_size: Steps per training window (``1 <= window_size <= n_steps``); also the longest
-        backpropagation-through-time length. ``"batch"``: ``min(batch_size, n_steps)`` (``n_steps`` when
-        ``batch_size`` is None), the longest sequence ``RecurrentPPO`` trains on with the same arguments;
+        backpropagation-through-time length. ``"batch"`` (default): ``min(batch_size, n_steps)`` (``n_steps`` when
+        ``batch_size`` is None), the longest sequence ``RecurrentPPO`` trains on with the same arguments, so that
+        a minibatch is one window (or, with ``batch_size > n_steps``, whole rollouts of several envs);
         ``"rollout"``: ``n_steps``. Derived values follow ``n_steps`` and ``batch_size`` (zoo configs need no edit).
+        The default was 16 before the coverage study (``docs/studies/coverage.md``).
     :param boundary: ``"reset"`` (reset-and-continue, default) or ``"mask"`` (drop every slot after the first
         episode end of a window, the baseline)
     :param weighting: ``"uniform"`` (every kept slot weighs 1, losses averaged over all ``B * W`` slots, the
@@ -127,13 +129,14 @@ class ResetPPO(RecurrentPPO):
         and last ``window_size - 1`` steps only with probability ``count / window_size``). ``1``: every window
         every epoch (each step ``window_size`` times per epoch, up to that many with ``"inside"``). A stride
         above the number of window starts per env acts as that number.
-    :param window_coverage: Which windows an epoch holds. ``"inside"`` (default): windows inside the rollout
-        only (starts ``0 .. n_steps - window_size``), the masking baseline's epochs. ``"full"``: every window
-        that meets the rollout (starts ``-(window_size - 1) .. n_steps - 1``), clipped to it: a window starting
-        before step 0 begins at step 0 from the memory recorded for step 0, one reaching past the last step ends
-        there, and the missing slots are padding that no loss term or statistic sees. With the default stride
-        every step, rollout ends included, is then trained exactly once per epoch. An env's two clipped end
-        windows share one minibatch place when they fit in ``window_size`` slots.
+    :param window_coverage: Which windows an epoch holds. ``"full"`` (default): every window that meets the
+        rollout (starts ``-(window_size - 1) .. n_steps - 1``), clipped to it: a window starting before step 0
+        begins at step 0 from the memory recorded for step 0, one reaching past the last step ends there, and the
+        missing slots are padding that no loss term or statistic sees. With the default stride every step,
+        rollout ends included, is then trained exactly once per epoch. An env's two clipped end windows share one
+        minibatch place when they fit in ``window_size`` slots. ``"inside"``: windows inside the rollout only
+        (starts ``0 .. n_steps - window_size``), the masking baseline's epochs (the default before the coverage
+        study).
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows (of an epoch) of
         one env, the runs shuffled anew every epoch (1: windows fully shuffled). Overlapping windows of a run
         share steps, whose features (e.g. a CNN's) are computed once per minibatch instead of once per slot, at
@@ -191,11 +194,11 @@ class ResetPPO(RecurrentPPO):
         verbose: int = 0,
         seed: int | None = None,
         device: th.device | str = "auto",
-        window_size: int | str = 16,
+        window_size: int | str = "batch",
         boundary: str = "reset",
         weighting: str = "uniform",
         window_stride: int | None = None,
-        window_coverage: str = "inside",
+        window_coverage: str = "full",
         consecutive_windows: int | str = "auto",
         memory_refresh: int = 0,
         burn_in: int = 0,

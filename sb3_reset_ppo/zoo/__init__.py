@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from rl_zoo3 import hyperparams_opt
@@ -24,17 +24,19 @@ from sb3_reset_ppo import ResetPPO
 
 ALGO_NAME = "reset_ppo"
 DEFAULT_CONF_FILE = Path(__file__).with_name("reset_ppo.yml")
-WINDOW_SIZES = (8, 16, 32)
+# Window lengths the sampler tries: three fixed lengths and the default, min(batch_size, n_steps)
+WINDOW_SIZES: tuple[int | str, ...] = (8, 16, 32, "batch")
 
 
-def _with_window_size(hyperparams: dict[str, Any], window_size: int) -> dict[str, Any]:
+def _with_window_size(hyperparams: dict[str, Any], window_size: int | str) -> dict[str, Any]:
     """
-    Add ``window_size`` to ppo_lstm's parameters (at most ``n_steps``; ``batch_size`` counts transitions in both) and
+    Add ``window_size`` to ppo_lstm's parameters (an int at most ``n_steps``, or ``"batch"``; ``batch_size`` counts
+    transitions in both) and
     ResetPPO's default ``window_stride`` (one pass over the data per epoch), which overrides a config's: a trial
     then costs no more than the same ppo_lstm trial.
     """
     n_steps = int(hyperparams.get("n_steps", 128))
-    hyperparams["window_size"] = min(window_size, n_steps)
+    hyperparams["window_size"] = window_size if isinstance(window_size, str) else min(int(window_size), n_steps)
     hyperparams["window_stride"] = None
     return hyperparams
 
@@ -53,15 +55,15 @@ def sample_reset_ppo_params(trial: optuna.Trial, n_actions: int, n_envs: int, ad
     :param additional_args: Extra arguments from the zoo
     :return: Hyperparameters for ``ResetPPO``
     """
-    window_size = trial.suggest_categorical("window_size", list(WINDOW_SIZES))
+    window_size = cast(int | str, trial.suggest_categorical("window_size", list(WINDOW_SIZES)))
     hyperparams = hyperparams_opt.sample_ppo_lstm_params(trial, n_actions, n_envs, additional_args)
-    return _with_window_size(hyperparams, int(window_size))
+    return _with_window_size(hyperparams, window_size)
 
 
 def convert_reset_ppo_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
     """Convert the raw parameters of a finished trial (as the zoo stores them) to ``ResetPPO`` arguments."""
     params = dict(sampled_params)
-    window_size = int(params.pop("window_size", 16))
+    window_size = params.pop("window_size", "batch")
     return _with_window_size(hyperparams_opt.convert_onpolicy_params(params), window_size)
 
 
