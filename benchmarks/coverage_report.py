@@ -694,12 +694,24 @@ def random_returns(envs: Sequence[str], cache: Path) -> dict[str, float]:
     return {env: known[env] for env in envs}
 
 
+def sharing_names(env: str) -> dict[str, list[str]]:
+    """
+    The arms (candidates and ``cv_rppo``) grouped by the runs they use on an env: each arm that trains its own runs
+    there, with itself and the arms that share them (same resolved settings, :func:`run_grid.coverage_alias`).
+    """
+    names: dict[str, list[str]] = {}
+    for arm in [*CANDIDATES, "cv_rppo"]:
+        names.setdefault(run_grid.coverage_alias(arm, env), []).append(arm)
+    return names
+
+
 def wall_clock_figure(
     runs: list[dict[str, Any]], speed: dict[tuple[str, str], float], randoms: dict[str, float], path: Path
 ) -> Path | None:
     """
     Mean normalised return against wall-clock seconds per env (each arm's evaluations at env steps times its
-    seconds per step from the side-by-side pairs), for the (arm, env) pairs with a timing; None without any.
+    seconds per step from the side-by-side pairs), for the (arm, env) pairs with a timing; None without any. Arms
+    that share runs on an env (:func:`run_grid.coverage_alias`) are one curve labelled ``first = second``.
     """
     envs = [env for env in run_grid.EVIDENCE_ENVS if any((arm, env) in speed for arm in [*CANDIDATES, "cv_rppo"])]
     if not envs:
@@ -708,7 +720,7 @@ def wall_clock_figure(
     rows = -(-len(envs) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.4 * rows), squeeze=False)
     for ax, env in zip(axes.flat, envs, strict=False):
-        for arm in [*CANDIDATES, "cv_rppo"]:
+        for arm, sharing in sharing_names(env).items():
             own = [r for r in runs if r["env"] == env and r["variant"] == arm]
             if (arm, env) not in speed or not own:
                 continue
@@ -717,7 +729,10 @@ def wall_clock_figure(
                 [normalise(r["eval_mean"][:length], randoms[env], report.REFERENCE_RETURN[env]) for r in own], axis=0
             )
             seconds = np.asarray(own[0]["timesteps"][:length], dtype=float) * speed[(arm, env)]
-            ax.plot(seconds, curve, label=f"{'RecurrentPPO' if arm == 'cv_rppo' else arm} ({len(own)})", marker=".")
+            label = " = ".join("RecurrentPPO" if name == "cv_rppo" else name for name in sharing)
+            # One colour per arm on every panel (a shared curve takes its first arm's), RecurrentPPO black
+            color = "black" if arm == "cv_rppo" else f"C{CANDIDATES.index(arm)}"
+            ax.plot(seconds, curve, label=f"{label} ({len(own)})", marker=".", color=color)
         ax.set_title(env, fontsize=9)
         ax.set_xlabel("wall-clock seconds (side-by-side timing)", fontsize=8)
         ax.set_ylabel("normalised return", fontsize=8)
@@ -729,6 +744,31 @@ def wall_clock_figure(
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
+
+
+def speed_table(seconds_per_step: dict[str, float]) -> list[str]:
+    """
+    Markdown lines: per env, each candidate's wall-clock seconds per env step over ``cv_rppo``'s (whole runs, with
+    their evaluations; medians over side-by-side pairs, ``"<arm> <env>"`` keys as in the summary), "" without a
+    timing.
+    """
+    if not seconds_per_step:
+        return []
+    lines = [
+        "Wall-clock seconds per env step of whole runs (collection, training, evaluations) over `cv_rppo`'s, per env "
+        "(medians over the side-by-side pairs):",
+        "",
+        "| env | " + " | ".join(f"`{arm}`" for arm in CANDIDATES) + " |",
+        "|---|" + "---|" * len(CANDIDATES),
+    ]
+    for env in run_grid.EVIDENCE_ENVS:
+        base = seconds_per_step.get(f"cv_rppo {env}")
+        cells = [
+            f"{seconds_per_step[f'{arm} {env}'] / base:.2f}" if base and f"{arm} {env}" in seconds_per_step else ""
+            for arm in CANDIDATES
+        ]
+        lines.append(f"| {env} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def triple_text(triple: Sequence[float]) -> str:
@@ -839,6 +879,7 @@ def analysis_markdown(grid: dict[str, Any], decision: dict[str, Any], ratios: di
                 f"| {timed('at_rppo_finish_vs_cv_rppo', arm)} |"
             )
         lines += ["", f"Side-by-side pairs behind the timings: {grid.get('pairs', 0)}.", ""]
+        lines += speed_table(grid.get("seconds_per_step", {}))
         lines += aggregate_details(grid)
     if ratios:
         lines += ["`learn()` CPU seconds over RecurrentPPO's (`bench_train.py`, every setting):", ""]

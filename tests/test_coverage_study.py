@@ -194,6 +194,17 @@ def test_wall_clock_figure_and_random_return_cache(tmp_path: Path) -> None:
     path = coverage_report.wall_clock_figure(runs, speed, randoms, tmp_path / "wall.png")
     assert path is not None and path.stat().st_size > 10_000
     assert coverage_report.wall_clock_figure(runs, {}, randoms, tmp_path / "none.png") is None
+    # Arms that share runs on an env are one curve with all their names: "batch" and "rollout" coincide where
+    # batch_size >= n_steps, and on CartPoleNoVel-v1 (32-step rollouts) the windows of 64 are clipped to 32 as well
+    for env in run_grid.EVIDENCE_ENVS:
+        groups = coverage_report.sharing_names(env)
+        assert sorted(name for names in groups.values() for name in names) == sorted([*coverage_report.CANDIDATES, "cv_rppo"])
+        for first, names in groups.items():
+            assert names[0] == first
+            assert all(run_grid.coverage_alias(name, env) == first for name in names)
+            assert len({run_grid.coverage_window(name, env) for name in names if name != "cv_rppo"}) <= 1
+    assert coverage_report.sharing_names("CartPoleNoVel-v1")["cv_full64"] == ["cv_full64", "cv_batch", "cv_rollout"]
+    assert coverage_report.sharing_names("PendulumNoVel-v1")["cv_batch"] == ["cv_batch"]
     cache = tmp_path / "random.json"
     cache.write_text(json.dumps({"CueRecall-v0": 0.25}))
     # A cached env is not measured again
@@ -342,3 +353,15 @@ def test_other_trainers_are_found_by_their_command_line() -> None:
         process.kill()
         process.wait()
     assert not any("time.sleep(30)" in command for command in timing_pairs.other_trainers())
+
+
+def test_speed_table_divides_by_recurrent_ppo_per_env() -> None:
+    env, other = run_grid.EVIDENCE_ENVS[0], run_grid.EVIDENCE_ENVS[1]
+    lines = coverage_report.speed_table({f"cv_rppo {env}": 0.004, f"cv_batch {env}": 0.001, f"cv_batch {other}": 0.002})
+    row = next(line for line in lines if line.startswith(f"| {env} |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")][1:]
+    assert cells[coverage_report.CANDIDATES.index("cv_batch")] == "0.25"
+    assert sum(bool(cell) for cell in cells) == 1
+    # No cv_rppo timing on the other env: no ratio there
+    assert not any(cell.strip() for cell in next(line for line in lines if line.startswith(f"| {other} |")).split("|")[2:])
+    assert coverage_report.speed_table({}) == []

@@ -58,9 +58,13 @@ def test_readme_numbers_are_the_reports() -> None:
     # The decision a user makes, each number from the stored results the reports are made of
     readme = _flat(README)
     results = ROOT / "benchmarks" / "results"
-    # Speed of the defaults: the coverage study's bench_train run, its full-coverage "batch" arm (today's defaults)
-    bench = json.loads((results / "coverage" / "bench" / "bench_train.json").read_text())["results"]
-    ratios = [row["reset_batch"]["learn_ratio"] for row in bench]
+    # Speed of the defaults: bench_train's stored run, its "reset" variant (today's defaults)
+    stored = json.loads((results / "bench_train.json").read_text())
+    assert stored["settings"]["variants"] == ["recurrent_ppo", "reset", "reset_stride1"]
+    ratios = [row["reset"]["learn_ratio"] for row in stored["results"]]
+    assert len(ratios) == 8
+    # Measured with today's defaults: windows of min(batch_size, n_steps) = 128 steps there, one per stride
+    assert all(row["reset"]["window_stride"] == 128 for row in stored["results"])
     assert f"{min(ratios):.2f} to {max(ratios):.2f} of RecurrentPPO's time with ResetPPO's defaults" in readme.replace("`", "")
     # Learning per env step: the coverage study's aggregate for the chosen arm, and for the old defaults
     coverage = json.loads((results / "coverage_summary.json").read_text())
@@ -82,9 +86,19 @@ def test_readme_numbers_are_the_reports() -> None:
     assert f"{_interval(mask[0])} at the end and {_interval(mask[1])} over training" in readme
     tuned = json.loads((results / "evidence_tuned_summary.json").read_text())["aggregate"]
     assert _interval(tuned["final"]["probability_of_improvement"]["tuned_ev_rppo"]) in readme
-    # No equal-wall-clock number until the coverage study has every timing; then the README must cite it
-    if not coverage["grid"].get("equal_wall_clock_vs_cv_rppo"):
-        assert "so this is not reported yet" in readme
+    # Equal wall-clock time (side-by-side pairs): P(defaults > RecurrentPPO) at ResetPPO's and at RecurrentPPO's
+    # finishing time, and the range of the per-env wall-clock ratios of whole runs
+    flat = " ".join(readme.replace("`", "").replace("*", "").split())
+    at_arm = coverage["grid"]["at_arm_finish_vs_cv_rppo"]["cv_batch"]
+    at_rppo = coverage["grid"]["at_rppo_finish_vs_cv_rppo"]["cv_batch"]
+    assert f"at that moment, P = {at_arm[0]:.2f} ({at_arm[1]:.2f} to {at_arm[2]:.2f})" in flat
+    assert f"when RecurrentPPO finishes, {_interval(at_rppo)}, not significant" in flat
+    assert at_rppo[1] <= 0.5 <= at_rppo[2] and at_arm[1] > 0.5
+    seconds = coverage["grid"]["seconds_per_step"]
+    envs = [key.split(" ", 1)[1] for key in seconds if key.startswith("cv_rppo ")]
+    assert len(envs) == 9
+    wall = [seconds[f"cv_batch {env}"] / seconds[f"cv_rppo {env}"] for env in envs]
+    assert f"take {min(wall):.2f} to {max(wall):.2f} of RecurrentPPO's wall-clock time per env step" in flat
 
 
 def test_docs_include_the_readme_parts_they_name() -> None:
