@@ -61,17 +61,47 @@ def _with_recurrent_parameters(policy: RecurrentActorCriticPolicy, data: dict[st
     return data
 
 
+def n_observations(observation: Any, observation_space: spaces.Space) -> int:
+    """
+    The number of observations (envs) in ``predict``'s ``observation``: its first dimension where it has one more
+    than the space's shape, else 1 (a single observation; SB3's ``predict`` adds the batch dimension). A ``Dict``
+    observation is counted key by key against that key's own subspace, whatever the order of its keys (as SB3's
+    ``obs_to_tensor`` does).
+
+    :param observation: ``predict``'s observation (an array, or a dict of arrays)
+    :param observation_space: The policy's observation space
+    :return: The number of observations
+    """
+    if isinstance(observation, dict) and isinstance(observation_space, spaces.Dict):
+        # Keys the space lacks, or missing keys, are left to SB3's own checks
+        counts = {
+            key: n_observations(value, observation_space.spaces[key])
+            for key, value in observation.items()
+            if key in observation_space.spaces
+        }
+        if len(set(counts.values())) > 1:
+            raise ValueError(
+                f"observation's keys hold different numbers of observations (n_envs): {counts}; every key of a Dict "
+                "observation must hold the same number (its first dimension, or one observation of the subspace's shape)"
+            )
+        return next(iter(counts.values()), 1)
+    array = np.asarray(observation)
+    return int(array.shape[0]) if array.ndim > len(observation_space.shape or ()) else 1
+
+
 def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, state: Any, n_states: int) -> None:
     """
     Raise a ``ValueError`` unless ``state`` is ``None`` or a tuple of ``n_states`` arrays of shape
     ``(n_layers, n_envs, hidden_size)`` matching the policy and the observation's batch (sb3-contrib's ``predict``
-    would fail later with a reshape ``RuntimeError`` or an ``IndexError``).
+    would fail later with a reshape ``RuntimeError`` or an ``IndexError``), or when the keys of a ``Dict``
+    observation hold different numbers of observations (:func:`n_observations`).
 
     :param policy: The recurrent policy
     :param observation: ``predict``'s observation (an array, or a dict of arrays)
     :param state: ``predict``'s state
     :param n_states: 2 for an LSTM's ``(hidden, cell)``, 1 for a GRU's ``(hidden,)``
     """
+    n_envs = n_observations(observation, policy.observation_space)
     if state is None:
         return
     layout = "(hidden, cell)" if n_states == 2 else "(hidden,) (a GRU has no cell state)"
@@ -79,12 +109,6 @@ def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, st
     if not isinstance(state, (tuple, list)) or len(state) != n_states:
         got = f"{type(state).__name__} of length {len(state)}" if isinstance(state, (tuple, list)) else type(state).__name__
         raise ValueError(f"state must be None or {layout}, each an array of shape {expected_shape}; got {got}")
-    # The observation's batch: a single observation counts as one env (SB3's predict adds the batch dimension)
-    first = next(iter(observation.values())) if isinstance(observation, dict) else observation
-    obs_space = policy.observation_space
-    space = next(iter(obs_space.spaces.values())) if isinstance(obs_space, spaces.Dict) else obs_space
-    array = np.asarray(first)
-    n_envs = array.shape[0] if array.ndim > len(space.shape or ()) else 1
     for index, tensor in enumerate(state):
         shape = tuple(np.shape(tensor))
         if shape != (policy.lstm_actor.num_layers, n_envs, policy.lstm_actor.hidden_size):
