@@ -138,17 +138,37 @@ def zoo_command(spec: RunSpec) -> list[str]:
 
 def code_version(root: Path = _PACKAGE_ROOT) -> dict[str, Any]:
     """
-    The commit the run trained with and whether the package's code differed from it (uncommitted changes); an empty
-    commit where the package is not in a git checkout (installed from a wheel).
+    The commit the run trained with and whether the package's code differed from it (uncommitted changes), read from
+    this project's own checkout only: ``root`` must be the top level of a git checkout whose ``setup.cfg`` names
+    ``sb3-reset-ppo`` (so the package is ``<root>/sb3_reset_ppo``). Elsewhere the commit is empty and ``dirty``
+    False: installed from a wheel, or a package folder inside another project's repository (a virtual environment
+    in it, a vendored copy), whose commit says nothing about this code.
+
+    :param root: The folder holding the package folder ``sb3_reset_ppo`` (by default: the installed package's)
+    :return: ``{"commit": <HEAD's hash or "">, "dirty": <uncommitted changes under sb3_reset_ppo/>}``
     """
+    import configparser  # here, not at the top: only this function reads setup.cfg
 
     def git(*args: str) -> str:
         try:
             result = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-        except OSError:  # no git
+        except OSError:  # no git, or no folder root
             return ""
         return result.stdout.strip() if result.returncode == 0 else ""
 
+    def own_checkout() -> bool:
+        toplevel = git("rev-parse", "--show-toplevel")
+        if not toplevel or Path(toplevel).resolve() != Path(root).resolve():
+            return False
+        setup = configparser.ConfigParser(interpolation=None)
+        try:
+            setup.read(Path(toplevel) / "setup.cfg", encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError):
+            return False
+        return setup.get("metadata", "name", fallback="") == "sb3-reset-ppo" and (Path(toplevel) / "sb3_reset_ppo").is_dir()
+
+    if not own_checkout():
+        return {"commit": "", "dirty": False}
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "sb3_reset_ppo"))}
 
 
