@@ -1,14 +1,31 @@
 """Checks on checkpoint files before SB3 unpacks them."""
 
 import io
+import json
 import pathlib
 import zipfile
 import zlib
+from typing import Any
 
 from stable_baselines3.common.save_util import open_path
 
 # What every SB3 checkpoint holds
 _REQUIRED_MEMBERS = ("data", "policy.pth")
+
+# Settings that ResetPPO checkpoints have stored from the first one on: a checkpoint holding them is ResetPPO's
+_RESET_PPO_SETTINGS = ("window_size", "boundary", "weighting")
+
+# Settings added to ResetPPO after its first checkpoints, each with the value that reproduces how a checkpoint saved
+# before it existed trained (the behaviour of that time, whatever the default now is or becomes)
+LEGACY_SETTINGS: dict[str, Any] = {
+    # Windows were fully shuffled before runs of consecutive windows (default "auto" since)
+    "consecutive_windows": 1,
+    # Windows started from the memory recorded during the rollout before memory_refresh and burn_in
+    "memory_refresh": 0,
+    "burn_in": 0,
+    # Windows inside the rollout only: "inside" was the default when window_coverage came, "full" is since
+    "window_coverage": "inside",
+}
 
 
 def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
@@ -61,3 +78,35 @@ def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
             f"cannot load checkpoint {path}: the zip archive lacks {missing}, so it is truncated or corrupt, or not a "
             f"Stable-Baselines3 checkpoint (members: {names})"
         )
+
+
+def _saved_attributes(path: str | pathlib.Path | io.BufferedIOBase) -> set[str]:
+    """The names of the attributes a checkpoint stores (the keys of its ``data`` member, SB3's JSON)."""
+    file = open_path(path, "r", verbose=0, suffix="zip")
+    try:
+        with zipfile.ZipFile(file) as archive:
+            data = json.loads(archive.read("data").decode("utf-8"))
+    finally:
+        if isinstance(path, (str, pathlib.Path)):
+            file.close()
+        else:
+            file.seek(0)
+    return set(data)
+
+
+def legacy_settings(path: str | pathlib.Path | io.BufferedIOBase) -> dict[str, Any]:
+    """
+    The settings a ``ResetPPO`` checkpoint lacks because it was saved before they existed, each with the value it
+    trained with (:data:`LEGACY_SETTINGS`), so that it loads as it was trained rather than with today's defaults
+    (a checkpoint saved before ``window_coverage`` existed loads with ``"inside"``, not the default ``"full"``).
+    Empty for a checkpoint of another algorithm (``RecurrentPPO``'s take ``ResetPPO``'s defaults) and for one that
+    stores them all.
+
+    :param path: A checkpoint that :func:`check_checkpoint` accepted (a path, ``.zip`` may be omitted, or an open
+        binary file, left at its start)
+    :return: The missing settings and their values, for ``load``'s overrides
+    """
+    saved = _saved_attributes(path)
+    if not all(name in saved for name in _RESET_PPO_SETTINGS):
+        return {}
+    return {name: value for name, value in LEGACY_SETTINGS.items() if name not in saved}

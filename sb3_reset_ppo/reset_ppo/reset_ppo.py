@@ -20,7 +20,7 @@ from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
-from sb3_reset_ppo.common.checkpoints import check_checkpoint
+from sb3_reset_ppo.common.checkpoints import check_checkpoint, legacy_settings
 from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import (
@@ -638,6 +638,11 @@ class ResetPPO(RecurrentPPO):
         Checkpoints are zip files that SB3 unpickles: load only files you trust. For an untrusted file, build
         the model yourself and call ``model.set_parameters(path)``, which reads tensors only.
 
+        A ``ResetPPO`` checkpoint saved before a setting existed loads with the value it trained with, not with
+        today's default (``sb3_reset_ppo.common.checkpoints.LEGACY_SETTINGS``): ``window_coverage="inside"``
+        (the default is ``"full"``), ``consecutive_windows=1``, ``memory_refresh=0``, ``burn_in=0``. ``kwargs``
+        override these too. A ``RecurrentPPO`` checkpoint takes ``ResetPPO``'s defaults.
+
         :param path: Path to the checkpoint (``.zip`` may be omitted) or an open binary file
         :param env: The environment to continue training in (or ``None``)
         :param device: Device on which the code should run
@@ -648,6 +653,8 @@ class ResetPPO(RecurrentPPO):
         :return: The loaded model
         """
         check_checkpoint(path)
+        # Settings the checkpoint lacks: how it trained, unless kwargs say otherwise
+        kwargs = {**legacy_settings(path), **kwargs}
         return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
     def learn(
