@@ -62,22 +62,13 @@ def normalise(values: np.ndarray | float, random: float, reference: float) -> np
     return (np.asarray(values, dtype=float) - random) / (reference - random)
 
 
-def score_at(times: np.ndarray, scores: np.ndarray, at: float, before_first: float = 0.0) -> float:
-    """
-    A run's normalised score at a time (:func:`sb3_reset_ppo.experiments.stats.score_at`), 0 (the random
-    policy's) before its first evaluation.
-    """
-    return stats.score_at(times, scores, at, before_first)
-
-
 def run_score_at(run: dict[str, Any], at: float) -> float:
     """
-    A port-case run's normalised score at ``at`` seconds of its ``learn()``: its final score once it has finished
-    (it has stopped), else its last evaluation by then (:func:`score_at`).
+    A port-case run's normalised score at ``at`` seconds of its ``learn()``, by the equal-wall-clock rule of every
+    report (:func:`sb3_reset_ppo.experiments.stats.score_at_time`): its final score (the mean of its last
+    ``FINAL_EVALUATIONS``) once it has stopped, else its last evaluation by then, 0 before its first.
     """
-    if at >= run["learn_seconds"]:
-        return float(run["final"])
-    return score_at(run["times"], run["scores"], at)
+    return stats.score_at_time(run["times"], run["scores"], at, FINAL_EVALUATIONS, before_first=0.0)
 
 
 def difference(
@@ -536,8 +527,9 @@ def scores_at_finish(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """
     Normalised scores of ``arm`` and ``base`` at the time ``at`` (one of the two, or one per env) finishes on each env,
-    seed by seed:
-    a run finished by then counts its final score, one still training its last evaluation by then (0 before its
+    seed by seed, by the equal-wall-clock rule of every report
+    (:func:`sb3_reset_ppo.experiments.stats.score_at_time`): a run that has stopped by then counts its final score
+    (the mean of its last ``FINAL_EVALUATIONS``), one still training its last evaluation by then (0 before its
     first); ``(seeds, envs)`` each, None when an env lacks a timing.
     """
     if any((arm, env) not in speed or (base, env) not in speed for env in envs):
@@ -552,10 +544,9 @@ def scores_at_finish(
             for name in (arm, base):
                 run = by_key[(name, seed)]
                 times = np.asarray(run["timesteps"], dtype=float) * speed[(name, env)]
-                if times[-1] <= finish:
-                    scores[name][row, column] = float(normalise(run["final"], random, reference))
-                else:
-                    scores[name][row, column] = score_at(times, normalise(run["eval_mean"], random, reference), finish)
+                # Scored on the raw returns, then normalised (the random policy's return before the first evaluation)
+                raw = stats.score_at_time(times, run["eval_mean"], finish, FINAL_EVALUATIONS, before_first=random)
+                scores[name][row, column] = float(normalise(raw, random, reference))
     return scores[arm], scores[base]
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sb3_reset_ppo.experiments import compare, runner
+from sb3_reset_ppo.experiments import compare, runner, stats
 from sb3_reset_ppo.experiments.runner import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,21 +198,101 @@ def test_analyse_needs_runs_of_both_arms_and_times_only_side_by_side_pairs() -> 
         }  # fmt: skip
 
     with pytest.raises(ValueError, match="nothing to compare yet"):
-        compare.analyse({"a": [run(0, 1.0, "2026-12-04T10:00:00Z")], "b": []}, "b", 100)
+        compare.analyse({"a": [run(0, 1.0, "2026-12-04T10:00:00Z")], "b": []}, "b", 100, 2)
     # Runs on other machines, or at other times: no time ratio (machines differ in speed)
     by_arm = {
         "a": [run(0, 1.0, "2026-12-04T10:00:00Z", host="x"), run(1, 2.0, "2026-12-04T12:00:00Z")],
         "b": [run(0, 1.0, "2026-12-04T10:00:00Z"), run(1, 2.0, "2026-12-04T10:00:00Z")],
     }
-    summary = compare.analyse(by_arm, "b", 100)
+    summary = compare.analyse(by_arm, "b", 100, 2)
     assert summary["comparisons"]["a"]["time_ratio"] is None and summary["comparisons"]["a"]["time_pairs"] == 0
     text = " ".join(compare.verdict(summary, 2))
     assert "no a run trained at the same time as a b run on one machine" in text
     assert "The runs trained on 2 machines" in text
     # A run of another seed that trained at the same time on the same machine pairs with both b runs
     by_arm["a"][1] = run(1, 2.0, "2026-12-04T10:00:02Z")
-    summary = compare.analyse(by_arm, "b", 100)
+    summary = compare.analyse(by_arm, "b", 100, 2)
     assert summary["comparisons"]["a"]["time_pairs"] == 2 and summary["comparisons"]["a"]["time_ratio"] == 1.0
+
+
+def _timed_run(seed: int, times: list[float], returns: list[float], final_evaluations: int = 2) -> dict[str, Any]:
+    """A finished run as :func:`compare.load` gives it: evaluations at ``times`` seconds of ``learn()``."""
+    return {
+        "env": "E", "seed": seed, "started": "2026-12-04T10:00:00Z", "seconds": times[-1], "host": "h", "machine": {},
+        "commit": "c", "times": np.array(times), "eval_mean": np.array(returns),
+        "final": float(np.mean(returns[-final_evaluations:])), "auc": float(np.mean(returns)),
+    }  # fmt: skip
+
+
+def test_equal_wall_clock_scores_a_stopped_run_by_its_final_return() -> None:
+    # The faster arm stops at 2 s, its last two evaluations 0.2 and 0.8 (final return 0.5 with 2 final evaluations);
+    # the baseline, still training at 2 s, has 0.6 then. One rule (stats.score_at_time): the stopped run counts its
+    # final return, the same number as the final endpoint, not its last evaluation
+    arm = [_timed_run(seed, [1.0, 2.0], [0.2 + seed / 100, 0.8 + seed / 100]) for seed in range(3)]
+    base = [_timed_run(seed, [1.0, 2.0, 3.0, 4.0], [0.6 + seed / 100] * 4) for seed in range(3)]
+    result = compare.equal_time(arm, base, 100, final_evaluations=2)
+    assert result is not None and result["seconds"] == 2.0
+    arm_scores, base_scores = result["scores"]
+    assert arm_scores == pytest.approx([run["final"] for run in arm]) and arm_scores == pytest.approx([0.5, 0.51, 0.52])
+    assert base_scores == pytest.approx([0.6, 0.61, 0.62]) and result["probability"][0] == 0.0
+    # With --final-evaluations 1 the final return is the last evaluation, and so is the score then
+    result = compare.equal_time(arm, base, 100, final_evaluations=1)
+    assert result is not None and result["scores"][0] == pytest.approx([0.8, 0.81, 0.82]) and result["probability"][0] == 1.0
+    # The report's analysis uses the same rule
+    summary = compare.analyse({"a": arm, "b": base}, "b", 100, 2)
+    assert summary["comparisons"]["a"]["equal_time"]["probability"][0] == 0.0
+
+
+def test_report_p_values_are_exact_or_a_permutation_test(tmp_path: Path) -> None:
+    from scipy.stats import mannwhitneyu
+
+    def runs(finals: list[float]) -> list[dict[str, Any]]:
+        return [_timed_run(seed, [1.0, 2.0], [value, value]) for seed, value in enumerate(finals)]
+
+    # 10 runs against 10, no ties in the final returns: exact (scipy's default: the normal approximation)
+    a, b = [float(v) for v in range(10)], [v + 0.5 for v in range(3, 13)]
+    summary = compare.analyse({"a": runs(a), "b": runs(b)}, "b", 100, 2)
+    comparison = summary["comparisons"]["a"]
+    assert comparison["p_method"]["final"] == "exact"
+    assert comparison["p"]["final"] == pytest.approx(mannwhitneyu(a, b, method="exact").pvalue, rel=1e-12)
+    assert comparison["p"]["final"] != pytest.approx(mannwhitneyu(a, b).pvalue, rel=1e-3)
+    # With ties: the permutation test over all 184,756 splits of the 20 runs
+    a, b = [0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 5.0], [1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 4.0, 4.0, 5.0, 6.0]
+    summary = compare.analyse({"a": runs(a), "b": runs(b)}, "b", 100, 2)
+    comparison = summary["comparisons"]["a"]
+    assert comparison["p_method"]["final"] == "permutation"
+    assert comparison["p"]["final"] == pytest.approx(stats.mann_whitney(a, b)[0])
+    assert comparison["p"]["final"] != pytest.approx(mannwhitneyu(a, b).pvalue, rel=1e-3)
+    # The report says which method gave its p-values
+    text = compare.markdown(summary, {"env": "E", "command": "c", "conf_file": "f", "hyperparams": [], "seeds": 10,
+                                      "timesteps": 1, "evaluations": 2, "eval_episodes": 1, "final_evaluations": 2,
+                                      "arms": []}, [], [], tmp_path)  # fmt: skip
+    assert "an exact permutation test on midranks where they have ties" in text
+    assert "At equal wall-clock time a run that has stopped counts its final return" in text
+
+
+def test_odd_env_ids_are_refused_naming_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    for good in ("CueRecall-v0", "gymnasium_env/GridWorld-v0", "ALE/Pong-v5", "MyEnv", "my.env-v10", "ns:x/a:b-v1"):
+        assert compare.check_env_id(good) == good
+    for bad in ("", "..", ".", "..-v0", "../x", "x/..", "a/b/c", "/abs", "a\\b", "ns/", "x y"):
+        with pytest.raises(ValueError, match=r"--env '.*' is not an env id: expected \[namespace/\]name\[-v<version>\]"):
+            compare.check_env_id(bad)
+    # `--env ..` once made compare/.. (the current folder) the comparison's folder: refused before anything is written
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        compare.main(["--env", "..", "--timesteps", "100", "--report-only"])
+    assert "--env '..' is not an env id" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_that_is_not_a_runs_is_never_replaced(tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "out"
+    foreign = out / "runs" / "reset_ppo" / "CueRecall-v0" / "seed0"
+    foreign.mkdir(parents=True)
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit):
+        compare.main(["--env", "CueRecall-v0", "--seeds", "1", "--timesteps", "100", "--out", str(out), "--workers", "1"])
+    assert "is not a run's folder" in capsys.readouterr().err and (foreign / "notes.txt").read_text() == "mine"
+    assert not (out / "runs" / "ppo_lstm").exists()  # refused before anything trained
 
 
 def test_bad_command_lines_name_the_option(tmp_path: Path, capsys: Any) -> None:

@@ -63,12 +63,15 @@ def test_coverage_grid_trains_each_setting_once_and_timing_seeds_only() -> None:
     assert command[command.index("--hyperparams") + 1 :] == ["window_coverage:'full'", "window_size:128"]
 
 
-def test_score_at_takes_the_last_evaluation_before() -> None:
-    times, scores = np.array([10.0, 20.0, 30.0]), np.array([0.1, 0.5, 0.9])
-    assert coverage_report.score_at(times, scores, 5.0) == 0.0
-    assert coverage_report.score_at(times, scores, 10.0) == 0.1
-    assert coverage_report.score_at(times, scores, 29.9) == 0.5
-    assert coverage_report.score_at(times, scores, 100.0) == 0.9
+def test_a_run_is_scored_at_a_time_by_the_one_equal_wall_clock_rule() -> None:
+    # Still training: the last evaluation by then (0, the random policy's, before the first); stopped (at or after
+    # its last evaluation): its final score, the mean of its last 2 evaluations, as in the compare command
+    run = {"times": np.array([10.0, 20.0, 30.0]), "scores": np.array([0.1, 0.5, 0.9]), "learn_seconds": 30.0}
+    assert [coverage_report.run_score_at(run, at) for at in (5.0, 10.0, 29.9)] == [0.0, 0.1, 0.5]
+    assert coverage_report.run_score_at(run, 30.0) == coverage_report.run_score_at(run, 100.0) == pytest.approx(0.7)
+    for at in (5.0, 10.0, 29.9, 30.0, 100.0):
+        rule = coverage_report.stats.score_at_time(run["times"], run["scores"], at, coverage_report.FINAL_EVALUATIONS, 0.0)
+        assert coverage_report.run_score_at(run, at) == rule
 
 
 def _timed(variant: str, started: str, seconds: float, **fields: Any) -> dict[str, Any]:

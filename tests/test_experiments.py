@@ -3,6 +3,9 @@
 import gzip
 import io
 import json
+import os
+import signal
+import subprocess
 import sys
 import tarfile
 import threading
@@ -310,3 +313,149 @@ def test_run_ray_sends_settings_records_task_errors_and_retries_lost_runs(
     failed = json.loads((tmp_path / "seed1" / "failed.json").read_text())
     assert "RayTaskError: ValueError in the task" in failed["error"] and runner.recorded(tmp_path / "seed1")
     assert not runner.recorded(tmp_path / "seed2")
+
+
+def test_run_one_never_deletes_a_folder_it_did_not_make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A folder of someone else's (e.g. the current folder, reached through an odd env id): refused, left as it is
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "precious.txt").write_text("keep me")
+    spec = _spec(tmp_path, run_dir=foreign, evaluations=2)
+    with pytest.raises(FileExistsError, match=r"run_dir '.*mine' exists and is not a run's folder"):
+        runner.run_one(spec, _fake_trainer(spec, 2))
+    assert [path.name for path in foreign.iterdir()] == ["precious.txt"]
+    assert (foreign / "precious.txt").read_text() == "keep me"
+    # Nor does a Ray run's result replace it, or a Ray comparison start with it among its runs
+    monkeypatch.setattr(runner, "zoo_command", lambda spec: _fake_trainer(spec, 2))
+    _, data = executors.train_packed(_spec(tmp_path, run_dir=tmp_path / "elsewhere", evaluations=2).to_dict())
+    with pytest.raises(FileExistsError, match="is not a run's folder"):
+        executors._unpack(data, foreign)
+    assert (foreign / "precious.txt").exists()
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay())
+
+    def connect(**kwargs: Any) -> None:
+        raise AssertionError("nothing may start before the folders are checked")
+
+    with pytest.raises(FileExistsError, match="is not a run's folder"):
+        executors.run_ray([spec], "auto", init=connect)
+    # An empty folder is used; an earlier attempt's folder (the runner's marker: a run cut by a signal) is replaced
+    empty = _spec(tmp_path, run_dir=tmp_path / "empty", evaluations=2)
+    empty.run_dir.mkdir()
+    assert runner.status(runner.run_one(empty, _fake_trainer(empty, 2)), 2) == "ok"
+    cut = _spec(tmp_path, run_dir=tmp_path / "cut", evaluations=2)
+    runner.run_one(cut, [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    assert (cut.run_dir / runner.RUN_MARKER).exists() and not runner.recorded(cut.run_dir)
+    (cut.run_dir / "left_over.txt").write_text("x")
+    assert runner.status(runner.run_one(cut, _fake_trainer(cut, 2)), 2) == "ok"
+    assert not (cut.run_dir / "left_over.txt").exists()
+    # A failed run recorded before the marker existed (failed.json only) is trained again with --retry-failed
+    old = tmp_path / "old_failed"
+    old.mkdir()
+    (old / runner.FAILED_FILE).write_text("{}")
+    runner.check_run_dir(old)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process runs (a zombie, dead but not yet reaped by its new parent, counts as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_the_trainer_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    # A driver (a Ray worker, a compare command) killed with SIGKILL, as a forced Ray cancellation kills a worker: the
+    # trainer it started must not train on as an orphan
+    pid_file = tmp_path / "trainer.pid"
+    trainer = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    driver = (
+        "import sys; from pathlib import Path; from sb3_reset_ppo.experiments import runner; "
+        f"spec = runner.RunSpec('reset_ppo', 'CueRecall-v0', 0, Path({str(tmp_path / 'run')!r}), Path('x.yml')); "
+        f"runner.run_one(spec, [sys.executable, '-c', {trainer!r}])"
+    )
+    process = subprocess.Popen([sys.executable, "-c", driver])
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        trainer_pid = int(pid_file.read_text())
+        assert _alive(trainer_pid)
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 10
+        while _alive(trainer_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        still_running = _alive(trainer_pid)
+        if still_running:
+            os.kill(trainer_pid, signal.SIGKILL)
+        assert not still_running, "the trainer outlived the process that started it"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_stale_scratch_folders_of_killed_workers_are_removed(tmp_path: Path) -> None:
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    dead, alive = finished.pid, os.getppid()
+    for pid in (dead, alive, os.getpid()):
+        (tmp_path / f"{executors.SCRATCH_PREFIX}{pid}_abc").mkdir()
+    (tmp_path / f"{executors.SCRATCH_PREFIX}notapid").mkdir()
+    (tmp_path / "unrelated").mkdir()
+    assert executors.remove_stale_scratch(tmp_path) == [tmp_path / f"{executors.SCRATCH_PREFIX}{dead}_abc"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [f"{executors.SCRATCH_PREFIX}{alive}_abc", f"{executors.SCRATCH_PREFIX}{os.getpid()}_abc",
+         f"{executors.SCRATCH_PREFIX}notapid", "unrelated"]
+    )  # fmt: skip
+
+
+def test_a_run_stopped_by_then_counts_its_final_score() -> None:
+    times, scores = np.array([1.0, 2.0, 4.0]), np.array([0.1, 0.2, 0.6])
+    # Still training: the last evaluation by then; stopped (at or past its last evaluation): the mean of the last 2
+    assert [stats.score_at_time(times, scores, at, 2, before_first=-1.0) for at in (0.5, 1.0, 3.9)] == [-1.0, 0.1, 0.2]
+    assert stats.score_at_time(times, scores, 4.0, 2, -1.0) == stats.score_at_time(times, scores, 9.0, 2, -1.0)
+    assert stats.score_at_time(times, scores, 9.0, 2, -1.0) == pytest.approx(0.4)
+    assert stats.score_at_time(times, scores, 9.0, 1, -1.0) == 0.6 and stats.score_at_time(times, scores, 9.0, 5, -1.0) == 0.3
+    with pytest.raises(ValueError, match="final_evaluations must be a positive int, got 0"):
+        stats.score_at_time(times, scores, 1.0, 0, -1.0)
+    with pytest.raises(ValueError, match=r"times and scores must be 1-D of one length, got shapes \(3,\) and \(2,\)"):
+        stats.score_at_time(times, scores[:2], 1.0, 2, -1.0)
+
+
+def _rank_sum_p(x: list[float], y: list[float]) -> float:
+    """The two-sided exact permutation p-value of the rank sum (midranks), by enumerating every split."""
+    import itertools
+
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.concatenate([x, y]))
+    center = len(x) * (len(ranks) + 1) / 2
+    observed = abs(ranks[: len(x)].sum() - center)
+    sums = np.array([ranks[list(split)].sum() for split in itertools.combinations(range(len(ranks)), len(x))])
+    return float(np.mean(np.abs(sums - center) >= observed - 1e-9))
+
+
+def test_mann_whitney_is_exact_without_ties_and_a_permutation_test_with_them() -> None:
+    from scipy.stats import mannwhitneyu
+
+    # 10 runs against 10 without ties: the exact distribution (scipy's default would take the normal approximation)
+    x, y = [float(v) for v in range(10)], [v + 0.5 for v in range(2, 12)]
+    p, method = stats.mann_whitney(x, y)
+    assert method == "exact" and p == pytest.approx(mannwhitneyu(x, y, method="exact").pvalue, rel=1e-12)
+    assert p != pytest.approx(mannwhitneyu(x, y).pvalue, rel=1e-3)
+    # ...which is also the permutation distribution of the rank sum (the same test, no ties)
+    assert p == pytest.approx(_rank_sum_p(x, y), rel=1e-9)
+    # 10 against 10 with ties: every one of the 184,756 splits enumerated
+    x, y = [0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 5.0], [1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 4.0, 4.0, 5.0, 6.0]
+    p, method = stats.mann_whitney(x, y)
+    assert method == "permutation" and p == pytest.approx(_rank_sum_p(x, y), rel=1e-9)
+    assert p != pytest.approx(mannwhitneyu(x, y).pvalue, rel=1e-3)
+    # More splits than PERMUTATIONS (15 against 15: 155 million): random splits, seeded, close to the enumeration's
+    x15, y15 = [*x, 0.0, 1.0, 2.0, 6.0, 7.0], [*y, 4.0, 5.0, 6.0, 7.0, 8.0]
+    p, method = stats.mann_whitney(x15, y15)
+    assert method == "permutation (monte carlo)" and p == stats.mann_whitney(x15, y15)[0]
+    assert p == pytest.approx(mannwhitneyu(x15, y15).pvalue, abs=0.01)  # the normal approximation is good here
+    # Nothing to test
+    assert stats.mann_whitney([1.0, 1.0], [1.0]) == (1.0, "undefined") and stats.mann_whitney([], [1.0]) == (1.0, "undefined")

@@ -11,11 +11,12 @@ algorithms share the machine at the same time and their wall times can be compar
 The report (``REPORT.md``, ``summary.json`` and figures in ``--out``): the return against env steps and against
 seconds of ``learn()``; for each algorithm the final return (mean of the last evaluations) and the return over
 training (mean of all evaluations) as interquartile means with 95% stratified-bootstrap intervals (rliable); the
-probability that each algorithm beats the baseline, at the end, over training, and at equal wall-clock time, with
-the Mann-Whitney test's Holm-adjusted p-value; ``learn()`` time ratios of runs that trained at the same time on one
-machine; and a verdict in words, which says "not significant" unless both the interval and the test say otherwise.
-Evaluations are the zoo's: ``--eval-episodes`` deterministic episodes on a separate env, ``--evaluations`` times
-over the budget.
+probability that each algorithm beats the baseline, at the end, over training, and at equal wall-clock time
+(:func:`sb3_reset_ppo.experiments.stats.score_at_time`), with the two-sided Mann-Whitney test's Holm-adjusted p-value
+(:func:`sb3_reset_ppo.experiments.stats.mann_whitney`: exact without ties, a permutation test with them); ``learn()``
+time ratios of runs that trained at the same time on one machine; and a verdict in words, which says "not
+significant" unless both the interval and the test say otherwise. Evaluations are the zoo's: ``--eval-episodes``
+deterministic episodes on a separate env, ``--evaluations`` times over the budget.
 
 Example::
 
@@ -125,6 +126,31 @@ def check_algos(arms: Sequence[Variant], gym_packages: Sequence[str]) -> None:
     missing = [name for name in gym_packages if importlib.util.find_spec(name.split(".")[0]) is None]
     if missing:
         raise ValueError(f"--gym-packages {missing} cannot be imported here: install them (on every machine of a cluster)")
+
+
+# Gymnasium's env id grammar ([namespace/]name[-v<version>], gymnasium.envs.registration.ENV_ID_RE)
+_ENV_ID = re.compile(r"(?:(?P<namespace>[\w:-]+)/)?(?P<name>[\w:.-]+?)(?:-v(?P<version>\d+))?")
+
+
+def check_env_id(env_id: str) -> str:
+    """
+    An env id as gymnasium writes them, ``[namespace/]name[-v<version>]``, that names one folder (:func:`env_folder`).
+
+    :param env_id: The ``--env`` value
+    :return: ``env_id``
+    :raises TypeError: ``env_id`` is not a str
+    :raises ValueError: ``env_id`` is empty, has a path separator other than the namespace's one ``/``, or a name of
+        dots only (``.``, ``..``: the report's folder would be the current folder or its parent)
+    """
+    if not isinstance(env_id, str):
+        raise TypeError(f"--env must be a str, got {type(env_id).__name__}")
+    match = _ENV_ID.fullmatch(env_id)
+    if match is None or not match["name"].strip("."):
+        raise ValueError(
+            f"--env {env_id!r} is not an env id: expected [namespace/]name[-v<version>] (letters, digits, '_', "
+            "':', '-' and '.' in the name, not only dots; at most one '/', after the namespace)"
+        )
+    return env_id
 
 
 def env_folder(env_id: str) -> str:
@@ -240,8 +266,15 @@ class Progress:
 
 
 def train(specs: list[RunSpec], args: argparse.Namespace) -> None:
-    """Train the runs not recorded yet, locally or on the Ray cluster at ``args.address``."""
+    """
+    Train the runs not recorded yet, locally or on the Ray cluster at ``args.address``.
+
+    :raises FileExistsError: a run's folder exists and is not a run's (:func:`runner.check_run_dir`), checked before
+        anything trains: it is never deleted
+    """
     todo = [spec for spec in specs if not runner.recorded(spec.run_dir, args.retry_failed)]
+    for spec in todo:
+        runner.check_run_dir(spec.run_dir)
     where = f"the Ray cluster at {args.address}" if args.address else f"{args.workers} local workers"
     print(f"{len(specs) - len(todo)} of {len(specs)} runs already done; {len(todo)} to train on {where}", flush=True)
     if not todo:
@@ -284,23 +317,20 @@ class NothingToCompare(ValueError):
     """No finished runs of the baseline, or of every other arm, yet."""
 
 
-def _mann_whitney(arm: Sequence[float], base: Sequence[float]) -> float:
-    """The two-sided Mann-Whitney U test's p-value (exact for small samples without ties), 1 where undefined."""
-    from scipy.stats import mannwhitneyu
-
-    if len(arm) < 1 or len(base) < 1 or len(set(arm) | set(base)) < 2:
-        return 1.0
-    return float(mannwhitneyu(arm, base, alternative="two-sided").pvalue)
-
-
-def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int) -> dict[str, Any]:
+def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int, final_evaluations: int) -> dict[str, Any]:
     """
     The report's numbers: per arm the IQM (95% CI) of the final return and of the return over training, and its
     median ``learn()`` seconds; per arm other than the baseline the probability it beats the baseline (95% CI) at
-    the end, over training and at equal wall-clock time, each with the Mann-Whitney test's p-value and its Holm
-    adjustment over all the report's tests, and its ``learn()`` time over the baseline's in pairs of runs that
-    trained at the same time on one machine.
+    the end, over training and at equal wall-clock time (:func:`equal_time`), each with the two-sided Mann-Whitney
+    test's p-value (``p``), the method that computed it (``p_method``: :func:`stats.mann_whitney`) and its Holm
+    adjustment over all the report's tests (``p_holm``), and its ``learn()`` time over the baseline's in pairs of
+    runs that trained at the same time on one machine.
 
+    :param by_arm: Each arm's finished runs (:func:`load`)
+    :param baseline: The arm the others are compared with
+    :param reps: Bootstrap resamples
+    :param final_evaluations: The evaluations the runs' final return averages (``--final-evaluations``): a run that
+        has stopped by the equal-wall-clock time counts that final return
     :raises NothingToCompare: the baseline or every other arm has no finished run
     """
     arms = {name: arm_runs for name, arm_runs in by_arm.items() if arm_runs}
@@ -332,22 +362,32 @@ def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int) -
         ratios = [learn_seconds(run) / learn_seconds(other) for run, other in pairs if learn_seconds(other) > 0]
         comparison["time_ratio"] = statistics.median(ratios) if ratios else None
         comparison["time_pairs"] = len(ratios)
-        comparison["equal_time"] = equal_time(arms[name], arms[baseline], reps)
+        comparison["equal_time"] = equal_time(arms[name], arms[baseline], reps, final_evaluations)
         if comparison["equal_time"] is not None and comparison["equal_time"]["probability"] is not None:
             tests.append((name, "equal_time", *comparison["equal_time"].pop("scores")))
-    p_values = [_mann_whitney(arm, base) for _, _, arm, base in tests]
-    for (name, key, _, _), p, p_holm in zip(tests, p_values, stats.holm(p_values), strict=True):
+    results = [stats.mann_whitney(arm, base) for _, _, arm, base in tests]
+    p_values = [p for p, _ in results]
+    for (name, key, _, _), (p, method), p_holm in zip(tests, results, stats.holm(p_values), strict=True):
         summary["comparisons"][name].setdefault("p", {})[key] = p
+        summary["comparisons"][name].setdefault("p_method", {})[key] = method
         summary["comparisons"][name].setdefault("p_holm", {})[key] = p_holm
     summary["tests"] = len(tests)
     return summary
 
 
-def equal_time(arm_runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], reps: int) -> dict[str, Any] | None:
+def equal_time(
+    arm_runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], reps: int, final_evaluations: int
+) -> dict[str, Any] | None:
     """
-    The probability that an arm beats the baseline when both stop at the same wall-clock time: the faster one's
-    median ``learn()`` seconds, each run's score its last evaluation by then (its final score once it has ended).
+    The probability that an arm beats the baseline when both stop at the same wall-clock time: the faster arm's
+    median ``learn()`` seconds. Each run is scored by :func:`stats.score_at_time`: a run that has stopped by then
+    counts its final return (the mean of its last ``final_evaluations`` evaluations, as the final endpoint), a run
+    still training its last evaluation by then.
 
+    :param arm_runs: The arm's runs (:func:`load`, with ``times``)
+    :param base_runs: The baseline's runs
+    :param reps: Bootstrap resamples
+    :param final_evaluations: The evaluations a final return averages (``--final-evaluations``)
     :return: ``seconds``, ``probability`` (None where a run has no evaluation by then) and ``scores`` (the two arms'
         scores then); None without training logs
     """
@@ -358,7 +398,9 @@ def equal_time(arm_runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], 
     )
 
     def scores(group: list[dict[str, Any]]) -> list[float]:
-        return [stats.score_at(run["times"], run["eval_mean"], at, before_first=math.nan) for run in group]
+        return [
+            stats.score_at_time(run["times"], run["eval_mean"], at, final_evaluations, before_first=math.nan) for run in group
+        ]
 
     arm_scores, base_scores = scores(arm_runs), scores(base_runs)
     if any(math.isnan(value) for value in [*arm_scores, *base_scores]):
@@ -494,6 +536,21 @@ def figures(by_arm: dict[str, list[dict[str, Any]]], folder: Path, env: str) -> 
     return paths
 
 
+_METHOD_WORDS = {
+    "exact": "exact where the scores have no ties",
+    "permutation": "an exact permutation test on midranks where they have ties",
+    "permutation (monte carlo)": f"a permutation test on midranks from {stats.PERMUTATIONS:,} random splits where they "
+    "have ties and more splits exist",
+    "undefined": "1 where every score is the same",
+}
+
+
+def _methods(summary: dict[str, Any]) -> str:
+    """How the report's Mann-Whitney p-values were computed, in words (the methods it used, in a fixed order)."""
+    used = {method for comparison in summary["comparisons"].values() for method in comparison.get("p_method", {}).values()}
+    return "; ".join(words for method, words in _METHOD_WORDS.items() if method in used) or "none"
+
+
 def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str], pictures: list[Path], out: Path) -> str:
     """``REPORT.md``: the verdict first, then the table, the figures, the settings and what failed."""
     baseline = summary["baseline"]
@@ -503,7 +560,9 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str]
         "", "## Numbers", "",
         "Interquartile mean over seeds with 95% stratified-bootstrap intervals (rliable, "
         f"{summary['reps']} resamples); P(arm > {baseline}): the probability of improvement with its interval, and p: "
-        f"the two-sided Mann-Whitney test's p-value, Holm-adjusted over the report's {summary['tests']} tests.", "",
+        f"the two-sided Mann-Whitney test's p-value ({_methods(summary)}), Holm-adjusted over the report's "
+        f"{summary['tests']} tests. At equal wall-clock time a run that has stopped counts its final return, one still "
+        "training its last evaluation by then.", "",
         f"| arm | runs | final return | return over training | median `learn()` s | P(> {baseline}) final | "
         f"P(> {baseline}) over training | `learn()` time / {baseline}'s (side-by-side pairs) |",
         "|---|---|---|---|---|---|---|---|",
@@ -548,7 +607,7 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str]
 def report(args: argparse.Namespace, arms: Sequence[Variant], settings: dict[str, Any]) -> Path:
     """Write ``REPORT.md``, ``summary.json`` and the figures into ``args.out``; return the report's path."""
     by_arm = load(args.out, args.env, arms, args.final_evaluations, args.seeds)
-    summary = analyse(by_arm, args.baseline, args.reps)
+    summary = analyse(by_arm, args.baseline, args.reps, args.final_evaluations)
     pictures = figures(by_arm, args.out / "figures", args.env)
     failed = [
         {
@@ -622,6 +681,10 @@ def main(argv: Sequence[str] | None = None) -> Path:
     except ValueError as error:
         p.error(str(error))
     _check(args, p, arms)
+    try:
+        check_env_id(args.env)
+    except ValueError as error:
+        p.error(str(error))
     args.out = (args.out or Path("compare") / env_folder(args.env)).resolve()
     try:
         conf, text = resolve_conf(args)
@@ -647,6 +710,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
             train(plan(args, arms, conf), args)
         except KeyboardInterrupt:
             p.exit(130, "interrupted: the finished runs are kept; run the same command again to resume\n")
+        except FileExistsError as error:
+            p.error(str(error))
     try:
         path = report(args, arms, settings)
     except NothingToCompare as error:

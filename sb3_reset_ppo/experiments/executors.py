@@ -11,6 +11,8 @@ filesystem. Both are resumable the same way: a run that finished or failed is re
 
 import contextlib
 import io
+import os
+import re
 import shutil
 import signal
 import tarfile
@@ -21,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sb3_reset_ppo.experiments.runner import FAILED_FILE, RunSpec, budget, run_one, write_record
+from sb3_reset_ppo.experiments.runner import FAILED_FILE, RunSpec, budget, check_run_dir, run_one, write_record
 
 Item = TypeVar("Item")
 Result = dict[str, Any]
@@ -144,7 +146,11 @@ def _unpack(data: bytes, folder: Path) -> None:
     """
     Unpack :func:`_pack`'s archive into ``folder``, refusing paths that leave it: into a sibling folder first, which
     then replaces ``folder`` (an interruption leaves the run as it was, never half unpacked).
+
+    :raises FileExistsError: ``folder`` exists and is not a run's folder
+        (:func:`sb3_reset_ppo.experiments.runner.check_run_dir`): it is never deleted
     """
+    check_run_dir(folder)
     scratch = folder.with_name(folder.name + ".unpacking")
     if scratch.exists():
         shutil.rmtree(scratch)
@@ -156,16 +162,46 @@ def _unpack(data: bytes, folder: Path) -> None:
     scratch.rename(folder)
 
 
+# A Ray task's temporary folder: the prefix, then the pid of the worker process that trains in it
+SCRATCH_PREFIX = "sb3_reset_ppo_run_"
+
+
+def remove_stale_scratch(folder: Path | None = None) -> list[Path]:
+    """
+    Remove the temporary folders of :func:`train_packed` whose worker process no longer runs (a Ray worker killed by
+    a forced cancellation, e.g. on the driver's Ctrl-C, leaves its folder behind; its trainer dies with it,
+    :func:`sb3_reset_ppo.experiments.runner.run_one`). Folders of running processes are left alone.
+
+    :param folder: Where the temporary folders are (default: :func:`tempfile.gettempdir`)
+    :return: The folders removed
+    """
+    removed = []
+    for path in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        match = re.fullmatch(rf"{SCRATCH_PREFIX}(\d+)_.*", path.name)
+        if match is None or not path.is_dir() or int(match[1]) == os.getpid():
+            continue
+        try:
+            os.kill(int(match[1]), 0)
+        except ProcessLookupError:  # no such process: the folder is stale
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except PermissionError:  # another user's process runs with that pid
+            continue
+    return removed
+
+
 def train_packed(spec_values: dict[str, Any], conf_text: str | None = None) -> tuple[Result, bytes]:
     """
     Train a run into a temporary folder of this machine and return its record and its folder's files
-    (:func:`_pack`): the body of a Ray task, so that the driver needs no filesystem shared with the workers.
+    (:func:`_pack`): the body of a Ray task, so that the driver needs no filesystem shared with the workers. The
+    folders that killed workers left on this machine are removed first (:func:`remove_stale_scratch`).
 
     :param spec_values: The run (:meth:`RunSpec.to_dict`); its ``run_dir`` is replaced by the temporary folder
     :param conf_text: The hyperparameter file's text, written into the temporary folder and trained with (the
         driver's path need not exist here); None: the spec's ``conf_file`` as it is
     """
-    with tempfile.TemporaryDirectory(prefix="sb3_reset_ppo_run_") as scratch:
+    remove_stale_scratch()
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}_") as scratch:
         values = {**spec_values, "run_dir": str(Path(scratch) / "run")}
         if conf_text is not None:
             conf = Path(scratch) / Path(spec_values["conf_file"]).name
@@ -194,13 +230,17 @@ def run_ray(
     Each run carries its hyperparameter file's text and its budget (read here), so the workers need no file of
     this machine. A task lost with its machine or worker leaves its run unrecorded, so it trains again next time; a
     task that raised is recorded as failed (``failed.json`` with the error); on Ctrl-C the tasks not finished are
-    cancelled and the interrupt is raised.
+    cancelled and the interrupt is raised. The cancellation is forced (``ray.cancel(..., force=True)``: Ray kills
+    the worker processes): their trainers die with them (:func:`sb3_reset_ppo.experiments.runner.run_one`), and the
+    next task on that machine removes their temporary folders (:func:`remove_stale_scratch`). The results come back
+    through Ray's pickled objects: every machine of the cluster must be trusted.
 
     :param specs: The runs
     :param address: The cluster's address (``ray.init(address=...)``)
     :param on_result: Called with each run and its record as it arrives
     :param init: Connects to the cluster (default ``ray.init``; the tests' seam)
     :return: The records of the runs that came back, in the order they arrived
+    :raises FileExistsError: a run's ``run_dir`` exists and is not a run's folder (checked before anything trains)
     """
     try:
         import ray
@@ -208,6 +248,8 @@ def run_ray(
         raise ImportError("running on a Ray cluster needs Ray: pip install 'sb3-reset-ppo[cluster]'") from error
     if not isinstance(address, str) or not address:
         raise ValueError(f"address must be a Ray cluster address such as 'auto' or 'host:6379', got {address!r}")
+    for spec in specs:  # before anything trains: a folder that is not a run's is never replaced
+        check_run_dir(spec.run_dir)
     (init or ray.init)(address=address, log_to_driver=False, configure_logging=False)
     task = ray.remote(num_cpus=1, max_retries=0)(train_packed)
     # Each run carries its hyperparameter file's text and its budget, read here: workers need no shared files

@@ -6,8 +6,9 @@ hyperparameter file and settings, and the folder it writes to. :func:`run_one` t
 ``python -m sb3_reset_ppo.zoo train`` (one torch thread, the zoo's evaluation callback on a separate env) and
 records it: ``run.json`` when it trained its whole budget, ``failed.json`` when the trainer exited with an error
 (kept with its log, ``log.txt.gz``), nothing when it was cut short (a signal, a session's end), so that a
-resumable driver trains it again. :func:`load_runs` reads the finished runs of a folder laid out as
-``<name>/<env>/seed<k>/`` with their evaluations.
+resumable driver trains it again. A run's folder holds a marker file (:data:`RUN_MARKER`) from its first moment:
+an earlier attempt's folder is replaced, any other existing folder is left alone (:func:`check_run_dir`).
+:func:`load_runs` reads the finished runs of a folder laid out as ``<name>/<env>/seed<k>/`` with their evaluations.
 """
 
 import datetime
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,8 @@ from sb3_reset_ppo.experiments import training_log
 EVALUATIONS_PER_RUN = 20
 FAILED_FILE = "failed.json"
 RUN_FILE = "run.json"
+# Written into a run's folder before anything else: only a folder holding it (or a record) is ever deleted
+RUN_MARKER = ".sb3_reset_ppo_run"
 # The repository (a checkout's root) whose commit a run records; absent when installed from a wheel
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -234,6 +238,50 @@ def status(result: dict[str, Any], evaluations: int = EVALUATIONS_PER_RUN) -> st
     return "ok" if completed(result, evaluations) else f"TRUNCATED ({result['evaluations']} evaluations)"
 
 
+def is_run_dir(folder: Path) -> bool:
+    """
+    Whether ``folder`` is a run's folder that :func:`run_one` made: it holds :data:`RUN_MARKER` (or a record,
+    ``run.json`` or ``failed.json``, of runs recorded before the marker existed).
+    """
+    return any((Path(folder) / name).is_file() for name in (RUN_MARKER, RUN_FILE, FAILED_FILE))
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """
+    Check that a run may train into ``run_dir``: it does not exist, is an empty folder, or is a run's folder
+    (:func:`is_run_dir`), which a new attempt replaces. Any other path is never deleted.
+
+    :raises FileExistsError: ``run_dir`` exists and is not an empty folder or a run's folder
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.exists() or is_run_dir(run_dir) or (run_dir.is_dir() and not any(run_dir.iterdir())):
+        return
+    raise FileExistsError(
+        f"run_dir {str(run_dir)!r} exists and is not a run's folder (no {RUN_MARKER}, {RUN_FILE} or {FAILED_FILE}): it "
+        "is not deleted; remove it yourself or train into another folder"
+    )
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """
+    On Linux, a function for ``subprocess``'s ``preexec_fn`` that has the child killed (SIGKILL) when the thread
+    that started it dies, e.g. a Ray worker killed by a forced cancellation or a driver killed with ``kill -9``,
+    instead of training on as an orphan; None elsewhere. Everything is looked up here, in the parent: the child
+    only makes the one system call between fork and exec.
+    """
+    if sys.platform != "linux":
+        return None
+    import ctypes
+    import signal
+
+    prctl, request, kill = ctypes.CDLL(None, use_errno=True).prctl, 1, int(signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+    def set_signal() -> None:  # pragma: no cover  (runs in the child)
+        prctl(request, kill)
+
+    return set_signal
+
+
 def _compress(source: Path, target: Path) -> None:
     with open(source, "rb") as raw, gzip.open(target, "wb") as packed:
         shutil.copyfileobj(raw, packed)
@@ -241,28 +289,36 @@ def _compress(source: Path, target: Path) -> None:
 
 def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
     """
-    Train and evaluate one run into ``spec.run_dir`` (an unfinished earlier attempt there is removed first) and
-    record it: ``run.json`` if it finished (the trainer exited 0 and stored all its evaluations: the zoo's
-    ``train`` turns a KeyboardInterrupt into exit 0 and saves the truncated run, which must not count as done),
-    ``failed.json`` with its log if the trainer exited with an error, nothing if a signal cut it.
+    Train and evaluate one run into ``spec.run_dir`` and record it: ``run.json`` if it finished (the trainer exited
+    0 and stored all its evaluations: the zoo's ``train`` turns a KeyboardInterrupt into exit 0 and saves the
+    truncated run, which must not count as done), ``failed.json`` with its log if the trainer exited with an error,
+    nothing if a signal cut it. An earlier attempt's folder there is removed first; any other existing folder is
+    refused and left as it is (:func:`check_run_dir`); the new folder gets :data:`RUN_MARKER` first. On Linux the
+    trainer is killed when the thread that started it dies (:func:`_parent_death_signal`).
 
     :param spec: The run
     :param command: The trainer's command (default :func:`zoo_command`)
+    :raises FileExistsError: ``spec.run_dir`` exists and is not a run's folder
     :return: The run's record: ``variant`` (its label), ``env``, ``seed``, ``returncode``, ``seconds`` (wall time
         of the trainer process), ``command``, ``commit``, ``dirty``, ``started`` (UTC), ``machine``, ``host``,
         ``evaluations`` (stored) and ``spec.extra``'s fields
     """
     run_dir = spec.run_dir
+    check_run_dir(run_dir)
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
+    (run_dir / RUN_MARKER).write_text("a folder of sb3_reset_ppo.experiments.runner.run_one: replaced by its next attempt\n")
     args = command or zoo_command(spec)
     # The code and machine it trains with, read before it starts (a Ctrl-C after the run would also stop git)
     version, host = code_version(), machine()
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     start = time.perf_counter()
     with open(run_dir / "log.txt", "w") as log:
-        code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        code = subprocess.call(
+            args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+            preexec_fn=_parent_death_signal(),
+        )  # fmt: skip
     result = {
         "variant": spec.label or spec.algo, "env": spec.env, "seed": spec.seed, "returncode": code,
         "seconds": time.perf_counter() - start, "command": " ".join(args), **version, "started": started,

@@ -1,10 +1,12 @@
 """
 The statistics of the reports: rliable's interquartile mean and probability of improvement with stratified
-bootstrap intervals, Holm's adjustment, scores at a wall-clock time, and the pairing of runs that trained side by
-side on one machine (the only wall-time ratios a report may print: machines differ in speed).
+bootstrap intervals, the two-sided Mann-Whitney test (:func:`mann_whitney`), Holm's adjustment, a run's score at a
+wall-clock time (:func:`score_at_time`), and the pairing of runs that trained side by side on one machine (the only
+wall-time ratios a report may print: machines differ in speed).
 """
 
 import datetime
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +14,9 @@ import numpy as np
 
 # Bootstrap resamples of the reports' intervals
 REPS = 2000
+# The Mann-Whitney permutation test (samples with ties): every split of the pooled runs into the two arms when there
+# are at most this many (10 runs against 10: 184,756), else this many random splits
+PERMUTATIONS = 200_000
 
 
 def _rliable() -> tuple[Any, Any]:
@@ -113,6 +118,74 @@ def score_at(times: np.ndarray, scores: np.ndarray, at: float, before_first: flo
     """
     index = int(np.searchsorted(times, at, side="right")) - 1
     return before_first if index < 0 else float(scores[index])
+
+
+def score_at_time(times: np.ndarray, scores: np.ndarray, at: float, final_evaluations: int, before_first: float) -> float:
+    """
+    A run's score when it is stopped at ``at`` seconds: the one rule of every equal-wall-clock comparison (the
+    ``compare`` command's and the coverage study's). A run that has stopped by then (its last evaluation at or before
+    ``at``) counts its final score, the mean of its last ``final_evaluations`` evaluations, the same number as the
+    reports' final endpoint; a run still training counts its last evaluation at or before ``at``
+    (:func:`score_at`), ``before_first`` before its first.
+
+    :param times: Time of each evaluation (ascending; the last one is when the run stopped)
+    :param scores: Score of each evaluation
+    :param at: The time asked for
+    :param final_evaluations: Evaluations the final score averages (fewer when the run has fewer)
+    :param before_first: The score before any evaluation
+    :return: The score
+    :raises ValueError: ``final_evaluations`` is not a positive int, or ``times`` and ``scores`` differ in length
+    """
+    if isinstance(final_evaluations, bool) or not isinstance(final_evaluations, int) or final_evaluations < 1:
+        raise ValueError(f"final_evaluations must be a positive int, got {final_evaluations!r}")
+    times, scores = np.asarray(times, dtype=float), np.asarray(scores, dtype=float)
+    if times.shape != scores.shape or times.ndim != 1:
+        raise ValueError(f"times and scores must be 1-D of one length, got shapes {times.shape} and {scores.shape}")
+    if len(times) and at >= times[-1]:
+        return float(scores[-final_evaluations:].mean())
+    return score_at(times, scores, at, before_first)
+
+
+def mann_whitney(arm: Sequence[float], base: Sequence[float]) -> tuple[float, str]:
+    """
+    The two-sided Mann-Whitney U test of two samples: its p-value and the method that computed it.
+
+    - ``"exact"``: no value occurs twice in the pooled sample: the exact distribution of U (scipy's
+      ``mannwhitneyu(..., method="exact")``, at any sample size; scipy's default would switch to the normal
+      approximation above 8 values per sample).
+    - ``"permutation"``: with ties, the exact permutation distribution of the rank sum (midranks), enumerating
+      every split of the pooled values into samples of the two sizes (at most :data:`PERMUTATIONS` of them).
+    - ``"permutation (monte carlo)"``: with ties and more splits than that, :data:`PERMUTATIONS` random splits
+      (seeded, so a report is reproducible; p = (hits + 1) / (splits + 1)).
+
+    Two-sided in every case: the probability of a rank sum at least as far from its mean under the null as the
+    observed one. ``(1.0, "undefined")`` when a sample is empty or every value is the same.
+
+    :param arm: One sample
+    :param base: The other sample
+    :return: ``(p, method)``
+    """
+    from scipy.stats import mannwhitneyu, permutation_test, rankdata
+
+    x, y = np.asarray(arm, dtype=float), np.asarray(base, dtype=float)
+    pooled = np.concatenate([x, y])
+    if len(x) < 1 or len(y) < 1 or len(np.unique(pooled)) < 2:
+        return 1.0, "undefined"
+    if len(np.unique(pooled)) == len(pooled):
+        return float(mannwhitneyu(x, y, alternative="two-sided", method="exact").pvalue), "exact"
+    ranks = rankdata(pooled)  # midranks: the same for every split of the pooled values
+    center = len(x) * (len(pooled) + 1) / 2
+
+    def distance(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:
+        # The rank sum's distance from its mean under the null (two-sided)
+        return np.abs(np.sum(a, axis=axis) - center)
+
+    result = permutation_test(
+        (ranks[: len(x)], ranks[len(x) :]), distance, permutation_type="independent", vectorized=True,
+        n_resamples=PERMUTATIONS, batch=50_000, alternative="greater", random_state=np.random.default_rng(0),
+    )  # fmt: skip
+    exact = math.comb(len(pooled), len(x)) <= PERMUTATIONS
+    return float(min(1.0, result.pvalue)), "permutation" if exact else "permutation (monte carlo)"
 
 
 def timestamp(text: str) -> float:
