@@ -1,7 +1,7 @@
 """sb3-reset-ppo: sliding-window recurrent PPO with reset-and-continue for Stable-Baselines3."""
 
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
-from sb3_reset_ppo.common.windows import window_weights
+from sb3_reset_ppo.common.windows import WindowSettings, window_weights
 from sb3_reset_ppo.reset_ppo import (
     CnnGruPolicy,
     CnnLstmPolicy,
@@ -25,6 +25,7 @@ __all__ = [
     "NonFiniteTrainingError",
     "ResetPPO",
     "WindowRolloutBuffer",
+    "WindowSettings",
     "__version__",
     "window_weights",
 ]

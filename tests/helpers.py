@@ -7,7 +7,7 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 
-from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer
+from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer, WindowSettings
 from sb3_reset_ppo.common.unroll import evaluate_windows
 
 
@@ -152,12 +152,13 @@ def reference_unroll(
     return th.stack(outputs, dim=1)
 
 
-def check_exact(model: "ResetPPO", expect_resets: bool = True, epochs: int = 3) -> None:
+def check_exact(model: "ResetPPO", expect_resets: bool = True, epochs: int = 3, batch_size: int | None = None) -> None:
     """
     Before any update, every slot's recomputed log-prob and value equal the rollout's, in every window of
-    ``epochs`` epochs (with ``window_stride=1``, every window of the rollout).
+    ``epochs`` epochs (with ``window_stride=1``, every window of the rollout), in minibatches of ``batch_size``
+    transitions (``None``: the whole epoch, no window cut at a minibatch edge).
     """
-    batches = [next(model.rollout_buffer.get(None)) for _ in range(epochs)]
+    batches = [samples for _ in range(epochs) for samples in model.rollout_buffer.get(batch_size)]
     # The check is meaningful only if windows cross episodes and start from non-zero memory
     assert any(bool(samples.resets.any()) for samples in batches) or not expect_resets
     # ... and, with window_coverage="full", only if some windows are clipped (padding slots)
@@ -229,11 +230,7 @@ def filled_window_buffer(
         (n_steps, 1, n_envs, 2),
         "cpu",
         n_envs=n_envs,
-        window_size=window_size,
-        boundary=boundary,
-        weighting=weighting,
-        window_stride=stride,
-        window_coverage=window_coverage,
+        window_settings=WindowSettings.validated(window_size, boundary, weighting, stride, window_coverage, n_steps),
         seed=buffer_seed,
     )
     starts = (rng.random((n_steps, n_envs)) < density).astype(np.float32)

@@ -217,18 +217,20 @@ def test_cnn_policy_trains() -> None:
 
 
 def test_batch_size_larger_than_an_epoch_warns_once_at_the_users_line() -> None:
-    with pytest.warns(UserWarning, match=r"batch_size=400 \(100 windows of 4\) is more than an epoch holds") as record:
+    # Inside coverage, stride 4: 3 or 4 windows of 4 per env and epoch, at most 32 transitions
+    with pytest.warns(UserWarning, match=r"batch_size=400 is more than an epoch holds \(32 transitions") as record:
         model = ResetPPO("MlpLstmPolicy", _env(), window_coverage="inside", **{**SMALL, "batch_size": 400})
         model.learn(32)
     assert sum("batch_size" in str(w.message) for w in record) == 1
     assert record[0].filename == __file__
-    # With every window every epoch, the same batch is 100 of 2 * 13 windows too
-    with pytest.warns(UserWarning, match="26 windows"):
+    assert [int(batch.kept.numel()) for batch in model.rollout_buffer.get(400)] in ([24], [28], [32])
+    # With every window every epoch, 2 * 13 windows of 4
+    with pytest.warns(UserWarning, match="104 transitions"):
         ResetPPO("MlpLstmPolicy", _env(), window_stride=1, window_coverage="inside", **{**SMALL, "batch_size": 400})
 
 
-@pytest.mark.parametrize("batch_size,windows", [(18, 4), (3, 1), (16, 4)])
-def test_batch_size_counts_transitions(batch_size: int, windows: int) -> None:
+@pytest.mark.parametrize("batch_size", [18, 3, 16, 8])
+def test_batch_size_counts_transitions(batch_size: int) -> None:
     import warnings
 
     with warnings.catch_warnings(record=True) as record:
@@ -237,20 +239,33 @@ def test_batch_size_counts_transitions(batch_size: int, windows: int) -> None:
             "MlpLstmPolicy", _env(), window_stride=1, window_coverage="inside", **{**SMALL, "batch_size": batch_size}
         )
     messages = [str(w.message) for w in record if "window_size=4" in str(w.message)]
+    assert all(w.filename == __file__ for w in record if "window_size=4" in str(w.message))
+    # 2 envs x 13 windows x 4 steps = 104 transitions per epoch; a minibatch holds at least one window's worth
+    full = max(batch_size, 4)
+    expected = []
     if batch_size < 4:
-        assert messages == [f"batch_size={batch_size} is smaller than window_size=4: each minibatch holds one window "
-                            "of 4 steps (4 transitions, more than batch_size)"]  # fmt: skip
-        assert record[0].filename == __file__
+        expected.append(f"batch_size={batch_size} is smaller than window_size=4: each minibatch holds 4 transitions "
+                        "(one window's worth), more than batch_size")  # fmt: skip
     elif batch_size % 4:
-        assert messages == [f"batch_size={batch_size} is not a multiple of window_size=4: each minibatch holds "
-                            f"{windows} window(s) of 4 steps ({4 * windows} transitions)"]  # fmt: skip
-        assert record[0].filename == __file__
-    else:
-        assert messages == []
+        expected.append(f"batch_size={batch_size} is not a multiple of window_size=4: minibatch edges cut windows, and "
+                        "the later piece of a cut window starts from the memory stored for its first step (as "
+                        "RecurrentPPO cuts sequences at minibatch edges)")  # fmt: skip
+    if 104 % full:
+        expected.append(f"You have specified a mini-batch size of {batch_size}, but because an epoch holds 104 transitions "
+                        "(n_envs=2, n_steps=16, window_size=4, window_stride=1, window_coverage='inside'), each epoch "
+                        f"has {104 // full} minibatch(es) of {full} transitions and one of {104 % full}, at a random place "
+                        f"in the epoch's order (its loss is divided by {full} too, so its transitions weigh as much as "
+                        "the others'). We recommend a batch_size that is a factor of the epoch's transitions.")  # fmt: skip
+    assert messages == expected
     model.learn(32)
-    shapes = [tuple(batch.slot_steps.shape) for batch in model.rollout_buffer.get(model.batch_size)]
-    # 2 envs x 13 windows, in minibatches of `windows` windows (the last one may be smaller)
-    assert all(shape == (windows, 4) for shape in shapes[:-1]) and sum(s[0] for s in shapes) == 26
+    places = set()
+    for _ in range(20):
+        sizes = [int(batch.kept.numel() if batch.n_real_slots is None else batch.n_real_slots)
+                 for batch in model.rollout_buffer.get(model.batch_size)]  # fmt: skip
+        # Every minibatch holds `full` transitions, but one (the remainder, at a random place)
+        assert sorted(sizes) == sorted([full] * (104 // full) + ([104 % full] if 104 % full else []))
+        places.add(next((index for index, size in enumerate(sizes) if size != full), None))
+    assert len(places) > 1 if 104 % full else places == {None}
 
 
 @pytest.mark.parametrize(

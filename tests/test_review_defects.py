@@ -144,5 +144,5 @@ def test_batch_size_below_window_size_says_what_it_uses() -> None:
         warnings.simplefilter("always")
         _model(batch_size=2, window_size=4)
     messages = [str(w.message) for w in caught]
-    assert any("smaller than window_size=4" in m and "one window of 4 steps" in m for m in messages), messages
+    assert any("smaller than window_size=4" in m and "each minibatch holds 4 transitions" in m for m in messages), messages
     assert not any("not a multiple" in m for m in messages)

@@ -9,7 +9,7 @@ from helpers import filled_window_buffer as _filled_buffer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sb3_reset_ppo import WindowRolloutBuffer, window_weights
+from sb3_reset_ppo import WindowRolloutBuffer, WindowSettings, window_weights
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.windows import RolloutWindowStats, epoch_window_starts, window_order
 
@@ -138,37 +138,49 @@ def test_buffer_epoch_holds_the_windows_of_a_phase_with_brute_force_fields(
     counts = brute_force_step_weights(episode_starts, window_size, boundary, "uniform", 1)
     n_starts = n_steps - window_size + 1
     effective = min(stride, n_starts)
-    windows_per_batch = max(1, batch_size // window_size)
-    seen = []
+    full = max(batch_size, window_size)
+    covered: dict[tuple[int, int], list[int]] = {}
     batches = list(buffer.get(batch_size=batch_size))
-    assert all(batch.slot_steps.shape == (windows_per_batch, window_size) for batch in batches[:-1])
+    real_per_batch = [int(batch.kept.numel() if batch.n_real_slots is None else batch.n_real_slots) for batch in batches]
+    # Every minibatch holds `full` real slots, but at most one (fewer)
+    assert sum(size != full for size in real_per_batch) <= 1 and all(size <= full for size in real_per_batch)
     for batch in batches:
+        assert batch.row_offsets is not None
         # Every slot's observation (the step id), gathered from the minibatch's distinct steps
         distinct = _obs(batch)[:, 0].long()
         assert th.equal(distinct, th.unique(distinct))
         ids = distinct[batch.slot_steps]
-        # Slots of a window are consecutive steps of one env
-        assert th.all(ids[:, 1:] - ids[:, :-1] == 1)
-        # Recorded memory of each window's slot 0 is its step's, and window_starts names that step
+        lengths = (ids[:, 1:] - ids[:, :-1] == 1).sum(dim=1) + 1
+        # Recorded memory of each row's slot 0 is its step's, and window_starts names that step
         assert th.equal(batch.lstm_states.pi[0][:, 0, 0].long(), ids[:, 0])
         assert th.equal(batch.window_starts, ids[:, 0])
         assert th.equal(batch.lstm_states.vf[1][:, 0, 1].long(), ids[:, 0])
-        for row, window_ids in enumerate(ids.tolist()):
-            env, start = divmod(window_ids[0], n_steps)
-            seen.append((env, start))
+        for row, row_ids in enumerate(ids.tolist()):
+            offset, length = int(batch.row_offsets[row]), int(lengths[row])
+            # Slots of a row are consecutive steps of one env (then padding repeats the last)
+            assert row_ids[:length] == list(range(row_ids[0], row_ids[0] + length))
+            assert all(step == row_ids[length - 1] for step in row_ids[length:])
+            env, start = divmod(row_ids[0] - offset, n_steps)
+            covered.setdefault((env, start), []).extend(range(offset, offset + length))
             alive = True
-            for slot, step in enumerate(range(start, start + window_size)):
-                reset = slot >= 1 and bool(episode_starts[step, env])
+            for slot in range(1, offset + 1):
+                alive = alive and not (bool(episode_starts[start + slot, env]) and boundary == "mask")
+            for slot, step in enumerate(range(start + offset, start + offset + length)):
+                in_window = offset + slot
+                reset = in_window >= 1 and bool(episode_starts[step, env])
                 alive = alive and not (reset and boundary == "mask")
-                assert bool(batch.resets[row, slot]) == reset
+                # A row's slot 0 never resets (it starts from the memory stored for its step)
+                assert bool(batch.resets[row, slot]) == (reset and slot >= 1)
                 assert bool(batch.kept[row, slot]) == alive
                 expected_weight = float(alive) / (max(counts[step, env], 1) if weighting == "importance" else 1)
                 assert float(batch.weights[row, slot]) == pytest.approx(expected_weight)
                 assert float(batch.episode_starts[row, slot]) == episode_starts[step, env]
-    # Per env: the windows starting at a phase p < stride and every `stride` steps from it, each once
-    assert len(seen) == len(set(seen)) <= buffer.n_windows
+            assert not bool(batch.kept[row, length:].any()) and float(batch.weights[row, length:].sum()) == 0
+    # Per env: the windows starting at a phase p < stride and every `stride` steps from it, each slot once
+    assert all(sorted(slots) == list(range(window_size)) for slots in covered.values())
+    assert len(covered) <= buffer.n_windows
     for env in range(n_envs):
-        starts = sorted(start for e, start in seen if e == env)
+        starts = sorted(start for e, start in covered if e == env)
         assert starts and starts[0] < effective
         assert starts == list(range(starts[0], n_starts, effective))
 
@@ -318,6 +330,8 @@ def test_buffer_batch_larger_than_windows_gives_all() -> None:
 
 
 def test_buffer_refuses_sampling_before_full() -> None:
-    buffer = WindowRolloutBuffer(8, spaces.Box(-1, 1, (1,)), spaces.Discrete(2), (8, 1, 1, 2), "cpu", window_size=4)
+    buffer = WindowRolloutBuffer(
+        8, spaces.Box(-1, 1, (1,)), spaces.Discrete(2), (8, 1, 1, 2), "cpu", window_settings=WindowSettings.validated(4)
+    )
     with pytest.raises(RuntimeError, match="full"):
         next(buffer.get(2))

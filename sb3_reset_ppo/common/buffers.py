@@ -23,16 +23,14 @@ from sb3_reset_ppo.common.windows import (
     check_non_negative_int,
     check_positive_int,
     effective_stride,
-    epoch_window_starts,
     kept_slots,
     n_window_starts,
+    plan_epoch,
     plan_reset_steps,
     real_slots,
     slot_resets,
     slot_weights,
-    window_order,
-    window_units,
-    windows_per_minibatch,
+    uniform_normaliser,
 )
 
 
@@ -53,26 +51,18 @@ class _WindowSampler:
         memory: dict[str, np.ndarray],
         n_envs: int,
         n_steps: int,
-        window_size: int,
-        boundary: Boundary,
-        weighting: Weighting,
-        window_stride: int,
+        settings: WindowSettings,
         consecutive_windows: int,
         device: th.device,
         burn_in: int = 0,
         state_names: tuple[str, ...] = ("hidden", "cell"),
-        window_coverage: Coverage = "inside",
     ) -> None:
         self.n_envs = n_envs
-        self.window_coverage: Coverage = window_coverage
+        self.settings = settings
         # The tensors of the memory: ("hidden", "cell") for an LSTM, ("hidden",) for a GRU
         self.state_names = state_names
         self.burn_in = burn_in
         self.n_steps = n_steps
-        self.window_size = window_size
-        self.window_stride = window_stride
-        self.boundary: Boundary = boundary
-        self.weighting: Weighting = weighting
         self.consecutive_windows = consecutive_windows
         self.device = device
 
@@ -102,8 +92,18 @@ class _WindowSampler:
         self.recorded_memory = dict(self.memory)
         # (n_envs * n_steps,) -> (n_envs, n_steps)
         per_env_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
-        self.stats = RolloutWindowStats(per_env_starts, window_size, boundary, weighting, window_stride, window_coverage)
+        self.stats = RolloutWindowStats(
+            per_env_starts,
+            settings.window_size,
+            settings.boundary,
+            settings.weighting,
+            settings.window_stride,
+            settings.window_coverage,
+        )
         self.diagnostics = self.stats.diagnostics(per_env_starts)
+        # Episode starts up to each flat step (host, inclusive): a row cut from a window knows whether its window
+        # reset at or before the row's first step (mask mode drops the row's slots then)
+        self.host_start_count = np.cumsum(self.host_episode_starts > 0.5)
 
     def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
         """
@@ -171,96 +171,97 @@ class _WindowSampler:
         self, batch_size: int | None, generator: np.random.Generator
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
-        One epoch: the windows at a fresh random phase per env (see ``epoch_window_starts``), grouped into units
-        (``window_units``: an env's two clipped end windows form one unit when they fit in one window's slots),
-        in runs of consecutive units shuffled anew (see ``window_order``).
+        One epoch, planned by :func:`~sb3_reset_ppo.common.windows.plan_epoch` (the windows at a fresh random phase per
+        env, in a fresh random order, cut into minibatches of ``batch_size`` real slots, at most one shorter), each
+        minibatch gathered by index (:meth:`samples`).
 
-        :param batch_size: Transitions (slots) per minibatch, ``batch_size // window_size`` units (at least
-            one); ``None`` or more than there are: all windows of the epoch at once
-        :param generator: Source of randomness for the phases and the order
+        :param batch_size: Transitions (real slots) per minibatch; ``None`` or more than the epoch holds: one
+            minibatch of the whole epoch
+        :param generator: Source of randomness for the phases, the order and the shorter minibatch's place
         :return: Generator of minibatches (see :class:`WindowRolloutBufferSamples`)
         """
-        epoch = epoch_window_starts(
-            self.n_steps, self.n_envs, self.window_size, self.window_stride, generator, self.window_coverage
-        )
-        units = window_units(epoch, self.window_size)
-        # Index of the first window of every unit (units are numbered in the order of their first windows)
-        unit_first = np.unique(units, return_index=True)[1]
-        n_units = unit_first.shape[0]
-        per_minibatch = windows_per_minibatch(batch_size, self.window_size)
-        if per_minibatch is None or per_minibatch > n_units:
-            per_minibatch = n_units
-        unit_order = window_order(
-            epoch.starts[unit_first] // self.n_steps, epoch.position[unit_first], self.consecutive_windows, generator
-        )
-        # Rank of every unit in the epoch's order; windows sorted by their unit's rank (a unit's windows in order)
-        unit_rank = np.empty(n_units, dtype=np.int64)
-        unit_rank[unit_order] = np.arange(n_units)
-        window_rank = unit_rank[units]
-        sequence = np.argsort(window_rank, kind="stable")
-        # Where each minibatch's windows begin and end in `sequence`
-        bounds = np.searchsorted(window_rank[sequence], np.arange(0, n_units, per_minibatch))
-        edges = np.append(bounds, sequence.shape[0])
-        for first, last in itertools.pairwise(edges):
-            chosen = sequence[first:last]
-            lengths = epoch.lengths[chosen]
-            # None: every window of the minibatch is whole (always with "inside")
-            host_lengths = lengths if bool((lengths < self.window_size).any()) else None
-            # (B,) window starts -> (B, W) flat step index of every slot; padding slots repeat the last real step
-            offsets = np.arange(self.window_size)[None, :]
-            if host_lengths is not None:
-                offsets = np.minimum(offsets, host_lengths[:, None] - 1)
-            host_slots = epoch.starts[chosen, None] + offsets
-            burn_rows, burn_lengths = self._burn_in_rows(host_slots[:, 0])
-            # Distinct steps of the slots and the burn-in rows: features once per step
-            # The slots' distinct steps first (features with gradient), then the steps only burn-in rows hold
-            steps, slot_steps = np.unique(host_slots.ravel(), return_inverse=True)
-            n_slot_steps = steps.shape[0]
-            burn_steps = np.zeros(0, dtype=np.int64)
-            if burn_rows.size:
-                burn_only = np.setdiff1d(burn_rows.ravel(), steps)
-                # (B * (burn_in + 1),): each burn-in step's row in the distinct steps
-                in_slots = np.isin(burn_rows.ravel(), steps)
-                burn_steps = np.where(
-                    in_slots,
-                    np.searchsorted(steps, burn_rows.ravel()),
-                    n_slot_steps + np.searchsorted(burn_only, burn_rows.ravel()),
-                )
-                steps = np.concatenate([steps, burn_only])
-            slots = self._to_device(host_slots)
-            distinct = self._to_device(steps)
-            if isinstance(self.observations, dict):
-                observations: th.Tensor | dict[str, th.Tensor] = {k: obs[distinct] for k, obs in self.observations.items()}
-            else:
-                observations = self.observations[distinct]
-            # (B,) flat step index of each window's slot 0
-            memory_steps = slots[:, 0]
-            episode_starts = self.data["episode_starts"][slots]
-            real = None
-            if host_lengths is not None:
-                real = real_slots(self._to_device(host_lengths), self.window_size)
-                # Padding slots hold no episode start (they are not steps of the window)
-                episode_starts = episode_starts * real
-            resets = slot_resets(episode_starts)
-            kept = kept_slots(resets, self.boundary, real)
-            yield WindowRolloutBufferSamples(
-                observations=observations,
-                slot_steps=self._to_device(slot_steps.reshape(host_slots.shape)),
-                actions=self.data["actions"][slots],
-                old_values=self.data["old_values"][slots],
-                old_log_prob=self.data["old_log_prob"][slots],
-                advantages=self.data["advantages"][slots],
-                returns=self.data["returns"][slots],
-                lstm_states=self._memory_at(memory_steps),
-                episode_starts=episode_starts,
-                resets=resets,
-                kept=kept,
-                weights=slot_weights(kept, self.stats.counts[slots], self.weighting),
-                layout=self._device_layout(self.host_episode_starts[host_slots], host_lengths),
-                window_starts=memory_steps,
-                burn_in=None if self.burn_in == 0 else self._burn_in(burn_rows, burn_lengths, burn_steps, n_slot_steps),
-                n_real_slots=None if host_lengths is None else int(host_lengths.sum()),
+        plan = plan_epoch(self.n_steps, self.n_envs, self.settings, batch_size, self.consecutive_windows, generator)
+        normaliser = uniform_normaliser(self.n_steps, self.n_envs, self.settings, batch_size)
+        for first, last in itertools.pairwise(plan.minibatch_edges):
+            yield self.samples(
+                plan.starts[first:last], plan.lengths[first:last], plan.window_firsts[first:last], normaliser
+            )._replace(row_offsets=plan.offsets[first:last])
+
+    def samples(
+        self, starts: np.ndarray, lengths: np.ndarray, window_firsts: np.ndarray, normaliser: float
+    ) -> WindowRolloutBufferSamples:
+        """
+        Gather one minibatch of rows (windows, or pieces of windows) by index.
+
+        :param starts: Flat step index of each row's first step, ``(B,)``
+        :param lengths: Real steps of each row, ``(B,)``; the row width is their maximum, shorter rows are padded
+        :param window_firsts: Flat index of the first real step of each row's window, ``(B,)`` (mask mode: a row
+            whose window reset before or at its first step is not trained)
+        :param normaliser: The loss's divisor under ``"uniform"`` weighting (:func:`uniform_normaliser`)
+        :return: The minibatch, each per-slot field of shape ``(B, width)``
+        """
+        width = int(lengths.max())
+        # None: every row of the minibatch is whole (as wide as the minibatch)
+        host_lengths = lengths if bool((lengths < width).any()) else None
+        # (B,) row starts -> (B, width) flat step index of every slot; padding slots repeat the last real step
+        offsets = np.minimum(np.arange(width)[None, :], lengths[:, None] - 1)
+        host_slots = starts[:, None] + offsets
+        burn_rows, burn_lengths = self._burn_in_rows(starts)
+        # Distinct steps of the slots and the burn-in rows: features once per step
+        # The slots' distinct steps first (features with gradient), then the steps only burn-in rows hold
+        steps, slot_steps = np.unique(host_slots.ravel(), return_inverse=True)
+        n_slot_steps = steps.shape[0]
+        burn_steps = np.zeros(0, dtype=np.int64)
+        if burn_rows.size:
+            burn_only = np.setdiff1d(burn_rows.ravel(), steps)
+            # (B * (burn_in + 1),): each burn-in step's row in the distinct steps
+            in_slots = np.isin(burn_rows.ravel(), steps)
+            burn_steps = np.where(
+                in_slots,
+                np.searchsorted(steps, burn_rows.ravel()),
+                n_slot_steps + np.searchsorted(burn_only, burn_rows.ravel()),
             )
+            steps = np.concatenate([steps, burn_only])
+        slots = self._to_device(host_slots)
+        distinct = self._to_device(steps)
+        if isinstance(self.observations, dict):
+            observations: th.Tensor | dict[str, th.Tensor] = {k: obs[distinct] for k, obs in self.observations.items()}
+        else:
+            observations = self.observations[distinct]
+        # (B,) flat step index of each row's slot 0
+        memory_steps = slots[:, 0]
+        episode_starts = self.data["episode_starts"][slots]
+        real = None
+        if host_lengths is not None:
+            real = real_slots(self._to_device(host_lengths), width)
+            # Padding slots hold no episode start (they are not steps of the window)
+            episode_starts = episode_starts * real
+        resets = slot_resets(episode_starts)
+        kept = kept_slots(resets, self.settings.boundary, real)
+        if self.settings.boundary == "mask":
+            # A row cut from its window keeps nothing when the window reset at or before the row's first step
+            reset_before = self.host_start_count[starts] > self.host_start_count[window_firsts]
+            if bool(reset_before.any()):
+                kept = kept & ~self._to_device(reset_before)[:, None]
+        return WindowRolloutBufferSamples(
+            observations=observations,
+            slot_steps=self._to_device(slot_steps.reshape(host_slots.shape)),
+            actions=self.data["actions"][slots],
+            old_values=self.data["old_values"][slots],
+            old_log_prob=self.data["old_log_prob"][slots],
+            advantages=self.data["advantages"][slots],
+            returns=self.data["returns"][slots],
+            lstm_states=self._memory_at(memory_steps),
+            episode_starts=episode_starts,
+            resets=resets,
+            kept=kept,
+            weights=slot_weights(kept, self.stats.counts[slots], self.settings.weighting),
+            layout=self._device_layout(self.host_episode_starts[host_slots], host_lengths),
+            window_starts=memory_steps,
+            burn_in=None if self.burn_in == 0 else self._burn_in(burn_rows, burn_lengths, burn_steps, n_slot_steps),
+            n_real_slots=None if host_lengths is None else int(host_lengths.sum()),
+            loss_normaliser=normaliser,
+        )
 
     def _memory_at(self, steps: th.Tensor) -> RNNStates:
         """The stored (or refreshed) memory entering the given flat steps, actor and critic, each ``(B, n_layers, H)``."""
@@ -325,33 +326,58 @@ class _WindowBufferMixin:
 
     def _set_window_settings(
         self,
-        window_size: int,
-        boundary: str,
-        weighting: str,
-        window_stride: int | None,
+        window_settings: WindowSettings,
         consecutive_windows: int,
         seed: int | None,
         n_steps: int,
         burn_in: int = 0,
         recurrent_layer_type: str = "lstm",
-        window_coverage: str = "inside",
     ) -> None:
         if recurrent_layer_type not in ("lstm", "gru"):
             raise ValueError(f"recurrent_layer_type must be 'lstm' or 'gru', got {recurrent_layer_type!r}")
+        if not isinstance(window_settings, WindowSettings):
+            raise TypeError(
+                f"window_settings must be a WindowSettings (WindowSettings.validated(...)), got {window_settings!r}"
+            )
+        if window_settings.window_size > n_steps:
+            raise ValueError(
+                f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got "
+                f"{window_settings.window_size}"
+            )
         self.recurrent_layer_type = cast(RecurrentLayerType, recurrent_layer_type)
         self.state_names = memory_state_names(self.recurrent_layer_type)
-        settings = WindowSettings.validated(window_size, boundary, weighting, window_stride, window_coverage, n_steps)
-        self.window_coverage: Coverage = settings.window_coverage
         check_positive_int("consecutive_windows", consecutive_windows)
         check_non_negative_int("burn_in", burn_in)
+        self.window_settings = window_settings
         self.burn_in = int(burn_in)
-        self.window_size = settings.window_size
-        self.boundary: Boundary = settings.boundary
-        self.weighting: Weighting = settings.weighting
-        self.window_stride = settings.window_stride
         self.consecutive_windows = consecutive_windows
         self._sampler: _WindowSampler | None = None
         self.seed(seed)
+
+    @property
+    def window_size(self) -> int:
+        """Steps per window."""
+        return self.window_settings.window_size
+
+    @property
+    def boundary(self) -> Boundary:
+        """``"reset"`` or ``"mask"``."""
+        return self.window_settings.boundary
+
+    @property
+    def weighting(self) -> Weighting:
+        """``"uniform"``, ``"importance"`` or ``"kept_mean"``."""
+        return self.window_settings.weighting
+
+    @property
+    def window_stride(self) -> int:
+        """Steps between the starts of the windows of an epoch (resolved)."""
+        return self.window_settings.window_stride
+
+    @property
+    def window_coverage(self) -> Coverage:
+        """``"full"`` or ``"inside"``."""
+        return self.window_settings.window_coverage
 
     def seed(self, seed: int | None = None) -> None:
         """
@@ -414,15 +440,11 @@ class _WindowBufferMixin:
                 },
                 n_envs=self.n_envs,
                 n_steps=self.buffer_size,
-                window_size=self.window_size,
-                boundary=self.boundary,
-                weighting=self.weighting,
-                window_stride=self.window_stride,
+                settings=self.window_settings,
                 consecutive_windows=self.consecutive_windows,
                 device=self.device,
                 burn_in=self.burn_in,
                 state_names=self.state_names,
-                window_coverage=self.window_coverage,
             )
         return self._sampler
 
@@ -471,19 +493,14 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param gae_lambda: GAE lambda
     :param gamma: Discount factor
     :param n_envs: Number of parallel environments
-    :param window_size: Steps per window
-    :param boundary: ``"reset"`` or ``"mask"``
-    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
-    :param window_stride: Steps between the starts of the windows of an epoch, from a random phase per env
-        (``None``: ``window_size``)
+    :param window_settings: The window settings (:meth:`WindowSettings.validated
+        <sb3_reset_ppo.common.windows.WindowSettings.validated>`, whose defaults are ResetPPO's)
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env
         (shuffled as runs); runs share steps, whose features are then computed once
     :param seed: Seed of the generator that orders the windows
     :param burn_in: Steps before each window run without gradient to obtain the memory of its slot 0 (0: the
         stored memory of its step)
     :param recurrent_layer_type: ``"lstm"`` (stores hidden and cell states) or ``"gru"`` (hidden states only)
-    :param window_coverage: ``"inside"`` (windows inside the rollout) or ``"full"`` (every window that meets the
-        rollout, clipped to it, the missing slots padding that is never trained)
     """
 
     observations: np.ndarray
@@ -498,27 +515,20 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
         gae_lambda: float = 1,
         gamma: float = 0.99,
         n_envs: int = 1,
-        window_size: int = 16,
-        boundary: str = "reset",
-        weighting: str = "uniform",
-        window_stride: int | None = None,
+        *,
+        window_settings: WindowSettings,
         consecutive_windows: int = 1,
         seed: int | None = None,
         burn_in: int = 0,
         recurrent_layer_type: str = "lstm",
-        window_coverage: str = "inside",
     ) -> None:
         self._set_window_settings(
-            window_size,
-            boundary,
-            weighting,
-            window_stride,
+            window_settings,
             consecutive_windows,
             seed,
             n_steps=buffer_size,
             burn_in=burn_in,
             recurrent_layer_type=recurrent_layer_type,
-            window_coverage=window_coverage,
         )
         super().__init__(buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs)
 
@@ -542,27 +552,20 @@ class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  
         gae_lambda: float = 1,
         gamma: float = 0.99,
         n_envs: int = 1,
-        window_size: int = 16,
-        boundary: str = "reset",
-        weighting: str = "uniform",
-        window_stride: int | None = None,
+        *,
+        window_settings: WindowSettings,
         consecutive_windows: int = 1,
         seed: int | None = None,
         burn_in: int = 0,
         recurrent_layer_type: str = "lstm",
-        window_coverage: str = "inside",
     ) -> None:
         self._set_window_settings(
-            window_size,
-            boundary,
-            weighting,
-            window_stride,
+            window_settings,
             consecutive_windows,
             seed,
             n_steps=buffer_size,
             burn_in=burn_in,
             recurrent_layer_type=recurrent_layer_type,
-            window_coverage=window_coverage,
         )
         super().__init__(
             buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs

@@ -43,14 +43,16 @@ def window_ppo_loss(
     vf_coef: float,
     normalize_advantage: bool = True,
     n_real_slots: int | None = None,
+    uniform_normaliser: float | None = None,
 ) -> WindowLoss:
     """
     PPO's clipped loss over the slots of ``B`` windows of ``W`` slots (every tensor argument ``(B, W)``).
 
     Per-slot terms (clipped surrogate, value loss with optional ``clip_range_vf``, entropy) are combined
-    as ``sum(w * term) / n`` for ``"uniform"`` weighting (``n`` the number of real slots, ``B * W`` unless windows
-    are clipped) and ``sum(w * term) / sum(w)`` for
-    ``"importance"`` and ``"kept_mean"``. Advantages are normalised with the slot weights' statistics:
+    as ``sum(w * term) / n`` for ``"uniform"`` weighting (``n`` the ``uniform_normaliser``, the same for every
+    minibatch of a rollout; without it the number of real slots, ``B * W`` unless windows are clipped) and
+    ``sum(w * term) / sum(w)`` for ``"importance"`` and ``"kept_mean"``. Advantages are normalised with the slot
+    weights' statistics:
     weighted mean ``sum(w * a) / sum(w)`` and unbiased weighted variance
     ``sum(w * (a - mean)^2) / (sum(w) - sum(w^2) / sum(w))`` (for weights of 0 and 1: the mean and unbiased
     variance over kept slots, as ``torch.std``), so that the weighted mean of the normalised advantages is 0;
@@ -75,6 +77,9 @@ def window_ppo_loss(
     :param normalize_advantage: Normalise advantages with the slot weights' statistics
     :param n_real_slots: Real slots of the minibatch when some are padding of clipped windows (``kept`` and
         ``weights`` 0 there); ``None``: all ``B * W``
+    :param uniform_normaliser: The divisor of ``"uniform"`` weighting
+        (:func:`~sb3_reset_ppo.common.windows.uniform_normaliser`: ``batch_size``, or an epoch's expected real slots
+        when fewer); ``None``: the real slots of this minibatch
     :return: The loss and its parts
     """
     kept_f = kept.float()
@@ -102,9 +107,12 @@ def window_ppo_loss(
     # Approximate entropy when there is no closed form, as SB3 does
     entropy_term = log_prob if entropy is None else -entropy
 
-    # "uniform": all B * W slots, less padding (a number, not a tensor: no copy to the device per minibatch)
-    slots = weights.numel() if n_real_slots is None else n_real_slots
-    normaliser: th.Tensor | int = weights.sum() if weighting != "uniform" else slots
+    # "uniform": the rollout's normaliser, else all B * W slots less padding (a number, not a tensor: no copy to the
+    # device per minibatch)
+    slots: float = weights.numel() if n_real_slots is None else n_real_slots
+    if uniform_normaliser is not None:
+        slots = uniform_normaliser
+    normaliser: th.Tensor | float = weights.sum() if weighting != "uniform" else slots
 
     def combine(term: th.Tensor) -> th.Tensor:
         return (weights * th.where(kept, term, th.zeros_like(term))).sum() / normaliser

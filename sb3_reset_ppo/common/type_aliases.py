@@ -2,6 +2,7 @@
 
 from typing import NamedTuple
 
+import numpy as np
 import torch as th
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.type_aliases import PyTorchObs
@@ -33,7 +34,8 @@ class BurnIn(NamedTuple):
 
 class WindowRolloutBufferSamples(NamedTuple):
     """
-    A minibatch of ``B`` windows of ``W`` slots each.
+    A minibatch of ``B`` rows of ``W`` slots each: windows, or the pieces of windows that a minibatch edge cut (``W``
+    is the longest row of the minibatch, at most ``window_size``; shorter rows are padded).
 
     - ``observations``: the observations of the minibatch's ``U`` *distinct* steps, leading shape ``(U,)``
       (a dict of such tensors for ``Dict`` spaces); ``slot_steps`` (``(B, W)``) says which row each slot holds.
@@ -49,7 +51,11 @@ class WindowRolloutBufferSamples(NamedTuple):
       replaces ``lstm_states``), else ``None``.
     - ``n_real_slots``: with clipped windows (``window_coverage="full"``), the number of real slots; the others are
       padding (``kept`` and ``weights`` 0, no episode start), which no loss term or statistic sees. ``None``: every
-      slot is real (``B * W``).
+      slot is real (``B * W``). Every minibatch of an epoch holds ``batch_size`` real slots, but at most one.
+    - ``loss_normaliser``: what the loss is divided by under ``weighting="uniform"``, the same for every minibatch of
+      the rollout (:func:`~sb3_reset_ppo.common.windows.uniform_normaliser`); ``None``: the minibatch's real slots.
+    - ``row_offsets``: host array ``(B,)``, the slot of each row's first step in its window (0 unless a minibatch edge
+      cut the window before it); the row's window starts ``row_offsets`` steps before ``window_starts``.
     """
 
     observations: PyTorchObs
@@ -68,3 +74,5 @@ class WindowRolloutBufferSamples(NamedTuple):
     window_starts: th.Tensor
     burn_in: BurnIn | None = None
     n_real_slots: int | None = None
+    loss_normaliser: float | None = None
+    row_offsets: np.ndarray | None = None

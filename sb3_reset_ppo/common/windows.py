@@ -55,49 +55,19 @@ def check_non_negative_int(name: str, value: object) -> None:
     _check_int(name, value, 0, "a non-negative int")
 
 
-def check_window_settings(
-    window_size: object,
-    boundary: object,
-    weighting: object,
-    window_stride: object = 1,
-    n_steps: int | None = None,
-    window_coverage: object = "inside",
-) -> None:
-    """
-    Validate the window settings, raising an error that names the parameter, its value and what is allowed.
-
-    :param window_size: Number of consecutive steps in a window (positive int, at most ``n_steps``; see
-        :func:`resolve_window_size` for the derived ``"batch"`` and ``"rollout"``)
-    :param boundary: ``"reset"`` or ``"mask"``
-    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
-    :param window_stride: Steps between the starts of the windows of an epoch (positive int, or ``None``
-        for ``window_size``)
-    :param n_steps: Rollout length per env, when known
-    :param window_coverage: ``"full"`` or ``"inside"`` (see :func:`epoch_window_starts`)
-    """
-    if window_coverage not in COVERAGES:
-        raise ValueError(f"window_coverage must be one of {COVERAGES}, got {window_coverage!r}")
-    check_positive_int("window_size", window_size)
-    if window_stride is not None:
-        try:
-            check_positive_int("window_stride", window_stride)
-        except (TypeError, ValueError) as error:
-            raise type(error)(f"{error}; or None (window_size)") from None
-    if n_steps is not None and int(cast(int, window_size)) > n_steps:
-        raise ValueError(
-            f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got {window_size!r}"
-        )
-    if boundary not in BOUNDARIES:
-        raise ValueError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+# The defaults of the window settings, in one place: ResetPPO's arguments, WindowSettings and window_weights use them
+DEFAULT_WINDOW_SIZE = "batch"
+DEFAULT_BOUNDARY: Boundary = "reset"
+DEFAULT_WEIGHTING: Weighting = "uniform"
+DEFAULT_WINDOW_STRIDE: int | None = None
+DEFAULT_WINDOW_COVERAGE: Coverage = "full"
 
 
 @dataclass(frozen=True)
 class WindowSettings:
     """
-    The window settings, validated once (:meth:`validated`) and typed: what the buffer, the statistics and
-    :func:`window_weights` work with.
+    The window settings, validated once (:meth:`validated`, whose defaults are ResetPPO's) and typed: what the model,
+    the buffer, the statistics and :func:`window_weights` work with.
 
     :param window_size: Steps per window (resolved: an int)
     :param boundary: ``"reset"`` or ``"mask"``
@@ -115,27 +85,50 @@ class WindowSettings:
     @classmethod
     def validated(
         cls,
-        window_size: object,
-        boundary: object = "reset",
-        weighting: object = "uniform",
-        window_stride: object = None,
-        window_coverage: object = "inside",
+        window_size: object = DEFAULT_WINDOW_SIZE,
+        boundary: object = DEFAULT_BOUNDARY,
+        weighting: object = DEFAULT_WEIGHTING,
+        window_stride: object = DEFAULT_WINDOW_STRIDE,
+        window_coverage: object = DEFAULT_WINDOW_COVERAGE,
         n_steps: int | None = None,
+        batch_size: int | None = None,
     ) -> "WindowSettings":
         """
-        Check the settings (:func:`check_window_settings`: an error naming the parameter, its value and what is
-        allowed) and return them typed, with the stride resolved.
+        Check the settings, raising an error that names the parameter, its value and what is allowed, and return
+        them typed, with the window length and the stride resolved.
 
-        :param window_size: Steps per window, an int (derived sizes are resolved before: :func:`resolve_window_size`)
+        :param window_size: Steps per window: a positive int at most ``n_steps``, or ``"batch"`` / ``"rollout"``
+            (:func:`resolve_window_size`, which needs ``n_steps``)
         :param boundary: ``"reset"`` or ``"mask"``
         :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
         :param window_stride: A positive int, or ``None`` for ``window_size``
         :param window_coverage: ``"full"`` or ``"inside"``
         :param n_steps: Rollout length per env, when known (``window_size`` may not exceed it)
+        :param batch_size: Minibatch size in transitions (for ``window_size="batch"``), or ``None``
         :return: The settings
         """
-        check_window_settings(window_size, boundary, weighting, window_stride, n_steps, window_coverage)
-        size = int(cast(int, window_size))
+        if window_coverage not in COVERAGES:
+            raise ValueError(f"window_coverage must be one of {COVERAGES}, got {window_coverage!r}")
+        check_window_size_setting(window_size)
+        if isinstance(window_size, str):
+            if n_steps is None:
+                raise ValueError(f"window_size={window_size!r} is derived from n_steps, which was not given")
+            size = resolve_window_size(window_size, n_steps, batch_size)
+        else:
+            size = int(cast(int, window_size))
+        if window_stride is not None:
+            try:
+                check_positive_int("window_stride", window_stride)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"{error}; or None (window_size)") from None
+        if n_steps is not None and size > n_steps:
+            raise ValueError(
+                f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got {window_size!r}"
+            )
+        if boundary not in BOUNDARIES:
+            raise ValueError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
         return cls(
             window_size=size,
             boundary=cast(Boundary, boundary),
@@ -389,6 +382,173 @@ def windows_per_minibatch(batch_size: int | None, window_size: int) -> int | Non
     :return: Windows per minibatch, or ``None`` for all windows of an epoch
     """
     return None if batch_size is None else max(1, int(batch_size) // window_size)
+
+
+def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) -> float:
+    """
+    Expected number of real slots (transitions) of one epoch: the real slots of all windows of the rollout (one at
+    every start) divided by the stride an epoch uses, ``k``. ``"full"``: ``n_envs * n_steps * W / k`` (every step is
+    in ``W`` windows); ``"inside"``: ``n_envs * (n_steps - W + 1) * W / k``. It is the number of every epoch when the
+    number of windows held does not depend on the phases (``k = 1``, or ``"full"`` with ``k`` dividing ``W``).
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param settings: The window settings
+    :return: Real slots per epoch, on average over the phases
+    """
+    size = settings.window_size
+    steps_in_windows = n_steps if settings.window_coverage == "full" else n_steps - size + 1
+    return n_envs * steps_in_windows * size / settings.stride(n_steps)
+
+
+def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batch_size: int | None) -> float:
+    """
+    What every minibatch's loss is divided by under ``weighting="uniform"``: ``min(batch_size, expected real slots of
+    an epoch)`` (:func:`expected_epoch_slots`; ``batch_size=None``: the latter; ``batch_size`` below ``window_size``
+    counts as ``window_size``, :func:`minibatch_slots`), the same number for every minibatch of a rollout. A full
+    minibatch holds ``batch_size`` real slots, so its loss is their mean; the epoch's one short
+    minibatch (``plan_epoch``) is divided by the same number, so every real slot of every epoch enters the gradient
+    with exactly ``weight / normaliser``, and a step's expected gradient weight per epoch is
+    ``window_weights / normaliser``.
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param settings: The window settings
+    :param batch_size: Minibatch size in transitions, or ``None`` (the whole epoch)
+    :return: The normaliser
+    """
+    slots = expected_epoch_slots(n_steps, n_envs, settings)
+    full = minibatch_slots(batch_size, settings.window_size)
+    return slots if full is None else min(float(full), slots)
+
+
+def minibatch_sizes(n_slots: int, batch_size: int | None, generator: np.random.Generator) -> np.ndarray:
+    """
+    Real slots of each minibatch of an epoch of ``n_slots`` slots: ``batch_size`` each, and one remainder of
+    ``n_slots % batch_size`` at a uniformly random place among them (as SB3's PPO, whose truncated minibatch holds
+    random transitions). The generator is called only when there is a remainder and more than one minibatch.
+
+    :param n_slots: Real slots of the epoch (at least 1)
+    :param batch_size: Minibatch size in transitions; ``None`` or ``>= n_slots``: one minibatch of all
+    :param generator: Source of the remainder's place
+    :return: int64 array of the minibatch sizes, in the epoch's order, summing to ``n_slots``
+    """
+    if batch_size is None or batch_size >= n_slots:
+        return np.array([n_slots], dtype=np.int64)
+    full, remainder = divmod(n_slots, int(batch_size))
+    sizes = np.full(full, int(batch_size), dtype=np.int64)
+    if remainder:
+        sizes = np.insert(sizes, int(generator.integers(full + 1)), remainder)
+    return sizes
+
+
+class EpochPlan(NamedTuple):
+    """
+    One epoch's minibatches, as *rows*: a row is a window, or the piece of a window that falls in one minibatch when
+    a minibatch edge cuts the window (its later piece starts a row of the next minibatch, from the memory stored for
+    its first step, as ``RecurrentPPO`` cuts sequences at minibatch edges). Rows are in the epoch's order; each array
+    has shape ``(n_rows,)`` except ``minibatch_edges``.
+    """
+
+    starts: np.ndarray  # flat (env-major) index of each row's first step
+    lengths: np.ndarray  # real steps of each row (1 .. W)
+    offsets: np.ndarray  # slot of the row's first step in its window (0 unless the window was cut before it)
+    window_firsts: np.ndarray  # flat index of the first real step of the row's window
+    minibatch_edges: np.ndarray  # (n_minibatches + 1,): minibatch m is rows minibatch_edges[m] .. [m + 1] - 1
+
+    @property
+    def n_minibatches(self) -> int:
+        """Number of minibatches of the epoch."""
+        return self.minibatch_edges.shape[0] - 1
+
+
+def plan_epoch(
+    n_steps: int,
+    n_envs: int,
+    settings: WindowSettings,
+    batch_size: int | None,
+    consecutive_windows: int,
+    generator: np.random.Generator,
+) -> EpochPlan:
+    """
+    Plan one epoch: its windows (:func:`epoch_window_starts`, a fresh phase per env), grouped into units
+    (:func:`window_units`), ordered (:func:`window_order` over the units; a unit's windows in order), and the
+    resulting sequence of real slots cut into minibatches of ``batch_size`` slots (:func:`minibatch_slots`: at least
+    ``window_size``; :func:`minibatch_sizes`: at most one shorter minibatch, at a random place). A window that a
+    minibatch edge cuts becomes two rows.
+
+    When every unit holds a multiple of ``batch_size`` slots, or ``batch_size`` is a multiple of every unit's slots and
+    the epoch's total (e.g. ``"full"`` coverage, stride ``W``, ``W`` dividing ``n_steps`` and ``batch_size``), no
+    window is cut and the minibatches are runs of whole units of the epoch's order, as before minibatches were cut by
+    slots (and with the same generator calls).
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param settings: The window settings
+    :param batch_size: Transitions (real slots) per minibatch; ``None``: the whole epoch
+    :param consecutive_windows: Units per run of one env in the epoch's order (:func:`window_order`)
+    :param generator: Source of the phases, the order and the remainder's place
+    :return: The plan
+    """
+    size = settings.window_size
+    epoch = epoch_window_starts(n_steps, n_envs, size, settings.window_stride, generator, settings.window_coverage)
+    units = window_units(epoch, size)
+    # Index of the first window of every unit (units are numbered in the order of their first windows)
+    unit_first = np.unique(units, return_index=True)[1]
+    unit_order = window_order(epoch.starts[unit_first] // n_steps, epoch.position[unit_first], consecutive_windows, generator)
+    # Rank of every unit in the epoch's order; windows sorted by their unit's rank (a unit's windows in order)
+    unit_rank = np.empty(unit_first.shape[0], dtype=np.int64)
+    unit_rank[unit_order] = np.arange(unit_first.shape[0])
+    sequence = np.argsort(unit_rank[units], kind="stable")
+    lengths = epoch.lengths[sequence]
+    # Where each window of the sequence ends, and each minibatch, in the epoch's sequence of real slots
+    window_end = np.cumsum(lengths)
+    minibatch_end = np.cumsum(minibatch_sizes(int(window_end[-1]), minibatch_slots(batch_size, size), generator))
+    # Rows: the pieces between consecutive window or minibatch edges
+    row_begin = np.union1d(window_end - lengths, minibatch_end[:-1])
+    row_end = np.append(row_begin[1:], window_end[-1])
+    window = np.searchsorted(window_end, row_begin, side="right")
+    offsets = row_begin - (window_end - lengths)[window]
+    minibatch = np.searchsorted(minibatch_end, row_begin, side="right")
+    window_firsts = epoch.starts[sequence][window]
+    return EpochPlan(
+        starts=window_firsts + offsets,
+        lengths=row_end - row_begin,
+        offsets=offsets,
+        window_firsts=window_firsts,
+        minibatch_edges=np.searchsorted(minibatch, np.arange(minibatch_end.shape[0] + 1)),
+    )
+
+
+def minibatch_slots(batch_size: int | None, window_size: int) -> int | None:
+    """
+    Real slots (transitions) of a full minibatch: ``batch_size``, or ``window_size`` when ``batch_size`` is smaller
+    (a minibatch then holds one window's worth of steps, so that windows keep their length).
+
+    :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: the whole epoch
+    :param window_size: Steps per window
+    :return: Slots per full minibatch, or ``None`` for the whole epoch
+    """
+    return None if batch_size is None else max(int(batch_size), window_size)
+
+
+def epoch_slot_range(n_steps: int, n_envs: int, settings: WindowSettings) -> tuple[int, int]:
+    """
+    Fewest and most real slots an epoch can hold (over the phases; equal when the number does not depend on them).
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param settings: The window settings
+    :return: ``(fewest, most)``
+    """
+    stride = settings.stride(n_steps)
+    size = settings.window_size
+    n_starts = n_window_starts(n_steps, size, settings.window_coverage)
+    virtual = np.arange(n_starts) + first_window_start(size, settings.window_coverage)
+    _, lengths = clip_windows(virtual, n_steps, size)
+    # Real slots of one env's epoch for every phase p: the windows starting at p, p + k, ...
+    per_phase = np.bincount(np.arange(n_starts) % stride, weights=lengths, minlength=stride)
+    return n_envs * int(per_phase.min()), n_envs * int(per_phase.max())
 
 
 def slot_indices(starts: th.Tensor, window_size: int, lengths: th.Tensor | None = None) -> th.Tensor:

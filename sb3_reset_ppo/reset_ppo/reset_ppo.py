@@ -32,12 +32,16 @@ from sb3_reset_ppo.common.unroll import (
 )
 from sb3_reset_ppo.common.utils import warn_user
 from sb3_reset_ppo.common.windows import (
+    DEFAULT_BOUNDARY,
+    DEFAULT_WEIGHTING,
+    DEFAULT_WINDOW_COVERAGE,
+    DEFAULT_WINDOW_SIZE,
+    DEFAULT_WINDOW_STRIDE,
     WindowSettings,
     check_non_negative_int,
     check_positive_int,
-    check_window_size_setting,
-    resolve_window_size,
-    windows_per_minibatch,
+    epoch_slot_range,
+    minibatch_slots,
 )
 from sb3_reset_ppo.reset_ppo.policies import (
     CnnGruPolicy,
@@ -194,11 +198,11 @@ class ResetPPO(RecurrentPPO):
         verbose: int = 0,
         seed: int | None = None,
         device: th.device | str = "auto",
-        window_size: int | str = "batch",
-        boundary: str = "reset",
-        weighting: str = "uniform",
-        window_stride: int | None = None,
-        window_coverage: str = "full",
+        window_size: int | str = DEFAULT_WINDOW_SIZE,
+        boundary: str = DEFAULT_BOUNDARY,
+        weighting: str = DEFAULT_WEIGHTING,
+        window_stride: int | None = DEFAULT_WINDOW_STRIDE,
+        window_coverage: str = DEFAULT_WINDOW_COVERAGE,
         consecutive_windows: int | str = "auto",
         memory_refresh: int = 0,
         burn_in: int = 0,
@@ -214,10 +218,8 @@ class ResetPPO(RecurrentPPO):
                 f"policy {policy!r} is unknown to ResetPPO, a recurrent algorithm: use one of "
                 f"{sorted(self.policy_aliases)} (or a RecurrentActorCriticPolicy subclass)"
             )
-        # Checked before the env is built, and again in _setup_model (which load() calls too)
-        check_window_size_setting(window_size)
-        resolved = resolve_window_size(window_size, n_steps, batch_size)
-        WindowSettings.validated(resolved, boundary, weighting, window_stride, window_coverage)
+        # Checked before the env is built, and again in _setup_model (which load() calls too, after its overrides)
+        WindowSettings.validated(window_size, boundary, weighting, window_stride, window_coverage, n_steps, batch_size)
         _check_consecutive_windows(consecutive_windows)
         check_non_negative_int("memory_refresh", memory_refresh)
         check_non_negative_int("burn_in", burn_in)
@@ -261,7 +263,15 @@ class ResetPPO(RecurrentPPO):
     def _check_settings(self) -> None:
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
-        self.window_settings()
+        self._window_settings = WindowSettings.validated(
+            self.window_size,
+            self.boundary,
+            self.weighting,
+            self.window_stride,
+            self.window_coverage,
+            self.n_steps,
+            self.batch_size,
+        )
         _check_consecutive_windows(self.consecutive_windows)
         check_non_negative_int("memory_refresh", self.memory_refresh)
         check_non_negative_int("burn_in", self.burn_in)
@@ -278,16 +288,18 @@ class ResetPPO(RecurrentPPO):
             raise ValueError(f"clip_range_vf must be positive or None (no value clipping), got {self.clip_range_vf!r}")
 
     @property
+    def window_settings(self) -> WindowSettings:
+        """The model's window settings, validated when the model was set up (``window_size`` and the stride resolved)."""
+        return self._window_settings
+
+    @property
     def window_length(self) -> int:
         """The window length in steps: ``window_size``, with ``"batch"`` and ``"rollout"`` resolved (see ``window_size``)."""
-        return resolve_window_size(self.window_size, self.n_steps, self.batch_size)
+        return self._window_settings.window_size
 
-    def window_settings(self) -> WindowSettings:
-        """The model's window settings, validated against its ``n_steps`` (an error names a wrong one)."""
-        check_window_size_setting(self.window_size)
-        return WindowSettings.validated(
-            self.window_length, self.boundary, self.weighting, self.window_stride, self.window_coverage, self.n_steps
-        )
+    def _excluded_save_params(self) -> list[str]:
+        # Rebuilt from the saved arguments by _setup_model
+        return [*super()._excluded_save_params(), "_window_settings"]
 
     def _setup_model(self) -> None:
         self._check_settings()
@@ -307,15 +319,11 @@ class ResetPPO(RecurrentPPO):
             gamma=self.gamma,
             gae_lambda=self.gae_lambda,
             n_envs=self.n_envs,
-            window_size=self.window_length,
-            boundary=self.boundary,
-            weighting=self.weighting,
-            window_stride=self.window_stride,
+            window_settings=self._window_settings,
             consecutive_windows=self._resolved_consecutive_windows(),
             seed=self.seed,
             burn_in=self.burn_in,
             recurrent_layer_type=layer_type,
-            window_coverage=self.window_coverage,
         )
         # A loaded checkpoint continues the window generator where the saved model left it
         state = getattr(self, "_window_generator_state", None)
@@ -324,28 +332,53 @@ class ResetPPO(RecurrentPPO):
         self._warn_about_batch_size()
 
     def _warn_about_batch_size(self) -> None:
-        """Say when ``batch_size`` is not a whole number of windows, or more than one epoch holds."""
+        """
+        Say, as SB3's PPO does, when an epoch's minibatches cannot all be full, and when ``batch_size`` is below
+        ``window_size``, not a whole number of windows, or more than an epoch holds.
+        """
         if self.batch_size is None:
             return
         length = self.window_length
-        windows = windows_per_minibatch(self.batch_size, length)
-        assert windows is not None
+        full = minibatch_slots(self.batch_size, length)
+        assert full is not None
+        fewest, most = epoch_slot_range(self.n_steps, self.n_envs, self._window_settings)
         if self.batch_size < length:
             warn_user(
-                f"batch_size={self.batch_size} is smaller than window_size={length}: each minibatch holds one window "
-                f"of {length} steps ({length} transitions, more than batch_size)"
+                f"batch_size={self.batch_size} is smaller than window_size={length}: each minibatch holds {length} "
+                f"transitions (one window's worth), more than batch_size"
             )
-        elif self.batch_size % length != 0:
+        elif self.batch_size % length != 0 and self.batch_size < most:
             warn_user(
-                f"batch_size={self.batch_size} is not a multiple of window_size={length}: each minibatch "
-                f"holds {windows} window(s) of {length} steps ({windows * length} transitions)"
+                f"batch_size={self.batch_size} is not a multiple of window_size={length}: minibatch edges cut windows, "
+                "and the later piece of a cut window starts from the memory stored for its first step (as RecurrentPPO "
+                "cuts sequences at minibatch edges)"
             )
-        n_windows = self.rollout_buffer.n_windows
-        if windows > n_windows:
+        if full >= most:
+            if full > most:
+                warn_user(
+                    f"batch_size={self.batch_size} is more than an epoch holds ({most} transitions with "
+                    f"n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={length}, "
+                    f"window_stride={self._window_settings.window_stride}, window_coverage="
+                    f"{self._window_settings.window_coverage!r}): every epoch is one minibatch"
+                )
+            return
+        if fewest == most and most % full:
             warn_user(
-                f"batch_size={self.batch_size} ({windows} windows of {length}) is more than an epoch holds "
-                f"({n_windows} windows with n_envs={self.n_envs}, n_steps={self.n_steps}, "
-                f"window_stride={self.rollout_buffer.window_stride}): every minibatch holds all windows of the epoch"
+                f"You have specified a mini-batch size of {self.batch_size}, but because an epoch holds {most} "
+                f"transitions (n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={length}, "
+                f"window_stride={self._window_settings.window_stride}, window_coverage="
+                f"{self._window_settings.window_coverage!r}), each epoch has {most // full} minibatch(es) of {full} "
+                f"transitions and one of {most % full}, at a random place in the epoch's order (its loss is divided by "
+                f"{full} too, so its transitions weigh as much as the others'). We recommend a batch_size that is a "
+                "factor of the epoch's transitions."
+            )
+        elif fewest != most:
+            warn_user(
+                f"An epoch holds {fewest} to {most} transitions with these settings (n_envs={self.n_envs}, "
+                f"n_steps={self.n_steps}, window_size={length}, window_stride={self._window_settings.window_stride}, "
+                f"window_coverage={self._window_settings.window_coverage!r}: the number of windows depends on the "
+                f"epoch's phases): an epoch whose transitions are not a multiple of {full} has one shorter minibatch, "
+                "at a random place (divided by the same number: every transition weighs the same)"
             )
 
     def _resolved_consecutive_windows(self) -> int:
@@ -361,7 +394,7 @@ class ResetPPO(RecurrentPPO):
             else [self.observation_space]
         )
         has_images = any(is_image_space(space, check_channels=False) for space in subspaces)
-        settings = self.window_settings()
+        settings = self._window_settings
         return -(-settings.window_size // settings.stride(self.n_steps)) if has_images else 1
 
     def set_random_seed(self, seed: int | None = None) -> None:
@@ -484,6 +517,7 @@ class ResetPPO(RecurrentPPO):
             vf_coef=self.vf_coef,
             normalize_advantage=self.normalize_advantage,
             n_real_slots=samples.n_real_slots,
+            uniform_normaliser=samples.loss_normaliser,
         )
 
     def train(self) -> None:

@@ -1,0 +1,204 @@
+"""
+Issue 42: every step of the rollout gets the weight the documentation promises, in every setting, computed from the
+minibatches the buffer actually yields (not from ``window_weights``).
+
+A step's *effective gradient weight* in one epoch is the sum, over the slots that hold it, of the slot's weight divided
+by what its minibatch's loss is divided by (``uniform``: ``samples.loss_normaliser``). Averaged over many epochs it
+must equal the design document's expectation (``docs/design.md``, "Minibatches"): the brute-force per-epoch window
+weights divided by ``min(max(batch_size, W), expected real slots per epoch)``. That is
+
+- with full coverage in reset mode: the same for every step (``W / k`` over the normaliser);
+- with inside coverage in reset mode: the ramp ``min(s + 1, W, T - s, T - W + 1) / k``;
+- in mask mode with full coverage: the seed's pattern, ``min(j + 1, W) / k`` for a step ``j`` steps into an episode
+  that began inside the rollout (``W / k`` in the episode the rollout began in).
+
+Before issue 42 clipped pieces formed minibatches of their own, each averaged over its own real slots: the table of
+the issue (n_steps=200, batch_size=64: rollout ends 2.36 times the mean) fails ``test_issue_table_settings``.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch as th
+from helpers import RandomEpisodeEnv, brute_force_step_weights, filled_window_buffer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer
+from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
+from sb3_reset_ppo.common.windows import resolve_window_size
+
+
+def _expected_epoch_slots(n_steps: int, n_envs: int, window_size: int, stride: int, coverage: str) -> float:
+    """Brute force: the real slots of all windows of a rollout (every start, clipped), over the stride."""
+    starts = range(-(window_size - 1), n_steps) if coverage == "full" else range(n_steps - window_size + 1)
+    slots = sum(min(start + window_size, n_steps) - max(start, 0) for start in starts)
+    return n_envs * slots / min(stride, len(starts))
+
+
+def _effective_stride(n_steps: int, window_size: int, stride: int, coverage: str) -> int:
+    n_starts = n_steps + window_size - 1 if coverage == "full" else n_steps - window_size + 1
+    return min(stride, n_starts)
+
+
+def _real_slots(batch: WindowRolloutBufferSamples) -> int:
+    return int(batch.kept.numel() if batch.n_real_slots is None else batch.n_real_slots)
+
+
+def _epoch_weights(
+    buffer: WindowRolloutBuffer, batch_size: int | None, n_steps: int, n_envs: int
+) -> tuple[np.ndarray, list[int]]:
+    """One epoch from the buffer: each step's effective gradient weight (env-major) and each minibatch's real slots."""
+    weights = np.zeros(n_envs * n_steps)
+    sizes = []
+    for batch in buffer.get(batch_size):
+        assert isinstance(batch.observations, th.Tensor)
+        # The step id of every slot, from the gathered observations (the buffer stores each step's flat id)
+        ids = batch.observations[:, 0].long()[batch.slot_steps].numpy()
+        slot_weights = batch.weights.double().numpy()
+        if buffer.weighting == "uniform":
+            assert batch.loss_normaliser is not None
+            normaliser = batch.loss_normaliser
+        else:
+            normaliser = max(float(slot_weights.sum()), 1e-12)
+        np.add.at(weights, ids.ravel(), slot_weights.ravel() / normaliser)
+        sizes.append(_real_slots(batch))
+    return weights, sizes
+
+
+def _seed_mask_pattern(episode_starts: np.ndarray, window_size: int) -> np.ndarray:
+    """min(j + 1, W) for a step j steps into an episode that began at step >= 1; W in the rollout's first episode."""
+    n_steps, n_envs = episode_starts.shape
+    pattern = np.full((n_steps, n_envs), float(window_size))
+    for env in range(n_envs):
+        began = None
+        for step in range(n_steps):
+            if step >= 1 and episode_starts[step, env]:
+                began = step
+            if began is not None:
+                pattern[step, env] = min(step - began + 1, window_size)
+    return pattern
+
+
+def _inside_ramp(n_steps: int, window_size: int) -> np.ndarray:
+    s = np.arange(n_steps)
+    return np.minimum.reduce([s + 1, np.full(n_steps, window_size), n_steps - s, np.full(n_steps, n_steps - window_size + 1)])
+
+
+def _check_average(
+    n_steps: int,
+    n_envs: int,
+    window_size: int,
+    boundary: str,
+    weighting: str,
+    stride: int | None,
+    coverage: str,
+    batch_size: int | None,
+    density: float,
+    seed: int,
+    max_minibatches: int = 1500,
+) -> None:
+    buffer = filled_window_buffer(
+        n_steps, n_envs, window_size, boundary, weighting, stride,
+        window_coverage=coverage, density=density, seed=seed, buffer_seed=seed,
+    )  # fmt: skip
+    episode_starts = buffer.episode_starts  # (n_steps, n_envs)
+    resolved_stride = window_size if stride is None else stride
+    k = _effective_stride(n_steps, window_size, resolved_stride, coverage)
+    full = None if batch_size is None else max(batch_size, window_size)
+    mean_slots = _expected_epoch_slots(n_steps, n_envs, window_size, resolved_stride, coverage)
+    # Every minibatch holds `full` real slots but at most one
+    first, sizes = _epoch_weights(buffer, batch_size, n_steps, n_envs)
+    if full is not None:
+        assert sum(size != full for size in sizes) <= 1 and max(sizes) <= full, sizes
+    else:
+        assert len(sizes) == 1
+    if weighting != "uniform":
+        return
+    normaliser = mean_slots if full is None else min(full, mean_slots)
+    # (n_steps, n_envs) -> (n_envs, n_steps) -> env-major flat
+    expected = brute_force_step_weights(episode_starts, window_size, boundary, "uniform", resolved_stride, coverage)
+    expected = expected.T.reshape(-1) / normaliser
+    # The documented closed forms (k = 1 totals over k)
+    closed = None
+    if boundary == "reset":
+        closed = np.full(n_steps, window_size) if coverage == "full" else _inside_ramp(n_steps, window_size)
+        closed = np.tile(closed / k / normaliser, n_envs)
+    elif coverage == "full":
+        closed = _seed_mask_pattern(episode_starts, window_size).T.reshape(-1) / k / normaliser
+    if closed is not None and (coverage == "full" or k == 1 or n_steps == window_size):
+        # Full coverage: every window start is in exactly one phase; inside with k > 1 is the brute force only
+        np.testing.assert_allclose(expected, closed, rtol=1e-9, atol=1e-12)
+    if k == 1:
+        # Every window every epoch: the weights are the same in every epoch, exactly
+        np.testing.assert_allclose(first, expected, rtol=1e-9, atol=1e-12)
+        return
+    n_epochs = max(100, min(400, max_minibatches // max(len(sizes), 1)))
+    total = first.copy()
+    for _ in range(n_epochs - 1):
+        total += _epoch_weights(buffer, batch_size, n_steps, n_envs)[0]
+    mean = total / n_epochs
+    # A step's weight in one epoch lies in [0, M] with mean `expected`, so its variance is at most M * expected
+    bound = math.ceil(window_size / k) / normaliser
+    tolerance = 6 * np.sqrt(bound * expected / n_epochs) + 1e-12
+    assert np.all(np.abs(mean - expected) <= tolerance), (mean, expected, tolerance)
+    assert np.all(mean[expected == 0] == 0)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    n_steps=st.integers(1, 24),
+    n_envs=st.integers(1, 2),
+    data=st.data(),
+    boundary=st.sampled_from(["reset", "mask"]),
+    weighting=st.sampled_from(["uniform", "uniform", "importance", "kept_mean"]),
+    coverage=st.sampled_from(["full", "inside"]),
+    density=st.sampled_from([0.0, 0.1, 0.3, 1.0]),
+)
+def test_effective_weights_equal_the_documented_expectation(
+    n_steps: int, n_envs: int, data: st.DataObject, boundary: str, weighting: str, coverage: str, density: float
+) -> None:
+    # window_size as an int or derived from batch_size / n_steps as ResetPPO resolves it
+    batch_size = data.draw(st.one_of(st.none(), st.integers(1, 3 * n_steps * n_envs)), label="batch_size")
+    window_setting = data.draw(st.one_of(st.integers(1, n_steps), st.sampled_from(["batch", "rollout"])), label="window")
+    window_size = resolve_window_size(window_setting, n_steps, batch_size)
+    stride = data.draw(st.one_of(st.none(), st.integers(1, n_steps + window_size)), label="stride")
+    seed = data.draw(st.integers(0, 1000), label="seed")
+    _check_average(n_steps, n_envs, window_size, boundary, weighting, stride, coverage, batch_size, density, seed)
+
+
+# The issue's table: settings whose window length does not divide n_steps or whose stride is below the window
+@pytest.mark.parametrize(
+    "n_steps,batch_size,window_size,window_stride",
+    [(200, 64, "batch", None), (65, 64, "batch", None), (100, 64, "batch", None), (64, 16, 16, 1), (128, 64, "batch", None)],
+)
+def test_issue_table_settings(n_steps: int, batch_size: int, window_size: int | str, window_stride: int | None) -> None:
+    # Through the public API: the model's own buffer, defaults otherwise (full coverage, reset, uniform)
+    model = ResetPPO(
+        "MlpLstmPolicy",
+        RandomEpisodeEnv(),
+        n_steps=n_steps,
+        batch_size=batch_size,
+        window_size=window_size,
+        window_stride=window_stride,
+        policy_kwargs={"lstm_hidden_size": 4, "net_arch": []},
+        seed=0,
+    )
+    buffer = model.rollout_buffer
+    assert isinstance(buffer, WindowRolloutBuffer) and isinstance(buffer.observations, np.ndarray)
+    buffer.observations[:] = np.arange(n_steps, dtype=np.float32).reshape(n_steps, 1, 1)
+    buffer.episode_starts[:] = 0.0
+    buffer.episode_starts[[0, 37 % n_steps], 0] = 1.0
+    buffer.full = True
+    # Each epoch's weights are exact here (stride 1, or every step in one window per epoch)
+    n_epochs = 20
+    total = np.zeros(n_steps)
+    for _ in range(n_epochs):
+        weights, sizes = _epoch_weights(buffer, batch_size, n_steps, 1)
+        total += weights
+        full = max(batch_size, model.window_length)
+        assert sum(size != full for size in sizes) <= 1, sizes
+    relative = total / total.mean()
+    # Exactly the same weight for every step, rollout ends included (was 2.36 at the ends for n_steps=200)
+    np.testing.assert_allclose(relative, 1.0, atol=1e-9)
