@@ -5,8 +5,13 @@ TORCH ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat setup.cfg | cksum | cut -d' ' -f1)
+# The Python versions supported (setup.cfg's python_requires is the first, its classifiers all of them; pyproject's
+# mypy python_version and ruff target-version the first; tests/test_python_versions.py checks that they agree)
+PYTHON_VERSIONS := 3.11 3.12 3.13
+# What mypy checks (pyproject's [tool.mypy] files), byte-compiled by each interpreter
+SOURCES := sb3_reset_ppo tests examples benchmarks
 
-.PHONY: install lint type test test-slow demo figures docs clean
+.PHONY: install lint type pyversions test test-slow demo figures docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,7 +30,31 @@ lint: install
 type: install
 	$(BIN)/mypy
 
-test: lint type
+# The versions after the first: mypy with each (in parallel; the first is make type's), and every supported
+# interpreter found (python3.X on PATH, else pyenv's newest 3.X) byte-compiles the sources; one not found is skipped.
+# torch is installed for the venv's Python only, so the tests themselves run on that one
+pyversions: install
+	@status=0; pids=""; \
+	for v in $(wordlist 2,$(words $(PYTHON_VERSIONS)),$(PYTHON_VERSIONS)); do \
+		echo "mypy --python-version $$v"; $(BIN)/mypy --python-version $$v & pids="$$pids $$!"; \
+	done; \
+	for pid in $$pids; do wait $$pid || status=1; done; \
+	pycache=$$(mktemp -d); \
+	for v in $(PYTHON_VERSIONS); do \
+		py=""; \
+		for candidate in python$$v $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V -r); do \
+			if [ "$$($$candidate -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$$v" ]; then \
+				py=$$candidate; break; \
+			fi; \
+		done; \
+		if [ -z "$$py" ]; then echo "python$$v: not found, skipped"; continue; fi; \
+		echo "python$$v ($$py): compileall $(SOURCES)"; \
+		PYTHONPYCACHEPREFIX=$$pycache $$py -m compileall -q $(SOURCES) || { echo "python$$v cannot compile them"; status=1; }; \
+	done; \
+	rm -rf $$pycache; \
+	exit $$status
+
+test: lint type pyversions
 	$(BIN)/python -m pytest -n 2 tests
 
 test-slow: install
