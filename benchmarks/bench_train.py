@@ -225,7 +225,7 @@ def slots_per_epoch(model: RecurrentPPO) -> float:
         # Every step in W / k windows of an epoch in expectation (clipped windows: their real slots only)
         return model.n_envs * model.n_steps * window / effective_stride(model.n_steps, window, buffer.window_stride, "full")
     n_starts = model.n_steps - window + 1
-    return model.n_envs * n_starts / effective_stride(model.n_steps, window, buffer.window_stride) * window
+    return model.n_envs * n_starts / effective_stride(model.n_steps, window, buffer.window_stride, "inside") * window
 
 
 def one_minibatch(model: ResetPPO) -> None:

@@ -40,7 +40,7 @@ def draw_windows(ax: Axes, boundary: str) -> None:
     episode_starts, labels = _small_buffer()
     n_steps = len(labels)
     colors = {"A": "#8ecae6", "B": "#ffb703", "C": "#90be6d"}
-    starts = window_starts(n_steps, 1, SMALL_WINDOW)
+    starts = window_starts(n_steps, 1, SMALL_WINDOW, window_coverage="inside")
     slots = slot_indices(starts, SMALL_WINDOW)
     resets = slot_resets(th.as_tensor(episode_starts)[slots])
     kept = kept_slots(resets, boundary)  # type: ignore[arg-type]
@@ -63,7 +63,8 @@ def draw_windows(ax: Axes, boundary: str) -> None:
                 # Inside the slot's top-left corner, with the slot's left edge in red: the memory resets here
                 ax.plot([step, step], [-row, -row + 0.9], color="crimson", linewidth=2)
                 ax.text(step + 0.07, -row + 0.86, "R", fontsize=6, color="crimson", fontweight="bold", ha="left", va="top")
-    counts = window_weights(episode_starts, SMALL_WINDOW, boundary)
+    # Every window inside the rollout, every epoch: the seed's picture
+    counts = window_weights(episode_starts, SMALL_WINDOW, boundary, window_stride=1, window_coverage="inside")
     for step in range(n_steps):
         ax.text(step + 0.47, -len(slots) + 0.35, f"{counts[step]:g}", ha="center", fontsize=7)
     ax.text(-0.3, -len(slots) + 0.35, "count", ha="right", fontsize=7)
@@ -88,7 +89,7 @@ def draw_profile(ax: Axes, n_steps: int = 256, window_size: int = 16) -> None:
         ("reset", "uniform", dict(color="tab:blue", linewidth=1.8)),
         ("reset", "importance", dict(color="tab:green", linewidth=1.2, linestyle="--")),
     ]:
-        weights = window_weights(episode_starts, window_size, boundary, weighting)
+        weights = window_weights(episode_starts, window_size, boundary, weighting, window_stride=1, window_coverage="inside")
         ax.plot(weights / weights.mean(), label=f"{boundary}, {weighting}", **style)  # type: ignore[arg-type]
     for step in np.flatnonzero(episode_starts):
         ax.axvline(float(step), color="gray", linewidth=0.5, linestyle=":")

@@ -80,11 +80,11 @@ def test_full_coverage_weights_in_closed_form() -> None:
     for stride in (1, 4, 8, 13):
         weights = window_weights(episode_starts, 8, "reset", window_stride=stride, window_coverage="full")
         np.testing.assert_allclose(weights, 8 / stride)
-        inside = window_weights(episode_starts, 8, "reset", window_stride=stride)
+        inside = window_weights(episode_starts, 8, "reset", window_stride=stride, window_coverage="inside")
         assert inside[0] < weights[0] and inside[-1] < weights[-1]
     # Mask mode: the episode that begins in the last W - 1 steps is trained (inside: never)
     mask_full = window_weights(episode_starts, 8, "mask", window_stride=1, window_coverage="full")
-    mask_inside = window_weights(episode_starts, 8, "mask", window_stride=1)
+    mask_inside = window_weights(episode_starts, 8, "mask", window_stride=1, window_coverage="inside")
     assert np.all(mask_inside[33:] == 0) and np.all(mask_full[33:] > 0)
     # k steps into an episode: at most min(k + 1, W) windows keep it
     np.testing.assert_array_equal(mask_full[7:15], np.arange(1, 9))

@@ -31,11 +31,11 @@ def rollouts(draw: st.DrawFn) -> tuple[np.ndarray, int, int]:
 def test_window_weights_match_brute_force(rollout: tuple[np.ndarray, int, int], boundary: str, weighting: str) -> None:
     episode_starts, window_size, window_stride = rollout
     expected = brute_force_step_weights(episode_starts, window_size, boundary, weighting, window_stride)
-    actual = window_weights(episode_starts, window_size, boundary, weighting, window_stride)
+    actual = window_weights(episode_starts, window_size, boundary, weighting, window_stride, "inside")
     assert actual.shape == episode_starts.shape
     np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
     # 1-D input: one env
-    actual_1d = window_weights(episode_starts[:, 0], window_size, boundary, weighting, window_stride)
+    actual_1d = window_weights(episode_starts[:, 0], window_size, boundary, weighting, window_stride, "inside")
     assert actual_1d.shape == (episode_starts.shape[0],)
     np.testing.assert_allclose(actual_1d, expected[:, 0], rtol=1e-6, atol=1e-6)
 
@@ -44,14 +44,14 @@ def test_design_examples() -> None:
     n_steps, window_size = 64, 16
     episode_starts = np.zeros(n_steps)
     episode_starts[[0, 10, 30, 55]] = 1
-    reset = window_weights(episode_starts, window_size, "reset")
+    reset = window_weights(episode_starts, window_size, "reset", window_stride=1, window_coverage="inside")
     positions = np.arange(n_steps)
     closed_form = np.minimum.reduce(
         [positions + 1, np.full(n_steps, window_size), n_steps - positions, np.full(n_steps, n_steps - window_size + 1)]
     )
     np.testing.assert_array_equal(reset, closed_form)
 
-    mask = window_weights(episode_starts, window_size, "mask")
+    mask = window_weights(episode_starts, window_size, "mask", window_stride=1, window_coverage="inside")
     # k steps into an episode that began inside the rollout: at most k + 1
     for start, end in [(10, 30), (30, 55)]:
         assert np.all(mask[start:end] <= np.arange(end - start) + 1)
@@ -59,17 +59,33 @@ def test_design_examples() -> None:
     # The episode beginning in the last W - 1 steps is never trained
     assert np.all(mask[55:] == 0)
     # Importance weighting: every trained step has total weight 1
-    importance = window_weights(episode_starts, window_size, "mask", "importance")
+    importance = window_weights(episode_starts, window_size, "mask", "importance", 1, "inside")
     np.testing.assert_allclose(importance[mask > 0], 1.0, rtol=1e-6)
-    np.testing.assert_allclose(window_weights(episode_starts, window_size, "reset", "importance"), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(window_weights(episode_starts, window_size, "reset", "importance", 1, "inside"), 1.0, rtol=1e-6)
+
+
+def test_window_weights_defaults_are_resetppos() -> None:
+    # One set of defaults (issue 42): full coverage, stride window_size, reset, uniform: every step once per epoch
+    episode_starts = np.zeros(40)
+    episode_starts[[0, 9, 31]] = 1
+    np.testing.assert_array_equal(window_weights(episode_starts, 16), 1.0)
+    settings = WindowSettings.validated(16, n_steps=40)
+    assert (settings.window_coverage, settings.window_stride, settings.boundary, settings.weighting) == (
+        "full",
+        16,
+        "reset",
+        "uniform",
+    )
+    with pytest.raises(TypeError, match="window_size must be an int"):
+        window_weights(episode_starts, "batch")  # type: ignore[arg-type]
 
 
 def test_small_buffer_example_from_the_suggestion() -> None:
     # Window 4: the first step of an episode that starts mid-rollout counts once when masked, 4 times with reset
     episode_starts = np.array([1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0])
-    assert window_weights(episode_starts, 4, "mask")[3] == 1
-    assert window_weights(episode_starts, 4, "reset")[3] == 4
-    assert window_weights(episode_starts, 4, "reset")[7] == 4
+    assert window_weights(episode_starts, 4, "mask", window_stride=1, window_coverage="inside")[3] == 1
+    assert window_weights(episode_starts, 4, "reset", window_stride=1, window_coverage="inside")[3] == 4
+    assert window_weights(episode_starts, 4, "reset", window_stride=1, window_coverage="inside")[7] == 4
 
 
 def test_diagnostics_match_definitions() -> None:
@@ -78,7 +94,8 @@ def test_diagnostics_match_definitions() -> None:
     episode_starts[0] = 1
     for boundary in ("reset", "mask"):
         for weighting in ("uniform", "importance"):
-            stats = RolloutWindowStats(th.as_tensor(episode_starts.T.copy()), 8, boundary, weighting)  # type: ignore[arg-type]
+            config = WindowSettings.validated(8, boundary, weighting, 1, "inside")
+            stats = RolloutWindowStats(th.as_tensor(episode_starts.T.copy()), config)
             diagnostics = stats.diagnostics(th.as_tensor(episode_starts.T.copy()))
             weights = brute_force_step_weights(episode_starts, 8, boundary, weighting)
             counts = brute_force_step_weights(episode_starts, 8, boundary, "uniform")
@@ -91,7 +108,7 @@ def test_diagnostics_match_definitions() -> None:
             )
             with_reset = sum(episode_starts[t + 1 : t + 8, e].any() for e in range(3) for t in range(40 - 8 + 1))
             assert diagnostics["train/windows_with_reset"] == pytest.approx(with_reset / n_windows)
-    assert RolloutWindowStats(th.as_tensor(episode_starts.T.copy()), 8, "reset", "uniform").diagnostics(
+    assert RolloutWindowStats(th.as_tensor(episode_starts.T.copy()), WindowSettings.validated(8, window_stride=1)).diagnostics(
         th.as_tensor(episode_starts.T.copy())
     )["train/kept_slot_fraction"] == pytest.approx(1.0)
 
@@ -202,7 +219,7 @@ def test_average_epoch_weights_converge_to_window_weights(
             totals.index_add_(0, ids.reshape(-1), batch.weights.reshape(-1).double())
     # (n_envs * n_steps,) -> (n_envs, n_steps) -> (n_steps, n_envs)
     mean = (totals / n_epochs).reshape(n_envs, n_steps).T.numpy()
-    expected = window_weights(buffer.episode_starts, window_size, boundary, weighting, stride)
+    expected = window_weights(buffer.episode_starts, window_size, boundary, weighting, stride, "inside")
     # A step's weight per epoch is at most ceil(W / k) * 1 with mean `expected`: 2000 epochs give a standard
     # error below 0.03 even for the widest case here
     np.testing.assert_allclose(mean, expected, atol=0.06)
@@ -210,7 +227,7 @@ def test_average_epoch_weights_converge_to_window_weights(
     assert np.all(mean[expected == 0] == 0)
     # The control: these expectations are not those of every window every epoch (unless stride 1)
     if min(stride, n_steps - window_size + 1) > 1:
-        every_window = window_weights(buffer.episode_starts, window_size, boundary, weighting, 1)
+        every_window = window_weights(buffer.episode_starts, window_size, boundary, weighting, 1, "inside")
         assert np.abs(mean - every_window).max() > 0.5
 
 
@@ -220,7 +237,7 @@ def test_epoch_phases_are_uniform() -> None:
     n_steps, window_size, stride = 40, 8, 5
     hits = np.zeros(n_steps - window_size + 1)
     for _ in range(4000):
-        starts, position, _ = epoch_window_starts(n_steps, 1, window_size, stride, generator)
+        starts, position, _ = epoch_window_starts(n_steps, 1, window_size, stride, generator, "inside")
         hits[starts] += 1
         assert np.array_equal(position, np.arange(starts.shape[0]))
     np.testing.assert_allclose(hits / 4000, 1 / stride, atol=0.03)

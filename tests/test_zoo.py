@@ -154,7 +154,7 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
     from stable_baselines3.common.env_util import make_vec_env
 
     import sb3_reset_ppo.envs  # noqa: F401
-    from sb3_reset_ppo.common.windows import epoch_window_starts, window_units, windows_per_minibatch
+    from sb3_reset_ppo.common.windows import plan_epoch
 
     n_envs = 2
     env = make_vec_env("CueRecall-v0", n_envs=n_envs)
@@ -178,18 +178,13 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
             model = ResetPPO("MlpLstmPolicy", env, window_coverage=coverage, **settings)
             window_size, batch_size, buffer = model.window_length, model.batch_size, model.rollout_buffer
             assert window_size <= params["n_steps"]
-            windows = windows_per_minibatch(batch_size, window_size)
-            assert windows is not None
             transitions = n_envs * params["n_steps"]
-            # Epochs as the buffer draws them: real slots, and units (what minibatches are made of)
+            # Epochs as the buffer plans them: real slots, and minibatches (gradient steps)
             generator = np.random.default_rng(0)
             for _ in range(5):
-                epoch = epoch_window_starts(
-                    params["n_steps"], n_envs, window_size, buffer.window_stride, generator, buffer.window_coverage
-                )
-                n_units = int(window_units(epoch, window_size).max()) + 1
-                assert int(epoch.lengths.sum()) <= transitions
-                assert -(-n_units // windows) <= -(-transitions // batch_size)
+                plan = plan_epoch(params["n_steps"], n_envs, buffer.window_settings, batch_size, 1, generator)
+                assert int(plan.lengths.sum()) <= transitions
+                assert plan.n_minibatches <= -(-transitions // batch_size)
         checked += 1
         study.tell(trial, 0.0)
     assert checked == 60

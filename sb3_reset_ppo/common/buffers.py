@@ -92,14 +92,7 @@ class _WindowSampler:
         self.recorded_memory = dict(self.memory)
         # (n_envs * n_steps,) -> (n_envs, n_steps)
         per_env_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
-        self.stats = RolloutWindowStats(
-            per_env_starts,
-            settings.window_size,
-            settings.boundary,
-            settings.weighting,
-            settings.window_stride,
-            settings.window_coverage,
-        )
+        self.stats = RolloutWindowStats(per_env_starts, settings)
         self.diagnostics = self.stats.diagnostics(per_env_starts)
         # Episode starts up to each flat step (host, inclusive): a row cut from a window knows whether its window
         # reset at or before the row's first step (mask mode drops the row's slots then)

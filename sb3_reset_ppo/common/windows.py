@@ -194,7 +194,7 @@ def resolve_window_stride(window_stride: int | None, window_size: int) -> int:
     return window_size if window_stride is None else int(window_stride)
 
 
-def n_window_starts(n_steps: int, window_size: int, window_coverage: Coverage = "inside") -> int:
+def n_window_starts(n_steps: int, window_size: int, window_coverage: Coverage) -> int:
     """
     Number of window starts per env: ``n_steps - window_size + 1`` inside the rollout (``"inside"``), or
     ``n_steps + window_size - 1`` for windows that merely meet it (``"full"``: starts ``-(W-1) .. T-1``).
@@ -207,12 +207,12 @@ def n_window_starts(n_steps: int, window_size: int, window_coverage: Coverage = 
     return n_steps + window_size - 1 if window_coverage == "full" else n_steps - window_size + 1
 
 
-def first_window_start(window_size: int, window_coverage: Coverage = "inside") -> int:
+def first_window_start(window_size: int, window_coverage: Coverage) -> int:
     """The first (virtual) window start of an env: ``-(W - 1)`` for ``"full"``, 0 for ``"inside"``."""
     return 1 - window_size if window_coverage == "full" else 0
 
 
-def effective_stride(n_steps: int, window_size: int, window_stride: int, window_coverage: Coverage = "inside") -> int:
+def effective_stride(n_steps: int, window_size: int, window_stride: int, window_coverage: Coverage) -> int:
     """
     The stride an epoch uses: ``window_stride``, capped at the number of window starts (:func:`n_window_starts`).
 
@@ -244,7 +244,7 @@ def clip_windows(starts: np.ndarray, n_steps: int, window_size: int) -> tuple[np
 
 
 def window_starts(
-    n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", window_coverage: Coverage = "inside"
+    n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", *, window_coverage: Coverage
 ) -> th.Tensor:
     """
     Flat (env-major) index of the first step of every window of a rollout (one at every start).
@@ -272,7 +272,7 @@ def window_starts(
 
 
 def window_lengths(
-    n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", window_coverage: Coverage = "inside"
+    n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", *, window_coverage: Coverage
 ) -> th.Tensor:
     """
     Real slots of every window of :func:`window_starts` (``window_size`` for every window inside the rollout).
@@ -306,7 +306,7 @@ def epoch_window_starts(
     window_size: int,
     window_stride: int,
     generator: np.random.Generator,
-    window_coverage: Coverage = "inside",
+    window_coverage: Coverage,
 ) -> EpochWindows:
     """
     The windows of one epoch: for each env a random phase ``p`` in ``[0, k)``, ``k`` being :func:`effective_stride`,
@@ -625,7 +625,7 @@ def slot_weights(kept: th.Tensor, step_counts: th.Tensor, weighting: Weighting) 
 
 
 def _window_chunks(
-    episode_starts: th.Tensor, window_size: int, window_coverage: Coverage = "inside"
+    episode_starts: th.Tensor, window_size: int, window_coverage: Coverage
 ) -> Iterator[tuple[th.Tensor, th.Tensor, th.Tensor]]:
     """
     All windows of a rollout (one at every start, see :func:`window_starts`), a bounded number at a time.
@@ -647,9 +647,7 @@ def _window_chunks(
         yield slots, slot_resets(flat_starts[slots]) & real, real
 
 
-def kept_counts(
-    episode_starts: th.Tensor, window_size: int, boundary: Boundary, window_coverage: Coverage = "inside"
-) -> th.Tensor:
+def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary, window_coverage: Coverage) -> th.Tensor:
     """
     For every step, the number of windows (of all windows of the rollout, one at every start) in which it is kept.
 
@@ -675,39 +673,28 @@ class RolloutWindowStats:
     shares below (kept slots, windows with a reset) are the expected shares of an epoch.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
-    :param window_size: Steps per window
-    :param boundary: ``"reset"`` or ``"mask"``
-    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
-    :param window_stride: Steps between the starts of consecutive windows of an epoch
-    :param window_coverage: ``"full"`` or ``"inside"``
+    :param settings: The window settings
     """
 
-    def __init__(
-        self,
-        episode_starts: th.Tensor,
-        window_size: int,
-        boundary: Boundary,
-        weighting: Weighting,
-        window_stride: int = 1,
-        window_coverage: Coverage = "inside",
-    ) -> None:
+    def __init__(self, episode_starts: th.Tensor, settings: WindowSettings) -> None:
         n_steps = episode_starts.shape[1]
-        self.counts = kept_counts(episode_starts, window_size, boundary, window_coverage)
+        window_size, coverage = settings.window_size, settings.window_coverage
+        self.counts = kept_counts(episode_starts, window_size, settings.boundary, coverage)
         # Expected sum of slot weights per step over one epoch, shape (n_envs * n_steps,)
         self.step_weights = th.zeros_like(self.counts)
         self.n_windows = 0
         self.n_real_slots = 0
         self.n_kept_slots = 0.0
         self.n_windows_with_reset = 0
-        for slots, resets, real in _window_chunks(episode_starts, window_size, window_coverage):
-            kept = kept_slots(resets, boundary, real)
-            weights = slot_weights(kept, self.counts[slots], weighting)
+        for slots, resets, real in _window_chunks(episode_starts, window_size, coverage):
+            kept = kept_slots(resets, settings.boundary, real)
+            weights = slot_weights(kept, self.counts[slots], settings.weighting)
             self.step_weights.index_add_(0, slots.reshape(-1), weights.reshape(-1))
             self.n_windows += slots.shape[0]
             self.n_real_slots += int(real.sum())
             self.n_kept_slots += float(kept.sum())
             self.n_windows_with_reset += int(resets.any(dim=1).sum())
-        self.step_weights /= effective_stride(n_steps, window_size, window_stride, window_coverage)
+        self.step_weights /= settings.stride(n_steps)
         self.window_size = window_size
 
     def diagnostics(self, episode_starts: th.Tensor) -> dict[str, float]:
@@ -734,35 +721,51 @@ class RolloutWindowStats:
 def window_weights(
     episode_starts: np.ndarray,
     window_size: int,
-    boundary: str = "reset",
-    weighting: str = "uniform",
-    window_stride: int | None = 1,
-    window_coverage: str = "inside",
+    boundary: str = DEFAULT_BOUNDARY,
+    weighting: str = DEFAULT_WEIGHTING,
+    window_stride: int | None = DEFAULT_WINDOW_STRIDE,
+    window_coverage: str = DEFAULT_WINDOW_COVERAGE,
 ) -> np.ndarray:
     """
-    Expected total weight each step of a rollout receives in one epoch.
+    Expected total slot weight each step of a rollout receives in one epoch, computed by the code ResetPPO trains with.
 
-    This is the sum of the slot weight over every slot that holds the step, over all windows of the
-    rollout (one at every start), divided by the stride an epoch uses (:func:`effective_stride`): an
-    epoch draws each window with probability ``1 / stride``. It is computed by the same code that
-    ResetPPO trains with. With ``window_stride=1`` (every window, every epoch) and uniform weighting, in
-    reset mode a step at position ``s`` gets ``min(s+1, W, T-s, T-W+1)`` with ``window_coverage="inside"`` and
-    ``W`` with ``"full"``; in mask mode a step ``j`` steps into an episode that began inside the rollout gets at
-    most ``j+1`` (and, with ``"inside"``, 0 when the episode began in the last ``W-1`` steps). With importance
-    weighting every trained step gets ``1 / k``, ``k`` being the stride an epoch uses.
+    This is the sum of the slot weight over every slot that holds the step, over all windows of the rollout (one at
+    every start), divided by the stride an epoch uses, ``k`` (:func:`effective_stride`): an epoch draws each window
+    with probability ``1 / k``. The defaults are ResetPPO's (full coverage, stride ``window_size``: every step once
+    per epoch, so every step gets 1 in reset mode).
+
+    **The normaliser.** Under ``weighting="uniform"`` training divides every minibatch's loss by one number per rollout,
+    ``c = min(max(batch_size, window_size), expected real slots of an epoch)`` (:func:`uniform_normaliser`; every
+    minibatch holds ``max(batch_size, window_size)`` real slots but at most one per epoch, :func:`plan_epoch`). A
+    step's expected gradient weight per epoch is therefore exactly ``window_weights(...) / c``, and the weights are
+    equal for all steps exactly when these are: in reset mode with ``window_coverage="full"`` (``W / k`` each), for
+    every ``n_steps``, ``n_envs``, ``batch_size``, window length and stride. With ``"importance"`` and ``"kept_mean"``
+    each minibatch is divided by its own sum of slot weights (a self-normalised mean), so the gradient weights equal
+    these up to the variation of that sum between minibatches.
+
+    Closed forms (uniform; divide by ``k``): reset mode, ``"full"``: ``W``; ``"inside"``: ``min(s+1, W, T-s, T-W+1)``
+    for the step at position ``s``. Mask mode, ``"full"``: ``min(j+1, W)`` for a step ``j`` steps into an episode that
+    began inside the rollout (the seed's pattern), ``W`` in the episode the rollout began in; ``"inside"``: at most
+    that, and 0 when the episode began in the last ``W-1`` steps. Importance weighting: ``1 / k`` for every trained
+    step.
 
     :param episode_starts: SB3's episode-start flags (step ``s`` is the first of an episode),
         shape ``(n_steps,)`` for one env or ``(n_steps, n_envs)`` as in SB3's rollout buffer
-    :param window_size: Steps per window (``1 <= window_size <= n_steps``)
+    :param window_size: Steps per window (``1 <= window_size <= n_steps``; ``ResetPPO.window_length`` resolves
+        ``"batch"`` and ``"rollout"``)
     :param boundary: ``"reset"`` (reset-and-continue) or ``"mask"`` (drop slots after an episode end)
     :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"`` (slot weights as ``"uniform"``; it
         differs in the loss's normaliser only)
     :param window_stride: Steps between the starts of the windows of an epoch; ``None``: ``window_size``
-        (ResetPPO's default). The default 1 gives the total over all windows.
-    :param window_coverage: ``"inside"`` (windows inside the rollout) or ``"full"`` (every window that meets the
-        rollout, clipped to it); see :func:`epoch_window_starts`
+        (ResetPPO's default); 1: every window every epoch (the total over all windows)
+    :param window_coverage: ``"full"`` (every window that meets the rollout, clipped to it; ResetPPO's default) or
+        ``"inside"`` (windows inside the rollout); see :func:`epoch_window_starts`
     :return: float array of the same shape as ``episode_starts``
     """
+    if isinstance(window_size, str):
+        raise TypeError(
+            f"window_size must be an int here, got {window_size!r} (a model's resolved length is ResetPPO.window_length)"
+        )
     array = np.asarray(episode_starts)
     if array.ndim not in (1, 2) or array.shape[0] == 0:
         raise ValueError(
@@ -772,9 +775,7 @@ def window_weights(
     # (n_steps,) or (n_steps, n_envs) -> (n_envs, n_steps)
     per_env = array.reshape(array.shape[0], -1).T
     flags = th.as_tensor(np.ascontiguousarray(per_env, dtype=np.float32))
-    stats = RolloutWindowStats(
-        flags, settings.window_size, settings.boundary, settings.weighting, settings.window_stride, settings.window_coverage
-    )
+    stats = RolloutWindowStats(flags, settings)
     # (n_envs * n_steps,) -> (n_envs, n_steps) -> (n_steps, n_envs) -> input shape
     return stats.step_weights.reshape(per_env.shape).T.reshape(array.shape).numpy().astype(np.float64)
 
