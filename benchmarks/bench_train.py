@@ -33,8 +33,14 @@ defaults, ``memory_refresh=1`` (a refresh before each of epochs 2 to 10), ``burn
 model per setting collects a rollout, then ``train()`` is timed ``--repeats`` times: median of CPU time), with the
 task's LSTM policy and (default, refresh, burn-in 8) with its GRU policy.
 
+With ``--non-dividing``, instead: the cost per trained transition of one ``train()`` where the window does not divide
+``n_steps`` (``--non-dividing-steps``, default 200, with ``batch_size=64`` and the default windows of 64: windows cut at
+minibatch edges, one short minibatch per epoch) against a dividing rollout (``--dividing-steps``, default 256), for
+ResetPPO and RecurrentPPO with the same arguments (LSTM 64), interleaved; also the real transitions of every
+minibatch of one ResetPPO epoch (issue 42: all 64 but one).
+
 Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 3] [--variants recurrent_ppo reset reset_gru]
-       [--fresh-memory] [--json out.json]
+       [--fresh-memory | --non-dividing] [--json out.json]
 """
 
 import argparse
@@ -408,6 +414,56 @@ def bench_fresh_memory(args: argparse.Namespace) -> list[dict[str, Any]]:
     return results
 
 
+def bench_non_dividing(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """
+    Median CPU seconds of ``train()`` per trained transition (``n_envs * n_steps * n_epochs``: every step once per
+    epoch for both classes with ResetPPO's defaults) with a non-dividing and a dividing ``n_steps``, side by side.
+    """
+    batch_size, lstm = 64, 64
+    rollouts = {"dividing": args.dividing_steps, "non-dividing": args.non_dividing_steps}
+    results: list[dict[str, Any]] = []
+    print("| task | class | n_steps | train() CPU s | us per transition | non-dividing / dividing |")
+    print("|---|---|---|---|---|---|")
+    for name in args.tasks:
+        task = TASKS[name]
+        runs: dict[tuple[str, str], list[float]] = {}
+        sizes: list[int] = []
+        for _ in range(args.repeats):
+            for label, n_steps in rollouts.items():
+                for variant in ("recurrent_ppo", "reset"):
+                    settings = argparse.Namespace(**{**vars(args), "n_steps": n_steps})
+                    model = make_model(variant, task, lstm, batch_size, settings)
+                    timed = timed_learn(model, 2 * n_steps * task["n_envs"])
+                    transitions = task["n_envs"] * n_steps * args.n_epochs
+                    runs.setdefault((label, variant), []).append(timed["train_cpu"] / transitions)
+                    if isinstance(model, ResetPPO) and label == "non-dividing" and not sizes:
+                        model.rollout_buffer.release()
+                        sizes = [
+                            int(s.kept.numel() if s.n_real_slots is None else s.n_real_slots)
+                            for s in model.rollout_buffer.get(batch_size)
+                        ]
+        for variant in ("recurrent_ppo", "reset"):
+            per = {label: statistics.median(runs[(label, variant)]) for label in rollouts}
+            row = {
+                "task": name,
+                "variant": variant,
+                "lstm_hidden_size": lstm,
+                "batch_size": batch_size,
+                "seconds_per_transition": per,
+                "runs": {label: runs[(label, variant)] for label in rollouts},
+                "non_dividing_over_dividing": per["non-dividing"] / per["dividing"],
+            }
+            if variant == "reset":
+                row["non_dividing_minibatch_transitions"] = sizes
+            results.append(row)
+            for label, n_steps in rollouts.items():
+                seconds = per[label] * task["n_envs"] * n_steps * args.n_epochs
+                ratio = f"{row['non_dividing_over_dividing']:.3f}" if label == "non-dividing" else ""
+                print(f"| {name} | {LABELS[variant]} | {n_steps} | {seconds:.2f} | {1e6 * per[label]:.1f} | {ratio} |")
+        print(f"{name}: ResetPPO minibatch transitions of one non-dividing epoch: {sizes}", flush=True)
+    return results
+
+
 def print_tables(results: list[dict[str, Any]], variants: list[str]) -> None:
     resets = [variant for variant in variants if variant != "recurrent_ppo"]
     header = "| task | LSTM | batch_size |"
@@ -477,6 +533,10 @@ def main() -> None:
     parser.add_argument("--fresh-memory", action="store_true", help="instead: the cost of memory_refresh and burn_in")
     parser.add_argument("--fresh-hidden", nargs="+", type=int, default=[64, 256],
                         help="--fresh-memory: hidden sizes of the recurrent layers (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--non-dividing", action="store_true",
+                        help="instead: train() cost per transition, non-dividing against dividing n_steps")  # fmt: skip
+    parser.add_argument("--non-dividing-steps", type=int, default=200)
+    parser.add_argument("--dividing-steps", type=int, default=256)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write the figures to this file")
@@ -495,6 +555,12 @@ def main() -> None:
         f"repeats={args.repeats} torch={th.__version__} machine={platform.machine()}",
         flush=True,
     )
+    if args.non_dividing:
+        rows = bench_non_dividing(args)
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"command": sys.argv, "settings": vars(args), "results": rows}, out, indent=2)
+        return
     if args.fresh_memory:
         fresh = bench_fresh_memory(args)
         if args.json:
