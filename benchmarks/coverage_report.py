@@ -384,11 +384,11 @@ def grid_markdown(
     lines += ["", f"Timing re-runs (`cv_inside16`, `cv_rppo`, seeds 0 and 1): {len(timing)} of 36 finished."]
     if reuse:
         equal = sum(row["equal"] for row in reuse)
+        differ = [f"{r['variant']} {r['env']} seed {r['seed']}" for r in reuse if not r["equal"]]
         lines.append(
             f"Reuse check: {equal} of {len(reuse)} re-trained timing runs have evaluations bitwise equal to the reused run"
-            + ("." if equal == len(reuse) else ": " + ", ".join(
-                f"{r['variant']} {r['env']} seed {r['seed']}" for r in reuse if not r["equal"]) + " differ.")
-        )  # fmt: skip
+            + (f"; the other {len(differ)} differ: {', '.join(differ)}." if differ else ".")
+        )
     for arm, endpoints in (returns or {}).items():
         parts = [
             f"{'final' if key == 'final' else 'over training'} {e['difference'][0]:+.3f} ({e['difference'][1]:+.3f} to "

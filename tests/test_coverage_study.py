@@ -244,6 +244,28 @@ def test_reused_runs_are_checked_by_their_returns_where_bits_differ() -> None:
     assert result["difference"][1] <= result["difference"][0] <= result["difference"][2] and 0 < result["p"] <= 1
     text = coverage_report.grid_markdown([], [], reuse, coverage_report.reuse_returns(reuse, randoms))
     assert "Returns of the 3 `cv_rppo` re-runs that differ bitwise" in text and "final +0.067" in text
+    # The reuse check names the runs that differ as differing (seed 3 is the one bitwise equal)
+    assert (
+        "Reuse check: 1 of 4 re-trained timing runs have evaluations bitwise equal to the reused run; the other 3 "
+        "differ: cv_rppo CueRecall-v0 seed 0, cv_rppo CueRecall-v0 seed 1, cv_rppo CueRecall-v0 seed 2." in text
+    )
+    assert "Reuse check: 2 of 2 re-trained timing runs have evaluations bitwise equal to the reused run." in (
+        coverage_report.grid_markdown([], [], [row(0, 0.5, 0.5, equal=True), row(1, 0.5, 0.5, equal=True)])
+    )
+
+
+def test_the_stored_reuse_check_says_which_runs_differ() -> None:
+    # The stored report (benchmarks/RESULTS_coverage.md) states the check as the generator now writes it
+    reuse = json.loads((ROOT / "benchmarks" / "results" / "coverage_summary.json").read_text())["reuse_check"]
+    differ = [f"{r['variant']} {r['env']} seed {r['seed']}" for r in reuse if not r["equal"]]
+    equal = len(reuse) - len(differ)
+    line = next(
+        line for line in (ROOT / "benchmarks" / "RESULTS_coverage.md").read_text().splitlines() if line.startswith("Reuse")
+    )
+    assert line == (
+        f"Reuse check: {equal} of {len(reuse)} re-trained timing runs have evaluations bitwise equal to the reused run; "
+        f"the other {len(differ)} differ: {', '.join(differ)}."
+    )
 
 
 timing_pairs = _load("timing_pairs")
