@@ -457,12 +457,14 @@ class _WindowBufferMixin:
         self, batch_size: int | None = None
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
-        One epoch: the windows starting every ``window_stride`` steps from a fresh random phase per env, shuffled.
+        One epoch: the windows starting every ``window_stride`` steps from a fresh random phase per env, shuffled and
+        cut into minibatches of ``batch_size`` real transitions (:func:`~sb3_reset_ppo.common.windows.plan_epoch`).
 
-        :param batch_size: Transitions (slots) per minibatch, as in SB3: a minibatch holds
-            ``max(1, batch_size // window_size)`` windows; ``None`` or more than there are yields all windows
-            of the epoch at once
-        :return: Generator of minibatches, each field with leading shape ``(B, W)``
+        :param batch_size: Transitions (real slots) per minibatch, as in SB3: every minibatch holds
+            ``max(batch_size, window_size)`` of them but at most one (fewer, at a random place); ``None`` or more
+            than there are yields the whole epoch at once
+        :return: Generator of minibatches, each per-slot field with leading shape ``(B, W)`` (``B`` rows of at most
+            ``window_size`` slots)
         """
         yield from self.sampler().minibatches(batch_size, self.generator)
 
@@ -472,11 +474,11 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     Rollout buffer that stores the LSTM or GRU memory entering every step and yields minibatches of windows.
 
     Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch: it
-    yields :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of
-    ``max(1, batch_size // window_size)`` windows, shuffled, covering the windows that start every
-    ``window_stride`` steps from a random phase per env, drawn anew each call (``window_stride=1``: every
-    window). The rollout is copied once to the buffer's
-    device as tensors; each minibatch gathers its ``B * W`` slots from it by index.
+    yields :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of ``batch_size`` real
+    transitions each (but one), cut from the windows that start every ``window_stride`` steps from a random phase
+    per env, drawn and shuffled anew each call (``window_stride=1``: every window); a window that a minibatch edge
+    cuts is yielded as two rows. The rollout is copied once to the buffer's device as tensors; each minibatch
+    gathers its slots from it by index.
 
     :param buffer_size: Steps per env (``n_steps``)
     :param observation_space: Observation space

@@ -375,7 +375,8 @@ def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
 
 def windows_per_minibatch(batch_size: int | None, window_size: int) -> int | None:
     """
-    Windows in a minibatch of ``batch_size`` transitions (slots): ``batch_size // window_size``, at least one.
+    Whole windows in ``batch_size`` transitions (slots): ``batch_size // window_size``, at least one. For reports only:
+    minibatches are cut from the epoch by real slots (:func:`plan_epoch`), not by windows.
 
     :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: all windows of an epoch
     :param window_size: Steps per window

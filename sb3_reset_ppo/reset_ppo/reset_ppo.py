@@ -87,9 +87,12 @@ class ResetPPO(RecurrentPPO):
     :param learning_rate: The learning rate, it can be a function
         of the current progress remaining (from 1 to 0)
     :param n_steps: The number of steps to run for each environment per update
-    :param batch_size: Minibatch size in transitions (slots), as in ``RecurrentPPO``: a minibatch holds
-        ``batch_size // window_size`` windows (rounded down, at least one; a warning says so when
-        ``window_size`` does not divide it). ``None`` or more than an epoch holds: all windows of the epoch at once.
+    :param batch_size: Minibatch size in transitions (slots), as in ``RecurrentPPO``: every minibatch of an epoch
+        holds ``batch_size`` real transitions but at most one (at a random place, warned about as SB3's PPO warns),
+        in every setting: the epoch's shuffled windows are cut at minibatch edges, the later piece of a cut window
+        starting from the memory stored for its first step. Below ``window_size`` it counts as ``window_size``
+        (with a warning). Under ``weighting="uniform"`` every minibatch's loss is divided by the same number, so
+        every transition weighs the same. ``None`` or more than an epoch holds: the whole epoch at once.
     :param n_epochs: Number of epochs; with the default ``window_stride`` an epoch is one pass over the data
     :param gamma: Discount factor
     :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
@@ -137,8 +140,8 @@ class ResetPPO(RecurrentPPO):
         rollout (starts ``-(window_size - 1) .. n_steps - 1``), clipped to it: a window starting before step 0
         begins at step 0 from the memory recorded for step 0, one reaching past the last step ends there, and the
         missing slots are padding that no loss term or statistic sees. With the default stride every step,
-        rollout ends included, is then trained exactly once per epoch. An env's two clipped end windows share one
-        minibatch place when they fit in ``window_size`` slots. ``"inside"``: windows inside the rollout only
+        rollout ends included, is then trained exactly once per epoch, with the same weight. An env's two clipped end
+        windows follow each other in the epoch's order. ``"inside"``: windows inside the rollout only
         (starts ``0 .. n_steps - window_size``), the masking baseline's epochs (the default before the coverage
         study).
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows (of an epoch) of
@@ -523,7 +526,7 @@ class ResetPPO(RecurrentPPO):
     def train(self) -> None:
         """
         Update policy using the currently gathered rollout buffer: per epoch, the windows at a fresh random phase
-        (see ``window_stride``), shuffled into minibatches of ``batch_size // window_size`` windows.
+        (see ``window_stride``), shuffled and cut into minibatches of ``batch_size`` transitions.
         """
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
