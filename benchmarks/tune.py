@@ -10,18 +10,19 @@ worker starting one only while the study has fewer than ``--trials`` trials fini
 the study's completed trials, before any the median of the arm's evidence runs on the env, times 1.25). The
 arm's fixed settings are given with ``--hyperparams``, everything else is sampled (TPE sampler, median pruner,
 ``--n-evaluations`` evaluations per trial; both read the study's history from the storage, so a process per
-trial samples and prunes as one process would). The same command with a
-database URL as ``--storage`` (e.g. ``postgresql+psycopg://user:password@host/db``) lets workers on several machines
-share the study. Resumable: a study already holding ``--trials`` finished or pruned trials is skipped; with the
-local journal files, trials left running by stopped workers (e.g. with a session) are marked failed first
-(running trials count against the budget) and queued again with their settings; with a database URL, where other
-machines' workers may be running, they are left as they are (fail them by hand once no worker runs) and the
-count of trials across machines is approximate (each machine sees the others' trials once they have started).
+trial samples and prunes as one process would). The same command with a database URL as ``--storage`` (e.g.
+``postgresql+psycopg://user@host:5432/db``) lets workers on several machines share the study. The URL must not hold
+the password (it would show in ``ps`` and in the zoo's pickled study, ``report_*.pkl``): libpq reads it from the
+environment, ``PGPASSWORD``, or a password file (``~/.pgpass``, or the file ``PGPASSFILE`` names), which every zoo
+process inherits (:func:`check_storage`). Resumable: a study already holding ``--trials`` finished or pruned trials
+is skipped; with the local journal files, trials left running by stopped workers (e.g. with a session) are marked
+failed first (running trials count against the budget) and queued again with their settings; with a database URL,
+where other machines' workers may be running, they are left as they are (fail them by hand once no worker runs) and
+the count of trials across machines is approximate (each machine sees the others' trials once they have started).
 Each session's trials get sampler seeds no earlier session of the study used (1000 per recorded session plus
-``--seed-offset``, which machines sharing a database study set 100000 apart; each trial its own seed).
-Every invocation appends to ``sessions.jsonl`` next to the study what it
-ran with (commit, dirty flag, command with a database password masked, trials before and after): the trials
-between two records ran at that commit.
+``--seed-offset``, which machines sharing a database study set 100000 apart; each trial its own seed). Every
+invocation appends to ``sessions.jsonl`` next to the study what it ran with (commit, dirty flag, command, trials
+before and after): the trials between two records ran at that commit.
 
 ``rerun``: the best trial of each study (the earliest completed trial with the best value: PROTOCOL.md,
 amendment 9) trained again on ``--seeds`` fresh seeds (its settings written to ``best.yml`` next to the study,
@@ -44,7 +45,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from sb3_reset_ppo.experiments import executors, runner
 
@@ -219,14 +220,45 @@ def best_config(algo: str, env_id: str, conf: Path, params: dict[str, Any]) -> d
     return entry
 
 
-def redact(storage: str) -> str:
-    """A storage URL without its password (``postgresql://user:***@host/db``), e.g. for a committed record."""
+def check_storage(storage: str) -> str:
+    """
+    A ``--storage`` that keeps the database password out of every command line and file: a journal file, or a
+    database URL without a password. With a password in the URL it would be visible in ``ps`` (tune.py's command
+    line and every zoo process's) and stored in the zoo's pickled study (``report_*.pkl``). libpq takes the password
+    from ``PGPASSWORD`` or a password file (``~/.pgpass``, or the file ``PGPASSFILE`` names, readable by its owner
+    only) instead, and every zoo process inherits them.
+
+    :param storage: The ``--storage`` value
+    :return: ``storage``
+    :raises ValueError: ``storage`` is a URL with a password (in its user part or as a ``password`` query parameter)
+    """
     parts = urlsplit(storage)
-    if not parts.password:
+    if parts.scheme and (parts.password or "password" in {key.lower() for key in parse_qs(parts.query)}):
+        raise ValueError(
+            f"--storage {redact(storage)!r} holds the database password, which would show in `ps` and in the zoo's "
+            "pickled study (report_*.pkl): give the URL without it (postgresql+psycopg://USER@HOST:PORT/DB) and the "
+            "password in the environment (PGPASSWORD) or a password file (~/.pgpass, or PGPASSFILE; mode 0600)"
+        )
+    return storage
+
+
+def redact(storage: str) -> str:
+    """
+    A storage URL without its password (``postgresql://user:***@host/db``, a ``password`` query parameter as
+    ``password=***``), e.g. for an error message or a record.
+    """
+    parts = urlsplit(storage)
+    netloc, query = parts.netloc, parts.query
+    if parts.password:
+        netloc = f"{parts.username}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    values = parse_qs(parts.query, keep_blank_values=True)
+    if any(key.lower() == "password" for key in values):
+        query = "&".join(
+            f"{key}={'***' if key.lower() == 'password' else value}" for key, items in values.items() for value in items
+        )
+    if (netloc, query) == (parts.netloc, parts.query):
         return storage
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def record_session(folder: Path, **fields: Any) -> None:
@@ -496,7 +528,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="processes sharing a study (or running reruns)")
     parser.add_argument("--n-evaluations", type=int, default=5, help="evaluations per trial (for the pruner)")
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation of a trial")
-    parser.add_argument("--storage", default=None, help="a database URL instead of the journal files")
+    parser.add_argument("--storage", default=None,
+                        help="a database URL without the password (PGPASSWORD, ~/.pgpass), not journals")  # fmt: skip
     parser.add_argument("--minutes", type=float, default=None,
                         help="optimize: start only trials expected to finish within this many minutes")  # fmt: skip
     parser.add_argument("--grid", type=Path, default=HERE / "results" / "evidence",
@@ -516,6 +549,11 @@ def main() -> None:
         parser.error(f"--minutes must be positive, got {args.minutes}")
     if args.n_timesteps is not None and args.n_timesteps < 1:
         parser.error(f"--n-timesteps must be at least 1, got {args.n_timesteps}")
+    if args.storage is not None:
+        try:
+            check_storage(args.storage)
+        except ValueError as error:
+            parser.error(str(error))
     if args.mode == "rerun":
         problems = unfinished_studies(args)
         if problems:

@@ -295,3 +295,26 @@ def test_tuning_queues_again_a_trial_cut_by_ctrl_c(tmp_path: Path) -> None:
     # No trial started after the interrupt; the one it cut is queued again with its settings, the earlier
     # failure is not
     assert seen == {"outcome": "KeyboardInterrupt", "calls": 1, "states": ["FAIL", "FAIL", "WAITING"], "requeued": True}
+
+
+def test_a_database_password_never_reaches_a_command_line(tmp_path: Path) -> None:
+    tune = _load("tune")
+    # Accepted: a journal file, a URL without a password (libpq reads it from PGPASSWORD or a password file)
+    for storage in (str(tmp_path / "study.log"), "postgresql+psycopg://optuna@db.example:5432/optuna"):
+        assert tune.check_storage(storage) == storage
+    for storage in ("postgresql+psycopg://optuna:s3cret-pw@db.example:5432/optuna", "postgresql://u@h/db?password=s3cret-pw"):
+        with pytest.raises(ValueError, match=r"--storage '.*\*\*\*.*' holds the database password") as error:
+            tune.check_storage(storage)
+        assert "s3cret-pw" not in str(error.value) and "PGPASSWORD" in str(error.value)
+    # The command line refuses it before anything runs or is written (the zoo processes it starts would carry it in
+    # their command lines, and their pickled study, report_*.pkl, in the study's URL)
+    storage = "postgresql+psycopg://optuna:s3cret-pw@127.0.0.1:1/optuna"
+    command = [sys.executable, str(ROOT / "benchmarks" / "tune.py"), "optimize", "--storage", storage, "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "holds the database password" in result.stderr, result.stderr[-2000:]
+    assert "s3cret-pw" not in result.stdout + result.stderr and list(tmp_path.iterdir()) == []
+    # The zoo command of a trial carries the URL as given: no password in it
+    args = tune.argparse.Namespace(n_evaluations=1, eval_episodes=2, n_timesteps=None)
+    url = "postgresql+psycopg://optuna@db.example:5432/optuna"
+    zoo = tune.optimize_command("EarlyChoice-v0", "ev_reset", url, 0, tmp_path, args)
+    assert zoo[zoo.index("--storage") + 1] == url

@@ -1,15 +1,19 @@
 """
 ``benchmarks/tune.py optimize --storage postgresql+psycopg://...`` (docs/guide/tuning_cluster.md): two workers share
 one study on a real PostgreSQL server that the test starts (tests/postgres_server.py), as workers on several
-machines would. Skipped, saying why, only where the server's programs are not installed (``.ci/run`` installs
-Debian's ``postgresql`` package where apt works).
+machines would, the password in a libpq password file, never on a command line or in a file of the output.
+Skipped, saying why, only where the server's programs are not installed (``.ci/run`` installs Debian's
+``postgresql`` package where apt works).
 """
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,23 +39,72 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
 
 
-def test_two_workers_share_one_study_in_postgresql(postgres: PostgresServer, tmp_path: Path) -> None:
+@pytest.fixture
+def password_file(postgres: PostgresServer) -> Iterator[Path]:
+    """A libpq password file for the server's role (mode 0600, outside the test's output), deleted afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="sb3-reset-ppo-pgpass-"))
+    path = folder / "pgpass"
+    path.touch(mode=0o600)
+    path.write_text(f"127.0.0.1:{postgres.port}:*:*:{postgres.password}\n")
+    yield path
+    shutil.rmtree(folder)
+
+
+def _command_lines() -> dict[int, bytes]:
+    """Every process's command line that this user may read (``/proc/<pid>/cmdline``)."""
+    lines = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            lines[int(entry.name)] = (entry / "cmdline").read_bytes()
+        except OSError:  # ended meanwhile, or not readable
+            continue
+    return lines
+
+
+def test_two_workers_share_one_study_in_postgresql(postgres: PostgresServer, password_file: Path, tmp_path: Path) -> None:
     import optuna
 
     study = optuna.create_study(study_name=STUDY, storage=postgres.url, direction="maximize")
     for _ in range(TRIALS):
         study.enqueue_trial(CHEAP)
+    # The URL without the password; libpq reads it from the password file that PGPASSFILE names (every zoo process
+    # inherits the variable)
+    url = postgres.url.replace(f":{postgres.password}@", "@")
+    assert url != postgres.url and postgres.password not in url
     tune = [
         sys.executable, str(ROOT / "benchmarks" / "tune.py"), "optimize", "--envs", ENV_ID, "--arms", ARM,
-        "--trials", str(TRIALS), "--workers", "2", "--storage", postgres.url, "--seed-offset", str(SEED_OFFSET),
+        "--trials", str(TRIALS), "--workers", "2", "--storage", url, "--seed-offset", str(SEED_OFFSET),
         "--n-timesteps", "512", "--n-evaluations", "1", "--eval-episodes", "2", "--out", str(tmp_path),
     ]  # fmt: skip
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(tune, cwd=ROOT, capture_output=True, text=True, timeout=600, env=environment)
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PGPASSFILE": str(password_file)}
+    environment.pop("PGPASSWORD", None)
+    # A URL with the password is refused before anything runs (it would show in `ps` and in the zoo's pickled study)
+    refused = subprocess.run(
+        [*tune[:tune.index(url)], postgres.url, *tune[tune.index(url) + 1 :]], cwd=ROOT, capture_output=True, text=True,
+        timeout=120, env=environment,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "holds the database password" in refused.stderr, refused.stderr
+    assert postgres.password not in refused.stdout + refused.stderr and list(tmp_path.iterdir()) == []
+    # While it runs, no process's command line holds the password (tune.py's, its zoo processes')
+    process = subprocess.Popen(tune, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment)
+    secret, zoo_processes, leaks = postgres.password.encode(), set(), []
+    deadline = time.monotonic() + 600
+    while process.poll() is None and time.monotonic() < deadline:
+        for pid, line in _command_lines().items():
+            if b"sb3_reset_ppo.zoo" in line and b"-optimize" in line:
+                zoo_processes.add(pid)
+            if secret in line:
+                leaks.append(line.replace(b"\0", b" ").decode(errors="replace"))
+        time.sleep(0.1)
+    if process.poll() is None:
+        process.kill()
+    stdout, stderr = (stream.decode() for stream in process.communicate())
+    result = subprocess.CompletedProcess(tune, process.returncode, stdout, stderr)
     folder = tmp_path / ENV_ID / ARM
     logs = [path.read_text() if path.exists() else "" for path in (folder / "worker0.txt", folder / "worker1.txt")]
     output = f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n" + "\n".join(log[-3000:] for log in logs)
     assert result.returncode == 0, output
+    assert len(zoo_processes) >= 2 and not leaks, (zoo_processes, leaks)
 
     # Read back from the server: the study holds the budget's trials, all completed with the queued settings
     trials = optuna.load_study(study_name=STUDY, storage=postgres.url).trials
@@ -67,23 +120,17 @@ def test_two_workers_share_one_study_in_postgresql(postgres: PostgresServer, tmp
     assert seeds[0] >= {SEED_OFFSET} and seeds[1] >= {SEED_OFFSET + 1}, seeds
     assert seeds[0] | seeds[1] <= set(range(SEED_OFFSET, SEED_OFFSET + TRIALS + 1)) and seeds[0].isdisjoint(seeds[1])
 
-    # The session's record: the budget reached by two workers exiting cleanly, the password masked
+    # The session's record: the budget reached by two workers exiting cleanly, the URL as given (no password)
     records = [json.loads(line) for line in (folder / "sessions.jsonl").read_text().splitlines()]
     assert [(record["event"], record["trials"]) for record in records] == [("start", 0), ("end", TRIALS)]
     start, end = records
     assert (start["workers"], start["seed_base"], end["exit_codes"]) == (2, SEED_OFFSET, [0, 0])
-    masked = postgres.url.replace(f":{postgres.password}@", ":***@")
-    assert masked != postgres.url and f"--storage {masked} " in start["command"]
-    # ...and in the command line tune.py prints
-    assert f"--storage {masked} " in result.stdout and postgres.password not in result.stdout + result.stderr
-    # No file tune.py leaves next to the study holds the password, but the zoo's pickled reports (the study object,
-    # its storage URL with it), which .gitignore keeps out of the repository (the records and logs are committed)
-    leaked = [path for path in tmp_path.rglob("*") if path.is_file() and postgres.password.encode() in path.read_bytes()]
-    assert all(path.name.startswith("report_") and path.suffix == ".pkl" for path in leaked), leaked
-    if leaked and (ROOT / ".git").exists():
-        in_repository = [str(Path("benchmarks", "results", "tuning", path.relative_to(tmp_path))) for path in leaked]
-        check = subprocess.run(["git", "check-ignore", "--no-index", *in_repository], cwd=ROOT, capture_output=True, text=True)
-        assert set(check.stdout.split()) == set(in_repository), check
+    assert f"--storage {url} " in start["command"] and f"--storage {url} " in result.stdout
+    assert postgres.password not in result.stdout + result.stderr
+    # No file under --out holds the password: records, logs, the zoo's folders and its pickled study (report_*.pkl)
+    reports = list(tmp_path.rglob("report_*.pkl"))
+    leaked = [path for path in tmp_path.rglob("*") if path.is_file() and secret in path.read_bytes()]
+    assert reports and not leaked, (reports, leaked)
 
     # Resumed with the study full: skipped, nothing trained or recorded
     again = subprocess.run(tune, cwd=ROOT, capture_output=True, text=True, timeout=600, env=environment)
