@@ -401,14 +401,17 @@ def test_stale_scratch_folders_of_killed_workers_are_removed(tmp_path: Path) -> 
     finished.wait()
     dead, alive = finished.pid, os.getppid()
     for pid in (dead, alive, os.getpid()):
-        (tmp_path / f"{executors.SCRATCH_PREFIX}{pid}_abc").mkdir()
-    (tmp_path / f"{executors.SCRATCH_PREFIX}notapid").mkdir()
-    (tmp_path / "unrelated").mkdir()
-    assert executors.remove_stale_scratch(tmp_path) == [tmp_path / f"{executors.SCRATCH_PREFIX}{dead}_abc"]
+        (tmp_path / f"{executors.scratch_prefix(pid)}abc").mkdir()
+    # Not this machine's (another container sharing the folder: its pids mean nothing here), not a scratch folder
+    kept = [f"{executors.SCRATCH_PREFIX}{dead}_otherhost_abc", f"{executors.SCRATCH_PREFIX}notapid", "unrelated"]
+    for name in kept:
+        (tmp_path / name).mkdir()
+    assert executors.remove_stale_scratch(tmp_path) == [tmp_path / f"{executors.scratch_prefix(dead)}abc"]
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
-        [f"{executors.SCRATCH_PREFIX}{alive}_abc", f"{executors.SCRATCH_PREFIX}{os.getpid()}_abc",
-         f"{executors.SCRATCH_PREFIX}notapid", "unrelated"]
-    )  # fmt: skip
+        [f"{executors.scratch_prefix(alive)}abc", f"{executors.scratch_prefix()}abc", *kept]
+    )
+    # train_packed's own folder carries this process's prefix
+    assert executors.scratch_prefix().startswith(f"{executors.SCRATCH_PREFIX}{os.getpid()}_")
 
 
 def test_a_run_stopped_by_then_counts_its_final_score() -> None:

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import tarfile
 import tempfile
 import threading
@@ -162,23 +163,38 @@ def _unpack(data: bytes, folder: Path) -> None:
     scratch.rename(folder)
 
 
-# A Ray task's temporary folder: the prefix, then the pid of the worker process that trains in it
+# A Ray task's temporary folder: the prefix, then the pid of the worker process that trains in it and its host
 SCRATCH_PREFIX = "sb3_reset_ppo_run_"
+
+
+def scratch_prefix(pid: int | None = None) -> str:
+    """
+    The name's start of a temporary folder of :func:`train_packed`: :data:`SCRATCH_PREFIX`, the worker's pid and
+    this machine's host name (letters, digits, ``.`` and ``-``; machines that share a temporary folder, e.g.
+    containers, see only their own folders as theirs).
+
+    :param pid: The worker's process id (default: this process's)
+    """
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname()) or "host"
+    return f"{SCRATCH_PREFIX}{os.getpid() if pid is None else pid}_{host}_"
 
 
 def remove_stale_scratch(folder: Path | None = None) -> list[Path]:
     """
-    Remove the temporary folders of :func:`train_packed` whose worker process no longer runs (a Ray worker killed by
-    a forced cancellation, e.g. on the driver's Ctrl-C, leaves its folder behind; its trainer dies with it,
-    :func:`sb3_reset_ppo.experiments.runner.run_one`). Folders of running processes are left alone.
+    Remove this machine's temporary folders of :func:`train_packed` whose worker process no longer runs (a Ray
+    worker killed by a forced cancellation, e.g. on the driver's Ctrl-C, leaves its folder behind; its trainer dies
+    with it, :func:`sb3_reset_ppo.experiments.runner.run_one`). Folders of running processes, and folders named
+    with another host (:func:`scratch_prefix`), are left alone.
 
     :param folder: Where the temporary folders are (default: :func:`tempfile.gettempdir`)
     :return: The folders removed
     """
     removed = []
     for path in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
-        match = re.fullmatch(rf"{SCRATCH_PREFIX}(\d+)_.*", path.name)
-        if match is None or not path.is_dir() or int(match[1]) == os.getpid():
+        match = re.match(rf"{SCRATCH_PREFIX}(\d+)_", path.name)
+        if match is None or not path.is_dir() or not path.name.startswith(scratch_prefix(int(match[1]))):
+            continue
+        if int(match[1]) == os.getpid():
             continue
         try:
             os.kill(int(match[1]), 0)
@@ -201,7 +217,7 @@ def train_packed(spec_values: dict[str, Any], conf_text: str | None = None) -> t
         driver's path need not exist here); None: the spec's ``conf_file`` as it is
     """
     remove_stale_scratch()
-    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}_") as scratch:
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix()) as scratch:
         values = {**spec_values, "run_dir": str(Path(scratch) / "run")}
         if conf_text is not None:
             conf = Path(scratch) / Path(spec_values["conf_file"]).name
