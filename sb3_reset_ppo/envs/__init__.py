@@ -4,6 +4,8 @@ Small numpy-only memory tasks, registered with gymnasium on import.
 - ``CueRecall-v0``: name a cue shown at the first step, 2 to 7 steps later (:class:`CueRecallEnv`).
 - ``CueRecallLong-v0``: the same, 21 to 41 steps later: longer than the default window of 16.
 - ``CueRecallImage-v0``: ``CueRecall-v0`` with 64x64 images (:class:`CueRecallImageEnv`).
+- ``MaskedCueRecall-v0``: ``CueRecall-v0`` with invalid actions, to be masked (:class:`MaskedCueRecallEnv`):
+  memory and action masks both matter.
 - ``EarlyChoice-v0``: most of the return is earned by the first decisions of each episode
   (:class:`EarlyChoiceEnv`).
 - ``Popgym<Task>-v0``: POPGym's memory tasks (``popgym`` on PyPI; see :mod:`sb3_reset_ppo.envs.popgym_tasks`).
@@ -16,8 +18,9 @@ import gymnasium as gym
 from sb3_reset_ppo.envs import minigrid_tasks, popgym_tasks
 from sb3_reset_ppo.envs.cue_recall import CueRecallEnv, CueRecallImageEnv
 from sb3_reset_ppo.envs.early_choice import EarlyChoiceEnv
+from sb3_reset_ppo.envs.masked_cue_recall import MaskedCueRecallEnv
 
-__all__ = ["CueRecallEnv", "CueRecallImageEnv", "EarlyChoiceEnv", "random_policy_return"]
+__all__ = ["CueRecallEnv", "CueRecallImageEnv", "EarlyChoiceEnv", "MaskedCueRecallEnv", "random_policy_return"]
 
 
 def random_policy_return(env_id: str, n_episodes: int, seed: int = 0) -> float:
@@ -46,6 +49,7 @@ _TASKS = {
     "CueRecall-v0": ("sb3_reset_ppo.envs.cue_recall:CueRecallEnv", {}),
     "CueRecallLong-v0": ("sb3_reset_ppo.envs.cue_recall:CueRecallEnv", {"min_delay": 20, "max_delay": 40}),
     "CueRecallImage-v0": ("sb3_reset_ppo.envs.cue_recall:CueRecallImageEnv", {}),
+    "MaskedCueRecall-v0": ("sb3_reset_ppo.envs.masked_cue_recall:MaskedCueRecallEnv", {}),
     "EarlyChoice-v0": ("sb3_reset_ppo.envs.early_choice:EarlyChoiceEnv", {}),
 }
 

@@ -1,0 +1,118 @@
+import numpy as np
+from gymnasium import spaces
+
+from sb3_reset_ppo.envs.cue_recall import CueRecallEnv
+
+
+def normalised_score(episode_return: float, n_cues: int = 4) -> float:
+    """
+    A :class:`MaskedCueRecallEnv` return (or mean return) on a scale where chance is 0 and perfect recall is 1.
+
+    ``(episode_return - 1 / n_cues) / (1 - 1 / n_cues)``: 1.0 for a policy that always names the cue, 0.0 in
+    expectation for any policy that takes only valid actions but does not use the cue (a policy without
+    memory), negative for a policy that takes invalid actions (an episode ended by one scores
+    ``(-1 - 1 / n_cues) / (1 - 1 / n_cues)``, -5/3 with 4 cues).
+
+    :param episode_return: The return of an episode, or a mean of returns
+    :param n_cues: The env's number of cues
+    :return: The normalised score
+    """
+    if n_cues < 2:
+        raise ValueError(f"n_cues must be at least 2, got {n_cues}")
+    chance = 1.0 / n_cues
+    return (episode_return - chance) / (1.0 - chance)
+
+
+class MaskedCueRecallEnv(CueRecallEnv):
+    """
+    :class:`~sb3_reset_ppo.envs.cue_recall.CueRecallEnv` with invalid actions: memory and action masks both matter.
+
+    Observations are those of ``CueRecall``: the first shows one of ``n_cues`` cues (one-hot over the first
+    ``n_cues`` components), the next ``delay`` are blank (``delay`` drawn uniformly from
+    ``[min_delay, max_delay]`` each episode), then a query observation (last component 1).
+
+    The actions are ``0 .. n_cues - 1`` (answers) and ``n_cues .. n_cues + n_wait - 1`` (waits), and at each
+    step :meth:`action_masks` says which are valid:
+
+    - before the query (the cue step and the blank steps): exactly one wait action, drawn uniformly from the
+      ``n_wait`` each step. It is not shown in the observation: only the mask tells which it is. Taking it
+      gives reward 0 and the episode goes on.
+    - at the query: the ``n_cues`` answers. Naming the cue gives reward 1, another answer 0; either ends the
+      episode (``info["is_success"]`` says which).
+    - an invalid action gives reward -1 and ends the episode (``info["invalid_action"]`` is ``True``).
+
+    A policy that takes only valid actions plays ``delay + 2`` steps (3 to 8 with the defaults).
+
+    - Optimal return: 1.0 (needs the mask at every step and memory of the first observation).
+    - A policy that takes only valid actions but has no memory (such as ``MaskablePPO``): ``1 / n_cues`` in
+      expectation (the query observation is the same for every cue).
+    - A policy that ignores the masks: with ``n_wait >= 2`` it survives a blank step with probability at most
+      ``1 / n_wait``, and most of its episodes end at -1.
+
+    The normalised score (:func:`normalised_score`) maps the return so that chance (``1 / n_cues``) is 0 and
+    1.0 is 1: "solved" means a normalised mean return of at least 0.9, which is a success rate of at least
+    ``0.9 + 0.1 / n_cues`` without invalid actions (0.925 with 4 cues). With ``n_wait=1`` the valid action
+    can be read from the observation, and masks only help exploration.
+
+    :param n_cues: Number of distinct cues (and answer actions)
+    :param min_delay: Shortest number of blank steps between cue and query
+    :param max_delay: Longest number of blank steps between cue and query
+    :param n_wait: Number of wait actions, one of which is valid at each step before the query
+    :param render_mode: ``None`` or ``"rgb_array"`` (the observation as a row of gray pixels); with
+        ``gymnasium.make(..., render_mode="human")`` gymnasium shows these frames in a window (needs pygame)
+    """
+
+    # Reward of an invalid action (which also ends the episode)
+    invalid_reward = -1.0
+
+    def __init__(
+        self,
+        n_cues: int = 4,
+        min_delay: int = 1,
+        max_delay: int = 6,
+        n_wait: int = 2,
+        render_mode: str | None = None,
+    ) -> None:
+        if n_wait < 1:
+            raise ValueError(f"n_wait must be at least 1, got {n_wait}")
+        super().__init__(n_cues, min_delay, max_delay, render_mode)
+        self.n_wait = n_wait
+        self.action_space = spaces.Discrete(n_cues + n_wait)
+        self._valid_wait = n_cues
+
+    def _is_query(self) -> bool:
+        return self._t == self._delay + 1
+
+    def _draw_wait(self) -> None:
+        self._valid_wait = self.n_cues + int(self.np_random.integers(self.n_wait))
+
+    def action_masks(self) -> np.ndarray:
+        """
+        The valid actions at the current step (after the end of an episode: those of its last step).
+
+        :return: A bool array of shape ``(n_cues + n_wait,)``, ``True`` where the action is valid
+        """
+        mask = np.zeros(self.n_cues + self.n_wait, dtype=bool)
+        if self._is_query():
+            mask[: self.n_cues] = True
+        else:
+            mask[self._valid_wait] = True
+        return mask
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        obs, info = super().reset(seed=seed, options=options)
+        self._draw_wait()
+        return obs, info
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict]:
+        chosen = int(action)
+        if not 0 <= chosen < self.n_cues + self.n_wait:
+            raise ValueError(f"action must be in [0, {self.n_cues + self.n_wait}), got {action}")
+        if not self.action_masks()[chosen]:
+            return self._obs(), self.invalid_reward, True, False, {"invalid_action": True, "is_success": False}
+        if self._is_query():
+            correct = chosen == self._cue
+            return self._obs(), float(correct), True, False, {"invalid_action": False, "is_success": correct}
+        self._t += 1
+        self._draw_wait()
+        return self._obs(), 0.0, False, False, {"invalid_action": False}
