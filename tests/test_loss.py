@@ -231,3 +231,20 @@ def test_a_single_kept_slot_is_not_normalised() -> None:
     same_policy = {**inputs, "log_prob": inputs["old_log_prob"]}
     out = _loss(**same_policy, kept=kept, weights=kept.float(), weighting="kept_mean", normalize_advantage=True)
     th.testing.assert_close(out.policy_loss, -inputs["advantages"][0, 0])
+
+
+def test_short_minibatch_is_optimised_at_the_rollouts_scale_and_logged_as_its_own_mean() -> None:
+    # Issue 42: an epoch's short minibatch (4 real slots of a batch_size of 8) is divided by 8 in the optimised loss,
+    # so each of its slots weighs what a full minibatch's does, and logged as the mean over its own 4 slots (as SB3)
+    generator = th.Generator().manual_seed(0)
+    shape = (1, 4)
+    fields = {name: th.randn(shape, generator=generator) for name in ("log_prob", "old_log_prob", "advantages")}
+    fields.update(values=th.randn(shape, generator=generator), old_values=th.zeros(shape), returns=th.ones(shape))
+    kept = th.ones(shape, dtype=th.bool)
+    common = dict(entropy=-fields["log_prob"], kept=kept, weights=kept.float(), weighting="uniform", clip_range=0.2,
+                  clip_range_vf=None, ent_coef=0.1, vf_coef=0.5, normalize_advantage=False)  # fmt: skip
+    own = window_ppo_loss(**fields, **common)  # type: ignore[arg-type]
+    short = window_ppo_loss(**fields, **common, uniform_normaliser=8.0)  # type: ignore[arg-type]
+    th.testing.assert_close(short.loss, own.loss / 2)
+    for name in ("policy_loss", "value_loss", "entropy_loss"):
+        th.testing.assert_close(getattr(short, name), getattr(own, name))

@@ -8,7 +8,11 @@ from sb3_reset_ppo.common.windows import Weighting
 
 
 class WindowLoss(NamedTuple):
-    """The loss to minimise and its logged parts (0-d tensors; no host synchronisation)."""
+    """
+    The loss to minimise and its logged parts (0-d tensors; no host synchronisation). The parts are means over the
+    minibatch's real slots (SB3's per-minibatch means); ``loss`` combines them as optimised, which differs only in an
+    epoch's short minibatch under uniform weighting (divided by the rollout's normaliser, not its own slots).
+    """
 
     loss: th.Tensor
     policy_loss: th.Tensor
@@ -123,11 +127,16 @@ def window_ppo_loss(
     with th.no_grad():
         approx_kl = _kept_mean((ratio - 1) - log_ratio, kept_f)
         clip_fraction = _kept_mean((th.abs(ratio - 1) > clip_range).float(), kept_f)
+    # Logged as SB3 logs a minibatch's losses, means over its own real slots: the same as the optimised terms except
+    # in an epoch's short minibatch, whose optimised terms are divided by the rollout's normaliser (uniform weighting)
+    log_scale = 1.0
+    if weighting == "uniform" and uniform_normaliser is not None:
+        log_scale = uniform_normaliser / (weights.numel() if n_real_slots is None else n_real_slots)
     return WindowLoss(
         loss=policy_loss + ent_coef * entropy_loss + vf_coef * value_loss,
-        policy_loss=policy_loss.detach(),
-        value_loss=value_loss.detach(),
-        entropy_loss=entropy_loss.detach(),
+        policy_loss=policy_loss.detach() * log_scale,
+        value_loss=value_loss.detach() * log_scale,
+        entropy_loss=entropy_loss.detach() * log_scale,
         approx_kl=approx_kl,
         clip_fraction=clip_fraction,
     )

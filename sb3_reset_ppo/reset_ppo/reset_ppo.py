@@ -15,7 +15,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.preprocessing import is_image_space
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, PyTorchObs, Schedule
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
@@ -173,6 +173,9 @@ class ResetPPO(RecurrentPPO):
     }
     rollout_buffer: WindowRolloutBuffer | DictWindowRolloutBuffer  # type: ignore[assignment]
     policy: RecurrentActorCriticPolicy
+    # The window rollout buffers this class trains from (for Box-like and Dict observations)
+    window_buffer_class: ClassVar[type[WindowRolloutBuffer]] = WindowRolloutBuffer
+    dict_window_buffer_class: ClassVar[type[DictWindowRolloutBuffer]] = DictWindowRolloutBuffer
     # The memory after the last collected step (sb3-contrib declares it None until _setup_model sets it)
     _last_lstm_states: RNNStates  # type: ignore[assignment]
 
@@ -312,7 +315,9 @@ class ResetPPO(RecurrentPPO):
         if layer_type == "gru":
             # sb3-contrib sets up an LSTM's (hidden, cell) memory; a GRU's is (hidden,)
             self._last_lstm_states = RNNStates(self._last_lstm_states.pi[:1], self._last_lstm_states.vf[:1])
-        buffer_cls = DictWindowRolloutBuffer if isinstance(self.observation_space, spaces.Dict) else WindowRolloutBuffer
+        buffer_cls: type[WindowRolloutBuffer | DictWindowRolloutBuffer] = (
+            self.dict_window_buffer_class if isinstance(self.observation_space, spaces.Dict) else self.window_buffer_class
+        )
         self.rollout_buffer = buffer_cls(
             self.n_steps,
             self.observation_space,
@@ -446,8 +451,8 @@ class ResetPPO(RecurrentPPO):
             with th.no_grad():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)  # type: ignore[arg-type]
                 episode_starts = th.tensor(self._last_episode_starts, dtype=th.float32, device=self.device)
-                actions, values, log_probs, lstm_states = self.policy(obs_tensor, lstm_states, episode_starts)
-            actions = actions.cpu().numpy()
+                action_tensor, values, log_probs, lstm_states, stored = self._act(env, obs_tensor, lstm_states, episode_starts)
+            actions = action_tensor.cpu().numpy()
             clipped_actions = actions
             if isinstance(self.action_space, spaces.Box):
                 clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
@@ -470,6 +475,7 @@ class ResetPPO(RecurrentPPO):
                 values,
                 log_probs,
                 lstm_states=self._last_lstm_states,
+                **stored,
             )
             self._last_obs = new_obs  # type: ignore[assignment]
             self._last_episode_starts = dones
@@ -482,6 +488,22 @@ class ResetPPO(RecurrentPPO):
         rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones)
         callback.on_rollout_end()
         return True
+
+    def _act(
+        self, env: VecEnv, obs_tensor: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates, dict[str, Any]]:
+        """
+        One step of the policy during collection: actions, values, log-probs, the new memory, and what the buffer
+        stores with the step besides (nothing here; ``MaskableResetPPO``: the action masks).
+
+        :param env: The training environment (``MaskableResetPPO`` reads its action masks)
+        :param obs_tensor: The observations
+        :param lstm_states: The memory entering the step
+        :param episode_starts: Whether the observations start new episodes
+        :return: ``(actions, values, log_probs, lstm_states, stored)``
+        """
+        actions, values, log_probs, lstm_states = self.policy(obs_tensor, lstm_states, episode_starts)
+        return actions, values, log_probs, lstm_states, {}
 
     def _bootstrap_truncations(self, rewards: np.ndarray, dones: np.ndarray, infos: list[dict], memory: RNNStates) -> None:
         """
@@ -626,7 +648,11 @@ class ResetPPO(RecurrentPPO):
             self.logger.record("train/policy_gradient_loss", terms["policy_loss"])
             self.logger.record("train/value_loss", terms["value_loss"])
             self.logger.record("train/clip_fraction", terms["clip_fraction"])
-            self.logger.record("train/loss", all_losses[-1].loss.item())
+            # The last minibatch's loss, from its logged parts (means over its real slots, as SB3 logs it)
+            last = all_losses[-1]
+            self.logger.record(
+                "train/loss", (last.policy_loss + self.ent_coef * last.entropy_loss + self.vf_coef * last.value_loss).item()
+            )
         if last_epoch:
             # As SB3: approx_kl over the last epoch's minibatches
             self.logger.record("train/approx_kl", th.stack([losses.approx_kl for losses in last_epoch]).mean().item())
