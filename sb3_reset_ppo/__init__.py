@@ -2,6 +2,7 @@
 
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.windows import WindowSettings, window_weights
+from sb3_reset_ppo.maskable import MaskableResetPPO
 from sb3_reset_ppo.reset_ppo import (
     CnnGruPolicy,
     CnnLstmPolicy,
@@ -18,6 +19,7 @@ __all__ = [
     "CnnGruPolicy",
     "CnnLstmPolicy",
     "DictWindowRolloutBuffer",
+    "MaskableResetPPO",
     "MlpGruPolicy",
     "MlpLstmPolicy",
     "MultiInputGruPolicy",

@@ -254,6 +254,7 @@ class _WindowSampler:
             burn_in=None if self.burn_in == 0 else self._burn_in(burn_rows, burn_lengths, burn_steps, n_slot_steps),
             n_real_slots=None if host_lengths is None else int(host_lengths.sum()),
             loss_normaliser=normaliser,
+            action_masks=self.data["action_masks"][slots] if "action_masks" in self.data else None,
         )
 
     def _memory_at(self, steps: th.Tensor) -> RNNStates:
@@ -416,15 +417,7 @@ class _WindowBufferMixin:
             raise RuntimeError("The rollout buffer must be full before windows can be sampled from it")
         if self._sampler is None:
             self._sampler = _WindowSampler(
-                arrays={
-                    # float32 as SB3's samples (stored in the action space's dtype, e.g. int8 for MultiBinary)
-                    "actions": self.actions.astype(np.float32, copy=False),
-                    "old_values": self.values,
-                    "old_log_prob": self.log_probs,
-                    "advantages": self.advantages,
-                    "returns": self.returns,
-                    "episode_starts": self.episode_starts,
-                },
+                arrays=self._sampled_arrays(),
                 observations=self.observations,
                 memory={
                     f"{name}_{suffix}": getattr(self, f"{name}_states_{suffix}")
@@ -440,6 +433,18 @@ class _WindowBufferMixin:
                 state_names=self.state_names,
             )
         return self._sampler
+
+    def _sampled_arrays(self) -> dict[str, np.ndarray]:
+        """The per-step arrays minibatches gather, each ``(n_steps, n_envs, ...)``."""
+        return {
+            # float32 as SB3's samples (stored in the action space's dtype, e.g. int8 for MultiBinary)
+            "actions": self.actions.astype(np.float32, copy=False),
+            "old_values": self.values,
+            "old_log_prob": self.log_probs,
+            "advantages": self.advantages,
+            "returns": self.returns,
+            "episode_starts": self.episode_starts,
+        }
 
     def release(self) -> None:
         """Drop the window view (the device copy of the rollout) until the next ``get``."""

@@ -56,6 +56,8 @@ class WindowRolloutBufferSamples(NamedTuple):
       the rollout (:func:`~sb3_reset_ppo.common.windows.uniform_normaliser`); ``None``: the minibatch's real slots.
     - ``row_offsets``: host array ``(B,)``, the slot of each row's first step in its window (0 unless a minibatch edge
       cut the window before it); the row's window starts ``row_offsets`` steps before ``window_starts``.
+    - ``action_masks``: with invalid-action masking (``MaskableResetPPO``), the mask stored with each slot's step,
+      ``(B, W, mask_dims)`` (1.0: valid); else ``None``.
     """
 
     observations: PyTorchObs
@@ -76,3 +78,4 @@ class WindowRolloutBufferSamples(NamedTuple):
     n_real_slots: int | None = None
     loss_normaliser: float | None = None
     row_offsets: np.ndarray | None = None
+    action_masks: th.Tensor | None = None

@@ -374,7 +374,8 @@ def evaluate_windows(
     for every slot that holds the step.
 
     :param policy: The recurrent policy
-    :param samples: A minibatch of windows from a window rollout buffer
+    :param samples: A minibatch of windows from a window rollout buffer; with ``action_masks``, the policy's
+        distribution is a maskable one (``MaskableResetPPO``) and each slot's mask is applied to it
     :return: values, log-probabilities and entropies (``None`` when the distribution has no closed form),
         each of shape ``(B, W)``
     """
@@ -404,7 +405,13 @@ def evaluate_windows(
 
     latent_pi = policy.mlp_extractor.forward_actor(latent_pi)
     latent_vf = policy.mlp_extractor.forward_critic(latent_vf)
-    distribution = policy._get_action_dist_from_latent(latent_pi)
+    if samples.action_masks is None:
+        distribution = policy._get_action_dist_from_latent(latent_pi)
+    else:
+        # A maskable policy (MaskableResetPPO's): the mask stored with each slot's step,
+        # (B, W, mask_dims) -> (B * W, mask_dims)
+        masks = samples.action_masks.reshape(n_windows * window_size, -1)
+        distribution = policy._get_action_dist_from_latent(latent_pi, masks)  # type: ignore[call-arg]
 
     # (B, W, action_dim) -> (B * W, action_dim)
     actions = samples.actions.reshape(n_windows * window_size, -1)

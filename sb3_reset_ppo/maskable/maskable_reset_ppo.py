@@ -1,0 +1,158 @@
+"""MaskableResetPPO: ResetPPO with invalid-action masking, following sb3-contrib's MaskablePPO conventions."""
+
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch as th
+from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, PyTorchObs
+from stable_baselines3.common.vec_env import VecEnv
+
+from sb3_reset_ppo.maskable.buffers import MaskableDictWindowRolloutBuffer, MaskableWindowRolloutBuffer
+from sb3_reset_ppo.maskable.policies import (
+    MaskableCnnGruPolicy,
+    MaskableCnnLstmPolicy,
+    MaskableMlpGruPolicy,
+    MaskableMlpLstmPolicy,
+    MaskableMultiInputGruPolicy,
+    MaskableMultiInputLstmPolicy,
+    _MaskableRecurrentPolicy,
+    check_maskable_action_space,
+)
+from sb3_reset_ppo.reset_ppo.reset_ppo import ResetPPO
+
+SelfMaskableResetPPO = TypeVar("SelfMaskableResetPPO", bound="MaskableResetPPO")
+
+
+class MaskableResetPPO(ResetPPO):
+    """
+    ResetPPO with invalid-action masking: recurrent PPO on windows with reset-and-continue, where the env says which
+    actions are valid at every step (sb3-contrib's ``MaskablePPO`` conventions).
+
+    Masks come from the env's ``action_masks()`` method (sb3-contrib's ``ActionMasker`` wrapper and
+    ``get_action_masks`` work unchanged). Each step's mask is stored with the step and applied to that step's
+    distribution in every window that holds it, for its log-probability and entropy; actions are only ever sampled
+    among the valid ones. ``learn(..., use_masking=False)`` trains exactly as ``ResetPPO`` would (for ``Discrete`` and
+    ``MultiDiscrete`` actions, the same networks and the same updates; ``MultiBinary`` actions have two logits each, as
+    in ``MaskablePPO``). ``predict(..., action_masks=...)`` restricts the actions as ``MaskablePPO.predict`` does.
+
+    Supports ``Discrete``, ``MultiDiscrete`` and ``MultiBinary`` actions (others raise a ``ValueError``), the policies
+    ``MlpLstmPolicy``, ``CnnLstmPolicy``, ``MultiInputLstmPolicy`` and their GRU counterparts (maskable versions of
+    ResetPPO's), and every argument of :class:`~sb3_reset_ppo.ResetPPO` (windows, coverage, boundary, fresh memory).
+    Evaluate with :func:`sb3_reset_ppo.common.maskable_evaluation.evaluate_policy`, which keeps the memory between steps.
+
+    :param policy: A policy name (``"MlpLstmPolicy"``, ..., ``"MultiInputGruPolicy"``) or a maskable recurrent policy class
+    :param env: The environment to learn from (if registered in Gym, can be str); it must provide ``action_masks()``
+        to learn with masks
+    :param args: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, in its order
+    :param kwargs: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, by name
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpLstmPolicy": MaskableMlpLstmPolicy,
+        "CnnLstmPolicy": MaskableCnnLstmPolicy,
+        "MultiInputLstmPolicy": MaskableMultiInputLstmPolicy,
+        "MlpGruPolicy": MaskableMlpGruPolicy,
+        "CnnGruPolicy": MaskableCnnGruPolicy,
+        "MultiInputGruPolicy": MaskableMultiInputGruPolicy,
+    }
+    window_buffer_class = MaskableWindowRolloutBuffer
+    dict_window_buffer_class = MaskableDictWindowRolloutBuffer
+
+    def __init__(self, policy: str | type[BasePolicy], env: GymEnv | str, *args: Any, **kwargs: Any) -> None:
+        # Whether the current learn() collects masks (set by learn; collect_rollouts reads it)
+        self.use_masking = True
+        super().__init__(policy, env, *args, **kwargs)  # type: ignore[arg-type]
+
+    def _setup_model(self) -> None:
+        # Before the policy is built, with errors that name the space or the policy
+        check_maskable_action_space(self.action_space)
+        if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, _MaskableRecurrentPolicy)):
+            raise ValueError(
+                f"MaskableResetPPO needs a maskable recurrent policy: one of {sorted(self.policy_aliases)} or a subclass of "
+                f"their classes (sb3_reset_ppo.maskable.policies), got {self.policy_class!r}"
+            )
+        super()._setup_model()
+
+    def _act(
+        self, env: VecEnv, obs_tensor: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates, dict[str, Any]]:
+        """
+        One step of the policy during collection with the env's current action masks (when ``use_masking``), which
+        the buffer stores with the step.
+        """
+        if not self.use_masking:
+            return super()._act(env, obs_tensor, lstm_states, episode_starts)
+        action_masks = get_action_masks(env)
+        actions, values, log_probs, lstm_states = self.policy(
+            obs_tensor, lstm_states, episode_starts, action_masks=action_masks
+        )
+        return actions, values, log_probs, lstm_states, {"action_masks": action_masks}
+
+    def learn(  # type: ignore[override]
+        self: SelfMaskableResetPPO,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "MaskableResetPPO",
+        reset_num_timesteps: bool = True,
+        use_masking: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfMaskableResetPPO:
+        """
+        Learn as ``ResetPPO.learn``, with ``MaskablePPO``'s ``use_masking``.
+
+        :param total_timesteps: The total number of env steps to train on
+        :param callback: Callback(s) called at every step
+        :param log_interval: Log every this many rollouts
+        :param tb_log_name: The name of the run for TensorBoard logging
+        :param reset_num_timesteps: Whether or not to reset the current timestep number (used in logging)
+        :param use_masking: Whether to collect the env's action masks and train with them (the env must then provide
+            ``action_masks()``); ``False``: train as ``ResetPPO``
+        :param progress_bar: Display a progress bar using tqdm and rich
+        :return: The trained model
+        """
+        if not isinstance(use_masking, bool):
+            raise TypeError(f"use_masking must be a bool, got {use_masking!r}")
+        if use_masking and self.env is not None and not is_masking_supported(self.env):
+            raise ValueError(
+                "use_masking=True but the environment does not provide action_masks(): wrap it in sb3-contrib's "
+                "ActionMasker (sb3_contrib.common.wrappers.ActionMasker), or learn with use_masking=False"
+            )
+        self.use_masking = use_masking
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """
+        Get the policy action from an observation and the memory, with only the valid actions (``MaskablePPO``'s
+        ``predict`` with ResetPPO's memory).
+
+        :param observation: The input observation
+        :param state: The memory returned by the previous call (``None``: zeros)
+        :param episode_start: Whether the observations start new episodes (the memory is reset then)
+        :param deterministic: Whether or not to return deterministic actions
+        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` (e.g. ``get_action_masks(env)``);
+            ``None``: every action
+        :return: The action and the next memory
+        """
+        return self.policy.predict(observation, state, episode_start, deterministic, action_masks=action_masks)  # type: ignore[call-arg]
+
+    def _excluded_save_params(self) -> list[str]:
+        # Set by each learn()
+        return [*super()._excluded_save_params(), "use_masking"]

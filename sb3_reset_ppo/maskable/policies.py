@@ -1,0 +1,268 @@
+"""
+Policies of MaskableResetPPO: ResetPPO's recurrent policies (LSTM and GRU) with sb3-contrib's maskable action
+distributions, as ``MaskableActorCriticPolicy`` is SB3's ``ActorCriticPolicy`` with them.
+
+One mixin adds the masks to every way a policy is asked for actions: ``forward`` (collection), ``get_distribution``,
+``_predict`` and ``predict`` (``action_masks=``, as ``MaskableActorCriticPolicy``), ``evaluate_actions``; the window
+trainer applies each slot's stored mask to the distribution it gets from ``_get_action_dist_from_latent``
+(:func:`~sb3_reset_ppo.common.unroll.evaluate_windows`). Without masks every method is the unmasked policy's: for
+``Discrete`` and ``MultiDiscrete`` actions the networks and their initialisation are the same as ResetPPO's policies'.
+"""
+
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.common.maskable.distributions import MaskableDistribution, make_masked_proba_distribution
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from torch import nn
+
+from sb3_reset_ppo.reset_ppo.policies import (
+    CnnGruPolicy,
+    CnnLstmPolicy,
+    MlpGruPolicy,
+    MlpLstmPolicy,
+    MultiInputGruPolicy,
+    MultiInputLstmPolicy,
+)
+
+__all__ = [
+    "MaskableCnnGruPolicy",
+    "MaskableCnnLstmPolicy",
+    "MaskableMlpGruPolicy",
+    "MaskableMlpLstmPolicy",
+    "MaskableMultiInputGruPolicy",
+    "MaskableMultiInputLstmPolicy",
+]
+
+MASKABLE_ACTION_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+# Masks as they reach a policy: an array or tensor of shape (n_envs, mask_dims) (or flat), or None for no masking
+MaybeMasks = th.Tensor | np.ndarray | None
+
+
+def check_maskable_action_space(action_space: spaces.Space) -> None:
+    """
+    Raise a ``ValueError`` naming the space unless invalid-action masking supports it (as ``MaskablePPO``).
+
+    :param action_space: The env's action space
+    """
+    if not isinstance(action_space, MASKABLE_ACTION_SPACES):
+        raise ValueError(
+            f"action space {action_space} is not supported by invalid-action masking: use Discrete, MultiDiscrete or "
+            "MultiBinary actions (as sb3-contrib's MaskablePPO), or ResetPPO for continuous (Box) actions"
+        )
+
+
+class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
+    """
+    Invalid-action masks for a recurrent policy of ResetPPO (placed before the policy class). See the module's
+    docstring.
+    """
+
+    action_dist: Any
+    # The masks of the current ``predict`` call, for ``_predict`` (sb3-contrib's ``predict`` does not pass them)
+    _predict_action_masks: MaybeMasks = None
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        check_maskable_action_space(self.action_space)
+        super()._build(lr_schedule)
+        # The unmasked policy's distribution, used when no masks are given: then every result is bitwise the
+        # unmasked policy's (sb3-contrib's maskable distributions normalise the logits twice, which rounds)
+        self.unmasked_action_dist = self.action_dist
+        self.masked_action_dist = make_masked_proba_distribution(self.action_space)
+        if isinstance(self.action_space, spaces.MultiBinary):
+            # Two logits per binary action (sb3-contrib's MaskableBernoulliDistribution), as MaskablePPO's policy,
+            # with or without masks
+            self.action_net = self.masked_action_dist.proba_distribution_net(latent_dim=self.mlp_extractor.latent_dim_pi)
+            if self.ortho_init:
+                self.action_net.apply(lambda module: self.init_weights(module, gain=0.01))
+            self.unmasked_action_dist = self.masked_action_dist
+        # The optimizer is built again over every parameter by the recurrent policy's constructor
+        self.action_dist = self.masked_action_dist
+
+    def _get_action_dist_from_latent(  # type: ignore[override]
+        self, latent_pi: th.Tensor, action_masks: MaybeMasks = None
+    ) -> Distribution:
+        """
+        The action distribution of the actor's latent: without masks the unmasked policy's, with masks the maskable
+        one (as ``MaskableActorCriticPolicy``'s) with the masks applied.
+
+        :param latent_pi: The actor's latent, ``(n, latent_dim)``
+        :param action_masks: Which actions are valid, ``(n, mask_dims)``; ``None``: all (the unmasked distribution)
+        :return: The distribution
+        """
+        logits = self.action_net(latent_pi)
+        if action_masks is None:
+            if isinstance(self.unmasked_action_dist, MaskableDistribution):
+                return self.unmasked_action_dist.proba_distribution(action_logits=logits)
+            return self.unmasked_action_dist.proba_distribution(logits)
+        distribution = self.masked_action_dist.proba_distribution(action_logits=logits)
+        distribution.apply_masking(action_masks)
+        return distribution
+
+    def _recurrent_latents(
+        self, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
+        """Latents of actor and critic and the memory after the steps (sb3-contrib's ``forward``, without the heads)."""
+        features = self.extract_features(obs)  # type: ignore[attr-defined]
+        pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
+        # An LSTM's (hidden, cell) or a GRU policy's (hidden,): its own _process_sequence
+        process: Any = self._process_sequence
+        latent_pi, states_pi = process(pi_features, lstm_states.pi, episode_starts, self.lstm_actor)
+        states_vf: tuple[th.Tensor, ...]
+        if self.lstm_critic is not None:
+            latent_vf, states_vf = process(vf_features, lstm_states.vf, episode_starts, self.lstm_critic)
+        elif self.shared_lstm:
+            # The actor's memory, without backpropagation
+            latent_vf, states_vf = latent_pi.detach(), tuple(state.detach() for state in states_pi)
+        else:
+            assert self.critic is not None
+            latent_vf, states_vf = self.critic(vf_features), states_pi
+        latent_pi = self.mlp_extractor.forward_actor(latent_pi)
+        latent_vf = self.mlp_extractor.forward_critic(latent_vf)
+        return latent_pi, latent_vf, RNNStates(states_pi, states_vf)
+
+    def forward(  # type: ignore[override]  # as sb3-contrib's recurrent policies, with the masks
+        self,
+        obs: th.Tensor,
+        lstm_states: RNNStates,
+        episode_starts: th.Tensor,
+        deterministic: bool = False,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates]:
+        """
+        Forward pass in actor and critic, with the actions drawn from the masked distribution.
+
+        :param obs: Observation
+        :param lstm_states: The memory of actor and critic
+        :param episode_starts: Whether the observations start new episodes (the memory is reset then)
+        :param deterministic: Whether to sample or use deterministic actions
+        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)``; ``None``: all
+        :return: action, value and log probability of the action, and the new memory
+        """
+        latent_pi, latent_vf, states = self._recurrent_latents(obs, lstm_states, episode_starts)
+        values = self.value_net(latent_vf)
+        distribution = self._get_action_dist_from_latent(latent_pi, action_masks)
+        actions = distribution.get_actions(deterministic=deterministic)
+        log_prob = distribution.log_prob(actions)
+        actions = actions.reshape((-1, *self.action_space.shape))  # type: ignore[misc]
+        return actions, values, log_prob, states
+
+    def get_distribution(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
+        self,
+        obs: th.Tensor,
+        lstm_states: tuple[th.Tensor, ...],
+        episode_starts: th.Tensor,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[Distribution, tuple[th.Tensor, ...]]:
+        """
+        The actor's masked action distribution and its new memory (sb3-contrib's ``get_distribution`` with masks).
+
+        :param obs: Observation
+        :param lstm_states: The actor's memory
+        :param episode_starts: Whether the observations start new episodes
+        :param action_masks: Which actions are valid; ``None``: all
+        :return: The distribution and the actor's new memory
+        """
+        features = BasePolicy.extract_features(self, obs, self.pi_features_extractor)
+        process: Any = self._process_sequence
+        latent_pi, states = process(features, lstm_states, episode_starts, self.lstm_actor)
+        latent_pi = self.mlp_extractor.forward_actor(latent_pi)
+        return self._get_action_dist_from_latent(latent_pi, action_masks), states
+
+    def _predict(  # type: ignore[override]
+        self,
+        observation: th.Tensor,
+        lstm_states: tuple[th.Tensor, ...],
+        episode_starts: th.Tensor,
+        deterministic: bool = False,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[th.Tensor, tuple[th.Tensor, ...]]:
+        masks = self._predict_action_masks if action_masks is None else action_masks
+        # sb3-contrib's predict hands over a (hidden, cell) pair, a GRU policy's is (hidden, hidden): see its predict
+        is_gru = isinstance(self.lstm_actor, nn.GRU)
+        distribution, states = self.get_distribution(
+            observation, lstm_states[:1] if is_gru else lstm_states, episode_starts, masks
+        )
+        actions = distribution.get_actions(deterministic=deterministic)
+        return actions, (states[0], states[0]) if is_gru else states
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """
+        Get the policy action from an observation and the memory, as the recurrent policy's ``predict``, with only
+        the actions that ``action_masks`` allows (as ``MaskableActorCriticPolicy.predict``).
+
+        :param observation: The input observation
+        :param state: The memory (LSTM: ``(hidden, cell)``, GRU: ``(hidden,)``), each ``(n_layers, n_envs, hidden)``;
+            ``None``: zeros
+        :param episode_start: Whether the observations start new episodes (the memory is reset then)
+        :param deterministic: Whether or not to return deterministic actions
+        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` (or ``(mask_dims,)`` for one
+            observation); ``None``: every action
+        :return: The action and the next memory
+        """
+        self._predict_action_masks = action_masks
+        try:
+            return super().predict(observation, state, episode_start, deterministic)  # type: ignore[misc]
+        finally:
+            self._predict_action_masks = None
+
+    def evaluate_actions(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
+        self,
+        obs: th.Tensor,
+        actions: th.Tensor,
+        lstm_states: RNNStates,
+        episode_starts: th.Tensor,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+        """
+        Values, log-probabilities and entropies of the actions under the masked distribution, over sequences (as
+        sb3-contrib's ``evaluate_actions`` and ``MaskableActorCriticPolicy.evaluate_actions``).
+
+        :param obs: Observations, sequences one after the other
+        :param actions: The actions taken
+        :param lstm_states: The memory entering each sequence
+        :param episode_starts: Whether each step starts an episode
+        :param action_masks: Which actions were valid at each step; ``None``: all
+        :return: values, log-probabilities and entropies
+        """
+        latent_pi, latent_vf, _ = self._recurrent_latents(obs, lstm_states, episode_starts)
+        distribution = self._get_action_dist_from_latent(latent_pi, action_masks)
+        return self.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
+
+
+class MaskableMlpLstmPolicy(_MaskableRecurrentPolicy, MlpLstmPolicy):
+    """ResetPPO's ``MlpLstmPolicy`` with invalid-action masking."""
+
+
+class MaskableCnnLstmPolicy(_MaskableRecurrentPolicy, CnnLstmPolicy):
+    """ResetPPO's ``CnnLstmPolicy`` with invalid-action masking."""
+
+
+class MaskableMultiInputLstmPolicy(_MaskableRecurrentPolicy, MultiInputLstmPolicy):
+    """ResetPPO's ``MultiInputLstmPolicy`` with invalid-action masking."""
+
+
+class MaskableMlpGruPolicy(_MaskableRecurrentPolicy, MlpGruPolicy):  # type: ignore[misc]  # _predict takes the masks
+    """ResetPPO's ``MlpGruPolicy`` with invalid-action masking."""
+
+
+class MaskableCnnGruPolicy(_MaskableRecurrentPolicy, CnnGruPolicy):  # type: ignore[misc]  # _predict takes the masks
+    """ResetPPO's ``CnnGruPolicy`` with invalid-action masking."""
+
+
+class MaskableMultiInputGruPolicy(_MaskableRecurrentPolicy, MultiInputGruPolicy):  # type: ignore[misc]  # _predict takes the masks
+    """ResetPPO's ``MultiInputGruPolicy`` with invalid-action masking."""
