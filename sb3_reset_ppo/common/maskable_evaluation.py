@@ -1,0 +1,226 @@
+"""
+Masked evaluation that keeps a recurrent policy's memory.
+
+sb3-contrib's masked ``evaluate_policy`` (``sb3_contrib/common/maskable/evaluation.py``, line 96 in 2.9.2) writes
+the state that ``predict`` returns to ``state`` and passes ``states`` (always ``None``) at the next step, so with
+masking on, a recurrent policy starts every step from empty memory. :func:`evaluate_policy` here is that function
+with the state carried from step to step and reset through ``episode_start``, as SB3's own ``evaluate_policy``
+does without masks; :class:`MaskableEvalCallback` is sb3-contrib's callback using it.
+"""
+
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+import sb3_contrib.common.maskable.callbacks as upstream_callbacks
+import sb3_contrib.common.maskable.evaluation as upstream_evaluation
+from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback as UpstreamMaskableEvalCallback
+from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, is_vecenv_wrapped
+
+__all__ = ["MaskableEvalCallback", "MaskablePredictor", "evaluate_policy"]
+
+
+class MaskablePredictor(Protocol):
+    """What :func:`evaluate_policy` needs of a model: ``MaskablePPO``'s ``predict`` (``MaskableResetPPO`` has it)."""
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]: ...
+
+
+def evaluate_policy(
+    model: MaskablePredictor,
+    env: gym.Env | VecEnv,
+    n_eval_episodes: int = 10,
+    deterministic: bool = True,
+    render: bool = False,
+    callback: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+    reward_threshold: float | None = None,
+    return_episode_rewards: bool = False,
+    warn: bool = True,
+    use_masking: bool = True,
+) -> tuple[float, float] | tuple[list[float], list[int]]:
+    """
+    Run the policy for ``n_eval_episodes`` episodes with invalid-action masks, keeping its recurrent state.
+
+    The signature and return of ``sb3_contrib.common.maskable.evaluation.evaluate_policy``; the difference is that
+    the state returned by ``model.predict`` is passed back at the next step (reset by ``episode_start`` when an
+    episode ends), with or without masks. For a model without memory (``MaskablePPO``: its ``predict`` returns
+    ``None`` as state) the results are those of sb3-contrib's function. A ``VecEnv``'s episodes are divided among
+    its envs as SB3 does (https://github.com/DLR-RM/stable-baselines3/issues/402).
+
+    .. note::
+        Without a ``Monitor`` wrapper, rewards and episode lengths are counted as ``env.step`` returns them, after
+        any wrapper that changes them; wrap the env with ``Monitor`` first to count the original ones.
+
+    :param model: The agent to evaluate: anything with ``MaskablePPO``'s ``predict`` (``MaskableResetPPO``,
+        ``MaskablePPO``); with ``use_masking=False`` a ``predict`` without ``action_masks`` suffices
+        (``RecurrentPPO``, ``ResetPPO``)
+    :param env: The env, or a ``VecEnv``; with ``use_masking`` it must have an ``action_masks()`` method
+        (sb3-contrib's ``ActionMasker`` wrapper adds one)
+    :param n_eval_episodes: Number of episodes to evaluate the agent on
+    :param deterministic: Whether to use deterministic or stochastic actions
+    :param render: Whether to render the env at each step
+    :param callback: Called after each step of each env that still has episodes to play, with ``locals()`` and
+        ``globals()``
+    :param reward_threshold: If given, an ``AssertionError`` (as sb3-contrib's function) is raised unless the
+        mean return is above it
+    :param return_episode_rewards: Return the list of episode returns and the list of episode lengths instead
+        of their mean and standard deviation
+    :param warn: Warn if the env has no ``Monitor`` wrapper
+    :param use_masking: Whether to pass the env's action masks to ``predict``
+    :return: Mean and standard deviation of the episode returns, or (with ``return_episode_rewards``) the list
+        of episode returns and the list of episode lengths (in steps)
+    """
+    if n_eval_episodes < 1:
+        raise ValueError(f"n_eval_episodes must be at least 1, got {n_eval_episodes}")
+    if use_masking and not is_masking_supported(env):
+        raise ValueError(
+            "use_masking=True needs an env with an action_masks() method (sb3-contrib's ActionMasker wrapper adds one), "
+            f"got {env!r}"
+        )
+
+    if not isinstance(env, VecEnv):
+        gym_env = env
+        env = DummyVecEnv([lambda: gym_env])
+    is_monitor_wrapped = is_vecenv_wrapped(env, VecMonitor) or env.env_is_wrapped(Monitor)[0]
+    if not is_monitor_wrapped and warn:
+        warnings.warn(
+            "Evaluation environment is not wrapped with a ``Monitor`` wrapper. "
+            "This may result in reporting modified episode lengths and rewards, if other wrappers happen to modify these. "
+            "Consider wrapping environment first with ``Monitor`` wrapper.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+    n_envs = env.num_envs
+    episode_rewards: list[float] = []
+    episode_lengths: list[int] = []
+    episode_counts = np.zeros(n_envs, dtype=int)
+    # Divides episodes among the envs of the vector as evenly as possible
+    episode_count_targets = np.array([(n_eval_episodes + i) // n_envs for i in range(n_envs)], dtype=int)
+    current_rewards = np.zeros(n_envs)
+    current_lengths = np.zeros(n_envs, dtype=int)
+    observations = env.reset()
+    # The recurrent state returned by predict, passed back at the next step: the line sb3-contrib gets wrong
+    states: tuple[np.ndarray, ...] | None = None
+    episode_starts = np.ones((n_envs,), dtype=bool)
+    while (episode_counts < episode_count_targets).any():
+        action_masks = get_action_masks(env) if use_masking else None  # (n_envs, mask size)
+        if action_masks is None:
+            # As SB3's evaluate_policy: no action_masks argument, so that models without one (RecurrentPPO) work
+            actions, states = model.predict(
+                observations,  # type: ignore[arg-type]
+                state=states,
+                episode_start=episode_starts,
+                deterministic=deterministic,
+            )
+        else:
+            actions, states = model.predict(
+                observations,  # type: ignore[arg-type]
+                state=states,
+                episode_start=episode_starts,
+                deterministic=deterministic,
+                action_masks=action_masks,
+            )
+        new_observations, rewards, dones, infos = env.step(actions)
+        current_rewards += rewards
+        current_lengths += 1
+        for i in range(n_envs):
+            if episode_counts[i] < episode_count_targets[i]:
+                # Unpacked so that the callback finds them in locals()
+                reward = rewards[i]
+                done = dones[i]
+                info = infos[i]
+                episode_starts[i] = done
+
+                if callback is not None:
+                    callback(locals(), globals())
+
+                if done:
+                    if is_monitor_wrapped:
+                        # A "done" that is not the end of the episode (an Atari life lost) has no "episode" key:
+                        # Monitor's return and length count the whole episode
+                        if "episode" in info:
+                            episode_rewards.append(info["episode"]["r"])
+                            episode_lengths.append(info["episode"]["l"])
+                            episode_counts[i] += 1
+                    else:
+                        episode_rewards.append(float(current_rewards[i]))
+                        episode_lengths.append(int(current_lengths[i]))
+                        episode_counts[i] += 1
+                    current_rewards[i] = 0
+                    current_lengths[i] = 0
+        observations = new_observations
+
+        if render:
+            env.render()
+
+    mean_reward = float(np.mean(episode_rewards))
+    std_reward = float(np.std(episode_rewards))
+    if reward_threshold is not None and not mean_reward > reward_threshold:
+        raise AssertionError(f"Mean reward below threshold: {mean_reward:.2f} < {reward_threshold:.2f}")
+    if return_episode_rewards:
+        return episode_rewards, episode_lengths
+    return mean_reward, std_reward
+
+
+@contextmanager
+def _upstream_callback_evaluates_with(function: Callable[..., Any]) -> Iterator[None]:
+    """
+    Point the name ``evaluate_policy`` that sb3-contrib's ``MaskableEvalCallback._on_step`` calls at ``function``.
+
+    That method calls the module-level name ``sb3_contrib.common.maskable.callbacks.evaluate_policy``; it is
+    swapped for the ``with`` block and restored after it, exceptions included. A ``RuntimeError`` says if
+    sb3-contrib has changed how it looks the function up (tests/test_maskable_evaluation.py fails too).
+    """
+    upstream = getattr(upstream_callbacks, "evaluate_policy", None)
+    if upstream is not upstream_evaluation.evaluate_policy and upstream is not function:
+        raise RuntimeError(
+            "sb3_contrib.common.maskable.callbacks no longer calls sb3_contrib.common.maskable.evaluation.evaluate_policy "
+            f"by that name (found {upstream!r}): sb3_reset_ppo's MaskableEvalCallback must be updated for this sb3-contrib"
+        )
+    setattr(upstream_callbacks, "evaluate_policy", function)  # noqa: B010  (mypy would check it against the old type)
+    try:
+        yield
+    finally:
+        setattr(upstream_callbacks, "evaluate_policy", upstream)  # noqa: B010
+
+
+class MaskableEvalCallback(UpstreamMaskableEvalCallback):
+    """
+    sb3-contrib's ``MaskableEvalCallback`` evaluating with :func:`evaluate_policy`, which keeps recurrent memory.
+
+    Same arguments, logged keys (``eval/mean_reward``, ``eval/mean_ep_length``, ``eval/success_rate``), saved
+    ``evaluations.npz`` and best model. Its ``_on_step`` is sb3-contrib's, run with the module-level name
+    ``evaluate_policy`` that it calls pointed at this module's function: while it runs, any sb3-contrib
+    ``MaskableEvalCallback`` (in another thread) evaluates with it as well, which for a model without memory gives
+    the same results.
+
+    :param eval_env: The env to evaluate on; with ``use_masking`` it must have an ``action_masks()`` method
+    :param callback_on_new_best: Callback to trigger when there is a new best model according to the mean return
+    :param callback_after_eval: Callback to trigger after every evaluation
+    :param n_eval_episodes: The number of episodes to test the agent
+    :param eval_freq: Evaluate the agent every ``eval_freq`` calls of the callback
+    :param log_path: Folder where the evaluations (``evaluations.npz``) are saved, updated at each evaluation
+    :param best_model_save_path: Folder where the best model on the eval env is saved
+    :param deterministic: Whether the evaluation uses deterministic or stochastic actions
+    :param render: Whether to render the env during evaluation
+    :param verbose: Verbosity level: 0 no output, 1 the evaluation results
+    :param warn: Passed to :func:`evaluate_policy` (warns if ``eval_env`` has no ``Monitor`` wrapper)
+    :param use_masking: Whether to use invalid action masks during evaluation
+    """
+
+    def _on_step(self) -> bool:
+        with _upstream_callback_evaluates_with(evaluate_policy):
+            return super()._on_step()
