@@ -36,13 +36,13 @@ class RandomMaskEnv(RandomEpisodeEnv):
 
     def _new_mask(self) -> None:
         space = self.action_space
-        sizes = (
-            [int(space.n)]
-            if isinstance(space, spaces.Discrete)
-            else [int(n) for n in space.nvec]
-            if isinstance(space, spaces.MultiDiscrete)
-            else [2] * int(space.n)  # type: ignore[union-attr]
-        )
+        if isinstance(space, spaces.Discrete):
+            sizes = [int(space.n)]
+        elif isinstance(space, spaces.MultiDiscrete):
+            sizes = [int(n) for n in space.nvec]
+        else:
+            assert isinstance(space, spaces.MultiBinary)
+            sizes = [2] * int(np.prod(space.n))
         parts = []
         for size in sizes:
             part = self.np_random.random(size) < 0.5
@@ -71,7 +71,11 @@ def check_valid(action_space: spaces.Space, actions: np.ndarray, masks: np.ndarr
     if isinstance(action_space, spaces.Discrete):
         chosen = masks[np.arange(len(masks)), actions.reshape(-1).astype(int)]
     else:
-        sizes = list(action_space.nvec) if isinstance(action_space, spaces.MultiDiscrete) else [2] * int(action_space.n)  # type: ignore[union-attr]
+        if isinstance(action_space, spaces.MultiDiscrete):
+            sizes = [int(n) for n in action_space.nvec]
+        else:
+            assert isinstance(action_space, spaces.MultiBinary)
+            sizes = [2] * int(np.prod(action_space.n))
         offsets = np.cumsum([0, *sizes[:-1]])
         # (n, n_sub) indices into the flat mask
         chosen = np.take_along_axis(masks, offsets[None, :] + actions.reshape(len(masks), -1).astype(int), axis=1)
@@ -230,7 +234,9 @@ def test_subproc_vec_env_masks() -> None:
         model.learn(32)
         masks = get_action_masks(env)
         assert masks.shape == (2, 2)
-        check_valid(model.action_space, model.rollout_buffer.actions.reshape(32, -1), model.rollout_buffer.action_masks.reshape(32, -1))
+        check_valid(
+            model.action_space, model.rollout_buffer.actions.reshape(32, -1), model.rollout_buffer.action_masks.reshape(32, -1)
+        )
     finally:
         env.close()
 

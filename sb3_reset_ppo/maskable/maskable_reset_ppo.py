@@ -60,6 +60,7 @@ class MaskableResetPPO(ResetPPO):
     }
     window_buffer_class = MaskableWindowRolloutBuffer
     dict_window_buffer_class = MaskableDictWindowRolloutBuffer
+    rollout_buffer: MaskableWindowRolloutBuffer | MaskableDictWindowRolloutBuffer  # type: ignore[assignment]
 
     def __init__(self, policy: str | type[BasePolicy], env: GymEnv | str, *args: Any, **kwargs: Any) -> None:
         # Whether the current learn() collects masks (set by learn; collect_rollouts reads it)
