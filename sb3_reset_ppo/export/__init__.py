@@ -1,0 +1,25 @@
+"""
+Deploy a trained recurrent policy outside Python: :func:`export_onnx` writes one step of its actor to an ONNX file,
+the memory as inputs and outputs (docs/guide/deploy.md). ``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx``
+does it from the command line. Needs the ``deploy`` extra (``onnx``, ``onnxruntime``).
+"""
+
+from sb3_reset_ppo.export.onnx_export import (
+    ML_AGENTS_VERSION_NUMBER,
+    SUPPORTED_ACTION_SPACES,
+    SUPPORTED_OBSERVATION_SPACES,
+    ExportSpec,
+    export_onnx,
+    export_spec,
+    read_metadata,
+)
+
+__all__ = [
+    "ML_AGENTS_VERSION_NUMBER",
+    "SUPPORTED_ACTION_SPACES",
+    "SUPPORTED_OBSERVATION_SPACES",
+    "ExportSpec",
+    "export_onnx",
+    "export_spec",
+    "read_metadata",
+]
