@@ -135,6 +135,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         def _on_step(self) -> bool:
             return True
 
+    # The code the run trains with, read when it starts (other work may commit while it trains)
+    version, diff = runner.code_version(), package_diff()
     env = make_vec_env(ENV_ID, n_envs=N_ENVS, seed=seed)
     model = make_model(arm, env, seed)
     with tempfile.TemporaryDirectory() as folder:
@@ -172,7 +174,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "snapshot_every": every, "eval_episodes": episodes, "eval_seed": EVAL_SEED_OFFSET + seed,
         "num_timesteps": int(model.num_timesteps), "learn_cpu_seconds": learn_cpu, "learn_wall_seconds": learn_wall,
         "started": started, "ended": time.time(), "evaluations": evaluations, "version": sb3_reset_ppo.__version__,
-        **runner.code_version(), "package_diff": package_diff(), "machine": runner.machine(),
+        **version, "package_diff": diff, "machine": runner.machine(),
         "command": job.get("command", ""),
     }  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,16 +187,20 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def package_diff() -> str:
-    """The uncommitted changes to the package (``git diff HEAD -- sb3_reset_ppo``) when a run trained: what ``dirty`` means."""
+    """
+    What ``dirty`` means when a run starts: ``git status --porcelain -- sb3_reset_ppo`` (changed and untracked files
+    under the package) followed by ``git diff HEAD -- sb3_reset_ppo``.
+    """
     import subprocess
 
-    try:
-        result = subprocess.run(
-            ["git", "diff", "HEAD", "--", "sb3_reset_ppo"], cwd=HERE.parent, capture_output=True, text=True
-        )
-    except OSError:  # no git
-        return ""
-    return result.stdout if result.returncode == 0 else ""
+    texts = []
+    for args in (["status", "--porcelain", "--", "sb3_reset_ppo"], ["diff", "HEAD", "--", "sb3_reset_ppo"]):
+        try:
+            result = subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True)
+        except OSError:  # no git
+            return ""
+        texts.append(result.stdout if result.returncode == 0 else "")
+    return "".join(texts)
 
 
 def safe_run(job: dict[str, Any]) -> dict[str, Any]:
