@@ -19,8 +19,11 @@ from helpers import RandomEpisodeEnv
 from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import DummyVecEnv
 
+import sb3_reset_ppo.envs  # noqa: F401  # registers CueRecall-v0
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.export import ML_AGENTS_VERSION_NUMBER, export_onnx, export_spec, read_metadata
 from sb3_reset_ppo.export.__main__ import main as export_main
@@ -522,3 +525,41 @@ def test_cli_in_a_subprocess(tmp_path: Path) -> None:
     assert "ResetPPO" in result.stdout and "out.onnx" in result.stdout
     metadata = read_metadata(tmp_path / "out.onnx")
     assert (metadata["algorithm"], metadata["layout"], metadata["opset"]) == ("ResetPPO", "mlagents", "15")
+
+
+# ---------------------------------------------------------------------------------------------- the torch-free example
+
+
+def test_torch_free_example_plays_as_evaluate_policy(tmp_path: Path) -> None:
+    """
+    examples/onnx_play.py, with torch made unimportable, plays a briefly trained CueRecall model's exported file to
+    the very returns of SB3's ``evaluate_policy`` (deterministic, one env, the same seed), episode by episode.
+    """
+    model = ResetPPO(
+        "MlpLstmPolicy",
+        make_vec_env("CueRecall-v0", n_envs=4, seed=0),
+        n_steps=64,
+        batch_size=64,
+        policy_kwargs={"lstm_hidden_size": 16, "net_arch": [16]},
+        seed=0,
+    )
+    model.learn(2048)
+    model.save(tmp_path / "cue")
+    export_main([str(tmp_path / "cue.zip"), str(tmp_path / "cue.onnx")])
+    episodes, seed = 40, 123
+    returns, _ = evaluate_policy(
+        model, make_vec_env("CueRecall-v0", n_envs=1, seed=seed), n_eval_episodes=episodes, return_episode_rewards=True
+    )
+    code = (
+        "import runpy, sys; sys.modules['torch'] = None; "
+        f"sys.argv = ['onnx_play.py', {str(tmp_path / 'cue.onnx')!r}, '--episodes', '{episodes}', '--seed', '{seed}', "
+        "'--json']; runpy.run_path('examples/onnx_play.py', run_name='__main__')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert result.returncode == 0, result.stderr
+    played = json.loads(result.stdout)
+    assert isinstance(returns, list)
+    assert played["returns"] == [float(value) for value in returns]
+    assert played["mean_return"] == pytest.approx(float(np.mean(returns)))
+    # Episodes won and episodes lost: the sequence of returns tells policies apart
+    assert set(played["returns"]) == {0.0, 1.0}
