@@ -1,5 +1,6 @@
-"""RL Zoo integration: reset_ppo trains, is evaluated and enjoyed through the zoo's own command line."""
+"""RL Zoo integration: reset_ppo and maskable_reset_ppo train, are evaluated and enjoyed through the zoo's own command line."""
 
+import csv
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +11,15 @@ import optuna
 import pytest
 import yaml
 
-from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo import MaskableResetPPO, ResetPPO
+from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
 from sb3_reset_ppo.zoo import (
     DEFAULT_CONF_FILE,
+    MaskableTrialEvalCallback,
     _with_default_conf_file,
     convert_reset_ppo_params,
+    masked_enjoy,
+    masked_evaluation,
     register,
     sample_reset_ppo_params,
 )
@@ -188,3 +193,121 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
         checked += 1
         study.tell(trial, 0.0)
     assert checked == 60
+
+
+# maskable_reset_ppo: MaskableResetPPO in the zoo, evaluated and enjoyed with the env's action masks
+
+
+def test_maskable_train_evaluates_with_masks_and_enjoy_uses_them(tmp_path: Path) -> None:
+    result = _zoo(
+        "train", "--algo", "maskable_reset_ppo", "--env", "MaskedCueRecall-v0", "-n", "512", "--eval-freq", "256",
+        "--eval-episodes", "20", "--n-eval-envs", "1", "-f", str(tmp_path), "--seed", "1",
+        "--hyperparams", "n_steps:32", "window_size:8",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "maskable_reset_ppo" / "MaskedCueRecall-v0_1"
+    evaluations = np.load(run / "evaluations.npz")
+    assert evaluations["timesteps"].tolist() == [256, 512] and evaluations["results"].shape == (2, 20)
+    # Evaluated with masks: no episode ended by an invalid action (-1); the zoo's own EvalCallback (SB3's
+    # evaluate_policy, no masks) ends nearly all of them so at this stage of training
+    assert set(evaluations["results"].ravel().tolist()) <= {0.0, 1.0}
+    # The package's hyperparameter file was the default: MaskedCueRecall-v0's entry, command-line settings on top
+    config = dict(yaml.unsafe_load((run / "MaskedCueRecall-v0" / "config.yml").read_text()))
+    packaged = yaml.safe_load(DEFAULT_CONF_FILE.read_text())["MaskedCueRecall-v0"]
+    assert config["learning_rate"] == packaged["learning_rate"] and config["policy_kwargs"] == packaged["policy_kwargs"]
+    assert config["n_steps"] == 32 and config["window_size"] == 8
+    model = MaskableResetPPO.load(run / "MaskedCueRecall-v0.zip")
+    assert type(model) is MaskableResetPPO and model.window_size == 8
+    enjoy = _zoo(
+        "enjoy", "--algo", "maskable_reset_ppo", "--env", "MaskedCueRecall-v0", "-f", str(tmp_path), "-n", "100",
+        "--no-render",
+    )  # fmt: skip
+    assert enjoy.returncode == 0, enjoy.stderr[-3000:]
+    episode_rewards = [float(line.split(":")[1]) for line in enjoy.stdout.splitlines() if line.startswith("Episode Reward:")]
+    # Enjoyed with masks too: about 20 episodes of 3 to 8 steps, none ended by an invalid action
+    assert len(episode_rewards) >= 10 and set(episode_rewards) <= {0.0, 1.0}, enjoy.stdout[-2000:]
+
+
+def test_maskable_reset_ppo_shares_reset_ppo_registration_and_conf_file() -> None:
+    register()
+    from rl_zoo3 import hyperparams_opt
+    from rl_zoo3.utils import ALGOS
+
+    assert ALGOS["maskable_reset_ppo"] is MaskableResetPPO
+    assert hyperparams_opt.HYPERPARAMS_SAMPLER["maskable_reset_ppo"] is sample_reset_ppo_params
+    assert hyperparams_opt.HYPERPARAMS_CONVERTER["maskable_reset_ppo"] is convert_reset_ppo_params
+    assert _with_default_conf_file(["train", "--algo", "maskable_reset_ppo"])[-2:] == ["--conf-file", str(DEFAULT_CONF_FILE)]
+    assert _with_default_conf_file(["train", "--algo=maskable_reset_ppo", "--conf-file=x.yml"])[-1] == "--conf-file=x.yml"
+    # MaskedCueRecall-v0: CueRecall-v0's settings, with the masking study's budget (whole rollouts of 8 x 128)
+    hyperparams = yaml.safe_load(DEFAULT_CONF_FILE.read_text())
+    masked, unmasked = dict(hyperparams["MaskedCueRecall-v0"]), dict(hyperparams["CueRecall-v0"])
+    assert masked.pop("n_timesteps") == 30 * 8 * 128 and {**unmasked, "n_timesteps": None} == {**masked, "n_timesteps": None}
+
+
+def test_masked_evaluation_and_enjoy_replace_the_zoo_names_and_restore_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rl_zoo3.enjoy as zoo_enjoy
+    import rl_zoo3.exp_manager as zoo_exp_manager
+    from rl_zoo3.callbacks import TrialEvalCallback
+    from rl_zoo3.utils import ALGOS, create_test_env
+    from stable_baselines3.common.callbacks import EvalCallback
+
+    register()
+    with masked_evaluation():
+        assert zoo_exp_manager.EvalCallback is MaskableEvalCallback
+        assert zoo_exp_manager.TrialEvalCallback is MaskableTrialEvalCallback
+    assert zoo_exp_manager.EvalCallback is EvalCallback and zoo_exp_manager.TrialEvalCallback is TrialEvalCallback
+    with pytest.raises(KeyError), masked_enjoy():
+        assert zoo_enjoy.create_test_env is not create_test_env
+        enjoyed = ALGOS["maskable_reset_ppo"]
+        assert issubclass(enjoyed, MaskableResetPPO) and enjoyed is not MaskableResetPPO
+        raise KeyError  # restored after an error too
+    assert zoo_enjoy.create_test_env is create_test_env and ALGOS["maskable_reset_ppo"] is MaskableResetPPO
+    # A zoo that builds its callbacks otherwise is refused loudly, not silently evaluated without masks
+    monkeypatch.setattr(zoo_exp_manager, "EvalCallback", MaskableEvalCallback)
+    with pytest.raises(RuntimeError, match=r"rl_zoo3\.exp_manager\.EvalCallback is no longer"), masked_evaluation():
+        pass
+    monkeypatch.setattr(zoo_enjoy, "create_test_env", lambda *args, **kwargs: None)
+    with pytest.raises(RuntimeError, match=r"rl_zoo3\.enjoy\.create_test_env is no longer"), masked_enjoy():
+        pass
+
+
+def test_maskable_trial_eval_callback_reports_memory_keeping_masked_evaluations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+    from test_maskable_evaluation import CueMemoryFake
+
+    # A real model for the callback's bookkeeping, whose predict is a scripted policy that scores 1.0 only when it
+    # gets the masks at every step and its state back (tests/test_maskable_evaluation.py)
+    model = MaskableResetPPO("MlpLstmPolicy", make_vec_env("MaskedCueRecall-v0", n_envs=1), n_steps=16, batch_size=16)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    fake = CueMemoryFake()
+    monkeypatch.setattr(model, "predict", fake.predict)
+    study = optuna.create_study()
+    trial = study.ask()
+    callback = MaskableTrialEvalCallback(
+        make_vec_env("MaskedCueRecall-v0", n_envs=2, seed=3), trial, n_eval_episodes=100, eval_freq=1
+    )
+    callback.init_callback(model)
+    assert callback.on_step() and fake.calls > 0
+    assert callback.last_mean_reward == 1.0 and callback.eval_idx == 1
+    # Reported to the trial as the zoo's TrialEvalCallback does
+    study.tell(trial, callback.last_mean_reward)
+    assert study.trials[0].intermediate_values == {1: 1.0}
+
+
+@pytest.mark.slow
+def test_maskable_optimize_runs_one_trial_evaluated_with_masks(tmp_path: Path) -> None:
+    result = _zoo(
+        "train", "--algo", "maskable_reset_ppo", "--env", "MaskedCueRecall-v0", "-n", "256", "-optimize",
+        "--n-trials", "1", "--n-jobs", "1", "--sampler", "random", "--pruner", "none", "--n-evaluations", "1",
+        "--eval-episodes", "10", "-f", str(tmp_path), "--seed", "2", "--hyperparams", "n_envs:2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    reports = list((tmp_path / "maskable_reset_ppo").glob("report_MaskedCueRecall-v0_1-trials-256-random-none_*.csv"))
+    assert reports, result.stdout[-2000:]
+    with open(reports[0]) as file:
+        rows = list(csv.DictReader(file))
+    # The trial's value is its last masked evaluation: a mean of 0s and 1s, never an invalid action's -1
+    assert len(rows) == 1 and 0.0 <= float(rows[0]["value"]) <= 1.0, rows

@@ -1,28 +1,45 @@
 """
 RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CartPoleNoVel-v1 ...``.
 
-Registers ``reset_ppo`` (:class:`~sb3_reset_ppo.ResetPPO`) in ``rl_zoo3.ALGOS`` next to ``ppo_lstm``, its
-Optuna sampler for ``-optimize``, and the memory tasks of :mod:`sb3_reset_ppo.envs`, then runs the zoo's
-own command line (``train``, ``enjoy``, ``plot_train``, ...). For ``--algo reset_ppo`` the hyperparameter
-file shipped with the package (``reset_ppo.yml``, ResetPPO's defaults for ``window_stride`` and the rest) is
-the default ``--conf-file``. ``enjoy`` without a display (see :func:`no_display_reason`) runs as with
-``--no-render`` and says so: a window nobody can see would only pace the steps at the env's ``render_fps``.
+Registers ``reset_ppo`` (:class:`~sb3_reset_ppo.ResetPPO`) and ``maskable_reset_ppo``
+(:class:`~sb3_reset_ppo.MaskableResetPPO`) in ``rl_zoo3.ALGOS`` next to ``ppo_lstm``, their Optuna sampler for
+``-optimize`` (the same for both), and the memory tasks of :mod:`sb3_reset_ppo.envs`, then runs the zoo's own
+command line (``train``, ``enjoy``, ``plot_train``, ...). For both algorithms the hyperparameter file shipped with
+the package (``reset_ppo.yml``, ResetPPO's defaults for ``window_stride`` and the rest) is the default
+``--conf-file``. ``enjoy`` without a display (see :func:`no_display_reason`) runs as with ``--no-render`` and says
+so: a window nobody can see would only pace the steps at the env's ``render_fps``.
+
+The zoo knows nothing of action masks: its evaluations call SB3's ``evaluate_policy`` and ``enjoy`` calls
+``model.predict`` without them. For ``--algo maskable_reset_ppo`` they use the env's masks and keep the policy's
+memory: training evaluates with :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback`,
+``-optimize`` with :class:`MaskableTrialEvalCallback`, and ``enjoy`` predicts with the env's masks
+(:func:`masked_zoo`).
 """
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
+import numpy as np
 import optuna
 from rl_zoo3 import hyperparams_opt
+from rl_zoo3.callbacks import TrialEvalCallback
 from rl_zoo3.utils import ALGOS
+from sb3_contrib.common.maskable.utils import get_action_masks
+from stable_baselines3.common.callbacks import EvalCallback
+from stable_baselines3.common.vec_env import VecEnv
 
 import sb3_reset_ppo.envs  # noqa: F401  (registers the memory tasks)
-from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo import MaskableResetPPO, ResetPPO
+from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
 
 ALGO_NAME = "reset_ppo"
+MASKABLE_ALGO_NAME = "maskable_reset_ppo"
+# Both take the same hyperparameters: one sampler, one converter, one default --conf-file
+ALGO_NAMES = (ALGO_NAME, MASKABLE_ALGO_NAME)
 DEFAULT_CONF_FILE = Path(__file__).with_name("reset_ppo.yml")
 # Window lengths the sampler tries: three fixed lengths and the default, min(batch_size, n_steps)
 WINDOW_SIZES: tuple[int | str, ...] = (8, 16, 32, "batch")
@@ -68,20 +85,134 @@ def convert_reset_ppo_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
 
 
 def register() -> None:
-    """Make ``reset_ppo`` known to the RL Zoo (idempotent)."""
+    """Make ``reset_ppo`` and ``maskable_reset_ppo`` known to the RL Zoo (idempotent)."""
     ALGOS[ALGO_NAME] = ResetPPO
-    hyperparams_opt.HYPERPARAMS_SAMPLER[ALGO_NAME] = sample_reset_ppo_params
-    hyperparams_opt.HYPERPARAMS_CONVERTER[ALGO_NAME] = convert_reset_ppo_params
+    ALGOS[MASKABLE_ALGO_NAME] = MaskableResetPPO
+    for name in ALGO_NAMES:
+        hyperparams_opt.HYPERPARAMS_SAMPLER[name] = sample_reset_ppo_params
+        hyperparams_opt.HYPERPARAMS_CONVERTER[name] = convert_reset_ppo_params
+
+
+class MaskableTrialEvalCallback(TrialEvalCallback, MaskableEvalCallback):
+    """
+    The zoo's ``TrialEvalCallback`` (each evaluation reported to the Optuna trial, which may prune it) evaluating as
+    :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback`: with the env's action masks, keeping the
+    memory. ``TrialEvalCallback._on_step`` evaluates through ``super()._on_step()``, which this class's method
+    resolution order makes ``MaskableEvalCallback``'s; the arguments are ``TrialEvalCallback``'s.
+    """
+
+
+class _EnjoyMaskableResetPPO(MaskableResetPPO):
+    """``MaskableResetPPO`` whose ``predict`` takes the masks of ``enjoy``'s env when given none (see :func:`masked_zoo`)."""
+
+    # The env that enjoy created (set by masked_zoo)
+    enjoy_env: ClassVar[VecEnv | None] = None
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        if action_masks is None and self.enjoy_env is not None:
+            action_masks = get_action_masks(self.enjoy_env)  # (n_envs, mask size)
+        return super().predict(observation, state, episode_start, deterministic, action_masks)
+
+
+def _check_zoo_name(module: Any, name: str, expected: Any) -> None:
+    """Raise a ``RuntimeError`` unless ``module.name`` is ``expected`` (the zoo still uses the name we replace)."""
+    if getattr(module, name, None) is not expected:
+        raise RuntimeError(
+            f"{module.__name__}.{name} is no longer {expected.__module__}.{expected.__qualname__}: the RL Zoo has changed, "
+            "and sb3_reset_ppo.zoo's masked evaluation (masked_evaluation, masked_enjoy) must follow it"
+        )
+
+
+@contextmanager
+def _replaced(replacements: dict[tuple[Any, str], Any]) -> Iterator[None]:
+    """Set each ``(module, name)`` to its value for the block; restore the originals after it, exceptions included."""
+    originals = {key: getattr(*key) for key in replacements}
+    try:
+        for (module, name), value in replacements.items():
+            setattr(module, name, value)
+        yield
+    finally:
+        for (module, name), value in originals.items():
+            setattr(module, name, value)
+
+
+@contextmanager
+def masked_evaluation() -> Iterator[None]:
+    """
+    Within the block, the zoo's evaluations during ``train`` use the env's action masks and keep the memory.
+
+    The zoo has no hook for its evaluation callbacks: its ``ExperimentManager`` builds them by the module-level names
+    ``EvalCallback`` (``--eval-freq``) and ``TrialEvalCallback`` (``-optimize``) of ``rl_zoo3.exp_manager``, which
+    evaluate with SB3's ``evaluate_policy`` (no masks). For the block those names are
+    :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback` and :class:`MaskableTrialEvalCallback`
+    (the same arguments).
+
+    :raises RuntimeError: If the zoo no longer builds its callbacks by those names
+    """
+    import rl_zoo3.exp_manager as zoo_exp_manager
+
+    _check_zoo_name(zoo_exp_manager, "EvalCallback", EvalCallback)
+    _check_zoo_name(zoo_exp_manager, "TrialEvalCallback", TrialEvalCallback)
+    with _replaced(
+        {
+            (zoo_exp_manager, "EvalCallback"): MaskableEvalCallback,
+            (zoo_exp_manager, "TrialEvalCallback"): MaskableTrialEvalCallback,
+        }
+    ):
+        yield
+
+
+@contextmanager
+def masked_enjoy() -> Iterator[None]:
+    """
+    Within the block, ``enjoy --algo maskable_reset_ppo`` predicts with the env's action masks.
+
+    The zoo's ``enjoy`` creates its env with ``rl_zoo3.enjoy.create_test_env``, loads the model with
+    ``ALGOS[algo].load`` and calls ``model.predict`` without masks (it keeps the memory itself). For the block,
+    ``create_test_env`` keeps the env it returns and ``ALGOS["maskable_reset_ppo"]`` is a ``MaskableResetPPO`` whose
+    ``predict`` takes that env's masks when given none.
+
+    :raises RuntimeError: If the zoo's ``enjoy`` no longer creates its env by that name
+    """
+    import rl_zoo3.enjoy as zoo_enjoy
+    from rl_zoo3.utils import create_test_env
+
+    _check_zoo_name(zoo_enjoy, "create_test_env", create_test_env)
+
+    def create_and_keep_test_env(*args: Any, **kwargs: Any) -> VecEnv:
+        env = create_test_env(*args, **kwargs)
+        _EnjoyMaskableResetPPO.enjoy_env = env
+        return env
+
+    algo = ALGOS.get(MASKABLE_ALGO_NAME, MaskableResetPPO)
+    ALGOS[MASKABLE_ALGO_NAME] = _EnjoyMaskableResetPPO
+    try:
+        with _replaced({(zoo_enjoy, "create_test_env"): create_and_keep_test_env}):
+            yield
+    finally:
+        ALGOS[MASKABLE_ALGO_NAME] = algo
+        _EnjoyMaskableResetPPO.enjoy_env = None
+
+
+def _algo(argv: list[str]) -> str:
+    """The ``--algo`` of a zoo command (``--algo x`` or ``--algo=x``; the zoo's default ``ppo`` if none)."""
+    algo = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--algo"), None)
+    return algo or next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--algo=")), "ppo")
 
 
 def _with_default_conf_file(argv: list[str]) -> list[str]:
-    """Add the package's hyperparameter file to a ``train --algo reset_ppo`` command that names none."""
+    """Add the package's hyperparameter file to a ``train --algo reset_ppo`` (or maskable_reset_ppo) command naming none."""
     if not argv or argv[0] != "train":
         return argv
-    algo = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--algo"), None)
-    algo = algo or next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--algo=")), "ppo")
     names_conf = any(arg in ("-conf", "--conf-file") or arg.startswith("--conf-file=") for arg in argv)
-    if algo == ALGO_NAME and not names_conf:
+    if _algo(argv) in ALGO_NAMES and not names_conf:
         return [*argv, "--conf-file", str(DEFAULT_CONF_FILE)]
     return argv
 
@@ -140,17 +271,20 @@ def _without_render_if_no_display(
 SCRIPTS = ("train", "enjoy", "plot_train", "plot_from_file", "all_plots")
 USAGE = f"""usage: python -m sb3_reset_ppo.zoo {{{",".join(SCRIPTS)}}} [options]
 
-The RL Zoo's command line with reset_ppo (ResetPPO) registered next to ppo_lstm. Each script takes the
-zoo's own options; see them with, e.g., `python -m sb3_reset_ppo.zoo train --help`. Examples:
+The RL Zoo's command line with reset_ppo (ResetPPO) and maskable_reset_ppo (MaskableResetPPO, evaluated and
+enjoyed with the env's action masks) registered next to ppo_lstm. Each script takes the zoo's own options;
+see them with, e.g., `python -m sb3_reset_ppo.zoo train --help`. Examples:
 
   python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CueRecall-v0
   python -m sb3_reset_ppo.zoo enjoy --algo reset_ppo --env CueRecall-v0 -f logs/
+  python -m sb3_reset_ppo.zoo train --algo maskable_reset_ppo --env MaskedCueRecall-v0
 """
 
 
 def main(argv: list[str] | None = None) -> None:
     """
-    Run the RL Zoo's command line with ``reset_ppo`` registered.
+    Run the RL Zoo's command line with ``reset_ppo`` and ``maskable_reset_ppo`` registered (the latter evaluated
+    and enjoyed with the env's action masks: :func:`masked_evaluation`, :func:`masked_enjoy`).
 
     :param argv: Arguments after the program name (default: ``sys.argv[1:]``), e.g. ``["train", "--algo", ...]``
     """
@@ -171,4 +305,6 @@ def main(argv: list[str] | None = None) -> None:
     # The zoo's scripts name themselves after sys.argv[0] in their usage (argparse's default prog), which
     # `python -m` sets to this package's __main__.py
     sys.argv = [f"python -m sb3_reset_ppo.zoo {arguments[0]}", *arguments]
-    zoo_main()
+    masks = {"train": masked_evaluation, "enjoy": masked_enjoy}.get(arguments[0])
+    with masks() if masks is not None and _algo(arguments) == MASKABLE_ALGO_NAME else nullcontext():
+        zoo_main()
