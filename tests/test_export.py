@@ -277,31 +277,52 @@ def test_maskable_random_masks(cell: str, action_space: spaces.Space, tmp_path: 
 # ---------------------------------------------------------------------------------------------- ML-Agents layout
 
 
+def mlagents_obs(obs: Any) -> dict[str, np.ndarray]:
+    """ML-Agents' observation inputs: a Dict's keys in order, images (N, C, H, W), a Discrete index (N, 1); floats."""
+    if isinstance(obs, dict):
+        return {"obs_0": obs["image"].transpose(0, 3, 1, 2).astype(np.float32), "obs_1": obs["vec"].astype(np.float32)}
+    return {"obs_0": np.asarray(obs, np.float32).reshape(len(obs), -1)}
+
+
 @pytest.mark.parametrize(
-    ("cell", "layers", "action_space"),
-    [("Lstm", 1, spaces.MultiDiscrete([3, 2])), ("Gru", 2, spaces.Box(-1.0, 1.0, (2,))), ("Lstm", 2, spaces.Discrete(3))],
-    ids=["Lstm-1layer-MultiDiscrete", "Gru-2layer-Box", "Lstm-2layer-Discrete"],
+    ("cell", "layers", "kind", "obs_kind", "action_space"),
+    [
+        ("Lstm", 1, "MultiInput", "dict", spaces.MultiDiscrete([3, 2])),
+        ("Gru", 2, "MultiInput", "dict", spaces.Box(-1.0, 1.0, (2,))),
+        ("Lstm", 2, "MultiInput", "dict", spaces.Discrete(3)),
+        ("Gru", 1, "Mlp", "discrete", spaces.MultiBinary(2)),
+    ],
+    ids=[
+        "Lstm-1layer-dict-MultiDiscrete",
+        "Gru-2layer-dict-Box",
+        "Lstm-2layer-dict-Discrete",
+        "Gru-1layer-discrete-MultiBinary",
+    ],
 )
-def test_mlagents_layout(cell: str, layers: int, action_space: spaces.Space, tmp_path: Path) -> None:
+def test_mlagents_layout(cell: str, layers: int, kind: str, obs_kind: str, action_space: spaces.Space, tmp_path: Path) -> None:
     """Names, shapes and constants of Unity ML-Agents' contract, then the same step-by-step check through it."""
     model = ResetPPO(
-        f"MultiInput{cell}Policy",
-        vec_env("dict", action_space),
+        f"{kind}{cell}Policy",
+        vec_env(obs_kind, action_space),
         n_steps=16,
         batch_size=16,
-        policy_kwargs=tiny_kwargs(cell, layers, "MultiInput"),
+        policy_kwargs=tiny_kwargs(cell, layers, kind),
     )
     randomise(model)
     path = export_onnx(model, tmp_path / "mlagents.onnx", layout="mlagents", opset=15)
     sess = session(path)
     discrete = not isinstance(action_space, spaces.Box)
     memory_size = (2 if cell == "Lstm" else 1) * layers * HIDDEN
-    expected_inputs = {"obs_0": ["batch", 1, 36, 36], "obs_1": ["batch", 3], "recurrent_in": ["batch", 1, memory_size]}
+    expected_inputs: dict[str, list[Any]] = {"recurrent_in": ["batch", 1, memory_size]}
+    if obs_kind == "dict":
+        expected_inputs.update({"obs_0": ["batch", 1, 36, 36], "obs_1": ["batch", 3]})
+    else:
+        expected_inputs["obs_0"] = ["batch", 1]
     if discrete:
         expected_inputs["action_masks"] = ["batch", export_spec(model).mask_dims]
     assert {i.name: i.shape for i in sess.get_inputs()} == expected_inputs
     kind = "discrete" if discrete else "continuous"
-    n_branches = 1 if isinstance(action_space, spaces.Discrete) else 2
+    n_branches = len(export_spec(model).branches)
     assert [o.name for o in sess.get_outputs()] == [
         "version_number",
         "memory_size",
@@ -311,7 +332,7 @@ def test_mlagents_layout(cell: str, layers: int, action_space: spaces.Space, tmp
         "recurrent_out",
     ]
     n_envs = N_ENVS
-    env = vec_env("dict", action_space, seed=11)
+    env = vec_env(obs_kind, action_space, seed=11)
     obs: Any = env.reset()
     recurrent = np.zeros((n_envs, 1, memory_size), np.float32)
     state: tuple[np.ndarray, ...] | None = None
@@ -319,7 +340,7 @@ def test_mlagents_layout(cell: str, layers: int, action_space: spaces.Space, tmp
     for step in range(N_STEPS):
         # Unity's side of the contract: the memory of an agent starting an episode is zeros
         recurrent[episode_start] = 0.0
-        feed = {"obs_0": obs["image"].transpose(0, 3, 1, 2).astype(np.float32), "obs_1": obs["vec"], "recurrent_in": recurrent}
+        feed = {**mlagents_obs(obs), "recurrent_in": recurrent}
         if discrete:
             feed["action_masks"] = np.ones((n_envs, export_spec(model).mask_dims), np.float32)
         version, size, stochastic, shape, deterministic, recurrent = sess.run(None, feed)
