@@ -122,8 +122,15 @@ def analyse(runs: dict[str, list[dict[str, Any]]], reps: int = stats.REPS) -> di
         reached = [s for s in solved if s is not None]
         entry["final_solved"] = int(np.sum(values[arm]["final"] >= SOLVED))
         entry["reached"] = len(reached)
+        entry["steps_to_solve"] = [s[0] for s in reached]
         entry["steps_to_solve_median"] = float(np.median([s[0] for s in reached])) if reached else None
         entry["cpu_to_solve_median"] = float(np.median([s[1] for s in reached])) if reached else None
+        # Evaluations below 0.9 after a run first reached it (relapses), over the evaluations after that point
+        after = [
+            r["scores"][1:][int(np.argmax(r["scores"][1:] >= SOLVED)) :] for r, s in zip(runs[arm], solved, strict=True) if s
+        ]
+        entry["relapses"] = [int(np.sum(a < SOLVED)) for a in after]
+        entry["evaluations_after_solved"] = int(sum(len(a) for a in after))
         entry["learn_cpu_seconds"] = [float(r["learn_cpu_seconds"]) for r in runs[arm]]
         entry["learn_wall_seconds"] = [float(r["learn_wall_seconds"]) for r in runs[arm]]
         entry["final_invalid_fraction"] = float(np.mean([r["invalid"][-FINAL_EVALUATIONS:].mean() for r in runs[arm]]))
@@ -212,8 +219,8 @@ def _estimate(triple: list[float], digits: int = 3) -> str:
     return f"{triple[0]:.{digits}f} ({triple[1]:.{digits}f} to {triple[2]:.{digits}f})"
 
 
-def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], failed: list[str]) -> str:
-    """The report's text."""
+def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], failed: list[str], notes: str = "") -> str:
+    """The report's text (``notes``: the hand-written deviations and reading, inserted after the header)."""
     arms = [arm for arm in ARMS if arm in summary["arms"]]
     lines = [
         "# Masking with memory (benchmarks/PROTOCOL_masking.md)",
@@ -226,8 +233,10 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
         f"- Runs: {', '.join(f'{arm} {len(runs[arm])}' for arm in arms)} of 10 each; failed: {', '.join(failed) or 'none'}",
         f"- Commits: {_commits(runs)}",
         f"- Machine: {_machines(runs)}; two runs at a time, one torch thread each, the 2 cores shared with other work",
+        f"- Packages (the report's environment; the runs used the same virtual environment): {_packages()}",
         f"- Bootstrap resamples: {summary['reps']}",
         "",
+        *([notes.strip(), ""] if notes.strip() else []),
         "## Final and over-training normalised score",
         "",
         "Normalised score: chance 0, perfect 1, an episode ended by an invalid action -5/3. IQM and mean over seeds with",
@@ -276,14 +285,19 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
         "`learn()`); wall seconds are inflated by other users of the 2 cores and shown for reference only. First 0.9: the",
         "first evaluation (every 2,048 steps) with normalised score >= 0.9; the median is over the runs that reach it.",
         "",
-        "| arm | runs reaching 0.9 | median env steps to first 0.9 | median learn() CPU s to first 0.9 "
+        "| arm | runs reaching 0.9 | env steps to first 0.9, median (range) | median learn() CPU s to first 0.9 "
         "| learn() CPU s per run, median (range) | learn() wall s, median | invalid-action episodes, final |",
         "|---|---|---|---|---|---|---|",
     ]
     for arm in arms:
         entry = summary["arms"][arm]
         cpu, wall = np.array(entry["learn_cpu_seconds"]), np.array(entry["learn_wall_seconds"])
-        steps = "-" if entry["steps_to_solve_median"] is None else f"{entry['steps_to_solve_median']:,.0f}"
+        steps = (
+            "-"
+            if entry["steps_to_solve_median"] is None
+            else f"{entry['steps_to_solve_median']:,.0f} ({min(entry['steps_to_solve']):,.0f} to "
+            f"{max(entry['steps_to_solve']):,.0f})"
+        )
         seconds = "-" if entry["cpu_to_solve_median"] is None else f"{entry['cpu_to_solve_median']:.1f}"
         lines.append(
             f"| {LABELS[arm]} | {entry['reached']} of {len(entry['seeds'])} | {steps} | {seconds} "
@@ -291,6 +305,16 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
             f"| {100 * entry['final_invalid_fraction']:.1f}% |"
         )
     lines += [
+        "",
+        "Relapses: evaluations below 0.9 after a run's first evaluation at 0.9 or more (descriptive; not an endpoint):",
+        "",
+        *[
+            f"- {LABELS[arm]}: {sum(summary['arms'][arm]['relapses'])} of {summary['arms'][arm]['evaluations_after_solved']} "
+            f"evaluations, in {sum(1 for n in summary['arms'][arm]['relapses'] if n)} of "
+            f"{summary['arms'][arm]['reached']} runs"
+            for arm in arms
+            if summary["arms"][arm]["reached"]
+        ],
         "",
         "![learning curves](figures_masking/learning_curves.png)",
         "",
@@ -310,8 +334,18 @@ def _commands(runs: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def _commits(runs: dict[str, list[dict[str, Any]]]) -> str:
-    commits = sorted({(r["commit"][:8], bool(r["dirty"])) for arm_runs in runs.values() for r in arm_runs})
-    return ", ".join(f"`{c}`" + (" (package differed: see package_diff in the run files)" if d else "") for c, d in commits)
+    every = [r for arm_runs in runs.values() for r in arm_runs]
+    commits = sorted({r["commit"][:8] for r in every})
+    dirty = sum(bool(r["dirty"]) for r in every)
+    counts = ", ".join(f"`{c}` ({sum(r['commit'][:8] == c for r in every)})" for c in commits)
+    return f"{counts} runs; {dirty} of {len(every)} with uncommitted package changes (`package_diff` in the run files)"
+
+
+def _packages() -> str:
+    from importlib.metadata import version
+
+    names = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium", "rliable", "numpy", "sb3-reset-ppo"]
+    return ", ".join(f"{name} {version(name)}" for name in names)
 
 
 def _machines(runs: dict[str, list[dict[str, Any]]]) -> str:
@@ -326,13 +360,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", type=Path, default=masking_study.OUT)
     parser.add_argument("--out", type=Path, default=HERE, help="folder of RESULTS_masking.md and figures_masking/")
     parser.add_argument("--reps", type=int, default=stats.REPS)
+    parser.add_argument(
+        "--notes", type=Path, default=HERE / "RESULTS_masking_notes.md", help="hand-written deviations and reading"
+    )
     args = parser.parse_args(argv)
     runs = load_runs(args.results)
     if not runs:
         parser.error(f"no runs in {args.results}")
     summary = analyse(runs, reps=args.reps)
     figure(runs, args.out / "figures_masking" / "learning_curves.png")
-    (args.out / "RESULTS_masking.md").write_text(markdown(summary, runs, failed_runs(args.results)))
+    notes = args.notes.read_text() if args.notes.exists() else ""
+    (args.out / "RESULTS_masking.md").write_text(markdown(summary, runs, failed_runs(args.results), notes))
     (args.out / "results").mkdir(parents=True, exist_ok=True)
     (args.out / "results" / "masking_summary.json").write_text(json.dumps(summary, indent=1))
     print(f"wrote {args.out / 'RESULTS_masking.md'}; reproduce with: {COMMAND}")

@@ -115,7 +115,9 @@ def test_endpoints_and_first_solved() -> None:
 def test_report_writes_results_and_figure(tmp_path: Path) -> None:
     results = tmp_path / "results_in"
     _write(results, {"maskable_reset_ppo": 0.99, "reset_ppo": 0.1, "maskable_ppo": 0.3}, seeds=3)
-    masking_report.main(["--results", str(results), "--out", str(tmp_path), "--reps", "50"])
+    masking_report.main([
+        "--results", str(results), "--out", str(tmp_path), "--reps", "50", "--notes", str(tmp_path / "none.md")
+    ])  # fmt: skip
     text = (tmp_path / "RESULTS_masking.md").read_text()
     assert "(a) 3 of 3, (c) 0 of 3: **does not hold**" in text  # 3 seeds: not "most" of 10
     assert (tmp_path / "figures_masking" / "learning_curves.png").stat().st_size > 0
