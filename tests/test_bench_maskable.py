@@ -1,0 +1,43 @@
+"""benchmarks/bench_maskable.py: MaskableResetPPO's learn() against ResetPPO's, side by side; its stored results."""
+
+import json
+from pathlib import Path
+
+import pytest
+from bench_helpers import ROOT, _load
+
+
+def test_bench_maskable_measures_the_same_trajectories_and_writes_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # bench_maskable imports bench_train
+    bench = _load("bench_maskable")
+    argv = ["--repeats", "2", "--hidden", "8", "--n-envs", "2", "--n-steps", "16", "--n-epochs", "1"]
+    results = bench.main([*argv, "--out", str(tmp_path / "out")])
+    by_task = {r["task"]: r for r in results}
+    # All-valid masks leave the distribution unchanged: the same seed plays the same episodes with and without
+    # masks, so the ratio measures masking alone
+    valid = by_task["all_valid"]
+    assert valid["reset"]["episodes"] == valid["maskable_off"]["episodes"] == valid["maskable"]["episodes"] > 0
+    # On the masked task the unmasked models' invalid actions end episodes early: more of them
+    masked = by_task["masked"]
+    assert masked["reset"]["episodes"] == masked["maskable_off"]["episodes"] > masked["maskable"]["episodes"]
+    for r in results:
+        runs = [run["learn_cpu"] for run in r["maskable"]["runs"]]
+        assert len(runs) == 2 and r["maskable"]["learn_cpu"] == pytest.approx(sum(runs) / 2)
+        assert r["maskable"]["learn_over_reset"] == pytest.approx(r["maskable"]["learn_cpu"] / r["reset"]["learn_cpu"])
+    stored = json.loads((tmp_path / "out.json").read_text())
+    assert stored["results"] == json.loads(json.dumps(results)) and stored["bound"] == 1.15
+    text = (tmp_path / "out.txt").read_text()
+    assert text.startswith("command: python benchmarks/bench_maskable.py --repeats 2 --hidden 8")
+    assert "| masked | 8 |" in text and "| all_valid | 8 |" in text
+
+
+def test_stored_results_meet_the_issues_bound() -> None:
+    stored = json.loads((ROOT / "benchmarks" / "results" / "bench_maskable.json").read_text())
+    text = (ROOT / "benchmarks" / "results" / "bench_maskable.txt").read_text()
+    assert text.startswith(f"command: {stored['command']}\n")
+    assert {(r["task"], r["lstm_hidden_size"]) for r in stored["results"]} >= {("masked", 64), ("all_valid", 64)}
+    for r in stored["results"]:
+        assert r["maskable"]["learn_over_reset"] <= stored["bound"] == 1.15, r["task"]
+        assert f"| {r['task']} | {r['lstm_hidden_size']} |" in text
