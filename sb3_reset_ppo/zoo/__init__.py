@@ -13,7 +13,7 @@ The zoo knows nothing of action masks: its evaluations call SB3's ``evaluate_pol
 ``model.predict`` without them. For ``--algo maskable_reset_ppo`` they use the env's masks and keep the policy's
 memory: training evaluates with :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback`,
 ``-optimize`` with :class:`MaskableTrialEvalCallback`, and ``enjoy`` predicts with the env's masks
-(:func:`masked_zoo`).
+(:func:`masked_evaluation`, :func:`masked_enjoy`).
 """
 
 import os
@@ -103,9 +103,9 @@ class MaskableTrialEvalCallback(TrialEvalCallback, MaskableEvalCallback):
 
 
 class _EnjoyMaskableResetPPO(MaskableResetPPO):
-    """``MaskableResetPPO`` whose ``predict`` takes the masks of ``enjoy``'s env when given none (see :func:`masked_zoo`)."""
+    """``MaskableResetPPO`` whose ``predict`` takes the masks of ``enjoy``'s env when given none (see :func:`masked_enjoy`)."""
 
-    # The env that enjoy created (set by masked_zoo)
+    # The env that enjoy created (set by masked_enjoy)
     enjoy_env: ClassVar[VecEnv | None] = None
 
     def predict(
