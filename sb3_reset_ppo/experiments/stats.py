@@ -6,6 +6,7 @@ wall-time ratios a report may print: machines differ in speed).
 """
 
 import datetime
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -39,12 +40,15 @@ def aggregate(
     :param baseline: The variant the others are compared with (None: no probabilities)
     :return: ``(point, interval, poi, poi_ci)``: ``point[v]`` is ``[IQM, mean]``, ``interval[v]`` their ``(2, 2)``
         intervals (rows low and high), ``poi`` and ``poi_ci`` keyed ``"v,baseline"`` (rliable's plots read that)
+    :raises ValueError: ``reps`` is not a positive int, ``baseline`` is not a variant, or a variant's scores are not
+        ``(n_runs, n_tasks)`` with at least one run and one task (with a baseline: the same tasks for all)
     """
     library, metrics = _rliable()
     if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
         raise ValueError(f"reps must be a positive int, got {reps!r}")
     if baseline is not None and baseline not in score_dict:
         raise ValueError(f"baseline {baseline!r} is not one of the variants {sorted(score_dict)}")
+    _check_scores(score_dict, baseline)
     # A fixed bootstrap seed, so the same runs give the same report. rliable 1.2's StratifiedBootstrap draws from
     # numpy's global generator (its random_state argument is not used for the resampling): seeded here, and the
     # caller's state restored afterwards
@@ -54,6 +58,24 @@ def aggregate(
         return _estimates(library, metrics, score_dict, reps, baseline)
     finally:
         np.random.set_state(state)  # noqa: NPY002
+
+
+def _check_scores(score_dict: dict[str, np.ndarray], baseline: str | None) -> None:
+    """
+    Each variant's scores are ``(n_runs, n_tasks)`` with at least one run and one task, and with a ``baseline`` one
+    number of tasks for all (rliable gives NaN estimates for no run, an IndexError for a 1-D array or none of the
+    baseline's tasks).
+    """
+    tasks = {}
+    for name, scores in score_dict.items():
+        shape = np.shape(scores)
+        if len(shape) != 2:
+            raise ValueError(f"score_dict[{name!r}] must be a (n_runs, n_tasks) array, got shape {shape}")
+        if shape[0] < 1 or shape[1] < 1:
+            raise ValueError(f"score_dict[{name!r}] must hold at least one run and one task, got shape {shape}")
+        tasks[name] = shape[1]
+    if baseline is not None and len(set(tasks.values())) > 1:
+        raise ValueError(f"score_dict's variants must have one number of tasks, got {tasks}")
 
 
 def _estimates(
@@ -86,7 +108,13 @@ def probability_text(poi: dict[str, Any], poi_ci: dict[str, Any], pair: str) -> 
 
 
 def holm(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjustment of a family of p-values (same order as given)."""
+    """
+    Holm's step-down adjustment of a family of p-values (same order as given).
+
+    :raises ValueError: a p-value is NaN or outside ``[0, 1]``
+    """
+    if not all(0.0 <= p <= 1.0 for p in p_values):
+        raise ValueError(f"p_values must lie in [0, 1], got {p_values}")
     order = np.argsort(p_values)
     adjusted = np.empty(len(p_values))
     running = 0.0
@@ -154,26 +182,32 @@ def mann_whitney(arm: Sequence[float], base: Sequence[float]) -> tuple[float, st
       ``mannwhitneyu(..., method="exact")``, at any sample size; scipy's default would switch to the normal
       approximation above 8 values per sample).
     - ``"permutation"``: with ties, the exact permutation distribution of the rank sum (midranks), enumerating
-      every split of the pooled values into samples of the two sizes (at most :data:`PERMUTATIONS` of them).
+      every split of the pooled values into samples of the two sizes (at most :data:`PERMUTATIONS` of them, or a
+      sample of one value: one split per pooled value).
     - ``"permutation (monte carlo)"``: with ties and more splits than that, :data:`PERMUTATIONS` random splits
       (seeded, so a report is reproducible; p = (hits + 1) / (splits + 1)).
 
     Two-sided in every case: the probability of a rank sum at least as far from its mean under the null as the
-    observed one. ``(1.0, "undefined")`` when a sample is empty or every value is the same.
+    observed one. ``(1.0, "undefined")`` when a sample is empty or every value is the same (nothing to test: every
+    split has the same rank sum). Any sizes from one value up give a p-value in ``[0, 1]``.
 
     :param arm: One sample
     :param base: The other sample
     :return: ``(p, method)``
+    :raises ValueError: a sample is not 1-D or holds NaN (NaN has no rank)
     """
     from scipy.stats import mannwhitneyu, permutation_test, rankdata
 
-    x, y = np.asarray(arm, dtype=float), np.asarray(base, dtype=float)
+    x, y = _sample(arm, "arm"), _sample(base, "base")
     pooled = np.concatenate([x, y])
     if len(x) < 1 or len(y) < 1 or len(np.unique(pooled)) < 2:
         return 1.0, "undefined"
     if len(np.unique(pooled)) == len(pooled):
         return float(mannwhitneyu(x, y, alternative="two-sided", method="exact").pvalue), "exact"
     ranks = rankdata(pooled)  # midranks: the same for every split of the pooled values
+    if math.comb(len(pooled), len(x)) <= PERMUTATIONS or min(len(x), len(y)) < 2:
+        # scipy's permutation_test refuses a sample of one value: the splits are enumerated here
+        return _enumerated_rank_sum_p(ranks, len(x)), "permutation"
     center = len(x) * (len(pooled) + 1) / 2
 
     def distance(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:
@@ -184,8 +218,37 @@ def mann_whitney(arm: Sequence[float], base: Sequence[float]) -> tuple[float, st
         (ranks[: len(x)], ranks[len(x) :]), distance, permutation_type="independent", vectorized=True,
         n_resamples=PERMUTATIONS, batch=50_000, alternative="greater", random_state=np.random.default_rng(0),
     )  # fmt: skip
-    exact = math.comb(len(pooled), len(x)) <= PERMUTATIONS
-    return float(min(1.0, result.pvalue)), "permutation" if exact else "permutation (monte carlo)"
+    return float(min(1.0, result.pvalue)), "permutation (monte carlo)"
+
+
+def _sample(values: Sequence[float], name: str) -> np.ndarray:
+    """One sample of :func:`mann_whitney` as a 1-D float array (a ``ValueError`` naming it otherwise)."""
+    sample = np.asarray(values, dtype=float)
+    if sample.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of numbers, got shape {sample.shape}")
+    if np.isnan(sample).any():
+        raise ValueError(f"{name} holds NaN: {sample.tolist()}")
+    return sample
+
+
+def _enumerated_rank_sum_p(ranks: np.ndarray, size: int) -> float:
+    """
+    The two-sided permutation p-value of the rank sum of the first ``size`` of the pooled ``ranks``, every split
+    enumerated: the share of splits whose rank sum is at least as far from its mean as the observed one.
+    """
+    # Midranks are multiples of 1/2: doubled, every sum and comparison is exact in integers
+    doubled = np.rint(2 * ranks).astype(np.int64)
+    pooled = len(doubled)
+    # The other sample's rank sum is as far from its mean as this one's: enumerate the smaller side's subsets
+    smaller = min(size, pooled - size)
+    center = smaller * (pooled + 1)  # twice the smaller side's mean rank sum
+    observed = abs(int(doubled[:size].sum()) - size * (pooled + 1))
+    count = math.comb(pooled, smaller)
+    indices = itertools.chain.from_iterable(itertools.combinations(range(pooled), smaller))
+    # (count * smaller,) -> (count, smaller): one row of pooled indices per split
+    splits = np.fromiter(indices, dtype=np.intp, count=count * smaller).reshape(count, smaller)
+    sums = doubled[splits].sum(axis=1)
+    return float(np.mean(np.abs(sums - center) >= observed))
 
 
 def timestamp(text: str) -> float:
