@@ -1,5 +1,6 @@
 """Small test environments and helpers shared by the tests."""
 
+import itertools
 from typing import Any
 
 import gymnasium as gym
@@ -112,6 +113,54 @@ def brute_force_step_weights(
                 for step in kept_steps(env, start):
                     totals[step, env] += 1.0 if weighting != "importance" else 1.0 / counts[step, env]
     return totals / stride
+
+
+def brute_force_effective_weights(
+    episode_starts: np.ndarray,
+    window_size: int,
+    boundary: str,
+    window_stride: int,
+    window_coverage: str,
+    batch_size: int | None,
+) -> np.ndarray:
+    """
+    The design document's expected gradient weight per epoch of every step under uniform weighting, with explicit
+    loops: for every combination of the envs' phases (equally likely), each step's kept slots, times the probability
+    that a slot is trained in that epoch (an epoch of ``N`` real slots trains ``floor(N / M) * M`` of them,
+    ``M = max(batch_size, W)``, each slot equally likely to be left out; all of them when ``N <= M``), divided by the
+    loss normaliser ``min(M, mean N)``. Input and output ``(T, E)``.
+    """
+    n_steps, n_envs = episode_starts.shape
+    if window_coverage == "full":
+        all_starts = list(range(-(window_size - 1), n_steps))
+    else:
+        all_starts = list(range(n_steps - window_size + 1))
+    stride = min(window_stride, len(all_starts))
+    # Per env and phase: each step's kept slots and the epoch's real slots of that env
+    kept = np.zeros((n_envs, stride, n_steps))
+    real = np.zeros((n_envs, stride))
+    for env in range(n_envs):
+        for phase in range(stride):
+            for start in all_starts[phase::stride]:
+                alive = True
+                steps = [step for step in range(start, start + window_size) if 0 <= step < n_steps]
+                real[env, phase] += len(steps)
+                for slot, step in enumerate(steps):
+                    if slot >= 1 and episode_starts[step, env] and boundary == "mask":
+                        alive = False
+                    kept[env, phase, step] += alive
+    full = None if batch_size is None else max(batch_size, window_size)
+    totals = np.zeros((n_steps, n_envs))
+    slot_counts = []
+    for phases in itertools.product(range(stride), repeat=n_envs):
+        n_slots = sum(real[env, phase] for env, phase in enumerate(phases))
+        slot_counts.append(n_slots)
+        trained = 1.0 if full is None or n_slots <= full else (n_slots // full) * full / n_slots
+        for env, phase in enumerate(phases):
+            totals[:, env] += kept[env, phase] * trained
+    mean_slots = float(np.mean(slot_counts))
+    normaliser = mean_slots if full is None else min(full, mean_slots)
+    return totals / stride**n_envs / normaliser
 
 
 def reference_unroll(

@@ -1,6 +1,7 @@
 """The pure epoch plan (issue 42): minibatches cut from the epoch's sequence of windows by real slots."""
 
 import copy
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from sb3_reset_ppo.common.windows import (
     epoch_slot_range,
     epoch_window_starts,
     expected_epoch_slots,
-    minibatch_sizes,
+    minibatch_cuts,
     plan_epoch,
     uniform_normaliser,
     window_order,
@@ -47,8 +48,8 @@ def test_plan_rows_partition_the_epochs_windows_into_full_minibatches(
     epoch = epoch_window_starts(
         n_steps, n_envs, window_size, config.window_stride, np.random.default_rng(seed), config.window_coverage
     )
-    # Rows cover each window's real slots exactly once, without crossing envs: the multiset of (window's first
-    # step, slot in the window) pairs is the windows'
+    # Rows cover each window's real slots at most once, without crossing envs: the (window's first step, slot in the
+    # window) pairs are the windows' less the epoch's remainder
     covered = []
     for start, length, offset, first in zip(plan.starts, plan.lengths, plan.offsets, plan.window_firsts, strict=True):
         assert 1 <= length <= window_size and start == first + offset
@@ -56,19 +57,56 @@ def test_plan_rows_partition_the_epochs_windows_into_full_minibatches(
         covered += [(int(first), int(offset) + slot) for slot in range(int(length))]
     expected = [(first, slot) for first, length in zip(epoch.starts.tolist(), epoch.lengths.tolist(), strict=True)
                 for slot in range(length)]  # fmt: skip
-    assert sorted(covered) == sorted(expected)
-    # Minibatches: `full` real slots each but at most one; the epoch's total is every window's real slots
+    assert not Counter(covered) - Counter(expected)
+    # Minibatches: every one holds exactly `full` real slots; the epoch's remainder is left out
     sizes = [int(plan.lengths[a:b].sum()) for a, b in zip(plan.minibatch_edges[:-1], plan.minibatch_edges[1:], strict=True)]
-    assert sum(sizes) == int(epoch.lengths.sum())
+    n_slots = int(epoch.lengths.sum())
     full = None if batch_size is None else max(batch_size, window_size)
-    if full is None or full >= sum(sizes):
-        assert len(sizes) == 1
+    if full is None or full >= n_slots:
+        assert sizes == [n_slots]
     else:
-        assert sum(size != full for size in sizes) <= 1 and max(sizes) == full
-    # Every minibatch holds rows, and a cut window's pieces follow each other in the epoch's order
+        assert sizes == [full] * (n_slots // full)
+    assert len(covered) == sum(sizes)
+    # Every minibatch holds rows, and a cut window's pieces follow each other in the epoch's order (the first row may
+    # be the later piece of a window whose earlier piece was left out)
     assert np.all(np.diff(plan.minibatch_edges) > 0)
     cut = np.flatnonzero(plan.offsets > 0)
-    assert np.all(plan.starts[cut - 1] + plan.lengths[cut - 1] == plan.starts[cut])
+    cut = cut[cut > 0]
+    follows = plan.starts[cut - 1] + plan.lengths[cut - 1] == plan.starts[cut]
+    # A row that does not follow its predecessor starts a minibatch after the left-out remainder: only the first row
+    assert np.all(follows), (plan, cut)
+
+
+def test_every_slot_is_left_out_with_the_same_probability() -> None:
+    # n_steps=200, batch_size=64, W=64 (the issue's example): 200 = 3 * 64 + 8, every epoch leaves 8 slots out
+    n_steps, batch_size = 200, 64
+    config = WindowSettings.validated("batch", n_steps=n_steps, batch_size=batch_size)
+    generator = np.random.default_rng(0)
+    counts = np.zeros(n_steps)
+    n_epochs = 20_000
+    for _ in range(n_epochs):
+        plan = plan_epoch(n_steps, 1, config, batch_size, 1, generator)
+        assert plan.n_minibatches == 3 and int(plan.lengths.sum()) == 192
+        for start, length in zip(plan.starts, plan.lengths, strict=True):
+            counts[start : start + length] += 1
+    # Every step is trained with probability 192 / 200, wherever it stands in the rollout and in its window
+    np.testing.assert_allclose(counts / n_epochs, 192 / 200, atol=4 * np.sqrt(0.04 * 0.96 / n_epochs))
+
+
+def test_minibatch_cuts() -> None:
+    generator = np.random.default_rng(0)
+    offsets = np.zeros(4 * 64 + 10)
+    for _ in range(20_000):
+        n_minibatches, size, offset = minibatch_cuts(4 * 64 + 10, 64, generator)
+        assert (n_minibatches, size) == (4, 64)
+        offsets[offset] += 1
+    # The offset is uniform over the epoch's slots
+    assert offsets.min() > 0 and offsets.max() < 4 * 20_000 / offsets.shape[0]
+    # No remainder: no draw; one minibatch when batch_size covers the epoch
+    before = generator.bit_generator.state
+    assert minibatch_cuts(256, 64, generator) == (4, 64, 0)
+    assert minibatch_cuts(50, 64, generator) == (1, 50, 0) and minibatch_cuts(50, None, generator) == (1, 50, 0)
+    assert generator.bit_generator.state == before
 
 
 @pytest.mark.parametrize(
@@ -97,21 +135,6 @@ def test_dividing_settings_keep_whole_windows_and_the_previous_minibatches(
             unit_ids = order[m * per_minibatch : (m + 1) * per_minibatch]
             expected = [(int(epoch.starts[w]), int(epoch.lengths[w])) for u in unit_ids for w in np.flatnonzero(units == u)]
             assert list(zip(plan.starts[a:b].tolist(), plan.lengths[a:b].tolist(), strict=True)) == expected
-
-
-def test_the_remainder_is_at_a_uniformly_random_place() -> None:
-    generator = np.random.default_rng(0)
-    places = np.zeros(5)
-    for _ in range(5000):
-        sizes = minibatch_sizes(4 * 64 + 10, 64, generator)
-        assert sorted(sizes.tolist()) == [10, 64, 64, 64, 64]
-        places[int(np.flatnonzero(sizes == 10)[0])] += 1
-    np.testing.assert_allclose(places / 5000, 0.2, atol=0.025)
-    # No remainder: no draw, one minibatch when batch_size covers the epoch
-    before = generator.bit_generator.state
-    assert minibatch_sizes(256, 64, generator).tolist() == [64] * 4
-    assert minibatch_sizes(50, 64, generator).tolist() == [50] and minibatch_sizes(50, None, generator).tolist() == [50]
-    assert generator.bit_generator.state == before
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)

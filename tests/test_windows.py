@@ -1,3 +1,4 @@
+import copy
 import itertools
 
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from sb3_reset_ppo import WindowRolloutBuffer, WindowSettings, window_weights
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.windows import RolloutWindowStats, epoch_window_starts, window_order
+from sb3_reset_ppo.common.windows import RolloutWindowStats, epoch_window_starts, plan_epoch, window_order
 
 
 @st.composite
@@ -157,12 +158,18 @@ def test_buffer_epoch_holds_the_windows_of_a_phase_with_brute_force_fields(
     effective = min(stride, n_starts)
     full = max(batch_size, window_size)
     covered: dict[tuple[int, int], list[int]] = {}
+    # The same epoch, planned from a copy of the buffer's generator: each row's slot in its window
+    sampler = buffer.sampler()
+    plan = plan_epoch(
+        n_steps, n_envs, sampler.settings, batch_size, sampler.consecutive_windows, copy.deepcopy(buffer.generator)
+    )
     batches = list(buffer.get(batch_size=batch_size))
     real_per_batch = [int(batch.kept.numel() if batch.n_real_slots is None else batch.n_real_slots) for batch in batches]
-    # Every minibatch holds `full` real slots, but at most one (fewer)
-    assert sum(size != full for size in real_per_batch) <= 1 and all(size <= full for size in real_per_batch)
-    for batch in batches:
-        assert batch.row_offsets is not None
+    # Every minibatch holds `full` real slots (or the whole epoch, when it holds fewer)
+    n_slots = (n_starts // effective + (n_starts % effective > 0)) * n_envs * window_size
+    assert real_per_batch == [full] * len(batches) or len(batches) == 1
+    for batch, (first, last) in zip(batches, itertools.pairwise(plan.minibatch_edges), strict=True):
+        row_offsets = plan.offsets[first:last]
         # Every slot's observation (the step id), gathered from the minibatch's distinct steps
         distinct = _obs(batch)[:, 0].long()
         assert th.equal(distinct, th.unique(distinct))
@@ -173,7 +180,7 @@ def test_buffer_epoch_holds_the_windows_of_a_phase_with_brute_force_fields(
         assert th.equal(batch.window_starts, ids[:, 0])
         assert th.equal(batch.lstm_states.vf[1][:, 0, 1].long(), ids[:, 0])
         for row, row_ids in enumerate(ids.tolist()):
-            offset, length = int(batch.row_offsets[row]), int(lengths[row])
+            offset, length = int(row_offsets[row]), int(lengths[row])
             # Slots of a row are consecutive steps of one env (then padding repeats the last)
             assert row_ids[:length] == list(range(row_ids[0], row_ids[0] + length))
             assert all(step == row_ids[length - 1] for step in row_ids[length:])
@@ -193,13 +200,15 @@ def test_buffer_epoch_holds_the_windows_of_a_phase_with_brute_force_fields(
                 assert float(batch.weights[row, slot]) == pytest.approx(expected_weight)
                 assert float(batch.episode_starts[row, slot]) == episode_starts[step, env]
             assert not bool(batch.kept[row, length:].any()) and float(batch.weights[row, length:].sum()) == 0
-    # Per env: the windows starting at a phase p < stride and every `stride` steps from it, each slot once
-    assert all(sorted(slots) == list(range(window_size)) for slots in covered.values())
+    # Per env: windows starting at one phase p < stride and every `stride` steps from it, each slot at most once; the
+    # slots left out are the epoch's remainder
+    assert all(len(set(slots)) == len(slots) and set(slots) <= set(range(window_size)) for slots in covered.values())
     assert len(covered) <= buffer.n_windows
     for env in range(n_envs):
         starts = sorted(start for e, start in covered if e == env)
-        assert starts and starts[0] < effective
-        assert starts == list(range(starts[0], n_starts, effective))
+        assert len({start % effective for start in starts}) <= 1 and all(0 <= start < n_starts for start in starts)
+    trained = sum(len(slots) for slots in covered.values())
+    assert trained == sum(real_per_batch) and trained <= n_slots
 
 
 @pytest.mark.parametrize("boundary", ["reset", "mask"])
@@ -208,13 +217,14 @@ def test_buffer_epoch_holds_the_windows_of_a_phase_with_brute_force_fields(
 def test_average_epoch_weights_converge_to_window_weights(
     boundary: str, weighting: str, n_steps: int, n_envs: int, window_size: int, stride: int
 ) -> None:
-    # Many epochs drawn from the real buffer: the mean weight each step gets per epoch is window_weights
+    # Many epochs drawn from the real buffer: the mean weight each step gets per epoch is window_weights (each epoch one
+    # minibatch: the remainder a batch_size leaves out is tests/test_minibatch_weights.py's)
     buffer = _filled_buffer(n_steps, n_envs, window_size, boundary, weighting, stride)
     buffer.seed(0)
     n_epochs = 2000
     totals = th.zeros(n_envs * n_steps, dtype=th.float64)
     for _ in range(n_epochs):
-        for batch in buffer.get(batch_size=3 * window_size):
+        for batch in buffer.get(batch_size=None):
             ids = _obs(batch)[:, 0].long()[batch.slot_steps]
             totals.index_add_(0, ids.reshape(-1), batch.weights.reshape(-1).double())
     # (n_envs * n_steps,) -> (n_envs, n_steps) -> (n_steps, n_envs)
@@ -250,7 +260,8 @@ def _window_first_steps(batch: WindowRolloutBufferSamples) -> th.Tensor:
 
 def test_buffer_shuffles_anew_every_pass() -> None:
     buffer = _filled_buffer(32, 2, 4, "reset", "uniform")
-    orders = [th.cat([_window_first_steps(batch) for batch in buffer.get(batch_size=8 * 4)]) for _ in range(3)]
+    # 2 * 29 windows of 4 slots, minibatches of 2 windows: nothing left out
+    orders = [th.cat([_window_first_steps(batch) for batch in buffer.get(batch_size=2 * 4)]) for _ in range(3)]
     assert sorted(orders[0].tolist()) == sorted(orders[1].tolist())
     assert not th.equal(orders[0], orders[1]) and not th.equal(orders[1], orders[2])
     # Not a rotation of one order (sb3-contrib's pseudo-shuffle)

@@ -165,20 +165,18 @@ class _WindowSampler:
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
         One epoch, planned by :func:`~sb3_reset_ppo.common.windows.plan_epoch` (the windows at a fresh random phase per
-        env, in a fresh random order, cut into minibatches of ``batch_size`` real slots, at most one shorter), each
-        minibatch gathered by index (:meth:`samples`).
+        env, in a fresh random order, cut into minibatches of exactly ``batch_size`` real slots, the remainder left out
+        at a random place), each minibatch gathered by index (:meth:`samples`).
 
         :param batch_size: Transitions (real slots) per minibatch; ``None`` or more than the epoch holds: one
             minibatch of the whole epoch
-        :param generator: Source of randomness for the phases, the order and the shorter minibatch's place
+        :param generator: Source of randomness for the phases, the order and the left-out remainder's place
         :return: Generator of minibatches (see :class:`WindowRolloutBufferSamples`)
         """
         plan = plan_epoch(self.n_steps, self.n_envs, self.settings, batch_size, self.consecutive_windows, generator)
         normaliser = uniform_normaliser(self.n_steps, self.n_envs, self.settings, batch_size)
         for first, last in itertools.pairwise(plan.minibatch_edges):
-            yield self.samples(
-                plan.starts[first:last], plan.lengths[first:last], plan.window_firsts[first:last], normaliser
-            )._replace(row_offsets=plan.offsets[first:last])
+            yield self.samples(plan.starts[first:last], plan.lengths[first:last], plan.window_firsts[first:last], normaliser)
 
     def samples(
         self, starts: np.ndarray, lengths: np.ndarray, window_firsts: np.ndarray, normaliser: float
@@ -465,9 +463,9 @@ class _WindowBufferMixin:
         One epoch: the windows starting every ``window_stride`` steps from a fresh random phase per env, shuffled and
         cut into minibatches of ``batch_size`` real transitions (:func:`~sb3_reset_ppo.common.windows.plan_epoch`).
 
-        :param batch_size: Transitions (real slots) per minibatch, as in SB3: every minibatch holds
-            ``max(batch_size, window_size)`` of them but at most one (fewer, at a random place); ``None`` or more
-            than there are yields the whole epoch at once
+        :param batch_size: Transitions (real slots) per minibatch, as in SB3: every minibatch holds exactly
+            ``max(batch_size, window_size)`` of them, and the epoch's remainder (fewer than that) is left out at a
+            random place; ``None`` or more than there are yields the whole epoch at once
         :return: Generator of minibatches, each per-slot field with leading shape ``(B, W)`` (``B`` rows of at most
             ``window_size`` slots)
         """
@@ -480,7 +478,7 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
 
     Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch: it
     yields :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of ``batch_size`` real
-    transitions each (but one), cut from the windows that start every ``window_stride`` steps from a random phase
+    transitions each (the epoch's remainder left out at a random place), cut from the windows that start every ``window_stride`` steps from a random phase
     per env, drawn and shuffled anew each call (``window_stride=1``: every window); a window that a minibatch edge
     cuts is yielded as two rows. The rollout is copied once to the buffer's device as tensors; each minibatch
     gathers its slots from it by index.

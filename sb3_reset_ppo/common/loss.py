@@ -10,8 +10,9 @@ from sb3_reset_ppo.common.windows import Weighting
 class WindowLoss(NamedTuple):
     """
     The loss to minimise and its logged parts (0-d tensors; no host synchronisation). The parts are means over the
-    minibatch's real slots (SB3's per-minibatch means); ``loss`` combines them as optimised, which differs only in an
-    epoch's short minibatch under uniform weighting (divided by the rollout's normaliser, not its own slots).
+    minibatch's real slots (SB3's per-minibatch means); ``loss`` combines them as optimised, which differs only where
+    uniform weighting divides by the rollout's normaliser and that is not the minibatch's real slots (an epoch that
+    holds fewer slots than expected, :func:`~sb3_reset_ppo.common.windows.uniform_normaliser`).
     """
 
     loss: th.Tensor
@@ -111,12 +112,12 @@ def window_ppo_loss(
     # Approximate entropy when there is no closed form, as SB3 does
     entropy_term = log_prob if entropy is None else -entropy
 
-    # "uniform": the rollout's normaliser, else all B * W slots less padding (a number, not a tensor: no copy to the
-    # device per minibatch)
-    slots: float = weights.numel() if n_real_slots is None else n_real_slots
-    if uniform_normaliser is not None:
-        slots = uniform_normaliser
-    normaliser: th.Tensor | float = weights.sum() if weighting != "uniform" else slots
+    # Real slots of the minibatch (a number, not a tensor: no copy to the device per minibatch)
+    n_real: float = weights.numel() if n_real_slots is None else n_real_slots
+    # "uniform": the rollout's normaliser, else this minibatch's real slots; the other weightings: the sum of the
+    # weights, guarded where no slot is kept (every term is then 0: the loss is 0, not 0 / 0)
+    slots = n_real if uniform_normaliser is None else uniform_normaliser
+    normaliser: th.Tensor | float = slots if weighting == "uniform" else weights.sum().clamp(min=_TINY)
 
     def combine(term: th.Tensor) -> th.Tensor:
         return (weights * th.where(kept, term, th.zeros_like(term))).sum() / normaliser
@@ -127,11 +128,9 @@ def window_ppo_loss(
     with th.no_grad():
         approx_kl = _kept_mean((ratio - 1) - log_ratio, kept_f)
         clip_fraction = _kept_mean((th.abs(ratio - 1) > clip_range).float(), kept_f)
-    # Logged as SB3 logs a minibatch's losses, means over its own real slots: the same as the optimised terms except
-    # in an epoch's short minibatch, whose optimised terms are divided by the rollout's normaliser (uniform weighting)
-    log_scale = 1.0
-    if weighting == "uniform" and uniform_normaliser is not None:
-        log_scale = uniform_normaliser / (weights.numel() if n_real_slots is None else n_real_slots)
+    # Logged as SB3 logs a minibatch's losses, means over its own real slots: the same as the optimised terms unless
+    # uniform weighting divides by a normaliser other than the minibatch's real slots
+    log_scale = slots / n_real if weighting == "uniform" else 1.0
     return WindowLoss(
         loss=policy_loss + ent_coef * entropy_loss + vf_coef * value_loss,
         policy_loss=policy_loss.detach() * log_scale,

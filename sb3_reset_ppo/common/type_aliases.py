@@ -2,7 +2,6 @@
 
 from typing import NamedTuple
 
-import numpy as np
 import torch as th
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.type_aliases import PyTorchObs
@@ -51,11 +50,10 @@ class WindowRolloutBufferSamples(NamedTuple):
       replaces ``lstm_states``), else ``None``.
     - ``n_real_slots``: with clipped windows (``window_coverage="full"``), the number of real slots; the others are
       padding (``kept`` and ``weights`` 0, no episode start), which no loss term or statistic sees. ``None``: every
-      slot is real (``B * W``). Every minibatch of an epoch holds ``batch_size`` real slots, but at most one.
+      slot is real (``B * W``). Every minibatch of an epoch holds ``batch_size`` real slots (or the whole epoch, when it
+      holds fewer).
     - ``loss_normaliser``: what the loss is divided by under ``weighting="uniform"``, the same for every minibatch of
       the rollout (:func:`~sb3_reset_ppo.common.windows.uniform_normaliser`); ``None``: the minibatch's real slots.
-    - ``row_offsets``: host array ``(B,)``, the slot of each row's first step in its window (0 unless a minibatch edge
-      cut the window before it); the row's window starts ``row_offsets`` steps before ``window_starts``.
     - ``action_masks``: with invalid-action masking (``MaskableResetPPO``), the mask stored with each slot's step,
       ``(B, W, mask_dims)`` (1.0: valid); else ``None``.
     """
@@ -77,5 +75,4 @@ class WindowRolloutBufferSamples(NamedTuple):
     burn_in: BurnIn | None = None
     n_real_slots: int | None = None
     loss_normaliser: float | None = None
-    row_offsets: np.ndarray | None = None
     action_masks: th.Tensor | None = None

@@ -423,32 +423,33 @@ def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batc
     return slots if full is None else min(float(full), slots)
 
 
-def minibatch_sizes(n_slots: int, batch_size: int | None, generator: np.random.Generator) -> np.ndarray:
+def minibatch_cuts(n_slots: int, batch_size: int | None, generator: np.random.Generator) -> tuple[int, int, int]:
     """
-    Real slots of each minibatch of an epoch of ``n_slots`` slots: ``batch_size`` each, and one remainder of
-    ``n_slots % batch_size`` at a uniformly random place among them (as SB3's PPO, whose truncated minibatch holds
-    random transitions). The generator is called only when there is a remainder and more than one minibatch.
+    How an epoch of ``n_slots`` real slots is cut into minibatches: ``n_minibatches`` of ``size`` slots each, the first
+    starting at slot ``offset`` of the epoch's sequence, which is read cyclically. With ``batch_size`` at most
+    ``n_slots``, every minibatch is full and the remainder, ``n_slots % batch_size`` slots, is left out of the epoch:
+    the ``offset`` is uniform in ``[0, n_slots)``, so every slot of the sequence is left out with probability exactly
+    ``remainder / n_slots``, wherever it stands, and every minibatch holds exactly ``batch_size`` slots (a shorter
+    one would weigh more after gradient clipping). The generator is called only when there is a remainder.
 
     :param n_slots: Real slots of the epoch (at least 1)
-    :param batch_size: Minibatch size in transitions; ``None`` or ``>= n_slots``: one minibatch of all
-    :param generator: Source of the remainder's place
-    :return: int64 array of the minibatch sizes, in the epoch's order, summing to ``n_slots``
+    :param batch_size: Minibatch size in transitions; ``None`` or more than ``n_slots``: one minibatch of all
+    :param generator: Source of the offset
+    :return: ``(n_minibatches, size, offset)``
     """
     if batch_size is None or batch_size >= n_slots:
-        return np.array([n_slots], dtype=np.int64)
-    full, remainder = divmod(n_slots, int(batch_size))
-    sizes = np.full(full, int(batch_size), dtype=np.int64)
-    if remainder:
-        sizes = np.insert(sizes, int(generator.integers(full + 1)), remainder)
-    return sizes
+        return 1, n_slots, 0
+    n_minibatches, remainder = divmod(n_slots, int(batch_size))
+    return n_minibatches, int(batch_size), int(generator.integers(n_slots)) if remainder else 0
 
 
 class EpochPlan(NamedTuple):
     """
     One epoch's minibatches, as *rows*: a row is a window, or the piece of a window that falls in one minibatch when
     a minibatch edge cuts the window (its later piece starts a row of the next minibatch, from the memory stored for
-    its first step, as ``RecurrentPPO`` cuts sequences at minibatch edges). Rows are in the epoch's order; each array
-    has shape ``(n_rows,)`` except ``minibatch_edges``.
+    its first step, as ``RecurrentPPO`` cuts sequences at minibatch edges). Rows are in the order they are trained;
+    slots the epoch leaves out (its remainder, :func:`minibatch_cuts`) are in no row. Each array has shape
+    ``(n_rows,)`` except ``minibatch_edges``.
     """
 
     starts: np.ndarray  # flat (env-major) index of each row's first step
@@ -475,20 +476,20 @@ def plan_epoch(
     Plan one epoch: its windows (:func:`epoch_window_starts`, a fresh phase per env), grouped into units
     (:func:`window_units`), ordered (:func:`window_order` over the units; a unit's windows in order), and the
     resulting sequence of real slots cut into minibatches of ``batch_size`` slots (:func:`minibatch_slots`: at least
-    ``window_size``; :func:`minibatch_sizes`: at most one shorter minibatch, at a random place). A window that a
-    minibatch edge cuts becomes two rows.
+    ``window_size``), every one full: the sequence is read cyclically from a random offset and its remainder left out
+    (:func:`minibatch_cuts`). A window that a minibatch edge (or the offset) cuts becomes two rows.
 
-    When every unit holds a multiple of ``batch_size`` slots, or ``batch_size`` is a multiple of every unit's slots and
-    the epoch's total (e.g. ``"full"`` coverage, stride ``W``, ``W`` dividing ``n_steps`` and ``batch_size``), no
-    window is cut and the minibatches are runs of whole units of the epoch's order, as before minibatches were cut by
-    slots (and with the same generator calls).
+    When the epoch's real slots are a multiple of ``batch_size`` and every unit holds a multiple of ``batch_size``
+    slots, or ``batch_size`` is a multiple of every unit's slots (e.g. ``"full"`` coverage, stride ``W``, ``W``
+    dividing ``n_steps`` and ``batch_size``), nothing is left out, no window is cut and the minibatches are runs of
+    whole units of the epoch's order, with the same generator calls as before minibatches were cut by slots.
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
     :param settings: The window settings
     :param batch_size: Transitions (real slots) per minibatch; ``None``: the whole epoch
     :param consecutive_windows: Units per run of one env in the epoch's order (:func:`window_order`)
-    :param generator: Source of the phases, the order and the remainder's place
+    :param generator: Source of the phases, the order and the offset
     :return: The plan
     """
     size = settings.window_size
@@ -502,22 +503,29 @@ def plan_epoch(
     unit_rank[unit_order] = np.arange(unit_first.shape[0])
     sequence = np.argsort(unit_rank[units], kind="stable")
     lengths = epoch.lengths[sequence]
-    # Where each window of the sequence ends, and each minibatch, in the epoch's sequence of real slots
+    # Where each window of the sequence begins and ends, in the epoch's sequence of real slots
     window_end = np.cumsum(lengths)
-    minibatch_end = np.cumsum(minibatch_sizes(int(window_end[-1]), minibatch_slots(batch_size, size), generator))
-    # Rows: the pieces between consecutive window or minibatch edges
-    row_begin = np.union1d(window_end - lengths, minibatch_end[:-1])
-    row_end = np.append(row_begin[1:], window_end[-1])
-    window = np.searchsorted(window_end, row_begin, side="right")
-    offsets = row_begin - (window_end - lengths)[window]
-    minibatch = np.searchsorted(minibatch_end, row_begin, side="right")
+    window_begin = window_end - lengths
+    n_slots = int(window_end[-1])
+    n_minibatches, minibatch_size, offset = minibatch_cuts(n_slots, minibatch_slots(batch_size, size), generator)
+    # Rows: the pieces between consecutive window or minibatch edges (the sequence read cyclically from the offset)
+    edges = (offset + minibatch_size * np.arange(n_minibatches + 1)) % n_slots
+    row_begin = np.union1d(window_begin, edges)
+    row_end = np.append(row_begin[1:], n_slots)
+    # Each row's place in the cyclic reading, its minibatch; rows past the last minibatch are the left-out remainder
+    place = (row_begin - offset) % n_slots
+    minibatch = place // minibatch_size
+    trained = np.flatnonzero(minibatch < n_minibatches)
+    rows = trained[np.argsort(place[trained], kind="stable")]
+    window = np.searchsorted(window_end, row_begin[rows], side="right")
+    offsets = row_begin[rows] - window_begin[window]
     window_firsts = epoch.starts[sequence][window]
     return EpochPlan(
         starts=window_firsts + offsets,
-        lengths=row_end - row_begin,
+        lengths=(row_end - row_begin)[rows],
         offsets=offsets,
         window_firsts=window_firsts,
-        minibatch_edges=np.searchsorted(minibatch, np.arange(minibatch_end.shape[0] + 1)),
+        minibatch_edges=np.searchsorted(minibatch[rows], np.arange(n_minibatches + 1)),
     )
 
 
