@@ -88,11 +88,14 @@ class ResetPPO(RecurrentPPO):
         of the current progress remaining (from 1 to 0)
     :param n_steps: The number of steps to run for each environment per update
     :param batch_size: Minibatch size in transitions (slots), as in ``RecurrentPPO``: every minibatch of an epoch
-        holds ``batch_size`` real transitions but at most one (at a random place, warned about as SB3's PPO warns),
-        in every setting: the epoch's shuffled windows are cut at minibatch edges, the later piece of a cut window
-        starting from the memory stored for its first step. Below ``window_size`` it counts as ``window_size``
-        (with a warning). Under ``weighting="uniform"`` every minibatch's loss is divided by the same number, so
-        every transition weighs the same. ``None`` or more than an epoch holds: the whole epoch at once.
+        holds exactly ``batch_size`` real transitions, in every setting: the epoch's shuffled windows are cut at
+        minibatch edges (the later piece of a cut window starting from the memory stored for its first step), and
+        an epoch whose transitions are not a multiple of ``batch_size`` leaves its remainder out, at a random place
+        (warned about, as SB3's PPO warns about its shorter minibatch). Full minibatches keep every transition's
+        weight the same after gradient clipping, which a shorter minibatch would not (see
+        ``docs/guide/parameters.md``, "Minibatches", for exactly when every step weighs the same). Below
+        ``window_size`` it counts as ``window_size`` (with a warning). ``None`` or more than an epoch holds: the
+        whole epoch at once.
     :param n_epochs: Number of epochs; with the default ``window_stride`` an epoch is one pass over the data
     :param gamma: Discount factor
     :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
@@ -124,12 +127,14 @@ class ResetPPO(RecurrentPPO):
         The default was 16 before the coverage study (``docs/studies/coverage.md``).
     :param boundary: ``"reset"`` (reset-and-continue, default) or ``"mask"`` (drop every slot after the first
         episode end of a window, the baseline)
-    :param weighting: ``"uniform"`` (every kept slot weighs 1, losses averaged over all ``B * W`` slots, the
-        seed trainer's convention), ``"kept_mean"`` (every kept slot weighs 1, losses averaged over kept slots,
-        sb3-contrib's convention; the same as ``"uniform"`` in reset mode, where every slot is kept) or
-        ``"importance"`` (a kept slot weighs ``1 / count``, count being the number of windows in which its
-        step is kept, losses normalised by the sum of weights). Advantages are normalised with the weights'
-        statistics.
+    :param weighting: ``"uniform"`` (every kept slot weighs 1, every minibatch's loss divided by the same number:
+        its real slots, ``batch_size``, the seed trainer's convention of averaging over all ``B * W`` slots),
+        ``"kept_mean"`` (every kept slot weighs 1, each minibatch's loss averaged over its own kept slots,
+        sb3-contrib's convention; in reset mode, where every slot is kept, the same as ``"uniform"`` wherever every
+        epoch holds the same number of transitions, as with the default ``window_stride``) or ``"importance"``
+        (a kept slot weighs ``1 / count``, count being the number of windows in which its step is kept, each
+        minibatch's loss normalised by its sum of weights). A minibatch with no kept slot (mask mode) takes no
+        optimizer step. Advantages are normalised with the weights' statistics.
     :param window_stride: Steps between the starts of the windows of an epoch, counted from a random phase per
         env drawn anew every epoch. ``None`` (default): ``window_size``, so an epoch trains every step once, at a
         slot position that changes from epoch to epoch (with ``window_coverage="inside"``, the rollout's first
@@ -375,18 +380,20 @@ class ResetPPO(RecurrentPPO):
                 f"You have specified a mini-batch size of {self.batch_size}, but because an epoch holds {most} "
                 f"transitions (n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={length}, "
                 f"window_stride={self._window_settings.window_stride}, window_coverage="
-                f"{self._window_settings.window_coverage!r}), each epoch has {most // full} minibatch(es) of {full} "
-                f"transitions and one of {most % full}, at a random place in the epoch's order (its loss is divided by "
-                f"{full} too, so its transitions weigh as much as the others'). We recommend a batch_size that is a "
-                "factor of the epoch's transitions."
+                f"{self._window_settings.window_coverage!r}), each epoch trains {most // full} minibatch(es) of {full} "
+                f"transitions and leaves {most % full} out, at a random place (every transition is left out with the "
+                "same probability, so that every minibatch is full and, even after gradient clipping, no transition "
+                "weighs more than another). We recommend a batch_size that is a factor of the epoch's transitions."
             )
         elif fewest != most:
             warn_user(
                 f"An epoch holds {fewest} to {most} transitions with these settings (n_envs={self.n_envs}, "
                 f"n_steps={self.n_steps}, window_size={length}, window_stride={self._window_settings.window_stride}, "
                 f"window_coverage={self._window_settings.window_coverage!r}: the number of windows depends on the "
-                f"epoch's phases): an epoch whose transitions are not a multiple of {full} has one shorter minibatch, "
-                "at a random place (divided by the same number: every transition weighs the same)"
+                f"epoch's phases): an epoch whose transitions are not a multiple of {full} leaves its remainder out, at "
+                "a random place, so that every minibatch is full; as the share left out depends on the phases, the "
+                "steps' expected weights are only close to equal (exactly equal where every epoch holds the same "
+                "number of transitions, e.g. with the default window_stride)"
             )
 
     def _resolved_consecutive_windows(self) -> int:
@@ -580,8 +587,13 @@ class ResetPPO(RecurrentPPO):
                 self.policy.optimizer.zero_grad()
                 losses.loss.backward()
                 grad_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-                # One host read per minibatch: never step the optimizer with a non-finite loss or gradient
-                self._check_finite(losses, grad_norm, epoch, minibatch)
+                # One host read per minibatch: never step the optimizer with a non-finite loss or gradient, nor for a
+                # minibatch that trains no slot (mask mode: every row after its window's episode end), whose step
+                # would move the parameters on the optimizer's momentum alone
+                if not self._check_finite(losses, grad_norm, samples.kept, epoch, minibatch):
+                    # Nothing trained: not logged either (its means over kept slots would be zeros)
+                    epoch_losses.pop()
+                    continue
                 self.policy.optimizer.step()
             all_losses.extend(epoch_losses)
             self._n_updates += 1
@@ -617,15 +629,22 @@ class ResetPPO(RecurrentPPO):
         self.policy.set_training_mode(True)
         return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
 
-    def _check_finite(self, losses: WindowLoss, grad_norm: th.Tensor, epoch: int, minibatch: int) -> None:
+    def _check_finite(
+        self, losses: WindowLoss, grad_norm: th.Tensor, kept: th.Tensor, epoch: int, minibatch: int
+    ) -> bool:
+        """
+        Raise :class:`NonFiniteTrainingError` if a loss term or the gradient norm is not finite; else say whether the
+        minibatch keeps any slot (one host read for both).
+        """
         terms = {
             "policy_gradient_loss": losses.policy_loss,
             "value_loss": losses.value_loss,
             "entropy_loss": losses.entropy_loss,
             "gradient norm": grad_norm,
         }
-        if bool(th.isfinite(th.stack(list(terms.values()))).all()):
-            return
+        finite, any_kept = th.stack([th.isfinite(th.stack(list(terms.values()))).all(), kept.any()]).tolist()
+        if finite:
+            return bool(any_kept)
         values = {name: float(value) for name, value in terms.items()}
         bad = [name for name, value in values.items() if not math.isfinite(value)]
         raise NonFiniteTrainingError(
