@@ -1,7 +1,7 @@
 """Reset-and-continue: the one unroll used by actor and critic, and the window evaluation of a policy."""
 
 from collections.abc import Iterator, Sequence
-from typing import Literal, TypeAlias
+from typing import Literal, NamedTuple, TypeAlias
 
 import torch as th
 from gymnasium import spaces
@@ -36,6 +36,49 @@ def recurrent_layer_type(rnn: nn.Module) -> RecurrentLayerType:
     if isinstance(rnn, nn.GRU):
         return "gru"
     raise TypeError(f"the policy's recurrent layer must be an nn.LSTM or an nn.GRU, got {type(rnn).__name__}")
+
+
+CriticKind = Literal["separate", "shared", "none"]
+
+
+class CriticVariant(NamedTuple):
+    """
+    Which of sb3-contrib's three critics a recurrent policy has, and the layer that turns the critic's features into
+    its latent (the input of ``mlp_extractor.forward_critic``), as :func:`critic_variant` reads them:
+
+    - ``"separate"`` (``enable_critic_lstm=True``, sb3-contrib's default): a recurrent layer of its own, ``rnn``
+      (``policy.lstm_critic``), with a memory of its own.
+    - ``"shared"`` (``shared_lstm=True``): the actor's recurrent output, detached (the value loss does not train the
+      actor's layer); its memory is the actor's, detached.
+    - ``"none"`` (neither): no recurrent layer, a linear layer on the features, ``linear`` (``policy.critic``); its
+      memory is unused (sb3-contrib stores the actor's in its place).
+
+    :param kind: ``"separate"``, ``"shared"`` or ``"none"``
+    :param rnn: The critic's own LSTM or GRU (``"separate"``), else ``None``
+    :param linear: The critic's layer on the features (``"none"``), else ``None``
+    """
+
+    kind: CriticKind
+    rnn: RecurrentLayer | None
+    linear: nn.Module | None
+
+
+def critic_variant(policy: RecurrentActorCriticPolicy) -> CriticVariant:
+    """
+    The critic of a recurrent policy (sb3-contrib's LSTM policies, the GRU policies): the one place the three cases
+    of ``enable_critic_lstm`` and ``shared_lstm`` are told apart (the window evaluation, the GRU policies' ``forward``).
+
+    :param policy: The recurrent policy
+    :return: Its critic's variant and layer (see :class:`CriticVariant`)
+    """
+    rnn: RecurrentLayer | None = policy.lstm_critic
+    if rnn is not None:
+        return CriticVariant("separate", rnn, None)
+    if policy.shared_lstm:
+        return CriticVariant("shared", None, None)
+    # sb3-contrib builds this layer whenever the critic has no recurrent layer and does not share the actor's
+    assert policy.critic is not None
+    return CriticVariant("none", None, policy.critic)
 
 
 def memory_state_names(layer_type: RecurrentLayerType) -> tuple[str, ...]:
@@ -369,9 +412,9 @@ def evaluate_windows(
     Values, log-probabilities and entropies of the actions of every slot of a minibatch of windows.
 
     The window counterpart of ``RecurrentActorCriticPolicy.evaluate_actions``: the same networks, critic
-    variants (separate, shared or no critic LSTM) and features extractors, with the memory given by
-    :func:`unroll_rnn`. Features are computed once per distinct step of the minibatch, then gathered
-    for every slot that holds the step.
+    variants (separate, shared or no critic LSTM: :func:`critic_variant`) and features extractors, with the
+    memory given by :func:`unroll_rnn`. Features are computed once per distinct step of the minibatch, then
+    gathered for every slot that holds the step.
 
     :param policy: The recurrent policy
     :param samples: A minibatch of windows from a window rollout buffer; with ``action_masks``, the policy's
@@ -384,24 +427,24 @@ def evaluate_windows(
     slot_steps = samples.slot_steps.reshape(-1)
     pi_features, vf_features = _step_features(policy, samples)
     memory_not_start = 1.0 - samples.episode_starts[:, 0]
+    critic = critic_variant(policy)
     # The memory entering each window's slot 0: stored, or burned in over the steps before the window
     pi_memory, vf_memory = samples.lstm_states.pi, samples.lstm_states.vf
     if samples.burn_in is not None:
         pi_memory = burned_in_memory(policy.lstm_actor, pi_features, samples.burn_in, samples.burn_in.memory.pi)
-        if policy.lstm_critic is not None:
-            vf_memory = burned_in_memory(policy.lstm_critic, vf_features, samples.burn_in, samples.burn_in.memory.vf)
+        if critic.rnn is not None:
+            vf_memory = burned_in_memory(critic.rnn, vf_features, samples.burn_in, samples.burn_in.memory.vf)
 
     def unroll(rnn: RecurrentLayer, step_features: th.Tensor, memory: tuple[th.Tensor, ...]) -> th.Tensor:
         return unroll_rnn(rnn, step_features[slot_steps], memory, memory_not_start, samples.layout)
 
     latent_pi = unroll(policy.lstm_actor, pi_features, pi_memory)
-    if policy.lstm_critic is not None:
-        latent_vf = unroll(policy.lstm_critic, vf_features, vf_memory)
-    elif policy.shared_lstm:
+    if critic.rnn is not None:
+        latent_vf = unroll(critic.rnn, vf_features, vf_memory)
+    elif critic.linear is not None:
+        latent_vf = critic.linear(vf_features)[slot_steps]
+    else:  # shared: the actor's output, without backpropagation
         latent_vf = latent_pi.detach()
-    else:
-        assert policy.critic is not None
-        latent_vf = policy.critic(vf_features)[slot_steps]
 
     latent_pi = policy.mlp_extractor.forward_actor(latent_pi)
     latent_vf = policy.mlp_extractor.forward_critic(latent_vf)

@@ -25,6 +25,8 @@ from sb3_contrib.ppo_recurrent import policies as contrib_policies
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
+from sb3_reset_ppo.common.unroll import RecurrentLayer, critic_variant
+
 __all__ = [
     "CnnGruPolicy",
     "CnnLstmPolicy",
@@ -215,7 +217,7 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         features: th.Tensor,
         gru_states: tuple[th.Tensor, ...],
         episode_starts: th.Tensor,
-        gru: nn.GRU,  # type: ignore[override]
+        gru: RecurrentLayer,
     ) -> tuple[th.Tensor, tuple[th.Tensor]]:
         """
         sb3-contrib's ``_process_sequence`` for a GRU: run it over the sequences of a batch, resetting the memory
@@ -224,9 +226,12 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         :param features: Inputs, ``(n_seq * length, features_dim)``, sequences one after the other
         :param gru_states: ``(hidden,)`` entering the sequences, ``(n_layers, n_seq, hidden)``
         :param episode_starts: Episode-start flags of every step, ``(n_seq * length,)``
-        :param gru: The GRU
+        :param gru: The GRU (typed as the unroll's recurrent layers, an LSTM refused: sb3-contrib's signature takes
+            an ``nn.LSTM``)
         :return: Outputs ``(n_seq * length, hidden)`` and the state ``(hidden,)`` after the last step
         """
+        if not isinstance(gru, nn.GRU):
+            raise TypeError(f"a GRU policy's recurrent layers are nn.GRU, got {type(gru).__name__}")
         if len(gru_states) != 1:
             raise ValueError(
                 f"a GRU policy's state is (hidden,), one array of shape (n_layers, n_envs, hidden_size); got a tuple of "
@@ -267,14 +272,13 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         features = self.extract_features(obs)
         pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
         latent_pi, states_pi = self._process_sequence(pi_features, lstm_states.pi, episode_starts, self.lstm_actor)
-        if self.lstm_critic is not None:
-            latent_vf, states_vf = self._process_sequence(vf_features, lstm_states.vf, episode_starts, self.lstm_critic)
-        elif self.shared_lstm:
-            # Re-use the actor's memory but do not backpropagate
+        critic = critic_variant(self)
+        if critic.rnn is not None:
+            latent_vf, states_vf = self._process_sequence(vf_features, lstm_states.vf, episode_starts, critic.rnn)
+        elif critic.linear is not None:
+            latent_vf, states_vf = critic.linear(vf_features), states_pi
+        else:  # shared: the actor's output and memory, without backpropagation
             latent_vf, states_vf = latent_pi.detach(), (states_pi[0].detach(),)
-        else:
-            assert self.critic is not None
-            latent_vf, states_vf = self.critic(vf_features), states_pi
         latent_pi = self.mlp_extractor.forward_actor(latent_pi)
         latent_vf = self.mlp_extractor.forward_critic(latent_vf)
         values = self.value_net(latent_vf)
