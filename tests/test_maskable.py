@@ -97,7 +97,7 @@ def _model(
     env = make_vec_env(RandomMaskEnv, n_envs=2, seed=0, env_kwargs=env_kwargs)
     policy_kwargs = {"lstm_hidden_size": 8, "net_arch": [8]}
     if policy.startswith("Cnn"):
-        policy_kwargs["features_extractor_kwargs"] = {"features_dim": 8}  # type: ignore[assignment]
+        policy_kwargs["features_extractor_kwargs"] = {"features_dim": 8}
     return MaskableResetPPO(policy, env, policy_kwargs=policy_kwargs, **{**SMALL, **kwargs})
 
 
@@ -118,10 +118,10 @@ def _masked_oracle(model: MaskableResetPPO, samples: WindowRolloutBufferSamples)
         # (B, n_layers, H) -> (n_layers, B, H)
         return tuple(m.transpose(0, 1).contiguous() for m in memory)
 
-    _, log_prob, entropy = model.policy.evaluate_actions(  # type: ignore[call-arg]
+    _, log_prob, entropy = model.policy.evaluate_actions(
         observations,
         actions,
-        RNNStates(states(samples.lstm_states.pi), states(samples.lstm_states.vf)),  # type: ignore[arg-type]
+        RNNStates(states(samples.lstm_states.pi), states(samples.lstm_states.vf)),
         samples.episode_starts.reshape(-1),
         samples.action_masks.reshape(n_windows * window_size, -1),
     )
@@ -213,7 +213,7 @@ def test_use_masking_false_trains_exactly_as_reset_ppo(policy: str, action: str)
     def env() -> Any:
         return make_vec_env(RandomEpisodeEnv, n_envs=2, seed=0, env_kwargs=dict(action_space=ACTION_SPACES[action]))
 
-    masked = MaskableResetPPO(policy, env(), **kwargs).learn(96, use_masking=False)  # type: ignore[arg-type]
+    masked = MaskableResetPPO(policy, env(), **kwargs).learn(96, use_masking=False)
     plain = ResetPPO(policy, env(), **kwargs).learn(96)  # type: ignore[arg-type]
     for a, b in zip(masked.policy.parameters(), plain.policy.parameters(), strict=True):
         assert th.equal(a, b)
@@ -230,7 +230,7 @@ def test_training_with_masks_differs_from_training_without() -> None:
 def test_subproc_vec_env_masks() -> None:
     env = make_vec_env(RandomMaskEnv, n_envs=2, seed=0, vec_env_cls=SubprocVecEnv)
     try:
-        model = MaskableResetPPO("MlpLstmPolicy", env, **SMALL, policy_kwargs={"lstm_hidden_size": 4})  # type: ignore[arg-type]
+        model = MaskableResetPPO("MlpLstmPolicy", env, **SMALL, policy_kwargs={"lstm_hidden_size": 4})
         model.learn(32)
         masks = get_action_masks(env)
         assert masks.shape == (2, 2)
@@ -245,7 +245,7 @@ def test_action_masker_wrapper() -> None:
     def only_left(env: gym.Env) -> np.ndarray:
         return np.array([True, False])
 
-    model = MaskableResetPPO("MlpLstmPolicy", ActionMasker(gym.make("CartPole-v1"), only_left), **SMALL)  # type: ignore[arg-type]
+    model = MaskableResetPPO("MlpLstmPolicy", ActionMasker(gym.make("CartPole-v1"), only_left), **SMALL)
     model.learn(32)
     assert np.all(model.rollout_buffer.actions == 0)
 
@@ -272,7 +272,7 @@ def test_bad_input_is_refused_naming_it() -> None:
         from sb3_reset_ppo.reset_ppo.policies import MlpLstmPolicy
 
         MaskableResetPPO(MlpLstmPolicy, gym.make("CartPole-v1"))
-    model = MaskableResetPPO("MlpLstmPolicy", gym.make("CartPole-v1"), **SMALL)  # type: ignore[arg-type]
+    model = MaskableResetPPO("MlpLstmPolicy", gym.make("CartPole-v1"), **SMALL)
     with pytest.raises(ValueError, match="does not provide action_masks"):
         model.learn(16)
     with pytest.raises(TypeError, match="use_masking must be a bool"):

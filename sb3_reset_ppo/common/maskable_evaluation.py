@@ -3,12 +3,11 @@ Masked evaluation that keeps a recurrent policy's memory.
 
 sb3-contrib's masked ``evaluate_policy`` (``sb3_contrib/common/maskable/evaluation.py``, line 96 in 2.9.2) writes
 the state that ``predict`` returns to ``state`` and passes ``states`` (always ``None``) at the next step, so with
-masking on, a recurrent policy starts every step from empty memory. :func:`evaluate_policy` here is that function
-with the state carried from step to step and reset through ``episode_start``, as SB3's own ``evaluate_policy``
-does without masks; :class:`MaskableEvalCallback` is sb3-contrib's callback using it.
+masking on, a recurrent policy starts every step from empty memory. :func:`evaluate_policy` here is SB3's own
+``evaluate_policy``, which carries the state from step to step and resets it through ``episode_start``, called with
+a model whose ``predict`` is given the env's masks; :class:`MaskableEvalCallback` is sb3-contrib's callback using it.
 """
 
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -18,9 +17,12 @@ import numpy as np
 import sb3_contrib.common.maskable.callbacks as upstream_callbacks
 import sb3_contrib.common.maskable.evaluation as upstream_evaluation
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback as UpstreamMaskableEvalCallback
-from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
-from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, is_vecenv_wrapped
+from sb3_contrib.common.maskable.utils import is_masking_supported
+from stable_baselines3.common.evaluation import evaluate_policy as sb3_evaluate_policy
+from stable_baselines3.common.type_aliases import PolicyPredictor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+
+from sb3_reset_ppo.common.spaces import check_action_masks
 
 __all__ = ["MaskableEvalCallback", "MaskablePredictor", "evaluate_policy"]
 
@@ -36,6 +38,41 @@ class MaskablePredictor(Protocol):
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]: ...
+
+
+class _EnvMasksPredictor:
+    """
+    ``model`` as SB3's ``evaluate_policy`` calls it (``predict`` without masks), given the env's action masks at every
+    step, checked by :func:`~sb3_reset_ppo.common.spaces.check_action_masks` (the error names the evaluation step).
+
+    :param model: The model to evaluate
+    :param env: The evaluation env, whose ``action_masks()`` are read at each ``predict``
+    """
+
+    def __init__(self, model: MaskablePredictor, env: VecEnv) -> None:
+        self.model = model
+        self.env = env
+        # Calls of predict so far: the evaluation step (counted from 0) that an invalid mask's error names
+        self.step = 0
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        # sb3-contrib's get_action_masks(env) without its np.stack: a wrong shape then names its env
+        action_masks = check_action_masks(
+            self.env.env_method("action_masks"),
+            self.env.action_space,
+            self.env.num_envs,
+            f"evaluation step {self.step} (counted from 0)",
+        )
+        self.step += 1
+        return self.model.predict(
+            observation, state=state, episode_start=episode_start, deterministic=deterministic, action_masks=action_masks
+        )
 
 
 def evaluate_policy(
@@ -55,9 +92,12 @@ def evaluate_policy(
 
     The signature and return of ``sb3_contrib.common.maskable.evaluation.evaluate_policy``; the difference is that
     the state returned by ``model.predict`` is passed back at the next step (reset by ``episode_start`` when an
-    episode ends), with or without masks. For a model without memory (``MaskablePPO``: its ``predict`` returns
-    ``None`` as state) the results are those of sb3-contrib's function. A ``VecEnv``'s episodes are divided among
-    its envs as SB3 does (https://github.com/DLR-RM/stable-baselines3/issues/402).
+    episode ends), with or without masks. It is SB3's own ``evaluate_policy`` (which carries the state) with the
+    env's masks handed to ``model.predict`` at every step; for a model without memory (``MaskablePPO``: its
+    ``predict`` returns ``None`` as state) the results are those of sb3-contrib's function. A ``VecEnv``'s episodes
+    are divided among its envs as SB3 does (https://github.com/DLR-RM/stable-baselines3/issues/402). Masks of the
+    wrong shape, or that allow an env no action (of some sub-action), raise a ``ValueError`` naming the env and the
+    evaluation step (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`).
 
     .. note::
         Without a ``Monitor`` wrapper, rewards and episode lengths are counted as ``env.step`` returns them, after
@@ -72,7 +112,7 @@ def evaluate_policy(
     :param deterministic: Whether to use deterministic or stochastic actions
     :param render: Whether to render the env at each step
     :param callback: Called after each step of each env that still has episodes to play, with ``locals()`` and
-        ``globals()``
+        ``globals()`` (of SB3's function)
     :param reward_threshold: If given, an ``AssertionError`` (as sb3-contrib's function) is raised unless the
         mean return is above it
     :param return_episode_rewards: Return the list of episode returns and the list of episode lengths instead
@@ -89,85 +129,20 @@ def evaluate_policy(
             "use_masking=True needs an env with an action_masks() method (sb3-contrib's ActionMasker wrapper adds one), "
             f"got {env!r}"
         )
-
     if not isinstance(env, VecEnv):
         gym_env = env
         env = DummyVecEnv([lambda: gym_env])
-    is_monitor_wrapped = is_vecenv_wrapped(env, VecMonitor) or env.env_is_wrapped(Monitor)[0]
-    if not is_monitor_wrapped and warn:
-        warnings.warn(
-            "Evaluation environment is not wrapped with a ``Monitor`` wrapper. "
-            "This may result in reporting modified episode lengths and rewards, if other wrappers happen to modify these. "
-            "Consider wrapping environment first with ``Monitor`` wrapper.",
-            UserWarning,
-            stacklevel=2,
-        )
-
-    n_envs = env.num_envs
-    episode_rewards: list[float] = []
-    episode_lengths: list[int] = []
-    episode_counts = np.zeros(n_envs, dtype=int)
-    # Divides episodes among the envs of the vector as evenly as possible
-    episode_count_targets = np.array([(n_eval_episodes + i) // n_envs for i in range(n_envs)], dtype=int)
-    current_rewards = np.zeros(n_envs)
-    current_lengths = np.zeros(n_envs, dtype=int)
-    observations = env.reset()
-    # The recurrent state returned by predict, passed back at the next step: the line sb3-contrib gets wrong
-    states: tuple[np.ndarray, ...] | None = None
-    episode_starts = np.ones((n_envs,), dtype=bool)
-    while (episode_counts < episode_count_targets).any():
-        action_masks = get_action_masks(env) if use_masking else None  # (n_envs, mask size)
-        if action_masks is None:
-            # As SB3's evaluate_policy: no action_masks argument, so that models without one (RecurrentPPO) work
-            actions, states = model.predict(
-                observations,  # type: ignore[arg-type]
-                state=states,
-                episode_start=episode_starts,
-                deterministic=deterministic,
-            )
-        else:
-            actions, states = model.predict(
-                observations,  # type: ignore[arg-type]
-                state=states,
-                episode_start=episode_starts,
-                deterministic=deterministic,
-                action_masks=action_masks,
-            )
-        new_observations, rewards, dones, infos = env.step(actions)
-        current_rewards += rewards
-        current_lengths += 1
-        for i in range(n_envs):
-            if episode_counts[i] < episode_count_targets[i]:
-                # Unpacked so that the callback finds them in locals()
-                reward = rewards[i]
-                done = dones[i]
-                info = infos[i]
-                episode_starts[i] = done
-
-                if callback is not None:
-                    callback(locals(), globals())
-
-                if done:
-                    if is_monitor_wrapped:
-                        # A "done" that is not the end of the episode (an Atari life lost) has no "episode" key:
-                        # Monitor's return and length count the whole episode
-                        if "episode" in info:
-                            episode_rewards.append(info["episode"]["r"])
-                            episode_lengths.append(info["episode"]["l"])
-                            episode_counts[i] += 1
-                    else:
-                        episode_rewards.append(float(current_rewards[i]))
-                        episode_lengths.append(int(current_lengths[i]))
-                        episode_counts[i] += 1
-                    current_rewards[i] = 0
-                    current_lengths[i] = 0
-        observations = new_observations
-
-        if render:
-            env.render()
-
+    # Without masking SB3's evaluate_policy calls predict as RecurrentPPO and ResetPPO take it
+    predictor: PolicyPredictor = _EnvMasksPredictor(model, env) if use_masking else model
+    rewards, lengths = sb3_evaluate_policy(
+        predictor, env, n_eval_episodes, deterministic, render, callback, return_episode_rewards=True, warn=warn
+    )
+    assert isinstance(rewards, list) and isinstance(lengths, list)
+    # Python numbers (SB3 gives NumPy ones without a Monitor)
+    episode_rewards, episode_lengths = [float(r) for r in rewards], [int(n) for n in lengths]
     mean_reward = float(np.mean(episode_rewards))
     std_reward = float(np.std(episode_rewards))
+    # Checked here rather than by SB3's assert, which python -O removes
     if reward_threshold is not None and not mean_reward > reward_threshold:
         raise AssertionError(f"Mean reward below threshold: {mean_reward:.2f} < {reward_threshold:.2f}")
     if return_episode_rewards:

@@ -5,30 +5,17 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
+from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer, _WindowBufferMixin
+from sb3_reset_ppo.common.spaces import mask_dims
+
+__all__ = ["MaskableDictWindowRolloutBuffer", "MaskableWindowRolloutBuffer", "mask_dims"]
 
 
-def mask_dims(action_space: spaces.Space) -> int:
+class _MaskBufferMixin(_WindowBufferMixin):
     """
-    Entries of one step's action mask, as sb3-contrib's ``MaskableRolloutBuffer`` counts them: ``n`` for
-    ``Discrete(n)``, ``sum(nvec)`` for ``MultiDiscrete``, ``2 * n`` for ``MultiBinary(n)`` (one per outcome).
-
-    :param action_space: The action space
-    :return: The mask's length
+    Stores ``action_masks`` with every step; minibatches then hold each slot's mask (placed before the window buffer,
+    whose mixin it extends so that its ``super()`` calls are typed).
     """
-    if isinstance(action_space, spaces.Discrete):
-        return int(action_space.n)
-    if isinstance(action_space, spaces.MultiDiscrete):
-        return int(np.sum(action_space.nvec))
-    if isinstance(action_space, spaces.MultiBinary):
-        if not isinstance(action_space.n, (int, np.integer)):
-            raise ValueError(f"MultiBinary action spaces must be flat for masking, got MultiBinary({action_space.n})")
-        return 2 * int(action_space.n)
-    raise ValueError(f"action space {action_space} has no invalid-action mask: use Discrete, MultiDiscrete or MultiBinary")
-
-
-class _MaskBufferMixin:
-    """Stores ``action_masks`` with every step; minibatches then hold each slot's mask (placed before the buffer)."""
 
     action_space: spaces.Space
     buffer_size: int
@@ -36,7 +23,7 @@ class _MaskBufferMixin:
     pos: int
 
     def reset(self) -> None:
-        super().reset()  # type: ignore[misc]
+        super().reset()
         self.mask_dims = mask_dims(self.action_space)
         # Every action valid unless a mask is given (as sb3-contrib's MaskableRolloutBuffer)
         self.action_masks = np.ones((self.buffer_size, self.n_envs, self.mask_dims), dtype=np.float32)
@@ -53,10 +40,10 @@ class _MaskBufferMixin:
             # (n_envs, ...) -> (n_envs, mask_dims)
             self.action_masks[self.pos] = np.asarray(action_masks, dtype=np.float32).reshape((self.n_envs, self.mask_dims))
             self.masks_stored = True
-        super().add(*args, **kwargs)  # type: ignore[misc]
+        super().add(*args, **kwargs)
 
     def _sampled_arrays(self) -> dict[str, np.ndarray]:
-        arrays: dict[str, np.ndarray] = super()._sampled_arrays()  # type: ignore[misc]
+        arrays = super()._sampled_arrays()
         if self.masks_stored:
             arrays["action_masks"] = self.action_masks
         return arrays

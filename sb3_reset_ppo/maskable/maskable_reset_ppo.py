@@ -4,12 +4,14 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch as th
-from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+from sb3_contrib.common.maskable.utils import is_masking_supported
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, PyTorchObs
 from stable_baselines3.common.vec_env import VecEnv
 
+from sb3_reset_ppo.common.spaces import check_action_masks
 from sb3_reset_ppo.maskable.buffers import MaskableDictWindowRolloutBuffer, MaskableWindowRolloutBuffer
 from sb3_reset_ppo.maskable.policies import (
     MaskableCnnGruPolicy,
@@ -60,12 +62,13 @@ class MaskableResetPPO(ResetPPO):
     }
     window_buffer_class = MaskableWindowRolloutBuffer
     dict_window_buffer_class = MaskableDictWindowRolloutBuffer
-    rollout_buffer: MaskableWindowRolloutBuffer | MaskableDictWindowRolloutBuffer  # type: ignore[assignment]
+    policy: _MaskableRecurrentPolicy
+    rollout_buffer: MaskableWindowRolloutBuffer | MaskableDictWindowRolloutBuffer
 
-    def __init__(self, policy: str | type[BasePolicy], env: GymEnv | str, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, policy: str | type[RecurrentActorCriticPolicy], env: GymEnv | str, *args: Any, **kwargs: Any) -> None:
         # Whether the current learn() collects masks (set by learn; collect_rollouts reads it)
         self.use_masking = True
-        super().__init__(policy, env, *args, **kwargs)  # type: ignore[arg-type]
+        super().__init__(policy, env, *args, **kwargs)
 
     def _setup_model(self) -> None:
         # Before the policy is built, with errors that name the space or the policy
@@ -82,17 +85,25 @@ class MaskableResetPPO(ResetPPO):
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates, dict[str, Any]]:
         """
         One step of the policy during collection with the env's current action masks (when ``use_masking``), which
-        the buffer stores with the step.
+        the buffer stores with the step. The masks are checked first (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`:
+        a ``ValueError`` for a wrong shape or an env without a valid action, naming the env, the rollout step and
+        ``num_timesteps``).
         """
         if not self.use_masking:
             return super()._act(env, obs_tensor, lstm_states, episode_starts)
-        action_masks = get_action_masks(env)
+        # sb3-contrib's get_action_masks(env) without its np.stack: a wrong shape then names its env
+        action_masks = check_action_masks(
+            env.env_method("action_masks"),
+            self.action_space,
+            env.num_envs,
+            f"rollout step {self.rollout_buffer.pos} (counted from 0; the model's num_timesteps: {self.num_timesteps})",
+        )
         actions, values, log_probs, lstm_states = self.policy(
             obs_tensor, lstm_states, episode_starts, action_masks=action_masks
         )
         return actions, values, log_probs, lstm_states, {"action_masks": action_masks}
 
-    def learn(  # type: ignore[override]
+    def learn(  # type: ignore[override]  # MaskablePPO.learn's order: use_masking before progress_bar
         self: SelfMaskableResetPPO,
         total_timesteps: int,
         callback: MaybeCallback = None,
@@ -132,7 +143,7 @@ class MaskableResetPPO(ResetPPO):
             progress_bar=progress_bar,
         )
 
-    def predict(  # type: ignore[override]
+    def predict(
         self,
         observation: np.ndarray | dict[str, np.ndarray],
         state: tuple[np.ndarray, ...] | None = None,
@@ -148,11 +159,19 @@ class MaskableResetPPO(ResetPPO):
         :param state: The memory returned by the previous call (``None``: zeros)
         :param episode_start: Whether the observations start new episodes (the memory is reset then)
         :param deterministic: Whether or not to return deterministic actions
-        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` (e.g. ``get_action_masks(env)``);
-            ``None``: every action
+        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` (e.g. ``get_action_masks(env)``; or
+            ``(mask_dims,)`` for one observation); ``None``: every action. A ``ValueError`` names the env and the model's
+            ``num_timesteps`` if their shape is wrong or an env's mask allows no action (of some sub-action).
         :return: The action and the next memory
         """
-        return self.policy.predict(observation, state, episode_start, deterministic, action_masks=action_masks)  # type: ignore[call-arg]
+        return self.policy.predict(
+            observation,
+            state,
+            episode_start,
+            deterministic,
+            action_masks=action_masks,
+            masks_at=f"predict() (the model's num_timesteps: {self.num_timesteps})",
+        )
 
     def _excluded_save_params(self) -> list[str]:
         # Set by each learn()

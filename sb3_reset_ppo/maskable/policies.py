@@ -22,6 +22,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
+from sb3_reset_ppo.common.spaces import check_action_masks
 from sb3_reset_ppo.reset_ppo.policies import (
     CnnGruPolicy,
     CnnLstmPolicy,
@@ -68,6 +69,8 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
     action_dist: Any
     # The masks of the current ``predict`` call, for ``_predict`` (sb3-contrib's ``predict`` does not pass them)
     _predict_action_masks: MaybeMasks = None
+    # Where they come from, for the error of an invalid mask
+    _predict_masks_at: str = "policy.predict()"
 
     def _build(self, lr_schedule: Schedule) -> None:
         check_maskable_action_space(self.action_space)
@@ -86,9 +89,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         # The optimizer is built again over every parameter by the recurrent policy's constructor
         self.action_dist = self.masked_action_dist
 
-    def _get_action_dist_from_latent(  # type: ignore[override]
-        self, latent_pi: th.Tensor, action_masks: MaybeMasks = None
-    ) -> Distribution:
+    def _get_action_dist_from_latent(self, latent_pi: th.Tensor, action_masks: MaybeMasks = None) -> Distribution:
         """
         The action distribution of the actor's latent: without masks the unmasked policy's, with masks the maskable
         one (as ``MaskableActorCriticPolicy``'s) with the masks applied.
@@ -110,7 +111,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         self, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
         """Latents of actor and critic and the memory after the steps (sb3-contrib's ``forward``, without the heads)."""
-        features = self.extract_features(obs)  # type: ignore[attr-defined]
+        features = self.extract_features(obs)
         pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
         # An LSTM's (hidden, cell) or a GRU policy's (hidden,): its own _process_sequence
         process: Any = self._process_sequence
@@ -151,7 +152,8 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         distribution = self._get_action_dist_from_latent(latent_pi, action_masks)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
-        actions = actions.reshape((-1, *self.action_space.shape))  # type: ignore[misc]
+        # (n_envs * ..., ) -> (n_envs, *action shape); a Discrete space's shape is ()
+        actions = actions.reshape((-1, *(self.action_space.shape or ())))
         return actions, values, log_prob, states
 
     def get_distribution(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
@@ -176,22 +178,27 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         latent_pi = self.mlp_extractor.forward_actor(latent_pi)
         return self._get_action_dist_from_latent(latent_pi, action_masks), states
 
-    def _predict(  # type: ignore[override]
+    def _predict(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
         self,
         observation: th.Tensor,
         lstm_states: tuple[th.Tensor, ...],
         episode_starts: th.Tensor,
         deterministic: bool = False,
         action_masks: MaybeMasks = None,
-    ) -> tuple[th.Tensor, tuple[th.Tensor, ...]]:
+    ) -> tuple[th.Tensor, tuple[th.Tensor, th.Tensor]]:
         masks = self._predict_action_masks if action_masks is None else action_masks
+        if masks is not None:
+            # (n_envs, mask_dims) booleans, or a ValueError naming the env: n_envs is the observations' count
+            n_envs = next(iter(observation.values())).shape[0] if isinstance(observation, dict) else observation.shape[0]
+            masks = check_action_masks(masks, self.action_space, n_envs, self._predict_masks_at)
         # sb3-contrib's predict hands over a (hidden, cell) pair, a GRU policy's is (hidden, hidden): see its predict
         is_gru = isinstance(self.lstm_actor, nn.GRU)
         distribution, states = self.get_distribution(
             observation, lstm_states[:1] if is_gru else lstm_states, episode_starts, masks
         )
         actions = distribution.get_actions(deterministic=deterministic)
-        return actions, (states[0], states[0]) if is_gru else states
+        # The (hidden, cell) pair sb3-contrib's predict reads: a GRU's hidden state twice
+        return actions, (states[0], states[0] if is_gru else states[1])
 
     def predict(
         self,
@@ -200,6 +207,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
+        masks_at: str = "policy.predict()",
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """
         Get the policy action from an observation and the memory, as the recurrent policy's ``predict``, with only
@@ -211,14 +219,17 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         :param episode_start: Whether the observations start new episodes (the memory is reset then)
         :param deterministic: Whether or not to return deterministic actions
         :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` (or ``(mask_dims,)`` for one
-            observation); ``None``: every action
+            observation); ``None``: every action. A wrong shape, or a mask that allows no action (of some sub-action),
+            raises a ``ValueError`` naming the env (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`)
+        :param masks_at: Where the call comes from, named by that error (``MaskableResetPPO.predict``: the model's
+            ``num_timesteps``)
         :return: The action and the next memory
         """
-        self._predict_action_masks = action_masks
+        self._predict_action_masks, self._predict_masks_at = action_masks, masks_at
         try:
-            return super().predict(observation, state, episode_start, deterministic)  # type: ignore[misc]
+            return super().predict(observation, state, episode_start, deterministic)
         finally:
-            self._predict_action_masks = None
+            self._predict_action_masks, self._predict_masks_at = None, "policy.predict()"
 
     def evaluate_actions(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
         self,
@@ -256,13 +267,13 @@ class MaskableMultiInputLstmPolicy(_MaskableRecurrentPolicy, MultiInputLstmPolic
     """ResetPPO's ``MultiInputLstmPolicy`` with invalid-action masking."""
 
 
-class MaskableMlpGruPolicy(_MaskableRecurrentPolicy, MlpGruPolicy):  # type: ignore[misc]  # _predict takes the masks
+class MaskableMlpGruPolicy(_MaskableRecurrentPolicy, MlpGruPolicy):
     """ResetPPO's ``MlpGruPolicy`` with invalid-action masking."""
 
 
-class MaskableCnnGruPolicy(_MaskableRecurrentPolicy, CnnGruPolicy):  # type: ignore[misc]  # _predict takes the masks
+class MaskableCnnGruPolicy(_MaskableRecurrentPolicy, CnnGruPolicy):
     """ResetPPO's ``CnnGruPolicy`` with invalid-action masking."""
 
 
-class MaskableMultiInputGruPolicy(_MaskableRecurrentPolicy, MultiInputGruPolicy):  # type: ignore[misc]  # _predict takes the masks
+class MaskableMultiInputGruPolicy(_MaskableRecurrentPolicy, MultiInputGruPolicy):
     """ResetPPO's ``MultiInputGruPolicy`` with invalid-action masking."""

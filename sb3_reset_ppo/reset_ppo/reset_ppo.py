@@ -22,6 +22,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.checkpoints import check_checkpoint, legacy_settings
 from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
+from sb3_reset_ppo.common.spaces import check_action_space
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import (
     burned_in_memory,
@@ -274,6 +275,7 @@ class ResetPPO(RecurrentPPO):
     def _check_settings(self) -> None:
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
+        check_action_space(self.action_space)
         self._window_settings = WindowSettings.validated(
             self.window_size,
             self.boundary,

@@ -1,0 +1,160 @@
+"""
+Action spaces and invalid-action masks: the action spaces that the recurrent policies can represent
+(:func:`check_action_space`), the layout of a mask (:func:`mask_sizes`, :func:`mask_dims`), and the one check of the
+masks that ``MaskableResetPPO`` and the masked ``evaluate_policy`` receive from an env or a caller
+(:func:`check_action_masks`).
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+
+__all__ = ["check_action_masks", "check_action_space", "mask_dims", "mask_sizes"]
+
+# What a caller may hand over as masks: an array, a tensor, nested lists, or one mask per env (VecEnv.env_method)
+MasksLike = np.ndarray | th.Tensor | Sequence[Any]
+
+
+def check_action_space(action_space: spaces.Space) -> None:
+    """
+    Raise a ``ValueError`` naming ``action_space`` unless the policies' action distributions can represent it.
+
+    SB3's distributions (``make_proba_distribution``) and sb3-contrib's maskable ones (``MaskableBernoulliDistribution``,
+    ``MaskableMultiCategoricalDistribution``) take a ``MultiBinary`` space only with an int ``n`` and a
+    ``MultiDiscrete`` space only with a flat ``nvec``. For ``MultiBinary([2, 2])`` sb3-contrib 2.9.2's ``RecurrentPPO``
+    and ``MaskablePPO`` (and SB3's ``PPO``) stop with SB3's bare ``AssertionError`` ("Multi-dimensional
+    MultiBinary((2, 2)) action space is not supported. You can flatten it instead.") while building the policy, as
+    they do for ``MultiBinary([3])``; for a two-dimensional ``MultiDiscrete`` torch raises a ``TypeError``. Such
+    spaces are refused here instead, before the policy is built, with the flat space to use. Every other space passes
+    (the algorithm's ``supported_action_spaces`` are checked by SB3 before this).
+
+    :param action_space: The env's action space
+    """
+    if isinstance(action_space, spaces.MultiBinary) and not isinstance(action_space.n, (int, np.integer)):
+        flat = int(np.prod(action_space.n))
+        raise ValueError(
+            f"action_space must be a flat MultiBinary(n) with an int n, got {action_space!r} (n={action_space.n!r}): "
+            f"SB3's and sb3-contrib's distributions support no other; flatten it to MultiBinary({flat}) with a "
+            "gymnasium.ActionWrapper whose action() reshapes the flat action to the env's shape"
+        )
+    if isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim != 1:
+        raise ValueError(
+            f"action_space must be a MultiDiscrete with a flat nvec, got {action_space!r} (nvec shape "
+            f"{action_space.nvec.shape}): SB3's and sb3-contrib's distributions support no other; flatten it to "
+            f"MultiDiscrete({action_space.nvec.reshape(-1).tolist()}) with a gymnasium.ActionWrapper whose action() "
+            "reshapes the flat action to the env's shape"
+        )
+
+
+def mask_sizes(action_space: spaces.Space) -> list[int]:
+    """
+    The pieces of one step's action mask, one per sub-action, as sb3-contrib's maskable distributions split it:
+    ``[n]`` for ``Discrete(n)``, ``nvec`` for ``MultiDiscrete``, ``[2] * n`` for ``MultiBinary(n)`` (one entry per
+    outcome).
+
+    :param action_space: The action space
+    :return: The length of each piece, in the mask's order
+    """
+    if isinstance(action_space, spaces.Discrete):
+        return [int(action_space.n)]
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return [int(n) for n in action_space.nvec.reshape(-1)]
+    if isinstance(action_space, spaces.MultiBinary):
+        if not isinstance(action_space.n, (int, np.integer)):
+            raise ValueError(f"MultiBinary action spaces must be flat for masking, got MultiBinary({action_space.n})")
+        return [2] * int(action_space.n)
+    raise ValueError(f"action space {action_space} has no invalid-action mask: use Discrete, MultiDiscrete or MultiBinary")
+
+
+def mask_dims(action_space: spaces.Space) -> int:
+    """
+    Entries of one step's action mask, as sb3-contrib's ``MaskableRolloutBuffer`` counts them: ``n`` for
+    ``Discrete(n)``, ``sum(nvec)`` for ``MultiDiscrete``, ``2 * n`` for ``MultiBinary(n)`` (one per outcome).
+
+    :param action_space: The action space
+    :return: The mask's length
+    """
+    return sum(mask_sizes(action_space))
+
+
+def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_envs: int, step: str) -> np.ndarray:
+    """
+    The action masks of ``n_envs`` envs as a boolean ``(n_envs, mask_dims)`` array, or a ``ValueError`` that names
+    the env, ``step`` and the expected shape when they do not fit ``action_space`` or leave an env no valid action.
+
+    Accepted: ``(n_envs, mask_dims)``; ``(mask_dims,)`` or ``(n_envs * mask_dims,)`` flat (sb3-contrib reshapes
+    those to the logits' shape); a sequence of ``n_envs`` masks of ``(mask_dims,)`` (what
+    ``VecEnv.env_method("action_masks")`` returns, which sb3-contrib's ``get_action_masks`` stacks). An entry allows
+    its action when it is non-zero, as sb3-contrib converts masks (``dtype=th.bool``).
+
+    Refused, besides other shapes: a mask that allows no action (``Discrete``), or none of one sub-action (a piece of
+    a ``MultiDiscrete`` or ``MultiBinary`` mask). sb3-contrib then sets every logit of the piece to ``-1e8``, so the
+    piece's distribution is uniform over all its actions and an invalid action is sampled without a word.
+
+    :param action_masks: The masks
+    :param action_space: The action space they are masks of (``Discrete``, ``MultiDiscrete`` or ``MultiBinary``)
+    :param n_envs: The number of envs (observations) they are for
+    :param step: The step the masks are for, named by the error (``"rollout step 3 (counted from 0; the model's
+        num_timesteps: 6)"``, ``"predict() (...)"``, ``"evaluation step 2 (counted from 0)"``)
+    :return: The masks, ``(n_envs, mask_dims)``, ``True`` where an action is allowed
+    """
+    sizes = mask_sizes(action_space)
+    dims = sum(sizes)
+    expected = f"({n_envs}, {dims})" + (f" or ({dims},)" if n_envs == 1 else f" or ({n_envs * dims},) flat")
+    where = f"action_masks at {step}"
+    layout = f"{n_envs} env(s), {dims} entries per env for {action_space}"
+    if isinstance(action_masks, th.Tensor):
+        action_masks = action_masks.detach().cpu().numpy()
+    if isinstance(action_masks, (list, tuple)) and len(action_masks) > 0 and not np.isscalar(action_masks[0]):
+        # One mask per env: say which env's is wrong when they differ
+        try:
+            masks = np.stack(action_masks)
+        except ValueError:
+            shapes = [np.shape(mask) for mask in action_masks]
+            env = next(i for i, shape in enumerate(shapes) if shape != shapes[0])
+            raise ValueError(
+                f"{where}: env {env}'s mask has shape {shapes[env]} where env 0's has {shapes[0]}; expected shape "
+                f"{expected} ({layout})"
+            ) from None
+    else:
+        masks = np.asarray(action_masks)
+    if masks.shape != (n_envs, dims):
+        if masks.ndim <= 1 and masks.size == n_envs * dims:
+            # Flat: (n_envs * mask_dims,) -> (n_envs, mask_dims)
+            masks = masks.reshape(n_envs, dims)
+        else:
+            raise ValueError(
+                f"{where}: shape {masks.shape}, expected {expected} ({layout}); {_shape_detail(masks, n_envs, dims)}"
+            )
+    valid = masks.astype(bool)
+    starts = np.cumsum([0, *sizes[:-1]])
+    # (n_envs, n_pieces): whether each piece of each env's mask allows some action
+    allowed = np.logical_or.reduceat(valid, starts, axis=1)
+    if not allowed.all():
+        env, piece = (int(i) for i in np.argwhere(~allowed)[0])
+        what = (
+            "no action"
+            if len(sizes) == 1
+            else f"no action of sub-action {piece} (entries {starts[piece]}:{starts[piece] + sizes[piece]})"
+        )
+        raise ValueError(
+            f"{where}: env {env}'s mask allows {what}; every env needs at least one allowed action per sub-action "
+            f"(shape {expected}: {layout}). sb3-contrib would sample an invalid action uniformly here: end the episode "
+            "or give the env a valid action (a no-op) instead"
+        )
+    return valid
+
+
+def _shape_detail(masks: np.ndarray, n_envs: int, dims: int) -> str:
+    """Which env a wrongly shaped mask fails first, for the error of :func:`check_action_masks`."""
+    if masks.ndim <= 1:
+        env = min(masks.size // dims, n_envs - 1)
+        return f"{masks.size} entries are not {n_envs} x {dims}: env {env}'s mask is cut or extended"
+    if masks.shape[0] != n_envs:
+        if masks.shape[0] < n_envs:
+            return f"masks of {masks.shape[0]} env(s) for {n_envs}: env {masks.shape[0]} has none"
+        return f"masks of {masks.shape[0]} envs for {n_envs}: more masks than envs (env {n_envs} does not exist)"
+    return f"env 0's mask has shape {masks.shape[1:]}, {int(np.prod(masks.shape[1:]))} entries instead of {dims}"
