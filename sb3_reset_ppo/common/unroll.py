@@ -1,11 +1,12 @@
 """Reset-and-continue: the one unroll used by actor and critic, and the window evaluation of a policy."""
 
 from collections.abc import Iterator, Sequence
-from typing import Literal, NamedTuple, TypeAlias
+from typing import Literal, NamedTuple, Protocol, TypeAlias, TypeGuard
 
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import nn
 from torch.nn import functional as F
@@ -405,6 +406,29 @@ def _step_features(policy: RecurrentActorCriticPolicy, samples: WindowRolloutBuf
     return pi_features, vf_features
 
 
+class MaskablePolicy(Protocol):
+    """A recurrent policy whose action distribution takes each step's action masks (``MaskableResetPPO``'s)."""
+
+    def _get_action_dist_from_latent(self, latent_pi: th.Tensor, action_masks: th.Tensor | None = None) -> Distribution:
+        """The action distribution of the actor's latent, with the masks applied."""
+        ...
+
+
+def _is_maskable(policy: RecurrentActorCriticPolicy) -> TypeGuard[MaskablePolicy]:
+    """Whether ``policy`` is a maskable one: it holds sb3-contrib's maskable distribution (as the export tells)."""
+    return hasattr(policy, "masked_action_dist")
+
+
+def _masked_distribution(policy: RecurrentActorCriticPolicy, latent_pi: th.Tensor, masks: th.Tensor) -> Distribution:
+    """The action distribution of a maskable policy with each slot's mask, ``masks`` ``(B * W, mask_dims)``."""
+    if not _is_maskable(policy):
+        raise TypeError(
+            f"the minibatch holds action masks, but the policy {type(policy).__name__} takes none: action masks need a "
+            "MaskableResetPPO policy"
+        )
+    return policy._get_action_dist_from_latent(latent_pi, masks)
+
+
 def evaluate_windows(
     policy: RecurrentActorCriticPolicy, samples: WindowRolloutBufferSamples
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
@@ -454,7 +478,7 @@ def evaluate_windows(
         # A maskable policy (MaskableResetPPO's): the mask stored with each slot's step,
         # (B, W, mask_dims) -> (B * W, mask_dims)
         masks = samples.action_masks.reshape(n_windows * window_size, -1)
-        distribution = policy._get_action_dist_from_latent(latent_pi, masks)  # type: ignore[call-arg]
+        distribution = _masked_distribution(policy, latent_pi, masks)
 
     # (B, W, action_dim) -> (B * W, action_dim)
     actions = samples.actions.reshape(n_windows * window_size, -1)

@@ -80,7 +80,7 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
         self._t += 1
         return self._obs(), 0.0, False, False, {}
 
-    def render(self) -> np.ndarray | None:  # type: ignore[override]
+    def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
             return None
         return row_image(self._obs())
@@ -105,7 +105,7 @@ class CueRecallImageEnv(CueRecallEnv):
         if not 2 <= n_cues <= 16:
             raise ValueError(f"n_cues must be between 2 and 16 for images, got {n_cues}")
         super().__init__(n_cues, min_delay, max_delay, render_mode)
-        self.observation_space = spaces.Box(0, 255, shape=(self.size, self.size, 1), dtype=np.uint8)  # type: ignore[assignment]
+        self.observation_space = spaces.Box(0, 255, shape=(self.size, self.size, 1), dtype=np.uint8)
         # (n_cues + 2, 64, 64, 1): one frame per cue, the blank frame, the query frame
         self._frames = np.zeros((n_cues + 2, self.size, self.size, 1), dtype=np.uint8)
         for cue in range(n_cues):
@@ -120,7 +120,7 @@ class CueRecallImageEnv(CueRecallEnv):
             return self._frames[-1].copy()
         return self._frames[-2].copy()
 
-    def render(self) -> np.ndarray | None:  # type: ignore[override]
+    def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
             return None
         return np.repeat(self._obs(), 3, axis=2)

@@ -82,7 +82,7 @@ class EarlyChoiceEnv(gym.Env[np.ndarray, np.int64]):
         self._t += 1
         return self._obs(), reward, self._t >= self._length, False, {}
 
-    def render(self) -> np.ndarray | None:  # type: ignore[override]
+    def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
             return None
         return row_image(self._obs())

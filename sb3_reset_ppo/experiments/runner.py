@@ -352,7 +352,7 @@ class _ZooYamlLoader(yaml.SafeLoader):
 
 _ZooYamlLoader.add_constructor(
     "tag:yaml.org,2002:python/object/apply:collections.OrderedDict",
-    lambda loader, node: dict(loader.construct_sequence(node, deep=True)[0]),  # type: ignore[arg-type]
+    lambda loader, node: dict(loader.construct_sequence(node, deep=True)[0]),
 )
 
 

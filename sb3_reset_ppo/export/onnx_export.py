@@ -261,7 +261,8 @@ class _ActorStep(nn.Module):
         if spec.branches:
             self.register_buffer("action_output_shape", th.tensor([[float(n) for n in spec.branches]]))
         else:
-            self.register_buffer("action_output_shape", th.tensor([float(np.prod(action_space.shape))]))  # type: ignore[arg-type]
+            # A Box (export_spec): its flattened size
+            self.register_buffer("action_output_shape", th.tensor([float(spaces.flatdim(action_space))]))
 
     def _observation(self, raw: list[th.Tensor]) -> th.Tensor | dict[str, th.Tensor]:
         """SB3's ``preprocess_obs`` of the observation inputs, then cast to the graph's dtype."""
@@ -614,7 +615,7 @@ def _export_torchscript(
             input_names=input_names,
             output_names=output_names,
             opset_version=opset,
-            dynamic_axes=dynamic_axes,  # type: ignore[arg-type]
+            dynamic_axes=dynamic_axes,
             do_constant_folding=True,
             dynamo=False,
         )

@@ -121,8 +121,11 @@ def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, st
             )
 
 
-class _CheckedLstmPredict:
-    """``predict`` of sb3-contrib's LSTM policies, with the memory checked first (:func:`check_predict_state`)."""
+class _CheckedLstmPredict(RecurrentActorCriticPolicy):
+    """
+    ``predict`` of sb3-contrib's LSTM policies, with the memory checked first (:func:`check_predict_state`). A
+    subclass of their base, first in the LSTM policies' bases: ``super().predict`` is then sb3-contrib's.
+    """
 
     def predict(
         self,
@@ -140,8 +143,8 @@ class _CheckedLstmPredict:
         :param deterministic: Whether or not to return deterministic actions
         :return: The action and the next memory ``(hidden, cell)``
         """
-        check_predict_state(self, observation, state, 2)  # type: ignore[arg-type]
-        return super().predict(observation, state, episode_start, deterministic)  # type: ignore[misc]
+        check_predict_state(self, observation, state, 2)
+        return super().predict(observation, state, episode_start, deterministic)
 
 
 class MlpLstmPolicy(_CheckedLstmPredict, contrib_policies.MlpLstmPolicy):
@@ -187,6 +190,7 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
     :param kwargs: Keyword arguments of ``RecurrentActorCriticPolicy``
     """
 
+    # sb3-contrib's constructor types them nn.LSTM: a GRU in their place is an incompatible redefinition to mypy
     lstm_actor: nn.GRU  # type: ignore[assignment]
     lstm_critic: nn.GRU | None  # type: ignore[assignment]
 
@@ -202,7 +206,8 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         self.lstm_actor = gru_like(self.lstm_actor)
         if self.lstm_critic is not None:
             self.lstm_critic = gru_like(self.lstm_critic)
-        # The optimizer held the LSTMs' parameters
+        # The optimizer held the LSTMs' parameters. As SB3 builds it: its optimizer_class is typed as torch's base
+        # Optimizer, whose constructor takes no lr
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr, **self.optimizer_kwargs)  # type: ignore[call-arg]
 
@@ -213,7 +218,7 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         return _with_recurrent_parameters(self, super()._get_constructor_parameters())
 
     @staticmethod
-    def _process_sequence(  # type: ignore[override]
+    def _process_sequence(  # type: ignore[override]  # the memory is (hidden,), sb3-contrib's (hidden, cell)
         features: th.Tensor,
         gru_states: tuple[th.Tensor, ...],
         episode_starts: th.Tensor,
@@ -285,17 +290,19 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         distribution = self._get_action_dist_from_latent(latent_pi)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
-        actions = actions.reshape((-1, *self.action_space.shape))  # type: ignore[misc]
+        # (n_envs * ..., ) -> (n_envs, *action shape); a Discrete space's shape is ()
+        actions = actions.reshape((-1, *(self.action_space.shape or ())))
         return actions, values, log_prob, RNNStates(states_pi, states_vf)
 
-    def _predict(  # type: ignore[override]
+    def _predict(  # type: ignore[override]  # sb3-contrib's recurrent signature, not SB3's _predict(obs, deterministic)
         self,
         observation: th.Tensor,
         lstm_states: tuple[th.Tensor, ...],
         episode_starts: th.Tensor,
         deterministic: bool = False,
     ) -> tuple[th.Tensor, tuple[th.Tensor, th.Tensor]]:
-        # Called by sb3-contrib's predict with the pair it builds from predict()'s (hidden,) (see predict)
+        # Called by sb3-contrib's predict with the pair it builds from predict()'s (hidden,) (see predict); its
+        # get_distribution is typed for (hidden, cell) and passes the memory on to this class's _process_sequence
         distribution, (hidden,) = self.get_distribution(observation, lstm_states[:1], episode_starts)  # type: ignore[arg-type]
         return distribution.get_actions(deterministic=deterministic), (hidden, hidden)
 
@@ -323,13 +330,11 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         return actions, (new_pair[0],)
 
 
-# sb3-contrib annotates the memory as (hidden, cell); the GRU methods take (hidden,): mypy sees the two bases'
-# definitions as incompatible
-class RecurrentActorCriticCnnGruPolicy(RecurrentActorCriticGruPolicy, RecurrentActorCriticCnnPolicy):  # type: ignore[misc]
+class RecurrentActorCriticCnnGruPolicy(RecurrentActorCriticGruPolicy, RecurrentActorCriticCnnPolicy):
     """:class:`RecurrentActorCriticGruPolicy` with sb3-contrib's CNN features extractor (image observations)."""
 
 
-class RecurrentMultiInputActorCriticGruPolicy(RecurrentActorCriticGruPolicy, RecurrentMultiInputActorCriticPolicy):  # type: ignore[misc]
+class RecurrentMultiInputActorCriticGruPolicy(RecurrentActorCriticGruPolicy, RecurrentMultiInputActorCriticPolicy):
     """:class:`RecurrentActorCriticGruPolicy` with sb3-contrib's combined extractor (``Dict`` observations)."""
 
 
