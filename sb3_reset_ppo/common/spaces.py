@@ -103,9 +103,15 @@ def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_en
     """
     sizes = mask_sizes(action_space)
     dims = sum(sizes)
-    expected = f"({n_envs}, {dims})" + (f" or ({dims},)" if n_envs == 1 else f" or ({n_envs * dims},) flat")
-    where = f"action_masks at {step}"
-    layout = f"{n_envs} env(s), {dims} entries per env for {action_space}"
+
+    def error(detail: str) -> ValueError:
+        # Worded only when a mask is refused
+        expected = f"({n_envs}, {dims})" + (f" or ({dims},)" if n_envs == 1 else f" or ({n_envs * dims},) flat")
+        return ValueError(
+            f"action_masks at {step}: {detail}; expected shape {expected} ({n_envs} env(s), {dims} entries per env for "
+            f"{action_space})"
+        )
+
     if isinstance(action_masks, th.Tensor):
         action_masks = action_masks.detach().cpu().numpy()
     if isinstance(action_masks, (list, tuple)) and len(action_masks) > 0 and not np.isscalar(action_masks[0]):
@@ -115,10 +121,7 @@ def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_en
         except ValueError:
             shapes = [np.shape(mask) for mask in action_masks]
             env = next(i for i, shape in enumerate(shapes) if shape != shapes[0])
-            raise ValueError(
-                f"{where}: env {env}'s mask has shape {shapes[env]} where env 0's has {shapes[0]}; expected shape "
-                f"{expected} ({layout})"
-            ) from None
+            raise error(f"env {env}'s mask has shape {shapes[env]} where env 0's has {shapes[0]}") from None
     else:
         masks = np.asarray(action_masks)
     if masks.shape != (n_envs, dims):
@@ -126,9 +129,7 @@ def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_en
             # Flat: (n_envs * mask_dims,) -> (n_envs, mask_dims)
             masks = masks.reshape(n_envs, dims)
         else:
-            raise ValueError(
-                f"{where}: shape {masks.shape}, expected {expected} ({layout}); {_shape_detail(masks, n_envs, dims)}"
-            )
+            raise error(f"got shape {masks.shape}: {_shape_detail(masks, n_envs, dims)}")
     valid = masks.astype(bool)
     starts = np.cumsum([0, *sizes[:-1]])
     # (n_envs, n_pieces): whether each piece of each env's mask allows some action
@@ -140,10 +141,9 @@ def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_en
             if len(sizes) == 1
             else f"no action of sub-action {piece} (entries {starts[piece]}:{starts[piece] + sizes[piece]})"
         )
-        raise ValueError(
-            f"{where}: env {env}'s mask allows {what}; every env needs at least one allowed action per sub-action "
-            f"(shape {expected}: {layout}). sb3-contrib would sample an invalid action uniformly here: end the episode "
-            "or give the env a valid action (a no-op) instead"
+        raise error(
+            f"env {env}'s mask allows {what} (sb3-contrib would sample an invalid action uniformly: every env needs an "
+            "allowed action per sub-action; end the episode or give the env a valid no-op action instead)"
         )
     return valid
 
