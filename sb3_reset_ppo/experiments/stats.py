@@ -174,7 +174,7 @@ def score_at_time(times: np.ndarray, scores: np.ndarray, at: float, final_evalua
     return score_at(times, scores, at, before_first)
 
 
-def mann_whitney(arm: Sequence[float], base: Sequence[float]) -> tuple[float, str]:
+def mann_whitney(arm: Sequence[float] | np.ndarray, base: Sequence[float] | np.ndarray) -> tuple[float, str]:
     """
     The two-sided Mann-Whitney U test of two samples: its p-value and the method that computed it.
 
@@ -191,7 +191,7 @@ def mann_whitney(arm: Sequence[float], base: Sequence[float]) -> tuple[float, st
     observed one. ``(1.0, "undefined")`` when a sample is empty or every value is the same (nothing to test: every
     split has the same rank sum). Any sizes from one value up give a p-value in ``[0, 1]``.
 
-    :param arm: One sample
+    :param arm: One sample (a sequence or a 1-D array)
     :param base: The other sample
     :return: ``(p, method)``
     :raises ValueError: a sample is not 1-D or holds NaN (NaN has no rank)
@@ -221,7 +221,7 @@ def mann_whitney(arm: Sequence[float], base: Sequence[float]) -> tuple[float, st
     return float(min(1.0, result.pvalue)), "permutation (monte carlo)"
 
 
-def _sample(values: Sequence[float], name: str) -> np.ndarray:
+def _sample(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     """One sample of :func:`mann_whitney` as a 1-D float array (a ``ValueError`` naming it otherwise)."""
     sample = np.asarray(values, dtype=float)
     if sample.ndim != 1:
