@@ -11,7 +11,7 @@ PYTHON_VERSIONS := 3.11 3.12 3.13
 # What mypy checks (pyproject's [tool.mypy] files), byte-compiled by each interpreter
 SOURCES := sb3_reset_ppo tests examples benchmarks
 
-.PHONY: install lint type pyversions test test-slow demo figures docs clean
+.PHONY: install lint type pyversions test test-slow test-matrix demo figures docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,7 +55,12 @@ pyversions: install
 	exit $$status
 
 test: lint type pyversions
-	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -n 2 -rs tests
+
+# The whole settings matrix (tests/matrix.py): every triple of option values in some combination (the default suite
+# runs every pair); its last result is summarised in docs/guide/reliability.md
+test-matrix: install
+	SB3_RESET_PPO_MATRIX=full $(BIN)/python -m pytest -n 2 -rs tests/test_settings_matrix.py
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow tests

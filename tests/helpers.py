@@ -18,7 +18,8 @@ class RandomEpisodeEnv(gym.Env):
     episode is a termination or, with ``truncate=True``, a truncation every other episode.
 
     :param action_space: Any action space
-    :param obs_kind: ``"box"``, ``"image"`` (36x36x1 uint8), ``"dict"`` (image and vector) or ``"multidiscrete"``
+    :param obs_kind: ``"box"``, ``"box64"`` (float64), ``"image"`` (36x36x1 uint8), ``"dict"`` (image and vector) or
+        ``"multidiscrete"``
     :param max_length: Longest episode
     :param min_length: Shortest episode
     :param truncate: Alternate terminations and truncations
@@ -37,6 +38,7 @@ class RandomEpisodeEnv(gym.Env):
         vector = spaces.Box(-5.0, 5.0, shape=(3,), dtype=np.float32)
         kinds: dict[str, spaces.Space] = {
             "box": vector,
+            "box64": spaces.Box(-5.0, 5.0, shape=(3,), dtype=np.float64),
             "image": image,
             "dict": spaces.Dict({"image": image, "vec": vector}),
             "multidiscrete": spaces.MultiDiscrete([3, 4]),

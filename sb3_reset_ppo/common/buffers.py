@@ -476,12 +476,12 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     """
     Rollout buffer that stores the LSTM or GRU memory entering every step and yields minibatches of windows.
 
-    Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch: it
-    yields :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of ``batch_size`` real
-    transitions each (the epoch's remainder left out at a random place), cut from the windows that start every ``window_stride`` steps from a random phase
-    per env, drawn and shuffled anew each call (``window_stride=1``: every window); a window that a minibatch edge
-    cuts is yielded as two rows. The rollout is copied once to the buffer's device as tensors; each minibatch
-    gathers its slots from it by index.
+    Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch: it yields
+    :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of ``batch_size`` real transitions each
+    (the epoch's remainder left out at a random place), cut from the windows that start every ``window_stride``
+    steps from a random phase per env, drawn and shuffled anew each call (``window_stride=1``: every window); a
+    window that a minibatch edge cuts is yielded as two rows. The rollout is copied once to the buffer's device as
+    tensors; each minibatch gathers its slots from it by index.
 
     :param buffer_size: Steps per env (``n_steps``)
     :param observation_space: Observation space

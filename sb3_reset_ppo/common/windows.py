@@ -745,10 +745,13 @@ def window_weights(
 
     **The normaliser.** Under ``weighting="uniform"`` training divides every minibatch's loss by one number per rollout,
     ``c = min(max(batch_size, window_size), expected real slots of an epoch)`` (:func:`uniform_normaliser`; every
-    minibatch holds ``max(batch_size, window_size)`` real slots but at most one per epoch, :func:`plan_epoch`). A
-    step's expected gradient weight per epoch is therefore exactly ``window_weights(...) / c``, and the weights are
-    equal for all steps exactly when these are: in reset mode with ``window_coverage="full"`` (``W / k`` each), for
-    every ``n_steps``, ``n_envs``, ``batch_size``, window length and stride. With ``"importance"`` and ``"kept_mean"``
+    minibatch holds exactly ``max(batch_size, window_size)`` real slots and an epoch's remainder is left out, each slot
+    with the same probability, :func:`plan_epoch`). A step's expected gradient weight per epoch is therefore
+    ``window_weights(...) / c`` times the probability of not being left out, the same for every step when every epoch
+    holds the same number of real slots; the weights are then equal for all steps exactly when these are: in reset
+    mode with ``window_coverage="full"`` (``W / k`` each), with a stride that divides the window (the default) or 1.
+    With another stride the share an epoch leaves out depends on its phases, and the steps' weights are close to these
+    (``docs/guide/parameters.md``, "Minibatches"). With ``"importance"`` and ``"kept_mean"``
     each minibatch is divided by its own sum of slot weights (a self-normalised mean), so the gradient weights equal
     these up to the variation of that sum between minibatches.
 

@@ -146,8 +146,9 @@ class ResetPPO(RecurrentPPO):
         rollout (starts ``-(window_size - 1) .. n_steps - 1``), clipped to it: a window starting before step 0
         begins at step 0 from the memory recorded for step 0, one reaching past the last step ends there, and the
         missing slots are padding that no loss term or statistic sees. With the default stride every step,
-        rollout ends included, is then trained exactly once per epoch, with the same weight. An env's two clipped end
-        windows follow each other in the epoch's order. ``"inside"``: windows inside the rollout only
+        rollout ends included, is then in exactly one window of every epoch, with the same expected weight (an epoch
+        whose transitions are not a multiple of ``batch_size`` leaves its remainder out, at a random place). An env's
+        two clipped end windows follow each other in the epoch's order. ``"inside"``: windows inside the rollout only
         (starts ``0 .. n_steps - window_size``), the masking baseline's epochs (the default before the coverage
         study).
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows (of an epoch) of
@@ -631,9 +632,7 @@ class ResetPPO(RecurrentPPO):
         self.policy.set_training_mode(True)
         return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
 
-    def _check_finite(
-        self, losses: WindowLoss, grad_norm: th.Tensor, kept: th.Tensor, epoch: int, minibatch: int
-    ) -> bool:
+    def _check_finite(self, losses: WindowLoss, grad_norm: th.Tensor, kept: th.Tensor, epoch: int, minibatch: int) -> bool:
         """
         Raise :class:`NonFiniteTrainingError` if a loss term or the gradient norm is not finite; else say whether the
         minibatch keeps any slot (one host read for both).
