@@ -256,7 +256,7 @@ def roofline(model: ResetPPO, repeats: int) -> float:
     for batch, n_steps in shapes:
         observations = obs_as_tensor(
             np.stack([model.observation_space.sample() for _ in range(n_steps)]),
-            model.device,  # type: ignore[arg-type]
+            model.device,
         )
         # (W * B,) rows of the per-step features, as the slots of B windows
         inputs.append((observations, th.arange(window_size * batch, device=model.device) % n_steps, batch))

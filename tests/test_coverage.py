@@ -160,7 +160,7 @@ def test_epoch_windows_and_units(n_steps: int, window_size: int, phase: int) -> 
         def __init__(self) -> None:
             super().__init__(np.random.PCG64(0))
 
-        def integers(self, *args: Any, size: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+        def integers(self, *args: Any, size: Any = None, **kwargs: Any) -> Any:
             return np.full(size, phase)
 
     epoch = epoch_window_starts(n_steps, 2, window_size, window_size, Fixed(), "full")

@@ -215,7 +215,7 @@ def test_dropped_slots_cannot_poison_the_loss(weighting: str) -> None:
         **{**inputs, "log_prob": log_prob, "old_log_prob": old_log_prob},
         kept=kept,
         weights=kept.float(),
-        weighting=weighting,  # type: ignore[arg-type]
+        weighting=weighting,
         ent_coef=0.01,
     )
     (grad,) = th.autograd.grad(out.loss, log_prob)

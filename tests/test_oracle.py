@@ -93,7 +93,7 @@ def _oracle(model: ResetPPO, samples: WindowRolloutBufferSamples) -> tuple[th.Te
         # (B, n_layers, H) -> (n_layers, B, H)
         return tuple(m.transpose(0, 1).contiguous() for m in memory)
 
-    lstm_states = RNNStates(states(samples.lstm_states.pi), states(samples.lstm_states.vf))  # type: ignore[arg-type]
+    lstm_states = RNNStates(states(samples.lstm_states.pi), states(samples.lstm_states.vf))
     values, log_prob, entropy = model.policy.evaluate_actions(
         observations, actions, lstm_states, samples.episode_starts.reshape(-1)
     )

@@ -154,7 +154,7 @@ def test_unroll_matches_reference_in_every_dtype(dtype: th.dtype, rnn_class: typ
     lstm64 = rnn_class(3, 6, num_layers=2).double()
     lstm64.load_state_dict({k: v.double() for k, v in lstm.state_dict().items()})
     expected = reference_unroll(
-        lstm64,  # type: ignore[arg-type]
+        lstm64,
         features.detach().double(),
         tuple(tensor.double() for tensor in memory),
         episode_starts.double(),

@@ -12,7 +12,7 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
 from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import RecurrentLayerType, memory_state_names, rnn_step_states
+from sb3_reset_ppo.common.unroll import RecurrentLayerType, critic_variant, memory_state_names, rnn_step_states
 from sb3_reset_ppo.common.windows import (
     Boundary,
     Coverage,
@@ -138,8 +138,9 @@ class _WindowSampler:
                     self.memory[key] = state.reshape(self.n_envs * n_steps, *state.shape[2:])
 
             refresh(policy.lstm_actor, pi_features, "pi")
-            if policy.lstm_critic is not None:
-                refresh(policy.lstm_critic, vf_features, "vf")
+            critic = critic_variant(policy).rnn
+            if critic is not None:
+                refresh(critic, vf_features, "vf")
             else:
                 # sb3-contrib's critic memory is the actor's when the critic has no recurrent layer of its own
                 for name in self.state_names:
@@ -331,11 +332,7 @@ class _WindowBufferMixin:
             raise TypeError(
                 f"window_settings must be a WindowSettings (WindowSettings.validated(...)), got {window_settings!r}"
             )
-        if window_settings.window_size > n_steps:
-            raise ValueError(
-                f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got "
-                f"{window_settings.window_size}"
-            )
+        window_settings.check_rollout(n_steps)
         self.recurrent_layer_type = cast(RecurrentLayerType, recurrent_layer_type)
         self.state_names = memory_state_names(self.recurrent_layer_type)
         check_positive_int("consecutive_windows", consecutive_windows)
@@ -456,7 +453,7 @@ class _WindowBufferMixin:
         """The ``train/`` window diagnostics of the current rollout (see ``docs/design.md``)."""
         return self.sampler().diagnostics
 
-    def get(  # type: ignore[override]  # windows, not transitions
+    def get(  # windows, not transitions
         self, batch_size: int | None = None
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """

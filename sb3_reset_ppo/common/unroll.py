@@ -67,7 +67,8 @@ class CriticVariant(NamedTuple):
 def critic_variant(policy: RecurrentActorCriticPolicy) -> CriticVariant:
     """
     The critic of a recurrent policy (sb3-contrib's LSTM policies, the GRU policies): the one place the three cases
-    of ``enable_critic_lstm`` and ``shared_lstm`` are told apart (the window evaluation, the GRU policies' ``forward``).
+    of ``enable_critic_lstm`` and ``shared_lstm`` are told apart (the window evaluation, the GRU policies' ``forward``,
+    the maskable policies' latents, the memory refresh).
 
     :param policy: The recurrent policy
     :return: Its critic's variant and layer (see :class:`CriticVariant`)

@@ -107,6 +107,14 @@ class WindowSettings:
         :param batch_size: Minibatch size in transitions (for ``window_size="batch"``), or ``None``
         :return: The settings
         """
+        # The rollout and minibatch sizes first: a window_size derived from them cannot be checked otherwise
+        if n_steps is not None:
+            check_positive_int("n_steps", n_steps)
+        if batch_size is not None:
+            try:
+                check_positive_int("batch_size", batch_size)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"{error} (transitions per minibatch); or None (the whole epoch)") from None
         if window_coverage not in COVERAGES:
             raise ValueError(f"window_coverage must be one of {COVERAGES}, got {window_coverage!r}")
         check_window_size_setting(window_size)
@@ -121,21 +129,31 @@ class WindowSettings:
                 check_positive_int("window_stride", window_stride)
             except (TypeError, ValueError) as error:
                 raise type(error)(f"{error}; or None (window_size)") from None
-        if n_steps is not None and size > n_steps:
-            raise ValueError(
-                f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got {window_size!r}"
-            )
         if boundary not in BOUNDARIES:
             raise ValueError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
         if weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
-        return cls(
+        settings = cls(
             window_size=size,
             boundary=cast(Boundary, boundary),
             weighting=cast(Weighting, weighting),
             window_stride=resolve_window_stride(cast(int | None, window_stride), size),
             window_coverage=cast(Coverage, window_coverage),
         )
+        if n_steps is not None:
+            settings.check_rollout(n_steps)
+        return settings
+
+    def check_rollout(self, n_steps: int) -> None:
+        """
+        Raise a ``ValueError`` unless the windows fit in rollouts of ``n_steps`` per env (``window_size <= n_steps``).
+
+        :param n_steps: Rollout length per env
+        """
+        if self.window_size > n_steps:
+            raise ValueError(
+                f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got {self.window_size}"
+            )
 
     def stride(self, n_steps: int) -> int:
         """The stride an epoch uses with rollouts of ``n_steps`` per env (:func:`effective_stride`)."""
@@ -406,11 +424,13 @@ def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batc
     """
     What every minibatch's loss is divided by under ``weighting="uniform"``: ``min(batch_size, expected real slots of
     an epoch)`` (:func:`expected_epoch_slots`; ``batch_size=None``: the latter; ``batch_size`` below ``window_size``
-    counts as ``window_size``, :func:`minibatch_slots`), the same number for every minibatch of a rollout. A full
-    minibatch holds ``batch_size`` real slots, so its loss is their mean; the epoch's one short
-    minibatch (``plan_epoch``) is divided by the same number, so every real slot of every epoch enters the gradient
-    with exactly ``weight / normaliser``, and a step's expected gradient weight per epoch is
-    ``window_weights / normaliser``.
+    counts as ``window_size``, :func:`minibatch_slots`), the same number for every minibatch of a rollout, so every
+    trained slot enters the gradient with exactly ``weight / normaliser``. Where an epoch holds at least ``batch_size``
+    slots on average, this is ``batch_size``, the real slots of every minibatch (:func:`plan_epoch`: all full), and a
+    minibatch's loss is their mean. Where it holds fewer on average (``batch_size`` above the expected slots of an
+    epoch, e.g. ``None``), it is that expectation: an epoch is then one minibatch, whose loss is the mean over its
+    slots only when the number of slots does not depend on the epoch's phases (with inside coverage, windows of 16,
+    stride 7 and ``batch_size=400``: 388.57, while some epochs hold 400 slots and more).
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs

@@ -23,6 +23,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
 from sb3_reset_ppo.common.spaces import check_action_masks
+from sb3_reset_ppo.common.unroll import critic_variant
 from sb3_reset_ppo.reset_ppo.policies import (
     CnnGruPolicy,
     CnnLstmPolicy,
@@ -117,14 +118,14 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         process: Any = self._process_sequence
         latent_pi, states_pi = process(pi_features, lstm_states.pi, episode_starts, self.lstm_actor)
         states_vf: tuple[th.Tensor, ...]
-        if self.lstm_critic is not None:
-            latent_vf, states_vf = process(vf_features, lstm_states.vf, episode_starts, self.lstm_critic)
-        elif self.shared_lstm:
-            # The actor's memory, without backpropagation
+        critic = critic_variant(self)
+        if critic.rnn is not None:
+            latent_vf, states_vf = process(vf_features, lstm_states.vf, episode_starts, critic.rnn)
+        elif critic.linear is None:
+            # Shared: the actor's memory, without backpropagation
             latent_vf, states_vf = latent_pi.detach(), tuple(state.detach() for state in states_pi)
         else:
-            assert self.critic is not None
-            latent_vf, states_vf = self.critic(vf_features), states_pi
+            latent_vf, states_vf = critic.linear(vf_features), states_pi
         latent_pi = self.mlp_extractor.forward_actor(latent_pi)
         latent_vf = self.mlp_extractor.forward_critic(latent_vf)
         return latent_pi, latent_vf, RNNStates(states_pi, states_vf)

@@ -178,7 +178,7 @@ class ResetPPO(RecurrentPPO):
         "CnnGruPolicy": CnnGruPolicy,
         "MultiInputGruPolicy": MultiInputGruPolicy,
     }
-    rollout_buffer: WindowRolloutBuffer | DictWindowRolloutBuffer  # type: ignore[assignment]
+    rollout_buffer: WindowRolloutBuffer | DictWindowRolloutBuffer
     policy: RecurrentActorCriticPolicy
     # The window rollout buffers this class trains from (for Box-like and Dict observations)
     window_buffer_class: ClassVar[type[WindowRolloutBuffer]] = WindowRolloutBuffer
@@ -289,15 +289,6 @@ class ResetPPO(RecurrentPPO):
         _check_consecutive_windows(self.consecutive_windows)
         check_non_negative_int("memory_refresh", self.memory_refresh)
         check_non_negative_int("burn_in", self.burn_in)
-        if self.batch_size is not None:
-            if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, (int, np.integer)):
-                raise TypeError(
-                    f"batch_size must be a positive int (transitions per minibatch) or None, got {self.batch_size!r}"
-                )
-            if self.batch_size < 1:
-                raise ValueError(
-                    f"batch_size must be a positive int (transitions per minibatch) or None, got {self.batch_size!r}"
-                )
         if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:
             raise ValueError(f"clip_range_vf must be positive or None (no value clipping), got {self.clip_range_vf!r}")
 
@@ -384,19 +375,18 @@ class ResetPPO(RecurrentPPO):
                 f"transitions (n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={length}, "
                 f"window_stride={self._window_settings.window_stride}, window_coverage="
                 f"{self._window_settings.window_coverage!r}), each epoch trains {most // full} minibatch(es) of {full} "
-                f"transitions and leaves {most % full} out, at a random place (every transition is left out with the "
-                "same probability, so that every minibatch is full and, even after gradient clipping, no transition "
-                "weighs more than another). We recommend a batch_size that is a factor of the epoch's transitions."
+                f"transitions and leaves {most % full} out, each transition with the same probability (every minibatch "
+                "is full: a shorter one would weigh more after gradient clipping). We recommend a batch_size that is a "
+                "factor of the epoch's transitions."
             )
         elif fewest != most:
             warn_user(
                 f"An epoch holds {fewest} to {most} transitions with these settings (n_envs={self.n_envs}, "
                 f"n_steps={self.n_steps}, window_size={length}, window_stride={self._window_settings.window_stride}, "
                 f"window_coverage={self._window_settings.window_coverage!r}: the number of windows depends on the "
-                f"epoch's phases): an epoch whose transitions are not a multiple of {full} leaves its remainder out, at "
-                "a random place, so that every minibatch is full; as the share left out depends on the phases, the "
-                "steps' expected weights are only close to equal (exactly equal where every epoch holds the same "
-                "number of transitions, e.g. with the default window_stride)"
+                f"epoch's phases): an epoch whose transitions are not a multiple of {full} leaves the remainder out, "
+                "each transition with the same probability (every minibatch is full: a shorter one would weigh more "
+                "after gradient clipping)"
             )
 
     def _resolved_consecutive_windows(self) -> int:
@@ -478,10 +468,10 @@ class ResetPPO(RecurrentPPO):
                 actions = actions.reshape(-1, 1)
             self._bootstrap_truncations(rewards, dones, infos, lstm_states)
             rollout_buffer.add(
-                self._last_obs,  # type: ignore[arg-type]
+                self._last_obs,
                 actions,
                 rewards,
-                self._last_episode_starts,  # type: ignore[arg-type]
+                self._last_episode_starts,
                 values,
                 log_probs,
                 lstm_states=self._last_lstm_states,
@@ -705,7 +695,7 @@ class ResetPPO(RecurrentPPO):
         super().save(path, exclude, include)
 
     @classmethod
-    def load(  # type: ignore[override]
+    def load(
         cls: type[SelfResetPPO],
         path: str | pathlib.Path | io.BufferedIOBase,
         env: GymEnv | None = None,
