@@ -37,8 +37,10 @@ COMMON: dict[str, Any] = {
     "policy_kwargs": {"lstm_hidden_size": 32, "net_arch": [32]},
 }
 TASKS: dict[str, dict[str, Any]] = {
-    "CueRecall-v0": {"n_envs": 8, "batch_size": 64, "budget": 30_000, "kwargs": {}},
-    "EarlyChoice-v0": {"n_envs": 2, "batch_size": 48, "budget": 20_000, "kwargs": {"gamma": 0.95}},
+    "CueRecall-v0": {"n_envs": 8, "batch_size": 64, "budget": 30_000, "kwargs": COMMON},
+    "EarlyChoice-v0": {"n_envs": 2, "batch_size": 48, "budget": 20_000, "kwargs": {**COMMON, "gamma": 0.95}},
+    # Amendment 1: the review's example, ResetPPO's defaults otherwise
+    "CartPole-v1": {"n_envs": 1, "batch_size": 64, "budget": 30_000, "kwargs": {"n_steps": 200}, "eval_episodes": 10},
 }
 N_EVALUATIONS = 10
 EVAL_EPISODES = 50
@@ -57,7 +59,7 @@ def train_one(task: str, seed: int, out: pathlib.Path) -> None:
 
     th.set_num_threads(1)
     config = TASKS[task]
-    settings = {**COMMON, **config["kwargs"]}
+    settings = dict(config["kwargs"])
     env = make_vec_env(task, n_envs=config["n_envs"], seed=seed)
     eval_env = make_vec_env(task, n_envs=1, seed=1000 + seed)
     model = ResetPPO("MlpLstmPolicy", env, batch_size=config["batch_size"], seed=seed, **settings)
@@ -91,7 +93,11 @@ def train_one(task: str, seed: int, out: pathlib.Path) -> None:
                 self.next += every
                 start = time.process_time()
                 returns, _ = evaluate_policy(
-                    model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True, return_episode_rewards=True
+                    model,
+                    eval_env,
+                    n_eval_episodes=config.get("eval_episodes", EVAL_EPISODES),
+                    deterministic=True,
+                    return_episode_rewards=True,
                 )
                 self.eval_cpu += time.process_time() - start
                 record["evaluations"].append(
@@ -138,7 +144,7 @@ def run(trees: dict[str, pathlib.Path]) -> None:
 
 
 def report() -> str:
-    from sb3_reset_ppo.experiments.stats import aggregate, holm, mann_whitney
+    from sb3_reset_ppo.experiments.stats import aggregate, holm, mann_whitney, probability_triple
 
     lines = [
         "| task | arm | runs | final IQM (95% CI) | curve mean IQM (95% CI) | learn() CPU s (median) |",
@@ -167,8 +173,8 @@ def report() -> str:
         p, method = mann_whitney(final["left_out"][:, 0], final["short"][:, 0])
         p_values.append(p)
         names.append(f"{task} ({method})")
-        key = "left_out,short"
-        probabilities.append(f"{poi[key]:.2f} ({poi_ci[key][0]:.2f} to {poi_ci[key][1]:.2f})")
+        probability, low, high = probability_triple(poi, poi_ci, "left_out,short")
+        probabilities.append(f"{probability:.2f} ({low:.2f} to {high:.2f})")
     lines.append("")
     lines.append("| task | P(left out > short), final | Mann-Whitney p | Holm p |")
     lines.append("|---|---|---|---|")
