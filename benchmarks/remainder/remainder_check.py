@@ -10,7 +10,7 @@ Run (resumable; two runs at a time; the "short" arm from a git worktree of c85b7
         --short-tree /tmp/remainder-short --left-out-tree /tmp/remainder-left-out
     python benchmarks/remainder/remainder_check.py report
 
-Each run is one JSON file under benchmarks/remainder/runs/<arm>/<task>/seed<N>.json.
+Each run is one JSON file (and its log) under benchmarks/results/remainder/<arm>/<task>/seed<N>.json.
 """
 
 import argparse
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
-RUNS = HERE / "runs"
+RUNS = HERE.parent / "results" / "remainder"
 ARMS = ("left_out", "short")
 SEEDS = range(10)
 COMMON: dict[str, Any] = {
@@ -178,8 +178,8 @@ def report() -> str:
     lines.append("")
     lines.append("| task | P(left out > short), final | Mann-Whitney p | Holm p |")
     lines.append("|---|---|---|---|")
-    for name, probability, p, adjusted in zip(names, probabilities, p_values, holm(p_values), strict=True):
-        lines.append(f"| {name} | {probability} | {p:.3f} | {adjusted:.3f} |")
+    for name, text, p, adjusted in zip(names, probabilities, p_values, holm(p_values), strict=True):
+        lines.append(f"| {name} | {text} | {p:.3f} | {adjusted:.3f} |")
     return "\n".join(lines)
 
 
