@@ -158,3 +158,11 @@ def test_the_matrix_covers_every_allowed_pair() -> None:
             if allowed({a: value_a, b: value_b}):
                 assert (a, b, repr(value_a), repr(value_b)) in covered, (a, value_a, b, value_b)
     assert all(allowed(dict(zip(names, c.values, strict=True))) for c in COMBINATIONS)
+
+
+def test_the_docs_state_the_matrix_as_it_is() -> None:
+    # docs/guide/reliability.md states the number of combinations of each strength: kept in step with tests/matrix.py
+    text = " ".join((pathlib.Path(__file__).resolve().parent.parent / "docs" / "guide" / "reliability.md").read_text().split())
+    assert f"{len(OPTIONS)} options" in text
+    assert f"one of {len(combinations(2))} combinations" in text
+    assert f"every triple, {len(combinations(3))} combinations" in text
