@@ -79,7 +79,7 @@ _DISCRETE_DISTRIBUTIONS = (
     MaskableCategoricalDistribution,
     MaskableMultiCategoricalDistribution,
 )
-# A masked logit, as sb3-contrib's maskable distributions set it
+# A masked logit, as sb3-contrib's maskable distributions set it (float16 holds no -1e8: see _masked_logit)
 _MASKED_LOGIT = -1e8
 
 
@@ -115,6 +115,18 @@ class ExportSpec:
     def memory_size(self) -> int:
         """ML-Agents' ``memory_size``: the width of ``recurrent_in`` (``n_memory * n_layers * hidden_size``)."""
         return self.n_memory * self.n_layers * self.hidden_size
+
+
+def _masked_logit(dtype: th.dtype) -> float:
+    """
+    The logit of a masked action: sb3-contrib's -1e8 where ``dtype`` holds it (float32), else the dtype's lowest
+    finite value (float16: -65504, where -1e8 overflowed to an error). No finite logit of the dtype is lower, so the
+    argmax picks an allowed action unless every allowed logit of a sub-action is -65504 or overflowed.
+
+    :param dtype: The float dtype of the logits
+    :return: The masked logit
+    """
+    return max(_MASKED_LOGIT, float(th.finfo(dtype).min))
 
 
 def _policy_of(model: Any) -> RecurrentActorCriticPolicy:
@@ -321,7 +333,7 @@ class _ActorStep(nn.Module):
             zeros = th.zeros_like(logits)
             logits = th.stack([zeros, logits], dim=2).reshape(logits.shape[0], -1)  # (batch, n) -> (batch, 2 n)
         if masks is not None:
-            logits = th.where(masks > 0.5, logits, th.full_like(logits, _MASKED_LOGIT))
+            logits = th.where(masks > 0.5, logits, th.full_like(logits, _masked_logit(logits.dtype)))
         branches = th.split(logits, list(self.spec.branches), dim=1)
         actions = th.stack([branch.argmax(dim=1) for branch in branches], dim=1)  # (batch, n_branches)
         return actions, logits
