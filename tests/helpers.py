@@ -68,6 +68,28 @@ class RandomEpisodeEnv(gym.Env):
         return self._obs(), float(self.np_random.normal()), done and not truncated, truncated, {}
 
 
+def brute_force_window_starts(n_steps: int, window_size: int, window_coverage: str) -> list[int]:
+    """Every window start of one env: ``0 .. T - W`` (``"inside"``) or ``-(W - 1) .. T - 1`` (``"full"``)."""
+    if window_coverage == "full":
+        return list(range(-(window_size - 1), n_steps))
+    return list(range(n_steps - window_size + 1))
+
+
+def brute_force_kept_steps(episode_starts: np.ndarray, start: int, window_size: int, boundary: str) -> list[int]:
+    """
+    The steps a window kept, with an explicit loop: its real steps (clipped to the rollout), in mask mode only those
+    before the first episode start after its first real step. ``episode_starts``: one env's flags, ``(T,)``.
+    """
+    steps, alive = [], True
+    real = [step for step in range(start, start + window_size) if 0 <= step < episode_starts.shape[0]]
+    for slot, step in enumerate(real):
+        if slot >= 1 and episode_starts[step] and boundary == "mask":
+            alive = False
+        if alive:
+            steps.append(step)
+    return steps
+
+
 def brute_force_step_weights(
     episode_starts: np.ndarray,
     window_size: int,
@@ -85,21 +107,11 @@ def brute_force_step_weights(
     never resets). Input and output ``(T, E)``.
     """
     n_steps, n_envs = episode_starts.shape
-    if window_coverage == "full":
-        all_starts = list(range(-(window_size - 1), n_steps))
-    else:
-        all_starts = list(range(n_steps - window_size + 1))
+    all_starts = brute_force_window_starts(n_steps, window_size, window_coverage)
     stride = min(window_stride, len(all_starts))
 
     def kept_steps(env: int, start: int) -> list[int]:
-        steps, alive = [], True
-        real = [step for step in range(start, start + window_size) if 0 <= step < n_steps]
-        for slot, step in enumerate(real):
-            if slot >= 1 and episode_starts[step, env] and boundary == "mask":
-                alive = False
-            if alive:
-                steps.append(step)
-        return steps
+        return brute_force_kept_steps(episode_starts[:, env], start, window_size, boundary)
 
     counts = np.zeros((n_steps, n_envs))
     for env in range(n_envs):
@@ -133,10 +145,7 @@ def brute_force_effective_weights(
     loss normaliser ``min(M, mean N)``. Input and output ``(T, E)``.
     """
     n_steps, n_envs = episode_starts.shape
-    if window_coverage == "full":
-        all_starts = list(range(-(window_size - 1), n_steps))
-    else:
-        all_starts = list(range(n_steps - window_size + 1))
+    all_starts = brute_force_window_starts(n_steps, window_size, window_coverage)
     stride = min(window_stride, len(all_starts))
     # Per env and phase: each step's kept slots and the epoch's real slots of that env
     kept = np.zeros((n_envs, stride, n_steps))
@@ -144,13 +153,9 @@ def brute_force_effective_weights(
     for env in range(n_envs):
         for phase in range(stride):
             for start in all_starts[phase::stride]:
-                alive = True
-                steps = [step for step in range(start, start + window_size) if 0 <= step < n_steps]
-                real[env, phase] += len(steps)
-                for slot, step in enumerate(steps):
-                    if slot >= 1 and episode_starts[step, env] and boundary == "mask":
-                        alive = False
-                    kept[env, phase, step] += alive
+                real[env, phase] += min(start + window_size, n_steps) - max(start, 0)
+                for step in brute_force_kept_steps(episode_starts[:, env], start, window_size, boundary):
+                    kept[env, phase, step] += 1
     full = None if batch_size is None else max(batch_size, window_size)
     totals = np.zeros((n_steps, n_envs))
     slot_counts = []

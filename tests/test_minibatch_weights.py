@@ -21,7 +21,13 @@ import math
 import numpy as np
 import pytest
 import torch as th
-from helpers import RandomEpisodeEnv, brute_force_effective_weights, brute_force_step_weights, filled_window_buffer
+from helpers import (
+    RandomEpisodeEnv,
+    brute_force_effective_weights,
+    brute_force_step_weights,
+    brute_force_window_starts,
+    filled_window_buffer,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,14 +38,14 @@ from sb3_reset_ppo.common.windows import epoch_slot_range, resolve_window_size
 
 def _expected_epoch_slots(n_steps: int, n_envs: int, window_size: int, stride: int, coverage: str) -> float:
     """Brute force: the real slots of all windows of a rollout (every start, clipped), over the stride."""
-    starts = range(-(window_size - 1), n_steps) if coverage == "full" else range(n_steps - window_size + 1)
+    starts = brute_force_window_starts(n_steps, window_size, coverage)
     slots = sum(min(start + window_size, n_steps) - max(start, 0) for start in starts)
     return n_envs * slots / min(stride, len(starts))
 
 
 def _epoch_slot_range(n_steps: int, n_envs: int, window_size: int, stride: int, coverage: str) -> tuple[int, int]:
     """Brute force: fewest and most real slots of an epoch over the (per env) phases."""
-    starts = list(range(-(window_size - 1), n_steps)) if coverage == "full" else list(range(n_steps - window_size + 1))
+    starts = brute_force_window_starts(n_steps, window_size, coverage)
     k = min(stride, len(starts))
     per_phase = [sum(min(t + window_size, n_steps) - max(t, 0) for t in starts[p::k]) for p in range(k)]
     return n_envs * min(per_phase), n_envs * max(per_phase)
