@@ -22,6 +22,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import DummyVecEnv
+from unity_loader import behavior_parameters, unity_failures
 
 import sb3_reset_ppo.envs  # noqa: F401  # registers CueRecall-v0
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
@@ -278,9 +279,13 @@ def test_maskable_random_masks(cell: str, action_space: spaces.Space, tmp_path: 
 
 
 def mlagents_obs(obs: Any) -> dict[str, np.ndarray]:
-    """ML-Agents' observation inputs: a Dict's keys in order, images (N, C, H, W), a Discrete index (N, 1); floats."""
+    """
+    ML-Agents' observation inputs: a Dict's keys in order, images (N, C, H, W) in Unity's [0, 1] scale (its sensors
+    divide by 255, as ``predict`` does in float32), a Discrete index (N, 1); floats.
+    """
     if isinstance(obs, dict):
-        return {"obs_0": obs["image"].transpose(0, 3, 1, 2).astype(np.float32), "obs_1": obs["vec"].astype(np.float32)}
+        image = obs["image"].transpose(0, 3, 1, 2).astype(np.float32) / np.float32(255)  # (N, H, W, C) -> (N, C, H, W)
+        return {"obs_0": image, "obs_1": obs["vec"].astype(np.float32)}
     return {"obs_0": np.asarray(obs, np.float32).reshape(len(obs), -1)}
 
 
@@ -310,6 +315,8 @@ def test_mlagents_layout(cell: str, layers: int, kind: str, obs_kind: str, actio
     )
     randomise(model)
     path = export_onnx(model, tmp_path / "mlagents.onnx", layout="mlagents", opset=15)
+    # Unity's loader accepts it (tests/unity_loader.py, tests/test_unity_loader.py)
+    assert unity_failures(path, behavior_parameters(model.observation_space, model.action_space)) == []
     sess = session(path)
     discrete = not isinstance(action_space, spaces.Box)
     memory_size = (2 if cell == "Lstm" else 1) * layers * HIDDEN
@@ -376,7 +383,9 @@ def test_mlagents_masks_are_applied(tmp_path: Path) -> None:
         policy_kwargs=tiny_kwargs("Lstm", 1, "Mlp"),
     )
     randomise(model)
-    sess = session(export_onnx(model, tmp_path / "m.onnx", layout="mlagents"))
+    path = export_onnx(model, tmp_path / "m.onnx", layout="mlagents")
+    assert unity_failures(path, behavior_parameters(model.observation_space, model.action_space)) == []
+    sess = session(path)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(256, 3)).astype(np.float32)
     masks = random_masks(rng, (4,), 256)
@@ -548,6 +557,7 @@ def test_cli_in_a_subprocess(tmp_path: Path) -> None:
     assert "ResetPPO" in result.stdout and "out.onnx" in result.stdout
     metadata = read_metadata(tmp_path / "out.onnx")
     assert (metadata["algorithm"], metadata["layout"], metadata["opset"]) == ("ResetPPO", "mlagents", "15")
+    assert unity_failures(tmp_path / "out.onnx", behavior_parameters(model.observation_space, model.action_space)) == []
 
 
 # ---------------------------------------------------------------------------------------------- the torch-free example

@@ -16,7 +16,9 @@ Two layouts name the tensors (see docs/guide/deploy.md):
 - ``"mlagents"``: Unity ML-Agents' contract (model API version 3): inputs ``obs_0`` ..., ``action_masks``
   (discrete actions), ``recurrent_in`` ``(batch, 1, memory_size)``; outputs ``version_number``, ``memory_size``,
   ``continuous_actions`` / ``discrete_actions`` with their ``*_output_shape`` and ``deterministic_*`` twins, and
-  ``recurrent_out``. The memory is ``[h | c]`` on the last axis (layers one after the other in each part).
+  ``recurrent_out``. The memory is ``[h | c]`` on the last axis (layers one after the other in each part). Images
+  arrive in Unity's [0, 1] scale, channel-first; a GRU is written as elementary operators (``cell_ops``), as no
+  version of Unity's Sentis or Inference Engine implements ONNX's ``GRU``.
 """
 
 import copy
@@ -67,6 +69,10 @@ DTYPES: dict[str, th.dtype] = {"float32": th.float32, "float16": th.float16}
 EXPORTERS: tuple[Exporter, ...] = ("torchscript", "dynamo")
 # The opsets exported and tested (15 and 17 by the tests; Unity's Sentis reads opsets up to 15)
 MIN_OPSET, MAX_OPSET = 14, 20
+# The default opset: 15 for Unity (Sentis documents opsets 7 to 15), 17 for the other layouts
+MLAGENTS_OPSET, DEFAULT_OPSET = 15, 17
+CellOps = Literal["auto", "fused", "elementary"]
+CELL_OPS: tuple[CellOps, ...] = ("auto", "fused", "elementary")
 # Unity ML-Agents' model API version of the files its 2.x and 3.x trainers write (ModelApiVersion.MLAgents2_0)
 ML_AGENTS_VERSION_NUMBER = 3
 SUPPORTED_OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -228,6 +234,56 @@ def _copy_policy(policy: RecurrentActorCriticPolicy) -> RecurrentActorCriticPoli
             vars(distribution).update(attributes)
 
 
+class _ElementaryRecurrent(nn.Module):
+    """
+    ``nn.LSTM`` / ``nn.GRU`` (every layer, unidirectional, no projection) written with matrix products and pointwise
+    operations, PyTorch's own equations, with the same call as the layer it wraps: the exported graph then holds
+    ``Gemm``, ``Add``, ``Sigmoid``, ``Tanh``, ``Mul`` and ``Sub`` instead of ONNX's ``LSTM`` or ``GRU`` operator,
+    which some engines lack (no version of Unity's Sentis or Inference Engine implements ``GRU``).
+
+    :param rnn: The recurrent layer whose weights it uses (not copied)
+    """
+
+    def __init__(self, rnn: nn.LSTM | nn.GRU) -> None:
+        super().__init__()
+        self.rnn = rnn
+        self.is_lstm = isinstance(rnn, nn.LSTM)
+
+    def forward(
+        self, sequence: th.Tensor, state: th.Tensor | tuple[th.Tensor, th.Tensor]
+    ) -> tuple[th.Tensor, th.Tensor | tuple[th.Tensor, th.Tensor]]:
+        rnn = self.rnn
+        # h (and c): (n_layers, batch, hidden)
+        hidden, cell = state if isinstance(state, tuple) else (state, state)
+        hiddens, cells = list(hidden.unbind(0)), list(cell.unbind(0))
+        outputs = []
+        sizes = [rnn.hidden_size] * (4 if self.is_lstm else 3)
+        for step in sequence.unbind(0):  # (seq, batch, F) -> seq x (batch, F); one step in the export
+            for layer in range(rnn.num_layers):
+                bias_ih = getattr(rnn, f"bias_ih_l{layer}") if rnn.bias else None
+                bias_hh = getattr(rnn, f"bias_hh_l{layer}") if rnn.bias else None
+                # (batch, G * hidden), G = 4 (LSTM: i, f, g, o) or 3 (GRU: r, z, n)
+                gates_x = nn.functional.linear(step, getattr(rnn, f"weight_ih_l{layer}"), bias_ih)
+                gates_h = nn.functional.linear(hiddens[layer], getattr(rnn, f"weight_hh_l{layer}"), bias_hh)
+                if self.is_lstm:
+                    i, f, g, o = (gates_x + gates_h).split(sizes, dim=1)
+                    cells[layer] = th.sigmoid(f) * cells[layer] + th.sigmoid(i) * th.tanh(g)
+                    hiddens[layer] = th.sigmoid(o) * th.tanh(cells[layer])
+                else:
+                    x_r, x_z, x_n = gates_x.split(sizes, dim=1)
+                    h_r, h_z, h_n = gates_h.split(sizes, dim=1)
+                    reset, update = th.sigmoid(x_r + h_r), th.sigmoid(x_z + h_z)
+                    new = th.tanh(x_n + reset * h_n)
+                    # (1 - z) * n + z * h
+                    hiddens[layer] = new + update * (hiddens[layer] - new)
+                step = hiddens[layer]
+            outputs.append(step)
+        output = th.stack(outputs)  # seq x (batch, hidden) -> (seq, batch, hidden)
+        if self.is_lstm:
+            return output, (th.stack(hiddens), th.stack(cells))
+        return output, th.stack(hiddens)
+
+
 class _ActorStep(nn.Module):
     """
     One step of the actor of ``policy``, inputs and outputs in the order of :func:`_io_names`.
@@ -289,9 +345,10 @@ class _ActorStep(nn.Module):
             if self.channels_last and is_image_space(subspace, check_channels=False) and len(subspace.shape or ()) == 3:
                 tensor = tensor.permute(0, 3, 1, 2)  # (batch, H, W, C) -> (batch, C, H, W)
             obs[key] = tensor
-        processed = preprocess_obs(
-            obs if self.spec.obs_keys else obs[""], space, normalize_images=self.policy.normalize_images
-        )
+        # Unity's sensors give images in [0, 1] (ML-Agents' ObservationWriter.WriteTexture divides by 255): the
+        # ML-Agents layout takes them so, where predict divides uint8 images by 255
+        normalize_images = self.policy.normalize_images and self.layout != "mlagents"
+        processed = preprocess_obs(obs if self.spec.obs_keys else obs[""], space, normalize_images=normalize_images)
         if isinstance(processed, dict):
             return {key: value.to(self.dtype) for key, value in processed.items()}
         return processed.to(self.dtype)
@@ -473,6 +530,9 @@ def _metadata(
 ) -> dict[str, str]:
     """The file's ``metadata_props``: strings, structured ones as JSON."""
     memory_names = ["h", "c"][: spec.n_memory]
+    images = f"uint8-bounded image Box divided by 255 when normalize_images={policy.normalize_images}"
+    if layout == "mlagents":
+        images = "uint8-bounded image Box taken in [0, 1], Unity's scale (not divided by 255)"
     return {
         "producer": "sb3_reset_ppo.export",
         "sb3_reset_ppo_version": __version__,
@@ -488,8 +548,8 @@ def _metadata(
         "observation_keys": json.dumps(list(spec.obs_keys)),
         "channels_last": json.dumps(channels_last),
         "preprocessing": (
-            "in the graph: SB3's preprocess_obs (uint8-bounded image Box divided by 255 when normalize_images="
-            f"{policy.normalize_images}, one-hot of Discrete/MultiDiscrete, Dict keys through the combined extractor)"
+            f"in the graph: SB3's preprocess_obs ({images}, one-hot of Discrete/MultiDiscrete, Dict keys through the "
+            "combined extractor)"
         ),
         "memory": json.dumps(
             {
@@ -520,11 +580,12 @@ def export_onnx(
     path: str | Path,
     *,
     layout: str = "plain",
-    opset: int = 17,
+    opset: int | None = None,
     dtype: str = "float32",
     distribution: bool = False,
     channels_last: bool = False,
     exporter: str = "torchscript",
+    cell_ops: str = "auto",
 ) -> Path:
     """
     Export one step of a recurrent policy's actor to an ONNX file, the memory as inputs and outputs.
@@ -533,32 +594,50 @@ def export_onnx(
     :param path: The ONNX file to write
     :param layout: ``"plain"`` (``obs``, ``h``, ``c``, ``episode_start`` -> ``action``, ``h_out``, ``c_out``) or
         ``"mlagents"`` (Unity ML-Agents' tensor names and constants); see the module's docstring
-    :param opset: The ONNX opset, 14 to 20 (15 and 17 are tested; Unity's Sentis reads up to 15)
+    :param opset: The ONNX opset, 14 to 20 (15 and 17 are tested); default: 15 for ``"mlagents"`` (Unity's Sentis
+        documents opsets 7 to 15), else 17
     :param dtype: ``"float32"`` or ``"float16"`` (weights, float inputs and outputs; see docs/guide/deploy.md for
         the tolerance)
     :param distribution: Also output the distribution's parameters (``plain`` layout): the (masked) ``logits`` of
         a discrete action, or the Gaussian's ``mean`` and ``log_std`` (before clipping or squashing)
     :param channels_last: Take image observations as ``(batch, H, W, C)``, as the env gives them before SB3's
-        ``VecTransposeImage`` (the graph transposes them); default: the policy's ``(batch, C, H, W)``
+        ``VecTransposeImage`` (the graph transposes them); default: the policy's ``(batch, C, H, W)``. Not with
+        ``"mlagents"``: Unity feeds ``(batch, C, H, W)``
     :param exporter: ``"torchscript"`` (``torch.onnx.export(..., dynamo=False)``, the default: see
-        docs/guide/deploy.md) or ``"dynamo"`` (torch's ``torch.export``-based exporter; needs ``onnxscript``)
+        docs/guide/deploy.md) or ``"dynamo"`` (torch's ``torch.export``-based exporter; needs ``onnxscript``). An
+        exporter that cannot write ``opset`` (the dynamo exporter at 14 writes 18) is a ``ValueError``
+    :param cell_ops: How the recurrent layer is written: ``"fused"`` (ONNX's ``LSTM`` or ``GRU`` operator),
+        ``"elementary"`` (matrix products and pointwise operations, for engines without those operators) or
+        ``"auto"``: elementary for a GRU in the ``"mlagents"`` layout (Unity has no ``GRU`` operator), else fused
     :return: ``path``
     """
     import onnx
 
     spec = export_spec(model, layout)
     checked_layout = cast(Layout, layout)
+    if opset is None:
+        opset = MLAGENTS_OPSET if layout == "mlagents" else DEFAULT_OPSET
     if not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"opset must be an integer from {MIN_OPSET} to {MAX_OPSET}, got {opset!r}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
     if exporter not in EXPORTERS:
         raise ValueError(f"exporter must be one of {EXPORTERS}, got {exporter!r}")
+    if cell_ops not in CELL_OPS:
+        raise ValueError(f"cell_ops must be one of {CELL_OPS}, got {cell_ops!r}")
+    if channels_last and layout == "mlagents":
+        raise ValueError(
+            "channels_last=True is not supported with layout='mlagents': Unity ML-Agents feeds images channel-first, "
+            "(batch, C, H, W), as the layout takes them; export with channels_last=False"
+        )
+    elementary = cell_ops == "elementary" or (cell_ops == "auto" and layout == "mlagents" and spec.cell == "GRU")
     if distribution and layout != "plain":
         raise ValueError(f"distribution=True needs layout='plain' (ML-Agents' contract has no such outputs), got {layout!r}")
     torch_dtype = DTYPES[dtype]
     policy = _copy_policy(_policy_of(model)).to(device="cpu", dtype=torch_dtype)
     policy.set_training_mode(False)
+    if elementary:
+        policy.add_module("lstm_actor", _ElementaryRecurrent(policy.lstm_actor))
     step = _ActorStep(policy, spec, checked_layout, torch_dtype, channels_last, distribution).eval()
     input_names, output_names = _io_names(spec, checked_layout, distribution)
     batch = 2
@@ -594,6 +673,7 @@ def export_onnx(
     metadata = _metadata(
         model, policy, spec, checked_layout, opset, dtype, exporter, channels_last, input_names, output_names, shapes
     )
+    metadata["cell_ops"] = "elementary" if elementary else "fused"
     for key, value in metadata.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
