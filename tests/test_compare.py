@@ -76,11 +76,12 @@ def test_arms_checks_name_budget_algorithm_and_packages() -> None:
     with pytest.raises(ValueError, match="--hyperparams: give the budget with --timesteps"):
         compare.check_hyperparams(["gamma:0.9", "n_timesteps : 5"], "--hyperparams")
     arms = compare.parse_variants(["reset_ppo", "ppo_lstm"], None)
-    compare.check_algos(arms, ["sb3_reset_ppo.envs"])
-    with pytest.raises(ValueError, match=r"unknown algorithms \['reset_pp'\]"):
-        compare.check_algos(compare.parse_variants(["reset_pp", "ppo_lstm"], None), [])
-    with pytest.raises(ValueError, match=r"--gym-packages \['no_such_package_here'\] cannot be imported"):
-        compare.check_algos(arms, ["no_such_package_here"])
+    compare.check_algos(arms)
+    with pytest.raises(ValueError, match=r"unknown algorithms \['reset_pp'\] \(did you mean reset_ppo for reset_pp\?\)"):
+        compare.check_algos(compare.parse_variants(["reset_pp", "ppo_lstm"], None))
+    compare.check_env("CueRecall-v0", ["sb3_reset_ppo.envs"])
+    with pytest.raises(ValueError, match=r"--gym-packages no_such_package_here cannot be imported here \(ModuleNotFound"):
+        compare.check_env("CueRecall-v0", ["no_such_package_here"])
     # A namespaced env id names one folder
     assert compare.env_folder("gymnasium_env/GridWorld-v0") == "gymnasium_env-GridWorld-v0"
 
@@ -174,7 +175,10 @@ def test_few_seeds_are_never_called_significant(tmp_path: Path, monkeypatch: pyt
     summary = json.loads((out / "summary.json").read_text())
     assert summary["comparisons"]["reset_ppo"]["final"] == [1.0, 1.0, 1.0]
     assert summary["comparisons"]["reset_ppo"]["p"]["final"] == pytest.approx(0.1)
-    assert "(**not significant**)" in summary["verdict"][0] and "use 10 or more seeds" in summary["verdict"][-1]
+    # Every run ahead: said in words, not as the degenerate interval 1.00 (1.00 to 1.00)
+    assert "reset_ppo was ahead of ppo_lstm in every pair of runs" in summary["verdict"][0]
+    assert "**not significant**" in summary["verdict"][0] and "1.00 (1.00 to 1.00)" not in summary["verdict"][0]
+    assert "use 10 or more seeds" in summary["verdict"][-1]
 
 
 def test_equal_returns_are_not_significant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -328,3 +332,116 @@ def test_compare_on_a_real_task(tmp_path: Path) -> None:
     text = (out / "REPORT.md").read_text()
     assert "## Verdict" in text and "P(reset_ppo > ppo_lstm)" in text and "use 10 or more seeds" in text
     assert f"report: {out / 'REPORT.md'}" in result.stdout
+
+
+def test_a_probability_of_0_or_1_reads_as_every_pair() -> None:
+    # Every run of one arm behind (or ahead of) every run of the other: the interval is one point; the sentence says
+    # what happened and whether the test can call it significant, not "P = 0.00 (0.00 to 0.00) ... not significant"
+    when = "Per env step, at the end of training"
+    behind = compare._probability_sentence("ResetPPO", "RecurrentPPO", [0.0, 0.0, 0.0], when, 0.3, 3)
+    assert behind == (
+        "Per env step, at the end of training, ResetPPO was behind RecurrentPPO in every pair of runs "
+        "(P(ResetPPO > RecurrentPPO) = 0), but with so few runs that is **not significant**; Mann-Whitney p = 0.300 "
+        "(Holm-adjusted over the report's 3 tests)."
+    )
+    worse = compare._probability_sentence("ResetPPO", "RecurrentPPO", [0.0, 0.0, 0.0], when, 0.01, 3)
+    assert worse.startswith(f"{when}, **ResetPPO is worse** than RecurrentPPO: ResetPPO was behind RecurrentPPO in every")
+    ahead = compare._probability_sentence("ResetPPO", "RecurrentPPO", [1.0, 1.0, 1.0], when, 0.01, 3)
+    assert "**ResetPPO is better** than RecurrentPPO: ResetPPO was ahead of RecurrentPPO in every pair" in ahead
+    for sentence in (behind, worse, ahead):
+        assert "(0.00 to 0.00)" not in sentence and "(1.00 to 1.00)" not in sentence
+    # Anywhere between, the interval as before
+    middle = compare._probability_sentence("ResetPPO", "RecurrentPPO", [0.4, 0.2, 0.6], when, 0.5, 3)
+    assert "P(ResetPPO > RecurrentPPO) = 0.40 (0.20 to 0.60)" in middle and "(**not significant**)" in middle
+
+
+def test_a_typo_in_the_env_id_is_refused_before_anything_trains(tmp_path: Path) -> None:
+    # The issue's command: the cause on screen ("did you mean"), a non-zero exit, and no folder left behind
+    command = [sys.executable, "-m", "sb3_reset_ppo.compare", "--env", "CueRecal-v0", "--seeds", "2", "--timesteps", "4000"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--env CueRecal-v0 is not a registered env id: did you mean CueRecall-v0?" in result.stderr
+    assert "to train" not in result.stdout and list(tmp_path.iterdir()) == []
+
+
+def _refused(argv: list[str], capsys: Any) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        compare.main(argv)
+    assert stopped.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_every_check_comes_before_anything_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    def never(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("nothing may train")
+
+    monkeypatch.setattr(compare.executors, "run_local", never)
+    out = tmp_path / "out"
+    base = ["--env", "CueRecall-v0", "--seeds", "1", "--timesteps", "100", "--out", str(out)]
+    # An algorithm the zoo does not know, with the closest name
+    assert "unknown algorithms ['ppo_lstn'] (did you mean ppo_lstm for ppo_lstn?)" in _refused(
+        [*base, "--algos", "reset_ppo", "ppo_lstn"], capsys
+    )
+    # A module of --gym-packages that cannot be imported
+    assert "--gym-packages not_a_module_here cannot be imported here" in _refused(
+        [*base, "--gym-packages", "not_a_module_here"], capsys
+    )
+    # An extra that is not installed (here: rliable, which the report needs), named with the command that installs it
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rliable" else find_spec(name, *a))
+    assert 'needs rliable, which cannot be imported here: in the clone of sb3-reset-ppo, pip install -e ".[compare]"' in (
+        _refused(base, capsys)
+    )
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    # An output folder that is a file
+    (tmp_path / "file").write_text("mine")
+    assert "is a file, not a folder" in _refused([*base[:-1], str(tmp_path / "file")], capsys)
+    assert (tmp_path / "file").read_text() == "mine"
+    # A bad --num-threads
+    assert "--num-threads must be a positive int or -1" in _refused([*base, "--num-threads", "0"], capsys)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]  # nothing else was written
+
+
+def test_a_failed_runs_last_log_lines_are_printed_with_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    def failing(spec: RunSpec) -> list[str]:
+        code = "import sys; print('\\n'.join(f'line {k}' for k in range(40)), flush=True); sys.exit('ValueError: the cause')"
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(runner, "zoo_command", failing)
+    out = tmp_path / "out"
+    argv = ["--env", "CueRecall-v0", "--seeds", "1", "--timesteps", "100", "--out", str(out), "--workers", "1"]
+    with pytest.raises(SystemExit):
+        compare.main(argv)
+    printed = capsys.readouterr().out
+    log = out / "runs" / "reset_ppo" / "CueRecall-v0" / "seed0" / "log.txt"
+    assert "reset_ppo seed 0: FAILED (1)" in printed and f"    its log: {log}, last lines:\n" in printed
+    shown = printed.split(f"its log: {log}, last lines:\n", 1)[1].split("\n[", 1)[0].splitlines()
+    assert shown[-1] == "      ValueError: the cause" and shown[0] == f"      line {40 - runner.LOG_TAIL_LINES + 1}"
+    assert len(shown) == runner.LOG_TAIL_LINES
+    # The record keeps them
+    record = json.loads((log.parent / runner.FAILED_FILE).read_text())
+    assert record["log_tail"] == [line.strip() for line in shown]
+
+
+def test_num_threads_reaches_every_run_and_is_a_setting(tmp_path: Path) -> None:
+    args = compare.parser().parse_args(["--env", "CueRecall-v0", "--timesteps", "100", "--num-threads", "2"])
+    compare._check(args, compare.parser(), compare.parse_variants(args.algos, None))
+    assert args.workers == max((os.cpu_count() or 1) // 2, 1)  # one core per thread
+    args.out = tmp_path
+    (spec, *_) = compare.plan(args, compare.parse_variants(args.algos, None), compare.PACKAGED_CONF)
+    command = runner.zoo_command(spec)
+    assert command[command.index("--num-threads") + 1] == "2"
+    # By default one thread, as the zoo's runs always had
+    default = compare.parser().parse_args(["--env", "CueRecall-v0"])
+    assert default.num_threads == 1 and RunSpec("a", "E", 0, tmp_path, tmp_path).num_threads == 1
+    with pytest.raises(ValueError, match="num_threads must be a positive int or -1"):
+        RunSpec("a", "E", 0, tmp_path, tmp_path, num_threads=0)
+    # A comparison recorded before the setting existed trained with one thread: resumable with the default only
+    (tmp_path / compare.SETTINGS_FILE).write_text(json.dumps({"env": "E", "seeds": 2}))
+    compare.check_settings(tmp_path, {"env": "E", "seeds": 2, "num_threads": 1})
+    with pytest.raises(ValueError, match=r"other settings \(num_threads\)"):
+        compare.check_settings(tmp_path, {"env": "E", "seeds": 2, "num_threads": 2})

@@ -48,6 +48,8 @@ from sb3_reset_ppo.experiments.runner import RunSpec
 DEFAULT_ALGOS = ["reset_ppo", "ppo_lstm"]
 PACKAGED_CONF = Path(__file__).resolve().parents[1] / "zoo" / "reset_ppo.yml"
 SETTINGS_FILE = "compare.json"
+# Settings that comparisons recorded before they existed had at these values
+SETTING_DEFAULTS: dict[str, Any] = {"num_threads": 1}
 FEW_SEEDS = 5
 # The tests' level (after Holm's adjustment over the report's tests)
 ALPHA = 0.05
@@ -108,12 +110,11 @@ def check_hyperparams(settings: Sequence[str], option: str) -> None:
         raise ValueError(f"{option}: give the budget with --timesteps (the same for every arm), not {budget_settings}")
 
 
-def check_algos(arms: Sequence[Variant], gym_packages: Sequence[str]) -> None:
+def check_algos(arms: Sequence[Variant]) -> None:
     """
-    :raises ValueError: an arm's algorithm the RL Zoo does not know, or a ``--gym-packages`` module that cannot be
-        imported here (every run would fail)
+    :raises ValueError: an arm's algorithm the RL Zoo does not know (with the closest known name, as for ``--env``)
     """
-    import importlib.util
+    import difflib
 
     from sb3_reset_ppo.zoo import register
 
@@ -122,10 +123,91 @@ def check_algos(arms: Sequence[Variant], gym_packages: Sequence[str]) -> None:
 
     unknown = sorted({arm.algo for arm in arms if arm.algo not in ALGOS})
     if unknown:
-        raise ValueError(f"unknown algorithms {unknown}: the RL Zoo's are {sorted(ALGOS)}")
-    missing = [name for name in gym_packages if importlib.util.find_spec(name.split(".")[0]) is None]
+        close = {name: difflib.get_close_matches(name, list(ALGOS), n=1) for name in unknown}
+        hints = "".join(f" (did you mean {match[0]} for {name}?)" for name, match in close.items() if match)
+        raise ValueError(f"unknown algorithms {unknown}{hints}: the RL Zoo's are {sorted(ALGOS)}")
+
+
+# What the command imports, and the extra that installs it: to train (the RL Zoo), to report, on a Ray cluster
+TRAIN_MODULES = {"rl_zoo3": "compare", "optuna": "compare"}
+REPORT_MODULES = {"rliable": "compare", "scipy": "compare", "matplotlib": "compare"}
+CLUSTER_MODULES = {"ray": "cluster"}
+
+
+def missing_modules(modules: dict[str, str]) -> dict[str, str]:
+    """The modules of ``modules`` (name: extra) that cannot be imported here."""
+    import importlib.util
+
+    return {name: extra for name, extra in modules.items() if importlib.util.find_spec(name) is None}
+
+
+def check_requirements(report_only: bool, address: str | None) -> None:
+    """
+    Check that what the command will import is installed, before anything trains (a report that cannot be written
+    after hours of training, or runs that all fail on the same missing module, are found at once).
+
+    :param report_only: Only the report's modules are needed (``--report-only``)
+    :param address: A Ray cluster's address (``--address``): Ray is needed too
+    :raises ValueError: naming the missing modules and the extras that install them
+    """
+    modules = {**REPORT_MODULES, **({} if report_only else TRAIN_MODULES), **(CLUSTER_MODULES if address else {})}
+    missing = missing_modules(modules)
     if missing:
-        raise ValueError(f"--gym-packages {missing} cannot be imported here: install them (on every machine of a cluster)")
+        extras = ",".join(sorted(set(missing.values())))
+        raise ValueError(
+            f"python -m sb3_reset_ppo.compare needs {', '.join(sorted(missing))}, which cannot be imported here: in "
+            f'the clone of sb3-reset-ppo, pip install -e ".[{extras}]"'
+        )
+
+
+def check_env(env_id: str, gym_packages: Sequence[str]) -> None:
+    """
+    Check that ``env_id`` is registered where the runs will train: after the imports of the zoo's trainer (the RL
+    Zoo's envs, this package's memory tasks) and of ``--gym-packages``. A missing id is refused with the closest
+    registered one, as the RL Zoo's ``train`` suggests it (``difflib.get_close_matches`` over gymnasium's registry).
+
+    :param env_id: The ``--env`` value
+    :param gym_packages: The modules that register the user's envs (``--gym-packages``)
+    :raises ValueError: a module of ``gym_packages`` cannot be imported, or ``env_id`` is not registered
+    """
+    import difflib
+    import importlib
+
+    import gymnasium as gym
+    import rl_zoo3.import_envs  # noqa: F401  (the envs the zoo's trainer registers)
+
+    import sb3_reset_ppo.envs  # noqa: F401  (the memory tasks)
+
+    for name in gym_packages:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # an import that fails here fails in every run
+            raise ValueError(
+                f"--gym-packages {name} cannot be imported here ({type(error).__name__}: {error}): install it (on every "
+                "machine of a cluster)"
+            ) from error
+    if env_id in gym.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
+    hint = f"did you mean {close[0]}?" if close else "no registered id is close to it"
+    raise ValueError(
+        f"--env {env_id} is not a registered env id: {hint} (an env of your own needs --gym-packages with the module "
+        "that registers it)"
+    )
+
+
+def check_out(out: Path) -> None:
+    """
+    Check that the comparison's folder can be written: it is a folder or does not exist yet, and the folder that
+    holds it (or the nearest one that exists) is writable.
+
+    :raises ValueError: ``out`` is a file, or cannot be created or written
+    """
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder: give a folder for the comparison")
+    existing = next(folder for folder in (out, *out.parents) if folder.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out} cannot be written: {existing} is not a folder you can write to")
 
 
 # Gymnasium's env id grammar ([namespace/]name[-v<version>], gymnasium.envs.registration.ENV_ID_RE)
@@ -203,7 +285,7 @@ def plan(args: argparse.Namespace, arms: Sequence[Variant], conf: Path) -> list[
             run_dir=args.out / "runs" / arm.name / env_folder(args.env) / f"seed{seed}",
             conf_file=conf, hyperparams=[*(args.hyperparams or []), *arm.hyperparams], eval_episodes=args.eval_episodes,
             evaluations=args.evaluations, steps=args.timesteps, gym_packages=list(args.gym_packages or []),
-            keep_log=True, label=arm.name,
+            keep_log=True, label=arm.name, num_threads=args.num_threads,
         )
         for seed in range(args.seeds)
         for arm in arms
@@ -218,7 +300,8 @@ def check_settings(out: Path, settings: dict[str, Any]) -> None:
     """
     path = out / SETTINGS_FILE
     if path.exists():
-        before = json.loads(path.read_text())
+        before = {**SETTING_DEFAULTS, **json.loads(path.read_text())}
+        settings = {**SETTING_DEFAULTS, **settings}
         changed = sorted(
             key for key in settings.keys() | before.keys() if before.get(key) != settings.get(key) and key != "seeds"
         )
@@ -263,6 +346,13 @@ class Progress:
         )
         if "error" in result:
             print(f"    {result['error'][:2000]}", flush=True)
+        if result.get("returncode", 0) > 0:
+            log = spec.run_dir / "log.txt"
+            log = log if log.exists() else spec.run_dir / "log.txt.gz"
+            tail = result.get("log_tail") or []
+            print(f"    its log: {log}" + (", last lines:" if tail else ""), flush=True)
+            for line in tail:
+                print(f"      {line}", flush=True)
 
 
 def train(specs: list[RunSpec], args: argparse.Namespace) -> None:
@@ -425,15 +515,24 @@ def _probability_sentence(name: str, baseline: str, triple: Sequence[float], whe
     test's Holm-adjusted p-value is below 0.05 (with few seeds a bootstrap interval can exclude 0.5 by chance).
     """
     verdict = stats.significance(triple[1], triple[2], 0.5) if p_holm < ALPHA else "not significant"
+    test = f"Mann-Whitney p = {p_holm:.3f} (Holm-adjusted over the report's {tests} tests)"
+    if triple[0] in (0.0, 1.0):
+        # Every run of one arm above every run of the other: the bootstrap interval is that one point, and says
+        # nothing more; the test says whether so few runs can show it
+        side = "ahead of" if triple[0] == 1.0 else "behind"
+        pairs = f"{name} was {side} {baseline} in every pair of runs (P({name} > {baseline}) = {triple[0]:.0f})"
+        words = {
+            "better": f"**{name} is better** than {baseline}: {pairs}",
+            "worse": f"**{name} is worse** than {baseline}: {pairs}",
+            "not significant": f"{pairs}, but with so few runs that is **not significant**",
+        }[verdict]
+        return f"{when}, {words}; {test}."
     words = {
         "better": f"**{name} is better** than {baseline}",
         "worse": f"**{name} is worse** than {baseline}",
         "not significant": f"{name} and {baseline} do not differ significantly (**not significant**)",
     }[verdict]
-    return (
-        f"{when}, {words}: P({name} > {baseline}) = {_triple(triple, 2)}; Mann-Whitney p = {p_holm:.3f} "
-        f"(Holm-adjusted over the report's {tests} tests)."
-    )
+    return f"{when}, {words}: P({name} > {baseline}) = {_triple(triple, 2)}; {test}."
 
 
 def verdict(summary: dict[str, Any], seeds: int, failed: dict[str, int] | None = None) -> list[str]:
@@ -501,7 +600,7 @@ def figures(by_arm: dict[str, list[dict[str, Any]]], folder: Path, env: str) -> 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as error:  # the compare extra
-        raise ImportError("the report's figures need matplotlib: pip install 'sb3-reset-ppo[compare]'") from error
+        raise ImportError('the report\'s figures need matplotlib: in the clone, pip install -e ".[compare]"') from error
     folder.mkdir(parents=True, exist_ok=True)
 
     def save(fig: Any, ax: Any, xlabel: str, title: str, path: Path) -> Path:
@@ -551,6 +650,10 @@ def _methods(summary: dict[str, Any]) -> str:
     return "; ".join(words for method, words in _METHOD_WORDS.items() if method in used) or "none"
 
 
+def _threads(num_threads: int) -> str:
+    return "torch's default number of threads" if num_threads == -1 else f"{num_threads} torch thread{'s' * (num_threads > 1)}"
+
+
 def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str], pictures: list[Path], out: Path) -> str:
     """``REPORT.md``: the verdict first, then the table, the figures, the settings and what failed."""
     baseline = summary["baseline"]
@@ -594,7 +697,7 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str]
         f"{settings['evaluations']} evaluations of {settings['eval_episodes']} deterministic episodes on a separate env; "
         f"final return: the mean of the last {settings['final_evaluations']}",
         "- `learn()` seconds: SB3's clock (env steps over `time/fps`) at each evaluation, the last update not counted; "
-        "they include the evaluations; runs trained with one torch thread each",
+        f"they include the evaluations; runs trained with {_threads(settings.get('num_threads', 1))} each",
     ]  # fmt: skip
     text += [f"- arm {arm['name']}: `{arm['algo']}` {' '.join(arm['hyperparams'])}".rstrip() for arm in settings["arms"]]
     failed = settings.get("failed") or []
@@ -647,7 +750,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-episodes", type=int, default=20)
     p.add_argument("--evaluations", type=int, default=runner.EVALUATIONS_PER_RUN, help="evaluations over each run")
     p.add_argument("--final-evaluations", type=int, default=2, help="the final return: mean of the last N evaluations")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="local runs at a time (one core each)")
+    p.add_argument(
+        "--num-threads",
+        type=int,
+        default=1,
+        help="torch threads per run (default 1, the fastest for small recurrent networks; -1: torch's default)",
+    )
+    p.add_argument("--workers", type=int, default=None,
+                   help="local runs at a time (default: the cores over --num-threads, so one core per thread)")  # fmt: skip
     p.add_argument("--address", default=None, help="a Ray cluster's address: runs train there as tasks of one CPU")
     p.add_argument("--out", type=Path, default=None, help="the comparison's folder (default compare/<env>)")
     p.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
@@ -657,6 +767,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace, p: argparse.ArgumentParser, arms: Sequence[Variant]) -> None:
+    try:
+        runner.check_num_threads(args.num_threads, "--num-threads")
+    except ValueError as error:
+        p.error(str(error))
+    if args.workers is None:
+        args.workers = max((os.cpu_count() or 1) // max(args.num_threads, 1), 1)
     for name in ("seeds", "n_envs", "eval_episodes", "evaluations", "final_evaluations", "workers", "reps"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -672,7 +788,13 @@ def _check(args: argparse.Namespace, p: argparse.ArgumentParser, arms: Sequence[
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    """Run the comparison (resumable) and write its report; return the report's path."""
+    """
+    Run the comparison (resumable) and write its report; return the report's path.
+
+    Everything the command needs is checked before anything is written or trains: the options, the installed
+    extras, the env id (registered, with a "did you mean"), the algorithms, the hyperparameter file, the output
+    folder and the runs' folders. A refused command exits with status 2, names the cause and leaves nothing behind.
+    """
     p = parser()
     args = p.parse_args(argv)
     try:
@@ -683,31 +805,38 @@ def main(argv: Sequence[str] | None = None) -> Path:
     _check(args, p, arms)
     try:
         check_env_id(args.env)
+        check_requirements(args.report_only, args.address)
+        if not args.report_only:
+            check_env(args.env, args.gym_packages)
+            check_algos(arms)
     except ValueError as error:
         p.error(str(error))
     args.out = (args.out or Path("compare") / env_folder(args.env)).resolve()
     try:
+        check_out(args.out)
         conf, text = resolve_conf(args)
-        if not args.report_only:
-            check_algos(arms, args.gym_packages)
     except ValueError as error:
         p.error(str(error))
     settings = {
         "env": args.env, "arms": [asdict(arm) for arm in arms], "baseline": args.baseline, "seeds": args.seeds,
         "timesteps": args.timesteps, "conf_file": str(conf), "conf_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "hyperparams": args.hyperparams, "gym_packages": args.gym_packages, "eval_episodes": args.eval_episodes,
-        "evaluations": args.evaluations, "final_evaluations": args.final_evaluations,
+        "evaluations": args.evaluations, "final_evaluations": args.final_evaluations, "num_threads": args.num_threads,
     }  # fmt: skip
+    specs = plan(args, arms, conf)
     try:
+        if not args.report_only:
+            for spec in specs:  # a folder that is not a run's is never replaced: refused before anything is written
+                runner.check_run_dir(spec.run_dir)
         check_settings(args.out, settings)
-    except ValueError as error:
+    except (ValueError, FileExistsError) as error:
         p.error(str(error))
     if conf == args.out / "conf.yml":  # the file written for an env the package lacks
         conf.write_text(text)
     settings["command"] = "python -m sb3_reset_ppo.compare " + " ".join(sys.argv[1:] if argv is None else argv)
     if not args.report_only:
         try:
-            train(plan(args, arms, conf), args)
+            train(specs, args)
         except KeyboardInterrupt:
             p.exit(130, "interrupted: the finished runs are kept; run the same command again to resume\n")
         except FileExistsError as error:

@@ -60,6 +60,8 @@ class RunSpec:
         curves (``progress.csv.gz``, with ``time/time_elapsed``: the return against wall-clock seconds)
     :param label: The name recorded as the run's ``variant`` (default: ``algo``)
     :param extra: More fields for ``run.json``
+    :param num_threads: The trainer's torch threads (the zoo's ``--num-threads``; ``-1``: torch's default, one per
+        core): one, the fastest for small recurrent networks (``benchmarks/bench_threads.py``)
     """
 
     algo: str
@@ -75,8 +77,10 @@ class RunSpec:
     keep_log: bool = False
     label: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    num_threads: int = 1
 
     def __post_init__(self) -> None:
+        check_num_threads(self.num_threads)
         for name in ("eval_episodes", "evaluations"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -95,6 +99,17 @@ class RunSpec:
     def from_dict(cls, values: dict[str, Any]) -> "RunSpec":
         """The spec :meth:`to_dict` wrote."""
         return cls(**values)
+
+
+def check_num_threads(num_threads: int, name: str = "num_threads") -> int:
+    """
+    :return: ``num_threads``, a torch thread count as the zoo's ``--num-threads`` takes it: a positive int, or ``-1``
+        for torch's default
+    :raises ValueError: anything else, naming ``name``
+    """
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or not (num_threads >= 1 or num_threads == -1):
+        raise ValueError(f"{name} must be a positive int or -1 (torch's default: one thread per core), got {num_threads!r}")
+    return num_threads
 
 
 def budget(env_id: str, conf_file: Path) -> int:
@@ -119,13 +134,14 @@ def budget(env_id: str, conf_file: Path) -> int:
 def zoo_command(spec: RunSpec) -> list[str]:
     """
     The zoo command of one run: its algorithm, hyperparameter file and settings, ``spec.evaluations`` evaluations
-    of ``spec.eval_episodes`` episodes on one separate env over the budget, one torch thread, ``DummyVecEnv``.
+    of ``spec.eval_episodes`` episodes on one separate env over the budget, ``spec.num_threads`` torch threads (one
+    by default), ``DummyVecEnv``.
     """
     steps = spec.steps or budget(spec.env, spec.conf_file)
     args = [
         sys.executable, "-m", "sb3_reset_ppo.zoo", "train",
         "--algo", spec.algo, "--env", spec.env, "--seed", str(spec.seed), "-f", str(spec.run_dir),
-        "--conf-file", str(spec.conf_file), "--num-threads", "1", "--vec-env", "dummy",
+        "--conf-file", str(spec.conf_file), "--num-threads", str(spec.num_threads), "--vec-env", "dummy",
         "--eval-freq", str(max(steps // spec.evaluations, 1)),
         "--eval-episodes", str(spec.eval_episodes), "--n-eval-envs", "1",
         # Kept logs hold the train/ and rollout/ keys of every update
@@ -314,11 +330,10 @@ def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
     version, host = code_version(), machine()
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     start = time.perf_counter()
+    # OpenMP's threads (torch's and numpy's) as many as the trainer's torch threads; -1: the environment's own
+    environment = {**os.environ, "OMP_NUM_THREADS": str(spec.num_threads)} if spec.num_threads > 0 else dict(os.environ)
     with open(run_dir / "log.txt", "w") as log:
-        code = subprocess.call(
-            args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
-            preexec_fn=_parent_death_signal(),
-        )  # fmt: skip
+        code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env=environment, preexec_fn=_parent_death_signal())
     result = {
         "variant": spec.label or spec.algo, "env": spec.env, "seed": spec.seed, "returncode": code,
         "seconds": time.perf_counter() - start, "command": " ".join(args), **version, "started": started,
@@ -333,10 +348,24 @@ def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
         write_record(run_dir / RUN_FILE, result)
     elif code > 0:
         # An error (a negative code is a signal: the run was cut, not failed, and trains again next time), kept with
-        # its log so that the report lists it and the failure can be traced
+        # its log so that the report lists it and the failure can be traced; its last lines travel with the record
         _compress(run_dir / "log.txt", run_dir / "log.txt.gz")
+        result["log_tail"] = log_tail(run_dir / "log.txt")
         write_record(run_dir / FAILED_FILE, result)
     return result
+
+
+# The lines of a failed run's log that its record keeps (and the compare command prints)
+LOG_TAIL_LINES = 15
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` non-empty lines of a log (a trainer's traceback ends with its cause); [] without the file."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
