@@ -1,34 +1,98 @@
 """
-``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx [--layout mlagents] [--opset N] [--algo ...]``: export a saved
-ResetPPO, MaskableResetPPO or sb3-contrib RecurrentPPO model's actor to ONNX (see :func:`export_onnx`).
+The command line of :func:`~sb3_reset_ppo.export.export_onnx`:
+``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx [--layout plain|mlagents] [--opset N] [--algo ...]``.
+
+A file it cannot export (missing, not a zip, not a model, a model without memory) is one line on stderr naming
+what is supported, and exit status 2, as argparse reports a wrong argument.
 """
 
 import argparse
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 
-from sb3_reset_ppo.export.onnx_export import DTYPES, EXPORTERS, LAYOUTS, export_onnx
+from sb3_reset_ppo.export.onnx_export import CELL_OPS, DTYPES, EXPORTERS, LAYOUTS, export_onnx, read_metadata
 
 ALGOS = ("auto", "reset_ppo", "maskable_reset_ppo", "recurrent_ppo")
+SUPPORTED = "ResetPPO, MaskableResetPPO and sb3-contrib RecurrentPPO models (LSTM or GRU policies)"
+PROG = "python -m sb3_reset_ppo.export"
+DESCRIPTION = (
+    "Export one step of a saved recurrent policy's actor to an ONNX file, the memory as inputs and outputs: "
+    f"{SUPPORTED}. See docs/guide/deploy.md for the layouts and how to run the file in an engine."
+)
+
+
+class ModelFileError(ValueError):
+    """A model file the command line cannot export; the message is one line that says why and what is supported."""
+
+
+def read_model_data(path: str | Path) -> dict[str, Any]:
+    """
+    The ``data`` entry (JSON) of a model saved by SB3's ``model.save``; nothing is unpickled.
+
+    :param path: The model's zip
+    :return: The decoded ``data``
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ModelFileError(f"{path}: no such file; give the .zip that model.save() wrote")
+    if not zipfile.is_zipfile(path):
+        raise ModelFileError(f"{path}: not a zip archive; give the .zip that model.save() wrote")
+    with zipfile.ZipFile(path) as archive:
+        if "data" not in archive.namelist():
+            raise ModelFileError(f"{path}: a zip without SB3's 'data' entry, not a model saved by model.save()")
+        try:
+            data = json.loads(archive.read("data"))
+        except ValueError as error:
+            raise ModelFileError(f"{path}: its 'data' entry is not SB3's JSON ({error})") from error
+    if not isinstance(data, dict):
+        raise ModelFileError(f"{path}: its 'data' entry is not SB3's JSON object")
+    return data
+
+
+def _policy_module(data: dict[str, Any]) -> str:
+    """The module of the saved policy's class (SB3 stores it beside the pickled class)."""
+    policy_class = data.get("policy_class", {})
+    return str(policy_class.get("__module__", "")) if isinstance(policy_class, dict) else ""
+
+
+def _recurrent(module: str) -> bool | None:
+    """Whether a policy of ``module`` has memory: ``True``, ``False``, or ``None`` for a module of the user's own."""
+    if module.startswith(("sb3_reset_ppo.", "sb3_contrib.common.recurrent.")):
+        return True
+    if module.startswith(("stable_baselines3.", "sb3_contrib.")):
+        return False
+    return None
 
 
 def detect_algo(path: str | Path) -> str:
     """
     The algorithm of a saved model, read from its zip's ``data`` (JSON; nothing is unpickled): ResetPPO's window
-    settings (``window_size``) tell it from RecurrentPPO, the policy's module tells MaskableResetPPO.
+    settings (``window_size``) tell it from RecurrentPPO, the policy's module tells MaskableResetPPO and models
+    without memory (PPO, MaskablePPO, A2C, ...), which are refused.
 
     :param path: The model's zip
     :return: ``"reset_ppo"``, ``"maskable_reset_ppo"`` or ``"recurrent_ppo"``
     """
-    with zipfile.ZipFile(path) as archive:
-        data = json.loads(archive.read("data"))
-    policy_module = str(data.get("policy_class", {}).get("__module__", ""))
-    if "window_size" not in data:
-        return "recurrent_ppo"
-    return "maskable_reset_ppo" if "maskable" in policy_module else "reset_ppo"
+    data = read_model_data(path)
+    module = _policy_module(data)
+    if "window_size" in data:
+        return "maskable_reset_ppo" if "maskable" in module else "reset_ppo"
+    recurrent = _recurrent(module)
+    if recurrent is None:
+        raise ModelFileError(
+            f"{path}: its policy class comes from {module or 'an unnamed module'}, not one export knows; export "
+            f"supports {SUPPORTED}; for a recurrent policy of your own, name the algorithm with --algo"
+        )
+    if not recurrent:
+        raise ModelFileError(
+            f"{path}: its policy ({module}) has no memory, as PPO's, MaskablePPO's or another feed-forward "
+            f"algorithm's; export supports {SUPPORTED}"
+        )
+    return "recurrent_ppo"
 
 
 def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
@@ -43,17 +107,86 @@ def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
         raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
     if algo == "auto":
         algo = detect_algo(path)
-    if algo == "recurrent_ppo":
-        from sb3_contrib import RecurrentPPO
+    else:
+        module = _policy_module(read_model_data(path))
+        if _recurrent(module) is False:
+            raise ModelFileError(
+                f"{path}: its policy ({module}) has no memory, so it cannot be loaded as {algo}; export supports {SUPPORTED}"
+            )
+    from sb3_contrib import RecurrentPPO
 
-        return RecurrentPPO.load(path, device="cpu")
-    if algo == "maskable_reset_ppo":
-        from sb3_reset_ppo import MaskableResetPPO
+    from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 
-        return MaskableResetPPO.load(path, device="cpu")
-    from sb3_reset_ppo import ResetPPO
+    algorithms: dict[str, type[BaseAlgorithm]] = {
+        "recurrent_ppo": RecurrentPPO,
+        "maskable_reset_ppo": MaskableResetPPO,
+        "reset_ppo": ResetPPO,
+    }
+    try:
+        return algorithms[algo].load(path, device="cpu")
+    except Exception as error:  # any failure of SB3's load: the command line says it in one line
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ModelFileError(f"{path}: could not be loaded as {algo}: {type(error).__name__}: {message}") from error
 
-    return ResetPPO.load(path, device="cpu")
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's arguments, each with its help."""
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
+    parser.add_argument("model", help="the saved model, the .zip that model.save() wrote")
+    parser.add_argument("output", help="the ONNX file to write")
+    parser.add_argument(
+        "--algo",
+        choices=ALGOS,
+        default="auto",
+        help="the model's algorithm (default: auto, read from the zip without unpickling it)",
+    )
+    parser.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="plain",
+        help="the tensor names: plain (obs, h, c, episode_start -> action, h_out, c_out; the default) or mlagents "
+        "(Unity ML-Agents' names and constants)",
+    )
+    parser.add_argument(
+        "--opset",
+        type=int,
+        default=None,
+        help="the ONNX opset, 14 to 20 (default: 15 with --layout mlagents, as Unity's Sentis documents opsets 7 to 15; "
+        "else 17)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=tuple(DTYPES),
+        default="float32",
+        help="the float type of the weights, float inputs and outputs (default float32; float16 follows predict "
+        "within 1e-2 per step)",
+    )
+    parser.add_argument(
+        "--exporter",
+        choices=EXPORTERS,
+        default="torchscript",
+        help="torch's exporter: torchscript (the default; writes the opset asked for) or dynamo (torch.export-based; "
+        "needs onnxscript; an opset it cannot write is an error)",
+    )
+    parser.add_argument(
+        "--cell-ops",
+        choices=CELL_OPS,
+        default="auto",
+        help="how the LSTM or GRU is written: fused (ONNX's LSTM or GRU operator), elementary (matrix products and "
+        "pointwise operations, for engines without them) or auto (the default: elementary for a GRU with --layout "
+        "mlagents, as Unity has no GRU operator; else fused)",
+    )
+    parser.add_argument(
+        "--distribution",
+        action="store_true",
+        help="also output the distribution's parameters: logits, or the Gaussian's mean and log_std (plain layout)",
+    )
+    parser.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="take images as (batch, H, W, C), as the env gives them (the graph transposes them; not with mlagents)",
+    )
+    return parser
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -63,29 +196,25 @@ def main(argv: list[str] | None = None) -> Path:
     :param argv: Arguments (``None``: ``sys.argv``)
     :return: The ONNX file written
     """
-    parser = argparse.ArgumentParser(prog="python -m sb3_reset_ppo.export", description=__doc__.strip().splitlines()[0])
-    parser.add_argument("model", help="the saved model (.zip)")
-    parser.add_argument("output", help="the ONNX file to write")
-    parser.add_argument("--algo", choices=ALGOS, default="auto", help="the model's algorithm (default: read from the zip)")
-    parser.add_argument("--layout", choices=LAYOUTS, default="plain", help="tensor names: plain (default) or Unity ML-Agents'")
-    parser.add_argument("--opset", type=int, default=17, help="ONNX opset, 14 to 20 (default 17; Unity's Sentis: 15)")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
-    parser.add_argument("--exporter", choices=EXPORTERS, default="torchscript")
-    parser.add_argument("--distribution", action="store_true", help="also output the distribution's parameters (plain)")
-    parser.add_argument("--channels-last", action="store_true", help="take images as (batch, H, W, C), as the env gives them")
+    parser = build_parser()
     args = parser.parse_args(argv)
-    model = load_model(args.model, args.algo)
-    path = export_onnx(
-        model,
-        args.output,
-        layout=args.layout,
-        opset=args.opset,
-        dtype=args.dtype,
-        distribution=args.distribution,
-        channels_last=args.channels_last,
-        exporter=args.exporter,
-    )
-    print(f"{type(model).__name__} ({type(model.policy).__name__}) -> {path} (layout {args.layout}, opset {args.opset})")
+    try:
+        model = load_model(args.model, args.algo)
+        path = export_onnx(
+            model,
+            args.output,
+            layout=args.layout,
+            opset=args.opset,
+            dtype=args.dtype,
+            distribution=args.distribution,
+            channels_last=args.channels_last,
+            exporter=args.exporter,
+            cell_ops=args.cell_ops,
+        )
+    except ValueError as error:  # ModelFileError, and export_onnx's checks of its arguments
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    opset = read_metadata(path)["opset"]
+    print(f"{type(model).__name__} ({type(model.policy).__name__}) -> {path} (layout {args.layout}, opset {opset})")
     return path
 
 

@@ -670,6 +670,14 @@ def export_onnx(
                 verbose=False,
             )
     proto = onnx.load(str(path))
+    written = next(entry.version for entry in proto.opset_import if entry.domain in ("", "ai.onnx"))
+    if written != opset:
+        path.unlink()
+        raise ValueError(
+            f"exporter={exporter!r} wrote opset {written}, not the opset={opset} asked for (torch's dynamo exporter "
+            "builds opset 18 and converts down, which fails for some graphs): use exporter='torchscript' or another "
+            "opset; no file was written"
+        )
     metadata = _metadata(
         model, policy, spec, checked_layout, opset, dtype, exporter, channels_last, input_names, output_names, shapes
     )
