@@ -1,10 +1,13 @@
 """
-Per-step inference time of an exported policy (onnxruntime) against ``model.predict(..., deterministic=True)``.
+Per-step inference time of an exported policy (onnxruntime) against ``model.predict(..., deterministic=True)`` and
+against the torch step alone.
 
 The README's quick-start policy (``MlpLstmPolicy``, LSTM 256, ``net_arch`` 64-64) and its GRU twin on CueRecall-v0's
 spaces, batches of 1 and 64 agents, one thread each (``torch.set_num_threads(1)``; onnxruntime's intra- and
 inter-op threads 1). Each measurement is one step: the observation and the memory in, the action and the new
-memory out (for ``predict`` that includes its numpy <-> torch conversions, as a caller pays them). The median
+memory out (for ``predict`` that includes its numpy <-> torch conversions and checks, as a caller pays them; the
+``torch`` row is the policy's own step, ``policy._predict`` on torch tensors under ``no_grad``, which ``predict``
+calls: their difference is ``predict``'s Python overhead). The median
 over ``--steps`` steps after ``--warmup`` steps, of wall time (``perf_counter``) and of this process's CPU time
 (``process_time``); the machine's load average is recorded with them. The untrained weights time the same as
 trained ones.
@@ -56,7 +59,7 @@ def time_steps(step: Callable[[int], None], steps: int, warmup: int) -> dict[str
 
 
 def bench_cell(cell: str, steps: int, warmup: int, directory: Path) -> list[dict[str, Any]]:
-    """ONNX and ``predict`` rows for one cell at every batch size."""
+    """ONNX, ``predict`` and torch-step rows for one cell at every batch size."""
     model = ResetPPO(f"Mlp{cell}Policy", make_vec_env("CueRecall-v0", n_envs=1), n_steps=64, batch_size=64, seed=0)
     path = export_onnx(model, directory / f"{cell}.onnx")
     options = ort.SessionOptions()
@@ -64,6 +67,7 @@ def bench_cell(cell: str, steps: int, warmup: int, directory: Path) -> list[dict
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     policy = model.policy
+    policy.set_training_mode(False)
     n_layers, hidden = policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size
     names = ["h", "c"] if cell == "Lstm" else ["h"]
     rows = []
@@ -74,6 +78,9 @@ def bench_cell(cell: str, steps: int, warmup: int, directory: Path) -> list[dict
         starts = (np.arange(64)[:, None] + np.arange(batch)[None]) % 5 == 0
         memory = [np.zeros((n_layers, batch, hidden), np.float32) for _ in names]
         state: list[Any] = [tuple(np.zeros((n_layers, batch, hidden), np.float32) for _ in names)]
+        # The torch step takes sb3-contrib's (hidden, cell) pair (a GRU policy reads the first)
+        torch_state: list[Any] = [tuple(th.zeros((n_layers, batch, hidden)) for _ in range(2))]
+        torch_obs, torch_starts = th.as_tensor(observations), th.as_tensor(starts, dtype=th.float32)
 
         def onnx_step(
             index: int, memory: list[np.ndarray] = memory, batch_obs: np.ndarray = observations, starts: np.ndarray = starts
@@ -87,7 +94,13 @@ def bench_cell(cell: str, steps: int, warmup: int, directory: Path) -> list[dict
         ) -> None:
             _, state[0] = model.predict(batch_obs[index % 64], state[0], starts[index % 64], deterministic=True)
 
-        for runtime, step in (("onnxruntime", onnx_step), ("predict", predict_step)):
+        def torch_step(
+            index: int, state: list[Any] = torch_state, batch_obs: th.Tensor = torch_obs, starts: th.Tensor = torch_starts
+        ) -> None:
+            with th.no_grad():
+                _, state[0] = policy._predict(batch_obs[index % 64], state[0], starts[index % 64], deterministic=True)
+
+        for runtime, step in (("onnxruntime", onnx_step), ("predict", predict_step), ("torch", torch_step)):
             load_before = os.getloadavg()[0]
             row = {"cell": cell.upper(), "batch": batch, "runtime": runtime, **time_steps(step, steps, warmup)}
             row["load_1min_before"], row["load_1min_after"] = load_before, os.getloadavg()[0]
@@ -101,19 +114,24 @@ def bench_cell(cell: str, steps: int, warmup: int, directory: Path) -> list[dict
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """Markdown table: per cell and batch, both runtimes' medians and the speed-up."""
+    """
+    Markdown table: per cell and batch, the three runtimes' medians, the speed-up and ``predict``'s overhead (the
+    share of its wall time outside the torch step).
+    """
     lines = [
-        "| cell | batch | predict wall (us) | ONNX wall (us) | speed-up (wall) | predict CPU (us) | ONNX CPU (us) | "
-        "speed-up (CPU) | ONNX per agent (us) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| cell | batch | predict wall (us) | torch step wall (us) | ONNX wall (us) | speed-up (wall) | predict overhead | "
+        "predict CPU (us) | torch step CPU (us) | ONNX CPU (us) | speed-up (CPU) | ONNX per agent (us) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for cell in CELLS:
         for batch in BATCHES:
             pair = {row["runtime"]: row for row in rows if row["cell"] == cell.upper() and row["batch"] == batch}
-            predict, onnx = pair["predict"], pair["onnxruntime"]
+            predict, torch_row, onnx = pair["predict"], pair["torch"], pair["onnxruntime"]
+            overhead = 1.0 - torch_row["wall_median_us"] / predict["wall_median_us"]
             lines.append(
-                f"| {cell.upper()} | {batch} | {predict['wall_median_us']:.0f} | {onnx['wall_median_us']:.0f} | "
-                f"{predict['wall_median_us'] / onnx['wall_median_us']:.1f}x | {predict['cpu_median_us']:.0f} | "
+                f"| {cell.upper()} | {batch} | {predict['wall_median_us']:.0f} | {torch_row['wall_median_us']:.0f} | "
+                f"{onnx['wall_median_us']:.0f} | {predict['wall_median_us'] / onnx['wall_median_us']:.1f}x | "
+                f"{overhead:.0%} | {predict['cpu_median_us']:.0f} | {torch_row['cpu_median_us']:.0f} | "
                 f"{onnx['cpu_median_us']:.0f} | {predict['cpu_median_us'] / onnx['cpu_median_us']:.1f}x | "
                 f"{onnx['wall_median_us'] / batch:.1f} |"
             )
@@ -127,9 +145,9 @@ def figure(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(CELLS), figsize=(9, 3.5), sharey=True)
-    width = 0.38
+    width = 0.27
     for axis, cell in zip(axes, CELLS, strict=True):
-        for offset, runtime in ((-width / 2, "predict"), (width / 2, "onnxruntime")):
+        for offset, runtime in ((-width, "predict"), (0.0, "torch"), (width, "onnxruntime")):
             values = [
                 next(
                     r["wall_median_us"]
@@ -145,7 +163,7 @@ def figure(rows: list[dict[str, Any]], path: Path) -> None:
         axis.set_yscale("log")
     axes[0].set_ylabel("median wall time per step (us)")
     axes[0].legend()
-    fig.suptitle("ONNX (onnxruntime) vs predict, one thread", fontsize=10)
+    fig.suptitle("ONNX (onnxruntime) vs predict and its torch step, one thread", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
