@@ -111,14 +111,27 @@ def combinations(strength: int | None = None) -> list[Combination]:
     :param strength: Every tuple of this many option values appears in some combination
     :return: The combinations
     """
+    return [Combination(values) for values in covering_array(OPTIONS, _CONSTRAINTS, strength)]
+
+
+def covering_array(options: dict[str, list[Any]], constraints: list[dict[str, Any]], strength: int | None) -> list[tuple]:
+    """
+    A covering array of ``options`` (covertable's, deterministic): rows of values, one per option in order.
+
+    :param options: Each option with its values
+    :param constraints: covertable's ``fn`` constraints, each ``evaluate`` taking a (partial) ``{option: value}``
+    :param strength: Every tuple of this many option values appears in some row (``None``: 3 when the environment
+        variable ``SB3_RESET_PPO_MATRIX`` is ``full``, else 2)
+    :return: The rows
+    """
     if strength is None:
         strength = 3 if os.environ.get("SB3_RESET_PPO_MATRIX") == "full" else 2
     # covertable takes hashable values: each option's values by index
-    factors = {name: list(range(len(values))) for name, values in OPTIONS.items()}
+    factors = {name: list(range(len(values))) for name, values in options.items()}
 
     def indexed(check: Any) -> Any:
-        return lambda row: check({name: OPTIONS[name][index] for name, index in row.items()})
+        return lambda row: check({name: options[name][index] for name, index in row.items()})
 
-    constraints = [{**constraint, "evaluate": indexed(constraint["evaluate"])} for constraint in _CONSTRAINTS]
-    rows = covertable.make(factors, strength=strength, constraints=constraints, salt="sb3-reset-ppo")
-    return [Combination(tuple(OPTIONS[name][row[name]] for name in OPTIONS)) for row in rows]
+    indexed_constraints = [{**constraint, "evaluate": indexed(constraint["evaluate"])} for constraint in constraints]
+    rows = covertable.make(factors, strength=strength, constraints=indexed_constraints, salt="sb3-reset-ppo")
+    return [tuple(options[name][row[name]] for name in options) for row in rows]
