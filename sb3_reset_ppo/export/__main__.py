@@ -14,6 +14,7 @@ from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 
+from sb3_reset_ppo.export.normalize import command_line_vec_normalize
 from sb3_reset_ppo.export.onnx_export import CELL_OPS, DTYPES, EXPORTERS, LAYOUTS, export_onnx, read_metadata
 
 ALGOS = ("auto", "reset_ppo", "maskable_reset_ppo", "recurrent_ppo")
@@ -186,6 +187,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take images as (batch, H, W, C), as the env gives them (the graph transposes them; not with mlagents)",
     )
+    normalization = parser.add_mutually_exclusive_group()
+    normalization.add_argument(
+        "--vec-normalize",
+        metavar="PATH",
+        help="the VecNormalize pickle the model was trained with (VecNormalize.save's file, the RL Zoo's "
+        "vecnormalize.pkl): the graph normalises raw observations with it (default: the RL Zoo's "
+        "<run>/<env>/vecnormalize.pkl beside the model, if there is one)",
+    )
+    normalization.add_argument(
+        "--no-vec-normalize",
+        action="store_true",
+        help="export without a VecNormalize, even where one lies beside the model (the graph then takes observations "
+        "already normalised)",
+    )
     return parser
 
 
@@ -200,6 +215,7 @@ def main(argv: list[str] | None = None) -> Path:
     args = parser.parse_args(argv)
     try:
         model = load_model(args.model, args.algo)
+        vec_normalize = command_line_vec_normalize(model, args.model, args.vec_normalize, args.no_vec_normalize)
         path = export_onnx(
             model,
             args.output,
@@ -210,11 +226,15 @@ def main(argv: list[str] | None = None) -> Path:
             channels_last=args.channels_last,
             exporter=args.exporter,
             cell_ops=args.cell_ops,
+            vec_normalize=vec_normalize,
         )
     except ValueError as error:  # ModelFileError, and export_onnx's checks of its arguments
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     opset = read_metadata(path)["opset"]
-    print(f"{type(model).__name__} ({type(model.policy).__name__}) -> {path} (layout {args.layout}, opset {opset})")
+    normalised = f", VecNormalize {vec_normalize} in the graph" if vec_normalize is not None else ""
+    print(
+        f"{type(model).__name__} ({type(model.policy).__name__}) -> {path} (layout {args.layout}, opset {opset}{normalised})"
+    )
     return path
 
 

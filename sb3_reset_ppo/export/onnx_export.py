@@ -19,6 +19,9 @@ Two layouts name the tensors (see docs/guide/deploy.md):
   ``recurrent_out``. The memory is ``[h | c]`` on the last axis (layers one after the other in each part). Images
   arrive in Unity's [0, 1] scale, channel-first; a GRU is written as elementary operators (``cell_ops``), as no
   version of Unity's Sentis or Inference Engine implements ONNX's ``GRU``.
+
+With ``vec_normalize`` (:mod:`sb3_reset_ppo.export.normalize`) the graph takes raw observations and normalises them
+as SB3's ``VecNormalize`` does, before the preprocessing.
 """
 
 import copy
@@ -46,8 +49,16 @@ from stable_baselines3.common.distributions import (
     StateDependentNoiseDistribution,
 )
 from stable_baselines3.common.preprocessing import is_image_space, preprocess_obs
+from stable_baselines3.common.vec_env import VecNormalize
 from torch import nn
 
+from sb3_reset_ppo.export.normalize import (
+    ObservationNormalizer,
+    load_vec_normalize,
+    normalization_metadata,
+    observation_normalizer,
+    warn_if_unnormalized,
+)
 from sb3_reset_ppo.version import __version__
 
 __all__ = [
@@ -294,6 +305,7 @@ class _ActorStep(nn.Module):
     :param dtype: The float dtype of the graph
     :param channels_last: Whether image observations arrive ``(batch, H, W, C)`` (transposed in the graph)
     :param distribution: Whether to output the distribution's parameters (``plain`` layout)
+    :param normalizer: ``VecNormalize``'s observation normalisation, applied before SB3's preprocessing, or ``None``
     """
 
     # Buffers: the Box bounds and ML-Agents' constants
@@ -311,6 +323,7 @@ class _ActorStep(nn.Module):
         dtype: th.dtype,
         channels_last: bool,
         distribution: bool,
+        normalizer: ObservationNormalizer | None = None,
     ) -> None:
         super().__init__()
         self.policy = policy
@@ -319,6 +332,7 @@ class _ActorStep(nn.Module):
         self.dtype = dtype
         self.channels_last = channels_last
         self.distribution = distribution
+        self.normalizer = normalizer
         action_space = policy.action_space
         if isinstance(action_space, spaces.Box):
             self.register_buffer("low", th.as_tensor(action_space.low, dtype=dtype).reshape(-1))
@@ -345,6 +359,8 @@ class _ActorStep(nn.Module):
             if self.channels_last and is_image_space(subspace, check_channels=False) and len(subspace.shape or ()) == 3:
                 tensor = tensor.permute(0, 3, 1, 2)  # (batch, H, W, C) -> (batch, C, H, W)
             obs[key] = tensor
+        if self.normalizer is not None:
+            obs = self.normalizer(obs)
         # Unity's sensors give images in [0, 1] (ML-Agents' ObservationWriter.WriteTexture divides by 255): the
         # ML-Agents layout takes them so, where predict divides uint8 images by 255
         normalize_images = self.policy.normalize_images and self.layout != "mlagents"
@@ -586,6 +602,7 @@ def export_onnx(
     channels_last: bool = False,
     exporter: str = "torchscript",
     cell_ops: str = "auto",
+    vec_normalize: VecNormalize | str | Path | None = None,
 ) -> Path:
     """
     Export one step of a recurrent policy's actor to an ONNX file, the memory as inputs and outputs.
@@ -609,6 +626,10 @@ def export_onnx(
     :param cell_ops: How the recurrent layer is written: ``"fused"`` (ONNX's ``LSTM`` or ``GRU`` operator),
         ``"elementary"`` (matrix products and pointwise operations, for engines without those operators) or
         ``"auto"``: elementary for a GRU in the ``"mlagents"`` layout (Unity has no ``GRU`` operator), else fused
+    :param vec_normalize: The ``VecNormalize`` the model was trained with, or the path of its pickle (the RL Zoo's
+        ``vecnormalize.pkl``): the graph then takes raw observations and normalises them as it does (clipped to
+        ``clip_obs``; a ``Dict``'s ``norm_obs_keys``); the metadata's ``vec_normalize`` says so. ``None``: the graph
+        takes observations as the policy sees them (a warning when the model's env is a ``VecNormalize``)
     :return: ``path``
     """
     import onnx
@@ -633,12 +654,17 @@ def export_onnx(
     elementary = cell_ops == "elementary" or (cell_ops == "auto" and layout == "mlagents" and spec.cell == "GRU")
     if distribution and layout != "plain":
         raise ValueError(f"distribution=True needs layout='plain' (ML-Agents' contract has no such outputs), got {layout!r}")
+    normalizer = None
+    if vec_normalize is None:
+        warn_if_unnormalized(model)
+    else:
+        normalizer = observation_normalizer(load_vec_normalize(vec_normalize), _policy_of(model).observation_space)
     torch_dtype = DTYPES[dtype]
     policy = _copy_policy(_policy_of(model)).to(device="cpu", dtype=torch_dtype)
     policy.set_training_mode(False)
     if elementary:
         policy.add_module("lstm_actor", _ElementaryRecurrent(policy.lstm_actor))
-    step = _ActorStep(policy, spec, checked_layout, torch_dtype, channels_last, distribution).eval()
+    step = _ActorStep(policy, spec, checked_layout, torch_dtype, channels_last, distribution, normalizer).eval()
     input_names, output_names = _io_names(spec, checked_layout, distribution)
     batch = 2
     example, shapes = _example_inputs(policy, spec, checked_layout, torch_dtype, channels_last, batch)
@@ -682,6 +708,8 @@ def export_onnx(
         model, policy, spec, checked_layout, opset, dtype, exporter, channels_last, input_names, output_names, shapes
     )
     metadata["cell_ops"] = "elementary" if elementary else "fused"
+    source = "" if vec_normalize is None else "object" if isinstance(vec_normalize, VecNormalize) else str(vec_normalize)
+    metadata.update(normalization_metadata(normalizer, source))
     for key, value in metadata.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value

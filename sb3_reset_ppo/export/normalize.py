@@ -1,0 +1,317 @@
+"""
+SB3's ``VecNormalize`` in the exported graph: the observation statistics a model was trained with live in the
+``VecNormalize`` wrapper (saved as a pickle, the RL Zoo's ``vecnormalize.pkl``), not in the policy, so a file
+exported without them expects observations that no engine produces. With ``export_onnx(..., vec_normalize=...)``
+the graph takes the raw observations and normalises them as ``VecNormalize.normalize_obs`` does:
+``clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs)``, for the keys in ``norm_obs_keys`` of a ``Dict``.
+Rewards play no part in acting: their statistics are not exported.
+
+Where the statistics are found (:func:`find_vec_normalize`): the RL Zoo saves a model as
+``<run>/<env>.zip`` (also ``<run>/best_model.zip`` and ``<run>/rl_model_<n>_steps.zip``) and its ``VecNormalize``
+as ``<run>/<env>/vecnormalize.pkl``, beside the run's ``config.yml`` (rl_zoo3's ``ExperimentManager``: ``save_path``
+and ``params_path``). Whether a model was trained under ``VecNormalize`` cannot be read from its zip (SB3 leaves
+the wrapper out of what it saves), so it is told where it can be: a model in memory whose env is a
+``VecNormalize`` normalising observations, and the zoo's ``config.yml`` beside a zip (its ``normalize`` entry, as
+the zoo's ``enjoy`` reads it). Either without statistics given: a warning (:func:`warn_if_unnormalized`).
+"""
+
+import ast
+import json
+import pickle
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+from stable_baselines3.common.vec_env import VecNormalize
+from torch import nn
+
+__all__ = [
+    "VEC_NORMALIZE_FILE",
+    "ObservationNormalizer",
+    "command_line_vec_normalize",
+    "find_vec_normalize",
+    "load_vec_normalize",
+    "normalization_metadata",
+    "observation_normalizer",
+    "warn_if_unnormalized",
+    "zoo_config_normalizes",
+]
+
+# The file name the RL Zoo saves a VecNormalize under (rl_zoo3's ExperimentManager and SaveVecNormalizeCallback)
+VEC_NORMALIZE_FILE = "vecnormalize.pkl"
+# The zoo's saved hyperparameters, beside vecnormalize.pkl
+_ZOO_CONFIG_FILE = "config.yml"
+# A single observation's key in the normaliser (the export's observation dict uses the same)
+_SINGLE = ""
+
+
+def load_vec_normalize(source: VecNormalize | str | Path) -> VecNormalize:
+    """
+    A ``VecNormalize`` object, or one read from its pickle (``VecNormalize.save``'s file, the zoo's
+    ``vecnormalize.pkl``) without an env: only its statistics and settings are read. Unpickling runs code: load
+    only files you trust, as with ``VecNormalize.load``.
+
+    :param source: The object, or the path of its pickle
+    :return: The ``VecNormalize``
+    """
+    if isinstance(source, VecNormalize):
+        return source
+    if not isinstance(source, str | Path):
+        raise TypeError(
+            f"vec_normalize must be a VecNormalize, the path of its pickle (str or Path) or None, got {type(source).__name__}"
+        )
+    path = Path(source)
+    if not path.is_file():
+        raise ValueError(f"vec_normalize must be the path of a VecNormalize pickle, got {str(path)!r}: no such file")
+    with path.open("rb") as file:
+        loaded = pickle.load(file)
+    if not isinstance(loaded, VecNormalize):
+        raise ValueError(f"vec_normalize {str(path)!r} holds a {type(loaded).__name__}, not a VecNormalize")
+    return loaded
+
+
+def find_vec_normalize(model_path: str | Path) -> Path | None:
+    """
+    The ``VecNormalize`` pickle the RL Zoo saved beside a model, if any: ``<run>/<stem>/vecnormalize.pkl`` for
+    ``<run>/<stem>.zip`` (the zoo's final model), else the one ``<run>/<env>/vecnormalize.pkl`` of the run folder
+    (``best_model.zip`` and checkpoints; the zoo's ``enjoy`` pairs them with the same file), else
+    ``<run>/vecnormalize.pkl``.
+
+    :param model_path: The model's zip
+    :return: The pickle's path, or ``None``
+    """
+    folder = _stats_folder(Path(model_path))
+    if folder is not None and (folder / VEC_NORMALIZE_FILE).is_file():
+        return folder / VEC_NORMALIZE_FILE
+    beside = Path(model_path).parent / VEC_NORMALIZE_FILE
+    return beside if beside.is_file() else None
+
+
+def zoo_config_normalizes(model_path: str | Path) -> bool:
+    """
+    Whether the RL Zoo's ``config.yml`` beside a model says it was trained with observations normalised (its
+    ``normalize`` entry: ``true``, or a dict or its source string without ``norm_obs=False``). ``False`` when there
+    is no such file (or PyYAML is missing).
+
+    :param model_path: The model's zip
+    :return: Whether the zoo normalised the model's observations
+    """
+    folder = _stats_folder(Path(model_path))
+    if folder is None or not (folder / _ZOO_CONFIG_FILE).is_file():
+        return False
+    try:
+        import yaml
+    except ImportError:
+        return False
+    config = yaml.load((folder / _ZOO_CONFIG_FILE).read_text(), Loader=_zoo_config_loader())
+    if not isinstance(config, dict):
+        return False
+    normalize = config.get("normalize", False)
+    if isinstance(normalize, str):
+        normalize = _literal_kwargs(normalize)
+    if isinstance(normalize, dict):
+        return bool(normalize.get("norm_obs", True))
+    return bool(normalize)
+
+
+def warn_if_unnormalized(model: Any, model_path: str | Path | None = None) -> None:
+    """
+    Warn when ``model`` was trained under a ``VecNormalize`` normalising observations and no statistics are exported:
+    its env is one (a model in memory), or the zoo's ``config.yml`` beside ``model_path`` says so.
+
+    :param model: The model (or policy) exported
+    :param model_path: The zip it was loaded from, if any
+    """
+    reason = None
+    if isinstance(model, BaseAlgorithm):
+        env = model.get_vec_normalize_env()
+        if env is not None and env.norm_obs:
+            reason = "its env is a VecNormalize normalising observations (pass vec_normalize=model.get_vec_normalize_env())"
+    if reason is None and model_path is not None and zoo_config_normalizes(model_path):
+        reason = (
+            f"the RL Zoo's {_ZOO_CONFIG_FILE} beside {str(model_path)!r} says normalize, but no {VEC_NORMALIZE_FILE} "
+            "was found (pass its path: vec_normalize=... or --vec-normalize PATH)"
+        )
+    if reason is not None:
+        warnings.warn(
+            f"The model was trained on normalised observations and the exported graph does not normalise them: {reason}. "
+            "Without the statistics the file expects observations already normalised.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def command_line_vec_normalize(
+    model: Any, model_path: str | Path, given: str | Path | None, disabled: bool = False
+) -> Path | None:
+    """
+    The command line's ``VecNormalize``: the pickle given (``--vec-normalize PATH``), else none with
+    ``--no-vec-normalize``, else the one the RL Zoo saved beside the model (:func:`find_vec_normalize`); a warning
+    (:func:`warn_if_unnormalized`) when there is none and the zoo's ``config.yml`` says the model was trained with one.
+
+    :param model: The loaded model
+    :param model_path: Its zip
+    :param given: ``--vec-normalize``'s path, or ``None``
+    :param disabled: ``--no-vec-normalize``
+    :return: The pickle to export into the graph, or ``None``
+    """
+    if given is not None:
+        return Path(given)
+    if disabled:
+        return None
+    found = find_vec_normalize(model_path)
+    if found is None:
+        warn_if_unnormalized(model, model_path)
+    return found
+
+
+class ObservationNormalizer(nn.Module):
+    """
+    ``VecNormalize.normalize_obs`` as graph operators, on the observation dict of the export (``""`` for a single
+    observation): ``clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs)`` per normalised key, computed in
+    float32 whatever the graph's dtype (``VecNormalize`` computes in float64 and returns float32).
+
+    :param stats: Per normalised key, its ``(mean, var)``
+    :param clip_obs: ``VecNormalize.clip_obs``
+    :param epsilon: ``VecNormalize.epsilon``
+    """
+
+    def __init__(self, stats: dict[str, tuple[np.ndarray, np.ndarray]], clip_obs: float, epsilon: float) -> None:
+        super().__init__()
+        self.keys = tuple(stats)
+        self.clip_obs = float(clip_obs)
+        self.epsilon = float(epsilon)
+        for index, (mean, var) in enumerate(stats.values()):
+            # sqrt(var + epsilon) in float64, as VecNormalize, then stored in float32
+            self.register_buffer(f"mean_{index}", th.as_tensor(np.asarray(mean, np.float64), dtype=th.float32))
+            std = np.sqrt(np.asarray(var, np.float64) + epsilon)
+            self.register_buffer(f"std_{index}", th.as_tensor(std, dtype=th.float32))
+
+    def forward(self, obs: dict[str, th.Tensor]) -> dict[str, th.Tensor]:
+        normalised = dict(obs)
+        for index, key in enumerate(self.keys):
+            mean, std = getattr(self, f"mean_{index}"), getattr(self, f"std_{index}")
+            value = (obs[key].to(th.float32) - mean) / std
+            normalised[key] = th.clamp(value, -self.clip_obs, self.clip_obs)
+        return normalised
+
+
+def observation_normalizer(vec_normalize: VecNormalize, observation_space: spaces.Space) -> ObservationNormalizer | None:
+    """
+    The graph's normaliser for a policy's observation space, checked against the statistics' keys and shapes.
+
+    :param vec_normalize: The ``VecNormalize`` the model was trained with
+    :param observation_space: The policy's observation space
+    :return: The normaliser; ``None`` when ``vec_normalize`` does not normalise observations (``norm_obs=False``)
+    """
+    if not vec_normalize.norm_obs:
+        return None
+    obs_rms = vec_normalize.obs_rms
+    stats: dict[str, RunningMeanStd]
+    if isinstance(observation_space, spaces.Dict):
+        if not isinstance(obs_rms, dict):
+            raise ValueError(
+                f"vec_normalize holds the statistics of a single observation, but the policy observes a Dict with keys "
+                f"{list(observation_space.spaces)}: use the VecNormalize the model was trained with"
+            )
+        unknown = [key for key in obs_rms if key not in observation_space.spaces]
+        if unknown:
+            raise ValueError(
+                f"vec_normalize normalises keys {unknown} that the policy's observation space lacks (its keys: "
+                f"{list(observation_space.spaces)}): use the VecNormalize the model was trained with"
+            )
+        stats = dict(obs_rms)
+        subspaces = {key: observation_space.spaces[key] for key in stats}
+    else:
+        if isinstance(obs_rms, dict):
+            raise ValueError(
+                f"vec_normalize holds the statistics of a Dict observation (keys {list(obs_rms)}), but the policy "
+                f"observes {observation_space}: use the VecNormalize the model was trained with"
+            )
+        stats = {_SINGLE: obs_rms}
+        subspaces = {_SINGLE: observation_space}
+    for key, rms in stats.items():
+        subspace = subspaces[key]
+        if not isinstance(subspace, spaces.Box):
+            raise ValueError(
+                f"vec_normalize normalises observation {key or 'obs'!r}, which is {subspace}: only Box observations can be"
+            )
+        if tuple(np.shape(rms.mean)) != tuple(subspace.shape):
+            raise ValueError(
+                f"vec_normalize's statistics of observation {key or 'obs'!r} have shape {tuple(np.shape(rms.mean))}, "
+                f"the policy's space {tuple(subspace.shape)}: use the VecNormalize the model was trained with"
+            )
+    return ObservationNormalizer(
+        {key: (np.asarray(rms.mean), np.asarray(rms.var)) for key, rms in stats.items()},
+        clip_obs=float(vec_normalize.clip_obs),
+        epsilon=float(vec_normalize.epsilon),
+    )
+
+
+def normalization_metadata(normalizer: ObservationNormalizer | None, source: str) -> dict[str, str]:
+    """
+    The metadata entry ``vec_normalize`` (JSON): whether the graph normalises observations, which keys, with which
+    ``clip_obs`` and ``epsilon``, from where.
+
+    :param normalizer: The graph's normaliser, or ``None``
+    :param source: Where the statistics came from (a path, ``"object"``), or ``""``
+    :return: ``{"vec_normalize": ...}``
+    """
+    if normalizer is None:
+        entry: dict[str, Any] = {"in_graph": False}
+    else:
+        entry = {
+            "in_graph": True,
+            "source": source,
+            "keys": [key or "obs" for key in normalizer.keys],
+            "clip_obs": normalizer.clip_obs,
+            "epsilon": normalizer.epsilon,
+            "formula": "clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs), before SB3's preprocessing",
+        }
+    return {"vec_normalize": json.dumps(entry)}
+
+
+def _stats_folder(model_path: Path) -> Path | None:
+    """The zoo's ``<run>/<env>`` folder of a model zip: ``<run>/<stem>``, else the run's only folder with a config."""
+    run = model_path.parent
+    named = run / model_path.stem
+    if (named / VEC_NORMALIZE_FILE).is_file() or (named / _ZOO_CONFIG_FILE).is_file():
+        return named
+    if not run.is_dir():
+        return None
+    candidates = [folder for folder in run.iterdir() if folder.is_dir() and (folder / _ZOO_CONFIG_FILE).is_file()]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _literal_kwargs(source: str) -> dict[str, Any] | bool:
+    """The zoo's ``normalize`` string (``"dict(norm_obs=True, ...)"`` or ``"{'norm_obs': ...}"``) without ``eval``."""
+    try:
+        tree = ast.parse(source.strip(), mode="eval").body
+        if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "dict" and not tree.args:
+            return {keyword.arg: ast.literal_eval(keyword.value) for keyword in tree.keywords if keyword.arg is not None}
+        value = ast.literal_eval(tree)
+    except (SyntaxError, ValueError):
+        # Not a literal: the zoo would eval it; assume observations are normalised (the warning errs on that side)
+        return True
+    return value if isinstance(value, dict | bool) else bool(value)
+
+
+def _zoo_config_loader() -> type:
+    """A safe YAML loader that reads the zoo's ``config.yml`` (an ``OrderedDict`` dumped with its Python tag)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict[Any, Any]:
+        # !!python/object/apply:collections.OrderedDict [[[key, value], ...]]
+        (pairs,) = loader.construct_sequence(node, deep=True)
+        return dict(pairs)
+
+    Loader.add_constructor("tag:yaml.org,2002:python/object/apply:collections.OrderedDict", ordered_dict)
+    return Loader
