@@ -32,3 +32,40 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
         frame = frame.f_back
         level += 1
     warnings.warn(message, category, stacklevel=level)
+
+
+class ThreadCountWarning(UserWarning):
+    """``learn()`` runs on the CPU with more torch threads than is fastest for the model's size (see :func:`thread_advice`)."""
+
+
+# The largest recurrent hidden size that benchmarks/bench_threads.py measured: up to it, one torch thread trained
+# fastest in every setting measured (MLP and CNN policies, LSTM 64 and 256, GRU 64; tests/test_threads.py checks the
+# stored results)
+ONE_THREAD_MAX_HIDDEN_SIZE = 256
+
+
+def thread_advice(algorithm: str, num_threads: int, hidden_size: int, device_type: str) -> str | None:
+    """
+    The advice to train with one torch thread, where the measurement says that more are slower; else None.
+
+    Torch's default is one thread per core. For a small recurrent policy each operation is too small to share out:
+    the threads wait for each other at every step, and a thread that another process keeps off its core stalls them
+    all (``benchmarks/results/bench_threads.txt``). The library never changes torch's thread count itself (a global
+    setting of the user's process): it says so, once per model.
+
+    :param algorithm: The class name, for the message
+    :param num_threads: ``torch.get_num_threads()``
+    :param hidden_size: The policy's recurrent hidden size
+    :param device_type: The model's device type (``"cpu"``, ``"cuda"``, ...): only the CPU's threads are advised on
+    :return: One line saying what was measured and how to change it, or None (one thread, another device, or a
+        network larger than any measured)
+    """
+    if device_type != "cpu" or num_threads <= 1 or hidden_size > ONE_THREAD_MAX_HIDDEN_SIZE:
+        return None
+    return (
+        f"{algorithm}.learn() runs with {num_threads} torch threads on the CPU; for a recurrent policy of hidden size "
+        f"{hidden_size} one thread was faster in every measurement, many times faster when other processes share the "
+        "cores (benchmarks/bench_threads.py). Call torch.set_num_threads(1) before training (the RL Zoo: "
+        "--num-threads 1); to silence this, warnings.filterwarnings('ignore', "
+        "category=sb3_reset_ppo.common.utils.ThreadCountWarning)"
+    )

@@ -31,7 +31,7 @@ from sb3_reset_ppo.common.unroll import (
     memory_state_names,
     recurrent_layer_type,
 )
-from sb3_reset_ppo.common.utils import warn_user
+from sb3_reset_ppo.common.utils import ThreadCountWarning, thread_advice, warn_user
 from sb3_reset_ppo.common.windows import (
     DEFAULT_BOUNDARY,
     DEFAULT_WEIGHTING,
@@ -303,8 +303,20 @@ class ResetPPO(RecurrentPPO):
         return self._window_settings.window_size
 
     def _excluded_save_params(self) -> list[str]:
-        # Rebuilt from the saved arguments by _setup_model
-        return [*super()._excluded_save_params(), "_window_settings"]
+        # Rebuilt from the saved arguments by _setup_model; whether this process was told about its threads
+        return [*super()._excluded_save_params(), "_window_settings", "_warned_about_threads"]
+
+    def _warn_about_threads(self) -> None:
+        """
+        Say once per model when ``learn()`` runs with more torch threads than is fastest for the policy's size
+        (:func:`~sb3_reset_ppo.common.utils.thread_advice`); torch's thread count is the user's to set.
+        """
+        if getattr(self, "_warned_about_threads", False):
+            return
+        advice = thread_advice(type(self).__name__, th.get_num_threads(), self.policy.lstm_actor.hidden_size, self.device.type)
+        if advice is not None:
+            self._warned_about_threads = True
+            warn_user(advice, ThreadCountWarning)
 
     def _setup_model(self) -> None:
         self._check_settings()
@@ -739,6 +751,7 @@ class ResetPPO(RecurrentPPO):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfResetPPO:
+        self._warn_about_threads()
         return super().learn(
             total_timesteps=total_timesteps,
             callback=callback,

@@ -7,7 +7,10 @@ Registers ``reset_ppo`` (:class:`~sb3_reset_ppo.ResetPPO`) and ``maskable_reset_
 command line (``train``, ``enjoy``, ``plot_train``, ...). For both algorithms the hyperparameter file shipped with
 the package (``reset_ppo.yml``, ResetPPO's defaults for ``window_stride`` and the rest) is the default
 ``--conf-file``. ``enjoy`` without a display (see :func:`no_display_reason`) runs as with ``--no-render`` and says
-so: a window nobody can see would only pace the steps at the env's ``render_fps``.
+so: a window nobody can see would only pace the steps at the env's ``render_fps``. ``train`` and ``enjoy`` run with
+one torch thread unless the command gives the zoo's ``--num-threads`` (``-1``: torch's default, one thread per core):
+for the small recurrent networks of these algorithms one thread is the fastest, and several threads stall whenever
+other processes share the cores (``benchmarks/bench_threads.py``; :func:`with_default_threads`).
 
 The zoo knows nothing of action masks: its evaluations call SB3's ``evaluate_policy`` and ``enjoy`` calls
 ``model.predict`` without them. For ``--algo maskable_reset_ppo`` they use the env's masks and keep the policy's
@@ -217,6 +220,30 @@ def _with_default_conf_file(argv: list[str]) -> list[str]:
     return argv
 
 
+# The zoo's scripts that set torch's thread count (their --num-threads; the zoo's default, -1, leaves torch's)
+THREADED_SCRIPTS = ("train", "enjoy")
+DEFAULT_NUM_THREADS = 1
+
+
+def with_default_threads(argv: list[str]) -> list[str]:
+    """
+    Add ``--num-threads 1`` to a ``train`` or ``enjoy`` command that gives no ``--num-threads``.
+
+    The zoo's default (``-1``) leaves torch's thread count, one per core: for these small recurrent networks each
+    operation is too small to share out, and the threads wait for each other at every step, so that learning takes
+    longer than with one thread, many times longer when other processes share the cores
+    (``benchmarks/results/bench_threads.txt``). ``--num-threads N`` (or ``-1``) on the command line is kept.
+
+    :param argv: The arguments after the program name, e.g. ``["train", "--algo", "reset_ppo", ...]``
+    :return: ``argv``, with ``--num-threads 1`` added where it gives none
+    """
+    if not argv or argv[0] not in THREADED_SCRIPTS or "-h" in argv or "--help" in argv:
+        return argv
+    # argparse takes any unambiguous prefix of --num-threads ("--nu" and longer), with a value or "=value"
+    gives = any(arg.startswith("--nu") and "--num-threads".startswith(arg.split("=", 1)[0]) for arg in argv)
+    return argv if gives else [*argv, "--num-threads", str(DEFAULT_NUM_THREADS)]
+
+
 def no_display_reason(environ: Mapping[str, str] | None = None, platform: str | None = None) -> str | None:
     """
     Why a window (gymnasium's ``render_mode="human"``, drawn by pygame) cannot be seen, if it cannot.
@@ -273,7 +300,8 @@ USAGE = f"""usage: python -m sb3_reset_ppo.zoo {{{",".join(SCRIPTS)}}} [options]
 
 The RL Zoo's command line with reset_ppo (ResetPPO) and maskable_reset_ppo (MaskableResetPPO, evaluated and
 enjoyed with the env's action masks) registered next to ppo_lstm. Each script takes the zoo's own options;
-see them with, e.g., `python -m sb3_reset_ppo.zoo train --help`. Examples:
+see them with, e.g., `python -m sb3_reset_ppo.zoo train --help`. train and enjoy run with one torch thread
+(the fastest for these small networks) unless you give --num-threads N (-1: torch's default). Examples:
 
   python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CueRecall-v0
   python -m sb3_reset_ppo.zoo enjoy --algo reset_ppo --env CueRecall-v0 -f logs/
@@ -301,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     register()
     from rl_zoo3.cli import main as zoo_main
 
-    arguments = _without_render_if_no_display(_with_default_conf_file(arguments))
+    arguments = with_default_threads(_without_render_if_no_display(_with_default_conf_file(arguments)))
     # The zoo's scripts name themselves after sys.argv[0] in their usage (argparse's default prog), which
     # `python -m` sets to this package's __main__.py
     sys.argv = [f"python -m sb3_reset_ppo.zoo {arguments[0]}", *arguments]

@@ -1,0 +1,149 @@
+"""
+Torch's thread count: ResetPPO says once per model when learn() runs with more threads than is fastest for its size
+(and never changes the count itself); the entry points default to one thread with a flag to change it; the benchmark
+that decided it (benchmarks/bench_threads.py) and its stored results.
+"""
+
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch as th
+from bench_helpers import _load
+from stable_baselines3.common.env_util import make_vec_env
+
+import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecall-v0 and MaskedCueRecall-v0)
+from sb3_reset_ppo import MaskableResetPPO, ResetPPO
+from sb3_reset_ppo.common.utils import ONE_THREAD_MAX_HIDDEN_SIZE, ThreadCountWarning, thread_advice
+from sb3_reset_ppo.zoo import with_default_threads
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    """Torch with two threads for the test (conftest.py sets one for the whole suite), one again after it."""
+    before = th.get_num_threads()
+    th.set_num_threads(2)
+    try:
+        yield
+    finally:
+        th.set_num_threads(before)
+
+
+def _model(cls: type[ResetPPO] = ResetPPO, hidden: int = 8, env_id: str = "CueRecall-v0") -> ResetPPO:
+    env = make_vec_env(env_id, n_envs=2, seed=0)
+    return cls("MlpLstmPolicy", env, n_steps=16, batch_size=16, n_epochs=1, policy_kwargs=dict(lstm_hidden_size=hidden))
+
+
+def _thread_warnings(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    return [warning for warning in caught if issubclass(warning.category, ThreadCountWarning)]
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_learn_says_once_per_model_that_one_thread_is_faster() -> None:
+    model = _model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.learn(32)
+        model.learn(32, reset_num_timesteps=False)
+    (warning,) = _thread_warnings(caught)
+    message = str(warning.message)
+    assert message.startswith("ResetPPO.learn() runs with 2 torch threads on the CPU; for a recurrent policy of hidden ")
+    assert "torch.set_num_threads(1)" in message and "--num-threads 1" in message and "\n" not in message
+    assert Path(warning.filename).resolve() == Path(__file__).resolve()  # the user's line, not the library's
+    # The library leaves torch's thread count alone: it is the user's process's setting
+    assert th.get_num_threads() == 2
+    # Another model says it again, once; so does MaskableResetPPO (its learn() is ResetPPO's)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _model().learn(32)
+        _model(MaskableResetPPO, env_id="MaskedCueRecall-v0").learn(32)
+    assert [str(w.message).split(".", 1)[0] for w in _thread_warnings(caught)] == ["ResetPPO", "MaskableResetPPO"]
+
+
+def test_nothing_is_said_with_one_thread_or_a_network_larger_than_measured(tmp_path: Path) -> None:
+    assert th.get_num_threads() == 1  # conftest.py
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _model().learn(32)
+    assert _thread_warnings(caught) == []
+    assert thread_advice("ResetPPO", 8, ONE_THREAD_MAX_HIDDEN_SIZE + 1, "cpu") is None
+    assert thread_advice("ResetPPO", 8, 64, "cuda") is None and thread_advice("ResetPPO", 1, 64, "cpu") is None
+    assert thread_advice("ResetPPO", 8, ONE_THREAD_MAX_HIDDEN_SIZE, "cpu") is not None
+    # Whether this process was told is not saved with the model
+    model = _model()
+    model._warned_about_threads = True
+    model.save(tmp_path / "model.zip")
+    assert not hasattr(ResetPPO.load(tmp_path / "model.zip"), "_warned_about_threads")
+
+
+def test_the_zoo_trains_and_enjoys_with_one_thread_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    train = ["train", "--algo", "reset_ppo", "--env", "CueRecall-v0"]
+    assert with_default_threads(train) == [*train, "--num-threads", "1"]
+    assert with_default_threads(["enjoy", "--algo", "reset_ppo"])[-2:] == ["--num-threads", "1"]
+    # The zoo's own flag (any prefix argparse accepts, with or without "="), -1 for torch's default, is kept
+    for given in (["--num-threads", "4"], ["--num-threads=-1"], ["--nu", "2"], ["--num-t=3"]):
+        assert with_default_threads([*train, *given]) == [*train, *given]
+    for other in (["plot_train", "-a", "reset_ppo"], ["train", "--help"], []):
+        assert with_default_threads(other) == other
+    # main() passes it to the zoo's command line
+    import rl_zoo3.cli
+
+    import sb3_reset_ppo.zoo
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(rl_zoo3.cli, "main", lambda: seen.append(list(__import__("sys").argv)))
+    sb3_reset_ppo.zoo.main(train)
+    assert seen[0][-2:] == ["--num-threads", "1"]
+
+
+def _table_row(text: str, setting: str, algo: str, condition: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"| {setting} | {algo} | {condition} |"))
+
+
+def test_bench_threads_measures_each_thread_count_in_a_fresh_process(tmp_path: Path) -> None:
+    bench = _load("bench_threads")
+    # One thread only: on the shared cores of a test run, more would take minutes (which is the benchmark's point)
+    argv = ["--settings", "mlp_gru64", "--threads", "1", "--conditions", "idle", "busy", "--repeats", "1"]
+    results = bench.main([*argv, "--learn-steps", "64", "--timeout", "300", "--out", str(tmp_path / "out")])
+    (result,) = results  # RecurrentPPO has no GRU: ResetPPO only
+    assert result["algo"] == "reset_ppo" and result["learn_steps"] == 64
+    for condition in ("idle", "busy"):
+        one = result["figures"][condition]["1"]
+        assert one["torch_threads"] == [1] and one["wall"] > 0 and one["cpu"] > 0 and one["timed_out"] == 0
+        assert 0 <= one["load"][0] <= one["load"][1]
+    text = (tmp_path / "out.txt").read_text()
+    assert text.startswith("command: python benchmarks/bench_threads.py --settings mlp_gru64 --threads 1 --conditions")
+    assert "| mlp_gru64 | ResetPPO | busy |" in text
+    assert json.loads((tmp_path / "out.json").read_text())["results"] == json.loads(json.dumps(results))
+
+
+def test_a_measurement_with_torchs_default_sets_no_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The child gets no OMP_NUM_THREADS / MKL_NUM_THREADS, and "default" makes no set_num_threads call
+    bench = _load("bench_threads")
+    seen: dict[str, Any] = {}
+
+    def fake_run(command: list[str], **kwargs: Any) -> Any:
+        seen.update(command=command, env=kwargs["env"])
+        return type("Done", (), {"returncode": 0, "stdout": '{"learn_wall": 1.0, "learn_cpu": 1.0, "torch_threads": 2}\n'})
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    run = bench.measure("mlp_lstm64", "reset_ppo", "default", 64, bench.parse_args([]))
+    assert run["torch_threads"] == 2 and run["timed_out"] is False and "OMP_NUM_THREADS" not in seen["env"]
+    assert seen["command"][-5:] == ["mlp_lstm64", "reset_ppo", "default", "64", "0"]
+
+
+def test_bench_threads_marks_a_median_of_stopped_runs_as_a_lower_bound() -> None:
+    bench = _load("bench_threads")
+
+    def run(wall: float, stopped: bool = False) -> dict[str, Any]:
+        return {"learn_wall": wall, "learn_cpu": None if stopped else wall, "timed_out": stopped, "load": 1.0,
+                "torch_threads": None if stopped else 2}  # fmt: skip
+
+    assert bench.summarise([run(1.0), run(2.0), run(30.0, True)])["wall_censored"] is False
+    summary = bench.summarise([run(1.0), run(30.0, True), run(30.0, True)])
+    assert summary["wall_censored"] is True and summary["wall"] == 30.0 and summary["timed_out"] == 2
+    assert summary["cpu"] == 1.0 and summary["torch_threads"] == [2]
