@@ -70,7 +70,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     import sb3_reset_ppo.envs  # noqa: F401
     from sb3_reset_ppo import ResetPPO
 
-    th.set_num_threads(1)
+    th.set_num_threads(job.get("threads", 1))
     setting = SETTINGS[job["env"]]
 
     class Curve(BaseCallback):
@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--envs", nargs="+", default=["CueRecall-v0", "CartPoleNoVel-v1"], choices=list(SETTINGS))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/consecutive.jsonl"))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1: bench_threads.py)")
     args = parser.parse_args()
     print("command: python " + " ".join(sys.argv))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -122,7 +123,7 @@ def main() -> None:
     key = lambda r: (r["env"], r["consecutive_windows"], r["seed"])  # noqa: E731
     finished = {key(r) for r in done}
     jobs = [
-        {"env": env, "consecutive_windows": cw, "seed": seed}
+        {"env": env, "consecutive_windows": cw, "seed": seed, "threads": args.threads}
         for seed in range(args.seeds)
         for env in args.envs
         for cw in (1, 16)

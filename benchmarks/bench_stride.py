@@ -75,7 +75,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     import sb3_reset_ppo.envs  # noqa: F401  (registers the memory tasks)
     from sb3_reset_ppo import ResetPPO
 
-    th.set_num_threads(1)
+    th.set_num_threads(job.get("threads", 1))
     settings = zoo_settings(job["env"])
     kwargs: dict[str, Any] = dict(settings["kwargs"])
 
@@ -220,13 +220,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "stride.jsonl")
     parser.add_argument("--summary-only", action="store_true", help="print the table of the finished runs")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every env's step budget (smoke tests)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1: bench_threads.py)")
     args = parser.parse_args()
     print("command: python " + " ".join(sys.argv), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
     # Two rounds: the equal-time runs need the times of the first
     for _ in range(2 if not args.summary_only else 0):
-        jobs = _jobs(args.envs, args.variants, args.seeds, done, args.scale)
+        jobs = [{**job, "threads": args.threads} for job in _jobs(args.envs, args.variants, args.seeds, done, args.scale)]
         with mp.get_context("spawn").Pool(args.workers, maxtasksperchild=1) as pool:
             for result in pool.imap_unordered(run, jobs):
                 with args.out.open("a") as out:

@@ -5,6 +5,9 @@ that decided it (benchmarks/bench_threads.py) and its stored results.
 """
 
 import json
+import re
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch as th
-from bench_helpers import _load
+from bench_helpers import ROOT, _load
 from stable_baselines3.common.env_util import make_vec_env
 
 import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecall-v0 and MaskedCueRecall-v0)
@@ -94,7 +97,7 @@ def test_the_zoo_trains_and_enjoys_with_one_thread_unless_told(monkeypatch: pyte
     import sb3_reset_ppo.zoo
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(rl_zoo3.cli, "main", lambda: seen.append(list(__import__("sys").argv)))
+    monkeypatch.setattr(rl_zoo3.cli, "main", lambda: seen.append(list(sys.argv)))
     sb3_reset_ppo.zoo.main(train)
     assert seen[0][-2:] == ["--num-threads", "1"]
 
@@ -147,3 +150,15 @@ def test_bench_threads_marks_a_median_of_stopped_runs_as_a_lower_bound() -> None
     summary = bench.summarise([run(1.0), run(30.0, True), run(30.0, True)])
     assert summary["wall_censored"] is True and summary["wall"] == 30.0 and summary["timed_out"] == 2
     assert summary["cpu"] == 1.0 and summary["torch_threads"] == [2]
+
+
+@pytest.mark.parametrize("script", ["bench_train", "bench_memory", "bench_maskable", "bench_consecutive", "bench_stride"])
+def test_every_benchmark_that_trains_takes_a_thread_count(script: str) -> None:
+    # One thread by default (what bench_threads.py measured to be fastest), --threads to change it
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--threads THREADS" in result.stdout
+    source = (ROOT / "benchmarks" / f"{script}.py").read_text()
+    assert re.search(r'add_argument\("--threads", type=int, default=1\b', source)
