@@ -507,7 +507,7 @@ def test_unsupported_spaces_say_what_is_supported() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"layout": "unity"}, r"layout must be one of \('plain', 'mlagents'\), got 'unity'"),
+        ({"layout": "unity"}, r"layout must be one of \('plain', 'mlagents', 'godot'\), got 'unity'"),
         ({"opset": 9}, r"opset must be an integer from 14 to 20, got 9"),
         ({"dtype": "bfloat16"}, r"dtype must be one of \('float32', 'float16'\), got 'bfloat16'"),
         ({"exporter": "tf"}, r"exporter must be one of \('torchscript', 'dynamo'\), got 'tf'"),

@@ -100,8 +100,9 @@ def play_raw_beside_predict(model: ResetPPO, path: Path, env: VecNormalize, layo
     [
         ("MlpLstmPolicy", "offset", spaces.Discrete(3), "plain", False),
         ("MultiInputGruPolicy", "dict", spaces.Box(-1.0, 1.0, (2,)), "mlagents", True),
+        ("MlpGruPolicy", "offset", spaces.MultiDiscrete([2, 3]), "godot", True),
     ],
-    ids=["Lstm-box-plain-object", "Gru-dict-norm_obs_keys-mlagents-pickle"],
+    ids=["Lstm-box-plain-object", "Gru-dict-norm_obs_keys-mlagents-pickle", "Gru-box-godot-pickle"],
 )
 def test_raw_observations_give_predicts_actions_on_normalised_ones(
     policy: str, obs_kind: str, action_space: spaces.Space, layout: str, from_file: bool, tmp_path: Path

@@ -1,6 +1,6 @@
 """
 The command line of :func:`~sb3_reset_ppo.export.export_onnx`:
-``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx [--layout plain|mlagents] [--opset N] [--algo ...]``.
+``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx [--layout plain|mlagents|godot] [--opset N] [--algo ...]``.
 
 A file it cannot export (missing, not a zip, not a model, a model without memory) is one line on stderr naming
 what is supported, and exit status 2, as argparse reports a wrong argument.
@@ -145,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--layout",
         choices=LAYOUTS,
         default="plain",
-        help="the tensor names: plain (obs, h, c, episode_start -> action, h_out, c_out; the default) or mlagents "
-        "(Unity ML-Agents' names and constants)",
+        help="the tensor names: plain (obs, h, c, episode_start -> action, h_out, c_out; the default), mlagents "
+        "(Unity ML-Agents' names and constants) or godot (Godot RL Agents': obs keys, state_ins -> output, state_outs)",
     )
     parser.add_argument(
         "--opset",

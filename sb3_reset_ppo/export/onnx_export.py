@@ -19,6 +19,8 @@ Two layouts name the tensors (see docs/guide/deploy.md):
   ``recurrent_out``. The memory is ``[h | c]`` on the last axis (layers one after the other in each part). Images
   arrive in Unity's [0, 1] scale, channel-first; a GRU is written as elementary operators (``cell_ops``), as no
   version of Unity's Sentis or Inference Engine implements ONNX's ``GRU``.
+- ``"godot"``: Godot RL Agents' contract (:mod:`sb3_reset_ppo.export.godot`): one flat float input per observation
+  key, ``state_ins`` ``(batch, memory_size)`` (``[h | c]``); outputs ``output`` and ``state_outs``.
 
 With ``vec_normalize`` (:mod:`sb3_reset_ppo.export.normalize`) the graph takes raw observations and normalises them
 as SB3's ``VecNormalize`` does, before the preprocessing.
@@ -71,11 +73,11 @@ __all__ = [
     "read_metadata",
 ]
 
-Layout = Literal["plain", "mlagents"]
+Layout = Literal["plain", "mlagents", "godot"]
 ExportDtype = Literal["float32", "float16"]
 Exporter = Literal["torchscript", "dynamo"]
 
-LAYOUTS: tuple[Layout, ...] = ("plain", "mlagents")
+LAYOUTS: tuple[Layout, ...] = ("plain", "mlagents", "godot")
 DTYPES: dict[str, th.dtype] = {"float32": th.float32, "float16": th.float16}
 EXPORTERS: tuple[Exporter, ...] = ("torchscript", "dynamo")
 # The opsets exported and tested (15 and 17 by the tests; Unity's Sentis reads opsets up to 15)
@@ -214,7 +216,8 @@ def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
         branches = tuple(int(n) for n in np.asarray(action_space.nvec).ravel())
     elif isinstance(action_space, spaces.MultiBinary):
         branches = (2,) * int(np.prod(action_space.shape))
-    with_masks = bool(branches) and (maskable or layout == "mlagents")
+    # Godot RL Agents' plugin feeds no masks: a maskable policy's unmasked logits
+    with_masks = bool(branches) and ((maskable and layout != "godot") or layout == "mlagents")
     return ExportSpec(
         cell=cell,
         n_layers=rnn.num_layers,
@@ -295,6 +298,27 @@ class _ElementaryRecurrent(nn.Module):
         return output, th.stack(hiddens)
 
 
+def _split_memory(flat: th.Tensor, spec: ExportSpec) -> list[th.Tensor]:
+    """
+    A flat memory ``[h_0 ... h_{L-1} | c_0 ... c_{L-1}]``, ``(batch, memory_size)``, as the recurrent layer's tensors,
+    each ``(n_layers, batch, hidden)``: each layer's slice, stacked. Not a reshape and a transpose: torch's dynamo
+    exporter needs the memory contiguous, and the copy that makes it so is an ``Identity`` node, which its
+    conversion below opset 16 cannot convert.
+    """
+    width, hidden = spec.n_layers * spec.hidden_size, spec.hidden_size
+    parts = [flat[:, index * width : (index + 1) * width] for index in range(spec.n_memory)]  # (batch, L * H) each
+    return [th.stack([part[:, layer * hidden : (layer + 1) * hidden] for layer in range(spec.n_layers)]) for part in parts]
+
+
+def _join_memory(memory: list[th.Tensor]) -> th.Tensor:
+    """
+    :func:`_split_memory`'s inverse: each ``(n_layers, batch, hidden)`` -> ``(batch, memory_size)``, the layers side by
+    side (not a transpose and a reshape, whose copy is an ``Identity`` node: see :func:`_split_memory`).
+    """
+    layers = [layer for tensor in memory for layer in tensor.unbind(0)]  # (batch, hidden) each
+    return th.cat(layers, dim=1) if len(layers) > 1 else layers[0]
+
+
 class _ActorStep(nn.Module):
     """
     One step of the actor of ``policy``, inputs and outputs in the order of :func:`_io_names`.
@@ -373,16 +397,7 @@ class _ActorStep(nn.Module):
         """The memory entering the step, each ``(n_layers, batch, hidden)``, zeroed at episode starts."""
         spec = self.spec
         if self.layout == "mlagents":
-            flat = memory[0][:, 0]  # (batch, 1, memory_size) -> (batch, memory_size)
-            width = spec.n_layers * spec.hidden_size
-            # (batch, L * H) -> (batch, L, H) -> (L, batch, H), for h then c
-            memory = [
-                flat[:, index * width : (index + 1) * width]
-                .reshape(-1, spec.n_layers, spec.hidden_size)
-                .transpose(0, 1)
-                .contiguous()
-                for index in range(spec.n_memory)
-            ]
+            memory = _split_memory(memory[0][:, 0], spec)  # (batch, 1, memory_size) -> (batch, memory_size) -> parts
         if episode_start is not None:
             # sb3-contrib's rule: the memory entering the step times (1 - episode_start); (batch,) -> (1, batch, 1)
             keep = (1.0 - episode_start).reshape(1, -1, 1)
@@ -392,10 +407,7 @@ class _ActorStep(nn.Module):
     def _memory_out(self, memory: list[th.Tensor]) -> list[th.Tensor]:
         if self.layout != "mlagents":
             return memory
-        spec = self.spec
-        # (L, batch, H) -> (batch, L, H) -> (batch, L * H); [h | c] -> (batch, 1, memory_size)
-        parts = [tensor.transpose(0, 1).reshape(-1, spec.n_layers * spec.hidden_size) for tensor in memory]
-        return [th.cat(parts, dim=1).unsqueeze(1)]
+        return [_join_memory(memory).unsqueeze(1)]  # [h | c] (batch, memory_size) -> (batch, 1, memory_size)
 
     def _discrete(self, logits: th.Tensor, masks: th.Tensor | None) -> tuple[th.Tensor, th.Tensor]:
         """The deterministic action (argmax per sub-action, ``(batch, n_branches)``) and the masked logits."""
@@ -653,7 +665,7 @@ def export_onnx(
         )
     elementary = cell_ops == "elementary" or (cell_ops == "auto" and layout == "mlagents" and spec.cell == "GRU")
     if distribution and layout != "plain":
-        raise ValueError(f"distribution=True needs layout='plain' (ML-Agents' contract has no such outputs), got {layout!r}")
+        raise ValueError(f"distribution=True needs layout='plain' (the engines' layouts have no such outputs), got {layout!r}")
     normalizer = None
     if vec_normalize is None:
         warn_if_unnormalized(model)
@@ -664,10 +676,17 @@ def export_onnx(
     policy.set_training_mode(False)
     if elementary:
         policy.add_module("lstm_actor", _ElementaryRecurrent(policy.lstm_actor))
-    step = _ActorStep(policy, spec, checked_layout, torch_dtype, channels_last, distribution, normalizer).eval()
-    input_names, output_names = _io_names(spec, checked_layout, distribution)
+    # The Godot layout wraps the plain one (sb3_reset_ppo.export.godot), with the logits of a discrete action
+    inner: Layout = "plain" if checked_layout == "godot" else checked_layout
+    parameters = distribution or (checked_layout == "godot" and bool(spec.branches))
+    step: nn.Module = _ActorStep(policy, spec, inner, torch_dtype, channels_last, parameters, normalizer).eval()
+    input_names, output_names = _io_names(spec, inner, parameters)
     batch = 2
-    example, shapes = _example_inputs(policy, spec, checked_layout, torch_dtype, channels_last, batch)
+    example, shapes = _example_inputs(policy, spec, inner, torch_dtype, channels_last, batch)
+    if checked_layout == "godot":
+        from sb3_reset_ppo.export.godot import godot_graph
+
+        step, input_names, output_names, example, shapes = godot_graph(cast(_ActorStep, step), example, shapes)
     dynamic_axes: dict[str, dict[int, str]] = {
         name: {axis: "batch" for axis, size in enumerate(shape) if size == "batch"}
         for name, shape in zip(input_names, shapes, strict=True)
@@ -675,6 +694,7 @@ def export_onnx(
     batch_outputs = {"action": 0, "h_out": 1, "c_out": 1, "logits": 0, "mean": 0, "log_std": 0, "recurrent_out": 0}
     batch_outputs.update({f"{kind}_actions": 0 for kind in ("discrete", "continuous", "deterministic_discrete")})
     batch_outputs["deterministic_continuous_actions"] = 0
+    batch_outputs.update(output=0, state_outs=0)
     dynamic_axes.update({name: {batch_outputs[name]: "batch"} for name in output_names if name in batch_outputs})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -710,6 +730,10 @@ def export_onnx(
     metadata["cell_ops"] = "elementary" if elementary else "fused"
     source = "" if vec_normalize is None else "object" if isinstance(vec_normalize, VecNormalize) else str(vec_normalize)
     metadata.update(normalization_metadata(normalizer, source))
+    if checked_layout == "godot":
+        from sb3_reset_ppo.export.godot import godot_metadata
+
+        metadata.update(godot_metadata(metadata, spec))
     for key, value in metadata.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
