@@ -115,14 +115,16 @@ def side_by_side(
     masks_seed: int | None = None,
     n_steps: int = N_STEPS,
     atol: float = 1e-5,
+    runtime: Callable[[Path], Any] = session,
 ) -> int:
     """
     Play ``env`` with ``predict(deterministic=True)``, running the plain-layout file beside it on its own memory
     (never copied from ``predict``); assert the same actions and the same memory at every step.
 
+    :param runtime: What runs the file: onnxruntime (:func:`session`) or another runtime with its ``run(names, feed)``
     :return: The number of episode starts after the first step (the rollout must cross episodes)
     """
-    sess = session(path)
+    sess = runtime(path)
     spec = export_spec(model)
     obs: Any = env.reset()
     n_envs = env.num_envs
