@@ -60,7 +60,7 @@ test: lint type pyversions
 # The whole settings matrix (tests/matrix.py): every triple of option values in some combination (the default suite
 # runs every pair); its last result is summarised in docs/guide/reliability.md
 test-matrix: install
-	SB3_RESET_PPO_MATRIX=full $(BIN)/python -m pytest -n 2 -rs tests/test_settings_matrix.py
+	SB3_RESET_PPO_MATRIX=full $(BIN)/python -m pytest -n 2 -rs tests/test_settings_matrix.py tests/test_export_matrix.py
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow tests
