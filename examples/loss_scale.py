@@ -46,9 +46,11 @@ def logged_losses(episode_length: int, boundary: str, weighting: str, seed: int)
         learning_rate=0.0,
         n_steps=128,
         n_epochs=1,
+        # The masking baseline's epochs (the seed's trainer): every window of 16 steps inside the rollout, so that the
+        # kept fraction of slots, and with it the artefact, shows at every episode length
         window_size=16,
         window_stride=1,
-        window_coverage="inside",  # the masking baseline's epochs (the seed's trainer)
+        window_coverage="inside",
         boundary=boundary,
         weighting=weighting,
         seed=seed,
@@ -66,7 +68,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the envs and the initial policy")
     parser.add_argument("--output", type=Path, default=Path("loss_scale.png"), help="figure to write")
     args = parser.parse_args()
-    th.set_num_threads(1)
+    th.set_num_threads(1)  # one thread: the fastest for small recurrent networks (benchmarks/bench_threads.py)
     if min(args.lengths) < 2:
         raise ValueError(f"episode lengths must be at least 2, got {args.lengths}")
 

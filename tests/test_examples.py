@@ -17,9 +17,15 @@ def _run(script: str, *args: str) -> str:
 
 
 def test_demo(tmp_path: Path) -> None:
+    from sb3_reset_ppo.common.windows import DEFAULT_WINDOW_SIZE
+
     out = _run("demo.py", "--total-timesteps", "1024", "--eval-episodes", "20", "--output-dir", str(tmp_path))
     assert "ResetPPO" in out and "random policy" in out
     assert (tmp_path / "learning_curve.png").stat().st_size > 0
+    # It trains with the package's default window, and says so as the README does (n_steps=64, batch_size=32)
+    assert f"(window_size={DEFAULT_WINDOW_SIZE!r}: windows of 32 steps)" in out
+    readme = " ".join((ROOT / "README.md").read_text().replace("`", "").split())
+    assert f'window_size (default "{DEFAULT_WINDOW_SIZE}", min(batch_size, n_steps))' in readme
 
 
 def test_weight_profile(tmp_path: Path) -> None:
