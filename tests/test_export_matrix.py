@@ -2,7 +2,8 @@
 The export matrix (issue 48): every combination of a covering array of the model's and ``export_onnx``'s settings
 (``tests/export_matrix.py``: every pair of values in ``make test``, every triple in ``make test-matrix``) is exported
 and played through onnxruntime beside ``model.predict(..., deterministic=True)`` over multi-episode rollouts of 2
-envs, each layout fed as its engine feeds it (raw observations where the graph holds the ``VecNormalize``):
+envs, each layout fed as its engine feeds it (raw observations where the graph holds the ``VecNormalize``); every
+``mlagents`` file first passes Unity's loader checks (``tests/unity_loader.py``):
 
 - float32: the file runs on its own memory, never copied from ``predict``; every step the same actions (continuous
   within 1e-5) and the same memory (within 1e-5);
@@ -22,8 +23,10 @@ import pytest
 from export_matrix import EXPORT_OPTIONS, OPTIONS, Combination, allowed, build, combinations, feed, parse, vec_env
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from test_export import random_masks, session
+from unity_loader import behavior_parameters, unity_failures
 
 from sb3_reset_ppo.export import export_onnx, export_spec, read_metadata
+from sb3_reset_ppo.export.onnx_export import MLAGENTS_OPSET
 
 # torch's own notes while its dynamo exporter traces nn.LSTM/nn.GRU (deprecations inside torch, its flat weights)
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore:The tensor attributes:UserWarning")
@@ -73,6 +76,17 @@ def check_combination(combination: Combination, tmp_path: Path) -> None:
     vec_normalize = model.get_vec_normalize_env() if combination["vec_normalize"] else None
     path = export_onnx(model, tmp_path / "model.onnx", vec_normalize=vec_normalize, **combination.export_kwargs())
     assert json.loads(read_metadata(path)["vec_normalize"])["in_graph"] == combination["vec_normalize"]
+    if layout == "mlagents":
+        # Every ML-Agents file passes Unity's loader checks (tests/unity_loader.py, each naming its C# check), but where
+        # the combination asks for what Unity cannot load (export_onnx warns then): an opset above 15, ONNX's GRU
+        failures = unity_failures(path, behavior_parameters(model.observation_space, model.action_space))
+        refused = {
+            "opset": combination["opset"] > MLAGENTS_OPSET,
+            "GRU not supported": combination["cell"] == "Gru" and combination["cell_ops"] == "fused",
+        }
+        for what, expected in refused.items():
+            assert any(what in failure for failure in failures) == expected, (what, failures)
+        assert len(failures) == sum(refused.values()), failures
     spec = export_spec(model, layout)
     sess = session(path)
     names = [output.name for output in sess.get_outputs()]

@@ -183,9 +183,19 @@ def test_elementary_cells_match_predict(cell: str, tmp_path: Path) -> None:
 def test_fused_gru_is_what_unity_refuses(tmp_path: Path) -> None:
     """The check sees ONNX's GRU, which Sentis does not import: the reason the default writes it elementary."""
     model = make_model("Gru", 1, "Mlp", "box", spaces.Discrete(3), False)
-    path = export_onnx(model, tmp_path / "fused.onnx", layout="mlagents", cell_ops="fused")
+    # export_onnx says so when asked for it
+    with pytest.warns(UserWarning, match="no Sentis or Inference Engine version implements"):
+        path = export_onnx(model, tmp_path / "fused.onnx", layout="mlagents", cell_ops="fused")
     parameters = behavior_parameters(model.observation_space, model.action_space)
     assert check_static(path, parameters) == ["ONNXModelConverter.OnNode: GRU not supported by Sentis"]
+
+
+def test_an_opset_unity_refuses_is_warned_about(tmp_path: Path) -> None:
+    model = make_model("Lstm", 1, "Mlp", "box", spaces.Discrete(3), False)
+    with pytest.warns(UserWarning, match=r"opset=17: Unity's Sentis imports opsets 7 to 15"):
+        path = export_onnx(model, tmp_path / "opset17.onnx", layout="mlagents", opset=17)
+    parameters = behavior_parameters(model.observation_space, model.action_space)
+    assert check_static(path, parameters) == ["Sentis 'Import a model file': opset 17 is outside 7 to 15"]
 
 
 def mutate(path: Path, out: Path, change: str) -> Path:

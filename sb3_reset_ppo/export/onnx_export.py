@@ -54,6 +54,7 @@ from stable_baselines3.common.preprocessing import is_image_space, preprocess_ob
 from stable_baselines3.common.vec_env import VecNormalize
 from torch import nn
 
+from sb3_reset_ppo.common.utils import warn_user
 from sb3_reset_ppo.export.normalize import (
     ObservationNormalizer,
     load_vec_normalize,
@@ -664,6 +665,16 @@ def export_onnx(
             "(batch, C, H, W), as the layout takes them; export with channels_last=False"
         )
     elementary = cell_ops == "elementary" or (cell_ops == "auto" and layout == "mlagents" and spec.cell == "GRU")
+    if layout == "mlagents" and opset > MLAGENTS_OPSET:
+        warn_user(
+            f"layout='mlagents' with opset={opset}: Unity's Sentis imports opsets 7 to {MLAGENTS_OPSET} and will refuse "
+            f"the file; leave opset at its default ({MLAGENTS_OPSET}) for Unity"
+        )
+    if layout == "mlagents" and spec.cell == "GRU" and not elementary:
+        warn_user(
+            "layout='mlagents' with cell_ops='fused' writes ONNX's GRU operator, which no Sentis or Inference Engine "
+            "version implements: Unity cannot load the file; use cell_ops='auto' (elementary operators for a GRU)"
+        )
     if distribution and layout != "plain":
         raise ValueError(f"distribution=True needs layout='plain' (the engines' layouts have no such outputs), got {layout!r}")
     normalizer = None
