@@ -159,3 +159,10 @@ def test_the_export_matrix_covers_every_allowed_pair() -> None:
             if allowed({a: value_a, b: value_b}):
                 assert (a, b, repr(value_a), repr(value_b)) in covered, (a, value_a, b, value_b)
     assert all(allowed(dict(zip(names, c.values, strict=True))) for c in COMBINATIONS)
+
+
+def test_the_docs_state_the_export_matrix_as_it_is() -> None:
+    # docs/guide/reliability.md states the number of combinations of each strength
+    root = Path(__file__).resolve().parent.parent
+    text = " ".join((root / "docs" / "guide" / "reliability.md").read_text().split())
+    assert f"{len(combinations(2))} combinations in `make test`, {len(combinations(3))} in `make test-matrix`" in text
