@@ -16,7 +16,7 @@ DOCS = ROOT / "docs"
 DOCS_REQUIREMENTS = ("sphinx", "myst_parser", "furo")
 # Blocks that tests/test_readme.py runs with their output checked: (file, heading above the block)
 RUN_BY_TEST_README = {
-    ("README.md", "## Usage: a drop-in for RecurrentPPO"),
+    ("README.md", "## Quick start"),
     ("docs/guide/usage.md", "## GRU policies"),
 }
 # Small budgets for the snippets: what each substitution replaces must be in the block that needs it
@@ -131,3 +131,40 @@ def test_docs_build_without_warnings(tmp_path: Path) -> None:
     # The changelog is included, not copied: its first heading is the page's
     first_heading = next(line[2:] for line in (ROOT / "CHANGELOG.md").read_text().splitlines() if line.startswith("# "))
     assert first_heading in (html / "changelog.html").read_text()
+
+
+def test_the_install_page_lists_every_extra() -> None:
+    # The extras table of docs/guide/install.md against setup.cfg's extras_require, both ways
+    import configparser
+
+    setup = configparser.ConfigParser(interpolation=None)
+    setup.read(ROOT / "setup.cfg", encoding="utf-8")
+    extras = set(setup["options.extras_require"])
+    table = re.findall(r"^\| `([\w-]+)` \| ", (DOCS / "guide" / "install.md").read_text(), re.MULTILINE)
+    assert len(table) == len(set(table)) and set(table) == extras, sorted(set(table) ^ extras)
+
+
+def test_no_page_or_message_installs_the_package_from_pypi() -> None:
+    # The package is not on PyPI: installs are from a clone (pip install -e ".[extra]"), never by its name
+    by_name = re.compile(r"pip install\s+(?:-\S+\s+)*[\"']?" + re.escape("sb3-reset-ppo") + r"\b")
+    files = [
+        *markdown_files(),
+        *(path for folder in ("sb3_reset_ppo", "tests", "examples", "benchmarks") for path in (ROOT / folder).rglob("*.py")),
+    ]
+    offenders = [str(path.relative_to(ROOT)) for path in files if by_name.search(path.read_text())]
+    assert offenders == []
+    for page in (ROOT / "README.md", DOCS / "guide" / "install.md"):
+        assert "The package is not on PyPI" in page.read_text(), page.name
+
+
+def test_the_examples_page_lists_every_example_and_every_env() -> None:
+    import gymnasium as gym
+
+    import sb3_reset_ppo.envs  # noqa: F401  (registers the package's envs)
+
+    page = (DOCS / "guide" / "examples.md").read_text()
+    scripts = sorted(path.name for path in (ROOT / "examples").glob("*.py"))
+    assert "onnx_play.py" in scripts and [name for name in scripts if f"`examples/{name}`" not in page] == []
+    envs = sorted(env_id for env_id, spec in gym.registry.items() if str(spec.entry_point).startswith("sb3_reset_ppo."))
+    assert "MaskedCueRecall-v0" in envs and len(envs) >= 12
+    assert [env_id for env_id in envs if f"`{env_id}`" not in page] == []

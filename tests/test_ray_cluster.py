@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ray = pytest.importorskip("ray", reason="Ray is not installed (the cluster extra: pip install 'sb3-reset-ppo[cluster]')")
+ray = pytest.importorskip("ray", reason="Ray is not installed (the cluster extra: in the clone, pip install -e '.[cluster]')")
 
 
 def _free_port() -> int:

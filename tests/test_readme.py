@@ -18,7 +18,9 @@ README = (ROOT / "README.md").read_text()
 # Where the README's former sections live now
 USAGE_PAGE = ROOT / "docs" / "guide" / "usage.md"
 ZOO_PAGE = ROOT / "docs" / "guide" / "rl_zoo.md"
-README_MAX_LINES = 250
+# The README's first part (what it is, install, quick start, results, features): under 150 lines before the links
+README_MAX_LINES_BEFORE_LINKS = 150
+QUICK_START = "## Quick start"
 
 
 def _code_block(heading: str, language: str, page: Path = ROOT / "README.md") -> str:
@@ -46,7 +48,11 @@ def _interval(estimate: list[float]) -> str:
 
 
 def test_readme_is_short_and_its_links_resolve() -> None:
-    assert len(README.splitlines()) <= README_MAX_LINES
+    lines = README.splitlines()
+    assert lines.index("## Documentation") <= README_MAX_LINES_BEFORE_LINKS
+    # SB3's order: what it is, install, the code, results, features, then the documentation
+    headings = [line for line in lines if line.startswith("## ")]
+    assert headings[:4] == ["## Install", QUICK_START, "## Results", "## Features"], headings
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README):
         if not target.startswith(("http://", "https://")):
             assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
@@ -54,9 +60,13 @@ def test_readme_is_short_and_its_links_resolve() -> None:
         assert f"docs/{page}.md" in README, page
 
 
+def _coverage() -> dict:
+    return json.loads((ROOT / "benchmarks" / "results" / "coverage_summary.json").read_text())
+
+
 def test_readme_numbers_are_the_reports() -> None:
-    # The decision a user makes, each number from the stored results the reports are made of
-    readme = _flat(README)
+    # The results table and the masking paragraph, each number from the stored results the reports are made of
+    readme = _flat(README).replace("`", "")
     results = ROOT / "benchmarks" / "results"
     # Speed of the defaults: bench_train's stored run, its "reset" variant (today's defaults)
     stored = json.loads((results / "bench_train.json").read_text())
@@ -65,40 +75,50 @@ def test_readme_numbers_are_the_reports() -> None:
     assert len(ratios) == 8
     # Measured with today's defaults: windows of min(batch_size, n_steps) = 128 steps there, one per stride
     assert all(row["reset"]["window_stride"] == 128 for row in stored["results"])
-    assert f"{min(ratios):.2f} to {max(ratios):.2f} of RecurrentPPO's time with ResetPPO's defaults" in readme.replace("`", "")
-    # Learning per env step: the coverage study's aggregate for the chosen arm, and for the old defaults
-    coverage = json.loads((results / "coverage_summary.json").read_text())
+    assert f"| {min(ratios):.2f} to {max(ratios):.2f} of RecurrentPPO's time |" in readme
+    # Learning per env step: the coverage study's aggregate for the chosen arm
+    coverage = _coverage()
     assert coverage["decision"]["default"] == "cv_batch"
     grid = coverage["grid"]["endpoints"]
     over, final = grid["over_training"]["vs_cv_rppo"]["cv_batch"], grid["final"]["vs_cv_rppo"]["cv_batch"]
-    assert f"{over[0]:.2f} over training ({over[1]:.2f} to {over[2]:.2f}) and {final[0]:.2f} at the end" in readme
-    assert f"({final[1]:.2f} to {final[2]:.2f})" in readme
-    old = grid["over_training"]["vs_cv_rppo"]["cv_inside16"]
-    assert f"({old[0]:.2f}, {old[1]:.2f} to {old[2]:.2f})" in readme
-    versus_old = grid["over_training"]["vs_cv_inside16"]["cv_batch"]
-    assert f"P = {versus_old[0]:.2f}, {versus_old[1]:.2f} to {versus_old[2]:.2f}" in readme
+    assert (
+        f"P(ResetPPO > RecurrentPPO) = {_interval(final)} at the end and {_interval(over)} over training: no "
+        "significant difference" in readme
+    )
+    assert final[1] <= 0.5 <= final[2] and over[1] <= 0.5 <= over[2]
+    # Equal wall-clock time, when ResetPPO's runs finish
+    at_arm = coverage["grid"]["at_arm_finish_vs_cv_rppo"]["cv_batch"]
+    assert f"P(ResetPPO > RecurrentPPO) = {_interval(at_arm)}: ResetPPO is ahead" in readme and at_arm[1] > 0.5
+    # Tuned for tuned (the evidence study)
+    tuned = json.loads((results / "evidence_tuned_summary.json").read_text())["aggregate"]
+    rppo = tuned["final"]["probability_of_improvement"]["tuned_ev_rppo"]
+    assert f"P(RecurrentPPO > ResetPPO) = {_interval(rppo)}: tuned RecurrentPPO ends higher" in readme and rppo[1] > 0.5
     # The port case with the new defaults
-    port = coverage["port"]["arms"]["cv_batch"]
-    assert f"at {port['learn_ratio']:.2f} of its learn() time" in readme.replace("`", "")
+    assert f"in {coverage['port']['arms']['cv_batch']['learn_ratio']:.2f} of its learn() time" in readme
     # Masking against reset-and-continue (the evidence study)
     primary = json.loads((results / "evidence_primary_summary.json").read_text())["aggregate"]
-    mask = primary["final"]["probability_of_improvement"]["ev_mask"], primary["auc"]["probability_of_improvement"]["ev_mask"]
-    assert f"{_interval(mask[0])} at the end and {_interval(mask[1])} over training" in readme
-    tuned = json.loads((results / "evidence_tuned_summary.json").read_text())["aggregate"]
-    assert _interval(tuned["final"]["probability_of_improvement"]["tuned_ev_rppo"]) in readme
-    # Equal wall-clock time (side-by-side pairs): P(defaults > RecurrentPPO) at ResetPPO's and at RecurrentPPO's
-    # finishing time, and the range of the per-env wall-clock ratios of whole runs
-    flat = readme.replace("`", "")
-    at_arm = coverage["grid"]["at_arm_finish_vs_cv_rppo"]["cv_batch"]
-    at_rppo = coverage["grid"]["at_rppo_finish_vs_cv_rppo"]["cv_batch"]
-    assert f"at that moment, P = {at_arm[0]:.2f} ({at_arm[1]:.2f} to {at_arm[2]:.2f})" in flat
-    assert f"when RecurrentPPO finishes, {_interval(at_rppo)}, not significant" in flat
-    assert at_rppo[1] <= 0.5 <= at_rppo[2] and at_arm[1] > 0.5
-    seconds = coverage["grid"]["seconds_per_step"]
+    mask = primary["final"]["probability_of_improvement"]["ev_mask"]
+    assert f"P(mask > reset) = {_interval(mask)}" in readme
+
+
+def test_the_study_numbers_the_readme_left_are_on_their_study_pages() -> None:
+    # The README's former summary of the studies: its numbers stay on the pages they come from
+    coverage = _coverage()
+    page = _flat((ROOT / "docs" / "studies" / "coverage.md").read_text()).replace("`", "")
+    grid = coverage["grid"]
+    old = grid["endpoints"]["over_training"]["vs_cv_rppo"]["cv_inside16"]
+    assert f"| {_interval(old)}, worse |" in page
+    versus_old = grid["endpoints"]["over_training"]["vs_cv_inside16"]["cv_batch"]
+    assert f"P = {versus_old[0]:.2f} ({versus_old[1]:.2f} to {versus_old[2]:.2f})" in page
+    seconds = grid["seconds_per_step"]
     envs = [key.split(" ", 1)[1] for key in seconds if key.startswith("cv_rppo ")]
     assert len(envs) == 9
     wall = [seconds[f"cv_batch {env}"] / seconds[f"cv_rppo {env}"] for env in envs]
-    assert f"take {min(wall):.2f} to {max(wall):.2f} of RecurrentPPO's wall-clock time per env step" in flat
+    assert f"take {min(wall):.2f} to {max(wall):.2f} of RecurrentPPO's wall-clock time per env step" in page
+    primary = json.loads((ROOT / "benchmarks" / "results" / "evidence_primary_summary.json").read_text())["aggregate"]
+    evidence = _flat((ROOT / "docs" / "studies" / "evidence.md").read_text()).replace("`", "")
+    over_training = primary["auc"]["probability_of_improvement"]["ev_mask"]
+    assert f"| {_interval(over_training)} | worse |" in evidence
 
 
 def test_the_speed_bound_is_missed_where_the_stored_benchmark_says() -> None:
@@ -111,8 +131,6 @@ def test_the_speed_bound_is_missed_where_the_stored_benchmark_says() -> None:
     assert sorted(lstm) == [64, 256], lstm  # the sentences name the two LSTM sizes
     n, low, high = len(over), lstm[64], lstm[256]
     pages = {
-        "README.md": f"is just above half: {low} and {high}, so the coverage study's bound of half is missed in {n} of "
-        "the 8 settings",
         "docs/studies/performance.md": f"is just above half, {low} (LSTM 64) and {high} (LSTM 256): {n} of the 8 "
         "settings miss the coverage study's bound of half",
         "docs/studies/coverage.md": f"gave {low} (LSTM 64) and {high} (LSTM 256) in bench_train.txt",
@@ -132,41 +150,47 @@ def test_the_speed_bound_is_missed_where_the_stored_benchmark_says() -> None:
 
 def test_equal_wall_clock_at_recurrent_ppos_finish_is_the_final_endpoint() -> None:
     # ResetPPO's runs (cv_batch) finish first on every env, so at RecurrentPPO's finishing time they count their final
-    # return: the README says so, and the stored numbers are the final endpoint's
-    grid = json.loads((ROOT / "benchmarks" / "results" / "coverage_summary.json").read_text())["grid"]
+    # return: the coverage page says so, and the stored numbers are the final endpoint's
+    grid = _coverage()["grid"]
     seconds = grid["seconds_per_step"]
     envs = [key.split(" ", 1)[1] for key in seconds if key.startswith("cv_rppo ")]
     assert len(envs) == 9 and all(seconds[f"cv_batch {env}"] < seconds[f"cv_rppo {env}"] for env in envs)
     at_rppo, final = grid["at_rppo_finish_vs_cv_rppo"]["cv_batch"], grid["endpoints"]["final"]["vs_cv_rppo"]["cv_batch"]
     assert _interval(at_rppo) == _interval(final)
-    readme = _flat(README).replace("`", "")
+    page = _flat((ROOT / "docs" / "studies" / "coverage.md").read_text()).replace("`", "")
     assert (
-        f"when RecurrentPPO finishes, {_interval(at_rppo)}, not significant: ResetPPO's runs have stopped by then on "
-        "every task, so this is the final endpoint again (each run's final return)" in readme
+        "when RecurrentPPO finishes the ResetPPO runs have stopped, so this is the final endpoint again, each run's "
+        f"final return (new defaults {at_rppo[0]:.2f}, {at_rppo[1]:.2f} to {at_rppo[2]:.2f}, not significant)" in page
     )
+    assert at_rppo[1] <= 0.5 <= at_rppo[2]
 
 
 def test_the_usage_sentence_describes_the_snippets_windows() -> None:
-    from sb3_reset_ppo.common.windows import resolve_window_size
+    from sb3_reset_ppo.common.windows import DEFAULT_WINDOW_SIZE, resolve_window_size
 
-    code = _code_block("## Usage: a drop-in for RecurrentPPO", "python")
+    code = _code_block(QUICK_START, "python")
     (call,) = re.findall(r"ResetPPO\(.*\)", code)
     settings = {key: int(value) for key, value in re.findall(r"(n_steps|batch_size)=(\d+)", call)}
     assert "window_size" not in code and set(settings) == {"n_steps", "batch_size"}
-    window = resolve_window_size("batch", settings["n_steps"], settings["batch_size"])
+    window = resolve_window_size(DEFAULT_WINDOW_SIZE, settings["n_steps"], settings["batch_size"])
     assert window == settings["n_steps"]  # so a window is an env's whole rollout
     sentence = (
         'The snippet leaves window_size at its default, "batch", min(batch_size, n_steps): windows of '
         f"{window} steps here, each env's whole {settings['n_steps']}-step rollout"
     )
-    for page in (ROOT / "README.md", USAGE_PAGE):
-        text = _flat(page.read_text()).replace("`", "")
-        assert sentence in text and "window_size=16" not in text, page.name
+    text = _flat(USAGE_PAGE.read_text()).replace("`", "")
+    assert sentence in text and "window_size=16" not in text
+    readme = _flat(README).replace("`", "")
+    assert (
+        f"keeps ResetPPO's default: the longest sequence RecurrentPPO trains on with the same arguments, here each "
+        f"env's whole {settings['n_steps']}-step rollout" in readme
+    )
+    assert DEFAULT_WINDOW_SIZE == "batch" and "window_size=16" not in readme
 
 
 def test_docs_include_the_readme_parts_they_name() -> None:
     # docs/ includes parts of the README between markers (the usage snippet is written once, shown in both)
-    for marker in ("docs-index", "quick-start", "usage-snippet"):
+    for marker in ("intro", "docs-index", "quick-start", "usage-snippet"):
         start, end = README.index(f"<!-- {marker}-start -->"), README.index(f"<!-- {marker}-end -->")
         assert start < end, marker
     assert "<!-- usage-snippet-start -->" in USAGE_PAGE.read_text()
@@ -178,7 +202,7 @@ def _run(argv: list[str], cwd: Path, timeout: int = 300) -> subprocess.Completed
 
 
 def test_usage_snippet_runs_as_written(tmp_path: Path) -> None:
-    code = _code_block("## Usage: a drop-in for RecurrentPPO", "python")
+    code = _code_block(QUICK_START, "python")
     # The README's budget is 40,000 steps and 100 evaluation episodes (about 70 s): tiny ones here
     assert "model.learn(40_000)" in code and "n_eval_episodes=100" in code
     code = code.replace("model.learn(40_000)", "model.learn(1_024)").replace("n_eval_episodes=100", "n_eval_episodes=5")
@@ -239,7 +263,7 @@ def test_optimize_command_runs_as_written(tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", range(5))
 def test_usage_snippet_solves_its_task(tmp_path: Path, seed: int) -> None:
     # What the README says the snippet prints, at its full budget, on seeds 0 to 4: at least 0.85 each
-    code = _code_block("## Usage: a drop-in for RecurrentPPO", "python")
+    code = _code_block(QUICK_START, "python")
     code = code.replace('make_vec_env("CueRecall-v0", n_envs=8)', f'make_vec_env("CueRecall-v0", n_envs=8, seed={seed})')
     code = code.replace("verbose=1)", f"verbose=0, seed={seed})")
     assert f"seed={seed})" in code

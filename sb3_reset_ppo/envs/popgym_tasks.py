@@ -6,7 +6,7 @@ not support, e.g. Autoencode's) or a ``MultiDiscrete`` one (CountRecall's: SB3 g
 integer, which torch's LSTM rejects) into one-hot vectors with gymnasium's ``FlattenObservation``. Its info dicts
 are copied (:class:`FreshInfo`): CountRecall's hold one counts array that every later step changes. Scores are in
 ``[-1, 1]`` per episode. The ids are registered by :mod:`sb3_reset_ppo.envs`; ``popgym`` is imported only
-when one is made (install it with ``pip install "sb3-reset-ppo[evidence]"`` or ``pip install popgym``).
+when one is made (install it with ``pip install -e ".[evidence]"`` in the clone or ``pip install popgym``).
 """
 
 import copy

@@ -261,7 +261,7 @@ def run_ray(
     try:
         import ray
     except ImportError as error:  # the cluster extra
-        raise ImportError("running on a Ray cluster needs Ray: pip install 'sb3-reset-ppo[cluster]'") from error
+        raise ImportError('running on a Ray cluster needs Ray: in the clone, pip install -e ".[cluster]"') from error
     if not isinstance(address, str) or not address:
         raise ValueError(f"address must be a Ray cluster address such as 'auto' or 'host:6379', got {address!r}")
     for spec in specs:  # before anything trains: a folder that is not a run's is never replaced

@@ -24,7 +24,7 @@ def _rliable() -> tuple[Any, Any]:
     try:
         from rliable import library, metrics
     except ImportError as error:  # the compare / plots extras
-        raise ImportError("the reports' statistics need rliable: pip install 'sb3-reset-ppo[compare]'") from error
+        raise ImportError('the reports\' statistics need rliable: in the clone, pip install -e ".[compare]"') from error
     return library, metrics
 
 
