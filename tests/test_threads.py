@@ -66,6 +66,18 @@ def test_learn_says_once_per_model_that_one_thread_is_faster() -> None:
     assert [str(w.message).split(".", 1)[0] for w in _thread_warnings(caught)] == ["ResetPPO", "MaskableResetPPO"]
 
 
+@pytest.mark.usefixtures("two_threads")
+def test_nothing_is_said_for_a_convolutional_policy() -> None:
+    # With image features two threads were faster in some measurements (at a low load): no advice there
+    env = make_vec_env("CueRecallImage-v0", n_envs=2, seed=0)
+    model = ResetPPO("CnnLstmPolicy", env, n_steps=16, batch_size=16, n_epochs=1, policy_kwargs=dict(lstm_hidden_size=8))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.learn(32)
+    assert _thread_warnings(caught) == []
+    assert thread_advice("ResetPPO", 2, 8, "cpu", convolutional=True) is None
+
+
 def test_nothing_is_said_with_one_thread_or_a_network_larger_than_measured(tmp_path: Path) -> None:
     assert th.get_num_threads() == 1  # conftest.py
     with warnings.catch_warnings(record=True) as caught:
@@ -162,3 +174,66 @@ def test_every_benchmark_that_trains_takes_a_thread_count(script: str) -> None:
     assert "--threads THREADS" in result.stdout
     source = (ROOT / "benchmarks" / f"{script}.py").read_text()
     assert re.search(r'add_argument\("--threads", type=int, default=1\b', source)
+
+
+def _ratios(name: str) -> dict[tuple[str, int, str], list[float]]:
+    """
+    A stored bench_threads result: for each (policy, hidden size, condition), every repeat's seconds with 2 threads and
+    with torch's default over the same repeat's seconds with one (a stopped run counts its stopping time: a lower bound).
+    """
+    stored = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+    text = (ROOT / "benchmarks" / "results" / f"{name}.txt").read_text()
+    assert text.startswith(f"command: {stored['command']}\n")
+    assert {r["setting"] for r in stored["results"]} == {"mlp_lstm64", "mlp_lstm256", "mlp_gru64", "cnn_lstm64", "cnn_lstm256"}
+    assert {r["algo"] for r in stored["results"]} == {"reset_ppo", "recurrent_ppo"}
+    ratios: dict[tuple[str, int, str], list[float]] = {}
+    for r in stored["results"]:
+        for condition in ("idle", "busy"):
+            figures = r["figures"][condition]
+            assert f"| {r['setting']} | {'ResetPPO' if r['algo'] == 'reset_ppo' else 'RecurrentPPO'} | {condition} |" in text
+            for repeat, one in enumerate(figures["1"]["runs"]):
+                assert not one["timed_out"] and one["load"] > 0
+                for threads in ("2", "default"):
+                    ratio = figures[threads]["runs"][repeat]["learn_wall"] / one["learn_wall"]
+                    ratios.setdefault((r["policy"][:3], r["hidden"], condition), []).append(ratio)
+    return ratios
+
+
+def test_the_stored_measurements_are_what_the_advice_says() -> None:
+    # Two runs of benchmarks/bench_threads.py: on a quiet machine (nothing else running) and on one shared with other
+    # work. Up to ONE_THREAD_MAX_HIDDEN_SIZE, without convolutions, one thread was faster in every measurement of
+    # both; beside a busy process in every setting; above that size, or with convolutions, more threads were faster on
+    # the idle machine, so the advice leaves them out
+    quiet, shared = _ratios("bench_threads_quiet"), _ratios("bench_threads")
+    for ratios in (quiet, shared):
+        advised = [value for (policy, hidden, _), values in ratios.items() if policy == "Mlp" for value in values
+                   if hidden <= ONE_THREAD_MAX_HIDDEN_SIZE]  # fmt: skip
+        assert len(advised) == 36 and min(advised) > 1.0
+        busy = [value for (_, _, condition), values in ratios.items() if condition == "busy" for value in values]
+        assert len(busy) == 54 and min(busy) > 1.5
+    assert ONE_THREAD_MAX_HIDDEN_SIZE == 64
+    assert min(quiet["Mlp", 256, "idle"]) < 1.0 and max(quiet["Cnn", 64, "idle"] + quiet["Cnn", 256, "idle"]) < 1.0
+
+
+def test_the_performance_pages_thread_table_is_the_stored_measurements() -> None:
+    def cell(name: str, group: tuple[str, set[int]], conditions: tuple[str, ...]) -> str:
+        stored = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+        values = [
+            (figures[threads]["runs"][repeat]["learn_wall"] / one["learn_wall"], figures[threads]["runs"][repeat]["timed_out"])
+            for r in stored["results"] if r["policy"].startswith(group[0]) and r["hidden"] in group[1]
+            for condition in conditions for figures in [r["figures"][condition]]
+            for repeat, one in enumerate(figures["1"]["runs"]) for threads in ("2", "default")
+        ]  # fmt: skip
+        low, (high, stopped) = min(value for value, _ in values), max(values)
+        return f"{low:.2f} to {'more than 5' if stopped else f'{high:.2f}'}"
+
+    page = (ROOT / "docs" / "studies" / "performance.md").read_text()
+    rows = {
+        "MLP, hidden size 64 (LSTM, GRU)": ("Mlp", {64}),
+        "MLP, LSTM 256": ("Mlp", {256}),
+        "CNN, LSTM 64 and 256": ("Cnn", {64, 256}),
+    }
+    for label, group in rows.items():
+        cells = [cell("bench_threads_quiet", group, ("idle",)), cell("bench_threads_quiet", group, ("busy",)),
+                 cell("bench_threads", group, ("idle", "busy"))]  # fmt: skip
+        assert f"| {label} | {' | '.join(cells)} |" in page, (label, cells)

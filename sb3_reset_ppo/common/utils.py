@@ -38,13 +38,16 @@ class ThreadCountWarning(UserWarning):
     """``learn()`` runs on the CPU with more torch threads than is fastest for the model's size (see :func:`thread_advice`)."""
 
 
-# The largest recurrent hidden size that benchmarks/bench_threads.py measured: up to it, one torch thread trained
-# fastest in every setting measured (MLP and CNN policies, LSTM 64 and 256, GRU 64; tests/test_threads.py checks the
-# stored results)
-ONE_THREAD_MAX_HIDDEN_SIZE = 256
+# The largest recurrent hidden size at which benchmarks/bench_threads.py found one torch thread faster than two threads
+# and torch's default in every measurement, on an idle machine and beside a busy process (MLP policies: LSTM 64 and
+# GRU 64; ResetPPO and RecurrentPPO; tests/test_threads.py checks the stored results). With LSTM 256 or convolutional
+# features more threads were faster on the idle machine (and 2 to 5 times slower beside a busy process): no advice
+ONE_THREAD_MAX_HIDDEN_SIZE = 64
 
 
-def thread_advice(algorithm: str, num_threads: int, hidden_size: int, device_type: str) -> str | None:
+def thread_advice(
+    algorithm: str, num_threads: int, hidden_size: int, device_type: str, convolutional: bool = False
+) -> str | None:
     """
     The advice to train with one torch thread, where the measurement says that more are slower; else None.
 
@@ -57,15 +60,17 @@ def thread_advice(algorithm: str, num_threads: int, hidden_size: int, device_typ
     :param num_threads: ``torch.get_num_threads()``
     :param hidden_size: The policy's recurrent hidden size
     :param device_type: The model's device type (``"cpu"``, ``"cuda"``, ...): only the CPU's threads are advised on
-    :return: One line saying what was measured and how to change it, or None (one thread, another device, or a
-        network larger than any measured)
+    :param convolutional: Whether the policy has convolutional layers (image features): their larger operations
+        use more threads well on an idle machine, so one thread is not always faster there
+    :return: One line saying what was measured and how to change it, or None (one thread, another device, a
+        convolutional policy, or a network larger than any measured)
     """
-    if device_type != "cpu" or num_threads <= 1 or hidden_size > ONE_THREAD_MAX_HIDDEN_SIZE:
+    if device_type != "cpu" or num_threads <= 1 or convolutional or hidden_size > ONE_THREAD_MAX_HIDDEN_SIZE:
         return None
     return (
         f"{algorithm}.learn() runs with {num_threads} torch threads on the CPU; for a recurrent policy of hidden size "
-        f"{hidden_size} one thread was faster in every measurement, many times faster when other processes share the "
-        "cores (benchmarks/bench_threads.py). Call torch.set_num_threads(1) before training (the RL Zoo: "
-        "--num-threads 1); to silence this, warnings.filterwarnings('ignore', "
+        f"{hidden_size} without convolutions one thread was faster in every measurement, on an idle machine and, "
+        "3 to more than 5 times, beside a busy process (benchmarks/bench_threads.py). Call torch.set_num_threads(1) "
+        "before training (the RL Zoo: --num-threads 1); to silence this, warnings.filterwarnings('ignore', "
         "category=sb3_reset_ppo.common.utils.ThreadCountWarning)"
     )

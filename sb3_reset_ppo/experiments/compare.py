@@ -754,7 +754,7 @@ def parser() -> argparse.ArgumentParser:
         "--num-threads",
         type=int,
         default=1,
-        help="torch threads per run (default 1, the fastest for small recurrent networks; -1: torch's default)",
+        help="torch threads per run (default 1: more stall beside the other runs; -1: torch's default)",
     )
     p.add_argument("--workers", type=int, default=None,
                    help="local runs at a time (default: the cores over --num-threads, so one core per thread)")  # fmt: skip

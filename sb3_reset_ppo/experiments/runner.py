@@ -61,7 +61,8 @@ class RunSpec:
     :param label: The name recorded as the run's ``variant`` (default: ``algo``)
     :param extra: More fields for ``run.json``
     :param num_threads: The trainer's torch threads (the zoo's ``--num-threads``; ``-1``: torch's default, one per
-        core): one, the fastest for small recurrent networks (``benchmarks/bench_threads.py``)
+        core): one, since runs share the cores and more threads stall beside other busy processes
+        (``benchmarks/bench_threads.py``)
     """
 
     algo: str

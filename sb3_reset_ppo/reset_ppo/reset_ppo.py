@@ -308,12 +308,15 @@ class ResetPPO(RecurrentPPO):
 
     def _warn_about_threads(self) -> None:
         """
-        Say once per model when ``learn()`` runs with more torch threads than is fastest for the policy's size
-        (:func:`~sb3_reset_ppo.common.utils.thread_advice`); torch's thread count is the user's to set.
+        Say once per model when ``learn()`` runs with more torch threads than is fastest for the policy's size and
+        kind (:func:`~sb3_reset_ppo.common.utils.thread_advice`); torch's thread count is the user's to set.
         """
         if getattr(self, "_warned_about_threads", False):
             return
-        advice = thread_advice(type(self).__name__, th.get_num_threads(), self.policy.lstm_actor.hidden_size, self.device.type)
+        convolutional = any(isinstance(module, th.nn.Conv2d) for module in self.policy.modules())
+        advice = thread_advice(
+            type(self).__name__, th.get_num_threads(), self.policy.lstm_actor.hidden_size, self.device.type, convolutional
+        )
         if advice is not None:
             self._warned_about_threads = True
             warn_user(advice, ThreadCountWarning)

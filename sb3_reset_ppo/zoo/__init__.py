@@ -9,8 +9,8 @@ the package (``reset_ppo.yml``, ResetPPO's defaults for ``window_stride`` and th
 ``--conf-file``. ``enjoy`` without a display (see :func:`no_display_reason`) runs as with ``--no-render`` and says
 so: a window nobody can see would only pace the steps at the env's ``render_fps``. ``train`` and ``enjoy`` run with
 one torch thread unless the command gives the zoo's ``--num-threads`` (``-1``: torch's default, one thread per core):
-for the small recurrent networks of these algorithms one thread is the fastest, and several threads stall whenever
-other processes share the cores (``benchmarks/bench_threads.py``; :func:`with_default_threads`).
+for the small recurrent networks of these algorithms several threads wait for each other at every step and stall
+whenever another process holds a core (``benchmarks/bench_threads.py``; :func:`with_default_threads`).
 
 The zoo knows nothing of action masks: its evaluations call SB3's ``evaluate_policy`` and ``enjoy`` calls
 ``model.predict`` without them. For ``--algo maskable_reset_ppo`` they use the env's masks and keep the policy's
@@ -229,10 +229,10 @@ def with_default_threads(argv: list[str]) -> list[str]:
     """
     Add ``--num-threads 1`` to a ``train`` or ``enjoy`` command that gives no ``--num-threads``.
 
-    The zoo's default (``-1``) leaves torch's thread count, one per core: for these small recurrent networks each
-    operation is too small to share out, and the threads wait for each other at every step, so that learning takes
-    longer than with one thread, many times longer when other processes share the cores
-    (``benchmarks/results/bench_threads.txt``). ``--num-threads N`` (or ``-1``) on the command line is kept.
+    The zoo's default (``-1``) leaves torch's thread count, one per core: for these small recurrent networks the
+    threads wait for each other at every step, and beside one other busy process learning took 1.85 to more than 5
+    times as long as with one thread in every setting measured (on an idle machine at most 1.8 times less, with
+    images: ``docs/studies/performance.md``, Threads). ``--num-threads N`` (or ``-1``) on the command line is kept.
 
     :param argv: The arguments after the program name, e.g. ``["train", "--algo", "reset_ppo", ...]``
     :return: ``argv``, with ``--num-threads 1`` added where it gives none
@@ -301,7 +301,7 @@ USAGE = f"""usage: python -m sb3_reset_ppo.zoo {{{",".join(SCRIPTS)}}} [options]
 The RL Zoo's command line with reset_ppo (ResetPPO) and maskable_reset_ppo (MaskableResetPPO, evaluated and
 enjoyed with the env's action masks) registered next to ppo_lstm. Each script takes the zoo's own options;
 see them with, e.g., `python -m sb3_reset_ppo.zoo train --help`. train and enjoy run with one torch thread
-(the fastest for these small networks) unless you give --num-threads N (-1: torch's default). Examples:
+(several stall beside any other busy process) unless you give --num-threads N (-1: torch's default). Examples:
 
   python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CueRecall-v0
   python -m sb3_reset_ppo.zoo enjoy --algo reset_ppo --env CueRecall-v0 -f logs/
