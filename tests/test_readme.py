@@ -203,7 +203,7 @@ def _run(argv: list[str], cwd: Path, timeout: int = 300) -> subprocess.Completed
 
 def test_usage_snippet_runs_as_written(tmp_path: Path) -> None:
     code = _code_block(QUICK_START, "python")
-    # The README's budget is 40,000 steps and 100 evaluation episodes (about 70 s): tiny ones here
+    # The README's budget is 40,000 steps and 100 evaluation episodes (about 90 s): tiny ones here
     assert "model.learn(40_000)" in code and "n_eval_episodes=100" in code
     code = code.replace("model.learn(40_000)", "model.learn(1_024)").replace("n_eval_episodes=100", "n_eval_episodes=5")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
