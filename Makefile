@@ -17,7 +17,7 @@ $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[tests,plots,zoo,evidence,docs,compare,cluster,deploy]"
+	$(BIN)/python -m pip install -q -e ".[tests,plots,zoo,evidence,docs,compare,cluster,deploy,masking-study]"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -1,0 +1,386 @@
+"""
+The fair masking study (``benchmarks/studies/masking_fair/PROTOCOL.md``): MaskableResetPPO against what users do
+today (MaskablePPO with stacked frames; RecurrentPPO and ResetPPO with the mask in the observation) and the
+memoryless floor (MaskablePPO), on MaskedCueRecallFair-v0 and LeducMatch-v0 (OpenSpiel's Leduc poker).
+
+Each run trains its task's budget with one torch thread, copies the policy's parameters before ``learn()`` and
+after every ``snapshot_every``-th update (inside ``learn()``, with the ``learn()`` CPU and wall seconds and the
+training episodes so far),
+and evaluates every copy after ``learn()`` returns (deterministic episodes on a fresh env seeded
+``EVAL_SEED + seed``; masks for the masked arms), recording each episode's return, length and invalid actions, so
+the recorded ``learn()`` seconds hold no evaluation. One JSON file per run,
+``benchmarks/results/masking_fair/<task>/<arm>/seed_<k>.json``, with the run's SB3 training log beside it
+(``seed_<k>.log.txt.gz``); a failed run leaves ``seed_<k>.failed.txt``. Finished and failed runs are skipped
+(resumable); runs go seed by seed (every task and arm of a seed before the next seed).
+
+Usage: python benchmarks/studies/masking_fair/masking_fair_study.py [--seeds 10] [--tasks ...] [--arms ...]
+    [--workers 1] [--out DIR]
+"""
+
+import argparse
+import copy
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[3]
+OUT = ROOT / "benchmarks" / "results" / "masking_fair"
+
+N_ENVS = 8
+N_STEPS = 128
+ROLLOUT = N_ENVS * N_STEPS
+# The package's CueRecall-v0 settings (sb3_reset_ppo/zoo/reset_ppo.yml), the same for every arm and task
+COMMON: dict[str, Any] = {
+    "n_steps": N_STEPS, "batch_size": 128, "n_epochs": 10, "learning_rate": 2e-3, "gamma": 0.9, "gae_lambda": 0.95,
+    "clip_range": 0.2, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
+}  # fmt: skip
+LSTM_KWARGS: dict[str, Any] = {"lstm_hidden_size": 32, "net_arch": [32]}
+MLP_KWARGS: dict[str, Any] = {"net_arch": [32]}
+# Frames stacked for the frame-stack arm: the cue of every short delay of MaskedCueRecallFair-v0 (at most 12 blank
+# steps: 14 observations) and the last 5 or more hands of LeducMatch-v0 (at most 3 decisions of player 0 a hand),
+# but none of its long delays (130 to 140 blank steps)
+FRAME_STACK = 16
+# arm -> (algorithm, policy, policy_kwargs, masks in learn() and in the evaluation, frames stacked, mask appended)
+ARMS: dict[str, tuple[str, str, dict[str, Any], bool, int, bool]] = {
+    "maskable_reset_ppo": ("MaskableResetPPO", "MlpLstmPolicy", LSTM_KWARGS, True, 1, False),
+    "maskable_ppo_stack": ("MaskablePPO", "MlpPolicy", MLP_KWARGS, True, FRAME_STACK, False),
+    "recurrent_ppo_mask_obs": ("RecurrentPPO", "MlpLstmPolicy", LSTM_KWARGS, False, 1, True),
+    "reset_ppo_mask_obs": ("ResetPPO", "MlpLstmPolicy", LSTM_KWARGS, False, 1, True),
+    "maskable_ppo": ("MaskablePPO", "MlpPolicy", MLP_KWARGS, True, 1, False),
+}
+# task -> (env steps per run: 200 rollouts, updates between copies of the policy: 21 evaluations from step 0,
+# evaluation episodes: 200 matches of LeducMatch-v0, whose returns vary more)
+TASKS: dict[str, tuple[int, int, int]] = {
+    "MaskedCueRecallFair-v0": (200 * ROLLOUT, 10, 100),
+    "LeducMatch-v0": (200 * ROLLOUT, 10, 200),
+}
+# The endpoints' thresholds (PROTOCOL.md): half way from the memoryless optimum (1/2) to 1 on MaskedCueRecallFair-v0;
+# the exact bound of a policy without memory of earlier hands (1.6 chips a hand, 8 hands) on LeducMatch-v0
+THRESHOLDS: dict[str, float] = {"MaskedCueRecallFair-v0": 0.75, "LeducMatch-v0": 12.8}
+# Evaluations kept for the final return (the last 3: the last 40,960 env steps)
+FINAL_EVALUATIONS = 3
+EVAL_SEED = 10_000
+
+
+class MaskInObservation(gym.ObservationWrapper[np.ndarray, np.int64, np.ndarray]):
+    """
+    Append the env's action mask (``env.unwrapped.action_masks()``, as 0/1 floats) to a ``Box`` observation: how
+    RecurrentPPO and ResetPPO, which take no masks, are given them. Invalid actions are then handled as the task
+    defines (both tasks: a penalty, the step taken again, the episode ended by the 10th).
+
+    :param env: An env with a flat ``Box`` observation space, a ``Discrete`` action space and an ``action_masks()``
+        method
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ValueError(f"env's observation space must be a flat Box, got {space}")
+        if not isinstance(env.action_space, gym.spaces.Discrete):
+            raise ValueError(f"env's action space must be Discrete, got {env.action_space}")
+        size = int(env.action_space.n)
+        low = np.concatenate([space.low, np.zeros(size, dtype=space.dtype)])
+        high = np.concatenate([space.high, np.ones(size, dtype=space.dtype)])
+        self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        mask = np.asarray(self.env.unwrapped.action_masks(), dtype=np.float32)  # type: ignore[attr-defined]
+        return np.concatenate([np.asarray(observation, dtype=np.float32), mask])
+
+
+def make_env(task: str, arm: str, n_envs: int, seed: int) -> Any:
+    """
+    The arm's vectorised env: ``make_vec_env`` (``DummyVecEnv``), the mask appended or frames stacked as the arm
+    says.
+
+    :param task: A task of :data:`TASKS`
+    :param arm: An arm of :data:`ARMS`
+    :param n_envs: Number of envs
+    :param seed: Seed of the envs (``seed + index``)
+    :return: The ``VecEnv``
+    """
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    import sb3_reset_ppo.envs  # noqa: F401  (registers the tasks)
+
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {list(TASKS)}, got {task!r}")
+    if arm not in ARMS:
+        raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
+    *_, frames, mask_obs = ARMS[arm]
+    env = make_vec_env(task, n_envs=n_envs, seed=seed, wrapper_class=MaskInObservation if mask_obs else None)
+    return VecFrameStack(env, frames) if frames > 1 else env
+
+
+def make_model(arm: str, env: Any, seed: int) -> Any:
+    """The arm's model with the protocol's settings."""
+    from sb3_contrib import MaskablePPO, RecurrentPPO
+
+    from sb3_reset_ppo import MaskableResetPPO, ResetPPO
+
+    algorithm, policy, policy_kwargs, *_ = ARMS[arm]
+    classes: dict[str, Any] = {
+        "MaskableResetPPO": MaskableResetPPO, "ResetPPO": ResetPPO, "MaskablePPO": MaskablePPO,
+        "RecurrentPPO": RecurrentPPO,
+    }  # fmt: skip
+    return classes[algorithm](policy, env, policy_kwargs=dict(policy_kwargs), seed=seed, device="cpu", verbose=1, **COMMON)
+
+
+def result_path(out: Path, task: str, arm: str, seed: int) -> Path:
+    """Where a run's record goes."""
+    return out / task / arm / f"seed_{seed}.json"
+
+
+def is_done(path: Path) -> bool:
+    """Whether a run is recorded, finished (its JSON) or failed (its ``.failed.txt``)."""
+    return path.exists() or path.with_name(path.stem + ".failed.txt").exists()
+
+
+def jobs_to_do(out: Path, tasks: list[str], arms: list[str], seeds: list[int], **settings: Any) -> list[dict[str, Any]]:
+    """
+    The runs not recorded yet, seed by seed (each seed's tasks and arms together).
+
+    :param out: The results folder
+    :param tasks: Tasks to run
+    :param arms: Arms to run
+    :param seeds: Seeds to run
+    :param settings: Overrides for tests (``total_steps``, ``snapshot_every``, ``eval_episodes``)
+    :return: One job per run to do
+    """
+    for name, chosen, known in (("tasks", tasks, TASKS), ("arms", arms, ARMS)):
+        unknown = sorted(set(chosen) - set(known))
+        if unknown:
+            raise ValueError(f"{name} has unknown names {unknown}: choose from {list(known)}")
+    return [
+        {"task": task, "arm": arm, "seed": seed, "path": str(result_path(out, task, arm, seed)), **settings}
+        for seed in seeds
+        for task in tasks
+        for arm in arms
+        if not is_done(result_path(out, task, arm, seed))
+    ]
+
+
+def evaluate(model: Any, task: str, arm: str, seed: int, episodes: int) -> dict[str, list[Any]]:
+    """
+    Deterministic episodes of the model on a fresh env seeded ``EVAL_SEED + seed``, with masks for the masked arms,
+    keeping the recurrent state (:func:`sb3_reset_ppo.common.maskable_evaluation.evaluate_policy`).
+
+    :return: Per episode: ``returns``, ``lengths``, ``invalid`` (invalid actions), ``delays`` (MaskedCueRecallFair-v0's
+        delay) or ``styles`` (LeducMatch-v0's opponent)
+    """
+    from sb3_reset_ppo.common.maskable_evaluation import evaluate_policy
+
+    masking = ARMS[arm][3]
+    env = make_env(task, arm, 1, EVAL_SEED + seed)
+    counts = {"invalid": 0}
+    invalid: list[int] = []
+    kinds: list[Any] = []
+
+    def count(local: dict[str, Any], _: dict[str, Any]) -> None:
+        info = local["info"]
+        counts["invalid"] += int(info.get("invalid_action", False))
+        if local["done"]:
+            invalid.append(counts["invalid"])
+            counts["invalid"] = 0
+            kinds.append(info.get("delay", info.get("style")))
+
+    returns, lengths = evaluate_policy(
+        model, env, n_eval_episodes=episodes, deterministic=True, return_episode_rewards=True, use_masking=masking,
+        callback=count,
+    )  # fmt: skip
+    env.close()
+    assert isinstance(returns, list) and isinstance(lengths, list)  # return_episode_rewards=True: per episode
+    key = "delays" if task == "MaskedCueRecallFair-v0" else "styles"
+    return {"returns": [float(r) for r in returns], "lengths": [int(n) for n in lengths], "invalid": invalid, key: kinds}
+
+
+def package_diff() -> str:
+    """``git status --porcelain`` and ``git diff HEAD`` of ``sb3_reset_ppo`` when a run starts (what ``dirty`` means)."""
+    texts = []
+    for args in (["status", "--porcelain", "--", "sb3_reset_ppo"], ["diff", "HEAD", "--", "sb3_reset_ppo"]):
+        try:
+            result = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        except OSError:  # no git
+            return ""
+        texts.append(result.stdout if result.returncode == 0 else "")
+    return "".join(texts)
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    """Train and evaluate one run; write and return its record (and its training log)."""
+    import torch as th
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import configure
+
+    import sb3_reset_ppo
+    from sb3_reset_ppo.experiments import runner
+
+    th.set_num_threads(1)
+    task, arm, seed, path = job["task"], job["arm"], int(job["seed"]), Path(job["path"])
+    default_total, default_every, default_episodes = TASKS[task]
+    total = int(job.get("total_steps", default_total))
+    every = int(job.get("snapshot_every", default_every))
+    episodes = int(job.get("eval_episodes", default_episodes))
+    algorithm, policy, policy_kwargs, masking, frames, mask_obs = ARMS[arm]
+
+    class Snapshots(BaseCallback):
+        """Copies the policy after every ``every``-th update, with the ``learn()`` seconds so far."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.rollouts = 0
+            self.cpu0 = self.wall0 = 0.0
+            self.episodes = 0  # training episodes ended so far (in any of the envs)
+            self.snapshots: list[tuple[int, int, float, float, dict[str, Any]]] = []
+
+        def _on_training_start(self) -> None:
+            self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+
+        def take(self) -> None:
+            cpu, wall = time.process_time() - self.cpu0, time.perf_counter() - self.wall0
+            state = copy.deepcopy(self.model.policy.state_dict())
+            self.snapshots.append((self.model.num_timesteps, self.episodes, cpu, wall, state))
+
+        def _on_rollout_start(self) -> None:
+            updates = self.rollouts  # this rollout follows that many updates
+            self.rollouts += 1
+            if updates > 0 and updates % every == 0:
+                self.take()
+
+        def _on_step(self) -> bool:
+            self.episodes += int(np.sum(self.locals["dones"]))
+            return True
+
+    # The code the run trains with, read when it starts (other work may commit while it trains)
+    version, diff = runner.code_version(), package_diff()
+    env = make_env(task, arm, N_ENVS, seed)
+    model = make_model(arm, env, seed)
+    with tempfile.TemporaryDirectory() as folder:
+        model.set_logger(configure(folder, ["log"]))
+        callback = Snapshots()
+        callback.snapshots.append((0, 0, 0.0, 0.0, copy.deepcopy(model.policy.state_dict())))
+        started = time.time()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        if masking:
+            model.learn(total, callback=callback, use_masking=True)
+        else:
+            model.learn(total, callback=callback)
+        learn_cpu, learn_wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        if callback.snapshots[-1][0] != model.num_timesteps:  # the last update's copy (no rollout starts after it)
+            callback.take()
+        model.logger.close()
+        log_text = (Path(folder) / "log.txt").read_text()
+    env.close()
+    evaluations = []
+    for steps, episodes_played, cpu, wall, state in callback.snapshots:
+        model.policy.load_state_dict(state)
+        evaluations.append({
+            "timesteps": int(steps), "training_episodes": episodes_played, "learn_cpu_seconds": cpu,
+            "learn_wall_seconds": wall,
+            **evaluate(model, task, arm, seed, episodes),
+        })  # fmt: skip
+    record = {
+        "task": task, "arm": arm, "seed": seed, "algorithm": algorithm, "policy": policy, "policy_kwargs": policy_kwargs,
+        "masking": masking, "frame_stack": frames, "mask_in_observation": mask_obs, "settings": COMMON,
+        "n_envs": N_ENVS, "total_steps": total, "snapshot_every": every, "eval_episodes": episodes,
+        "eval_seed": EVAL_SEED + seed, "num_timesteps": int(model.num_timesteps), "learn_cpu_seconds": learn_cpu,
+        "learn_wall_seconds": learn_wall, "started": started, "ended": time.time(), "evaluations": evaluations,
+        "version": sb3_reset_ppo.__version__, **version, "package_diff": diff, "machine": runner.machine(),
+        "command": job.get("command", ""),
+    }  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path.with_name(path.stem + ".log.txt.gz"), "wt") as log:
+        log.write(log_text)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(record, indent=1))
+    temporary.replace(path)  # the record last: a run counts as finished only once its log is there too
+    return record
+
+
+def safe_run(job: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run`, with a failure written to ``seed_<k>.failed.txt`` and returned instead of raised."""
+    try:
+        return run(job)
+    except Exception:
+        path = Path(job["path"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = traceback.format_exc()
+        path.with_name(path.stem + ".failed.txt").write_text(text)
+        return {"task": job["task"], "arm": job["arm"], "seed": job["seed"], "failed": text}
+
+
+def summary(record: dict[str, Any]) -> str:
+    """One line on a finished run."""
+    head = f"{record['task']:>22} {record['arm']:>22} seed {record['seed']}"
+    if "failed" in record:
+        return f"{head}: FAILED\n{record['failed']}"
+    finals = [float(np.mean(e["returns"])) for e in record["evaluations"][-3:]]
+    invalid = float(np.mean(record["evaluations"][-1]["invalid"]))
+    return (
+        f"{head}: learn() {record['learn_cpu_seconds']:.0f} CPU s ({record['learn_wall_seconds']:.0f} wall s), "
+        f"last three mean returns {' '.join(f'{f:.3f}' for f in finals)}, invalid actions per episode {invalid:.2f}"
+    )
+
+
+def execute(jobs: list[dict[str, Any]], workers: int) -> None:
+    """
+    Run the jobs, each in a fresh Python process (``--one``; one torch thread), ``workers`` at a time
+    (:func:`sb3_reset_ppo.experiments.executors.run_workers`), printing a line as each finishes.
+    """
+    from sb3_reset_ppo.experiments.executors import run_workers
+
+    todo = list(jobs)
+    lock = threading.Lock()
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+    def work(index: int, stop: threading.Event) -> None:
+        while not stop.is_set():
+            with lock:
+                if not todo:
+                    return
+                job = todo.pop(0)
+            command = [sys.executable, __file__, "--one", json.dumps(job)]
+            result = subprocess.run(command, env=environment, capture_output=True, text=True)
+            line = result.stdout.strip().splitlines()[-1:] or [f"no output; stderr: {result.stderr[-2000:]}"]
+            print(line[0], flush=True)
+
+    run_workers(work, workers)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--workers", type=int, default=1, help="runs at a time (the protocol: 1 or 2)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one job (JSON), in this process
+    args = parser.parse_args(argv)
+    if args.one is not None:
+        print(summary(safe_run(json.loads(args.one))), flush=True)
+        return
+    if args.workers < 1 or args.seeds < 1:
+        parser.error(f"--workers and --seeds must be at least 1, got {args.workers} and {args.seeds}")
+    command = "python benchmarks/studies/masking_fair/masking_fair_study.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    jobs = jobs_to_do(args.out, args.tasks, args.arms, list(range(args.seeds)), command=command.strip())
+    print(f"{len(jobs)} runs to do on {args.workers} workers; reproduce with: {command.strip()}", flush=True)
+    execute(jobs, args.workers)
+
+
+if __name__ == "__main__":
+    main()

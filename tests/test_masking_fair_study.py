@@ -1,0 +1,126 @@
+"""The fair masking study's runner (benchmarks/studies/masking_fair/): arms' envs, the mask wrapper, resume, a run's record."""
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from bench_helpers import _load
+
+import sb3_reset_ppo.envs  # noqa: F401  (registers the tasks)
+
+study = _load("masking_fair_study")
+
+
+def test_mask_in_observation_appends_the_mask() -> None:
+    env = study.MaskInObservation(gym.make("LeducMatch-v0"))
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.shape == (22,) and obs.shape == (22,)
+    np.testing.assert_array_equal(obs[-3:], env.unwrapped.action_masks().astype(np.float32))
+    obs, *_ = env.step(np.int64(2))
+    np.testing.assert_array_equal(obs[-3:], env.unwrapped.action_masks().astype(np.float32))
+    with pytest.raises(ValueError, match="observation space"):
+        study.MaskInObservation(gym.make("CueRecallImage-v0"))
+
+
+@pytest.mark.parametrize(
+    ("arm", "size"), [("maskable_reset_ppo", 11), ("maskable_ppo_stack", 16 * 11), ("reset_ppo_mask_obs", 17)]
+)
+def test_each_arm_sees_what_the_protocol_says(arm: str, size: int) -> None:
+    env = study.make_env("MaskedCueRecallFair-v0", arm, 2, 0)
+    assert env.observation_space.shape == (size,)
+    assert env.reset().shape == (2, size)
+    masks = np.stack(env.env_method("action_masks"))
+    assert masks.shape == (2, 6) and (masks.sum(axis=1) == 1).all()
+    with pytest.raises(ValueError, match="arm"):
+        study.make_env("MaskedCueRecallFair-v0", "ppo", 1, 0)
+
+
+def test_jobs_skip_recorded_and_failed_runs(tmp_path: Path) -> None:
+    jobs = study.jobs_to_do(tmp_path, list(study.TASKS), list(study.ARMS), [0, 1])
+    assert len(jobs) == 2 * len(study.TASKS) * len(study.ARMS)
+    assert [job["seed"] for job in jobs] == sorted(job["seed"] for job in jobs)  # seed by seed
+    done = study.result_path(tmp_path, "LeducMatch-v0", "maskable_ppo", 0)
+    failed = study.result_path(tmp_path, "LeducMatch-v0", "maskable_ppo", 1)
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    failed.with_name(failed.stem + ".failed.txt").write_text("Traceback")
+    assert len(study.jobs_to_do(tmp_path, list(study.TASKS), list(study.ARMS), [0, 1])) == len(jobs) - 2
+    with pytest.raises(ValueError, match="tasks"):
+        study.jobs_to_do(tmp_path, ["CartPole-v1"], ["maskable_ppo"], [0])
+
+
+def test_a_run_records_what_the_protocol_needs(tmp_path: Path) -> None:
+    [job] = study.jobs_to_do(tmp_path, ["MaskedCueRecallFair-v0"], ["reset_ppo_mask_obs"], [3])
+    record = study.run({**job, "total_steps": 2 * study.ROLLOUT, "snapshot_every": 1, "eval_episodes": 4})
+    stored = json.loads(Path(job["path"]).read_text())
+    assert stored["num_timesteps"] == 2 * study.ROLLOUT == record["num_timesteps"]
+    assert Path(job["path"]).with_name("seed_3.log.txt.gz").exists()
+    evaluations = stored["evaluations"]
+    assert [e["timesteps"] for e in evaluations] == [0, study.ROLLOUT, 2 * study.ROLLOUT]
+    assert evaluations[0]["training_episodes"] == 0 < evaluations[-1]["training_episodes"]
+    assert evaluations[0]["learn_cpu_seconds"] == 0.0 < evaluations[-1]["learn_cpu_seconds"] <= stored["learn_cpu_seconds"]
+    for evaluation in evaluations:
+        assert len(evaluation["returns"]) == len(evaluation["invalid"]) == len(evaluation["delays"]) == 4
+        # A return is the valid answer's reward (0 or 1) plus -0.1 per invalid action
+        for ret, invalid in zip(evaluation["returns"], evaluation["invalid"], strict=True):
+            assert ret + 0.1 * invalid == pytest.approx(round(ret + 0.1 * invalid))
+    assert stored["settings"] == study.COMMON and stored["mask_in_observation"] and not stored["masking"]
+    assert "commit" in stored and stored["seed"] == 3
+    assert study.jobs_to_do(tmp_path, ["MaskedCueRecallFair-v0"], ["reset_ppo_mask_obs"], [3]) == []
+
+
+report = _load("masking_fair_report")
+
+
+def _fake(task: str, arm: str, seed: int, level: float, rng: np.random.Generator) -> dict:
+    """A run whose evaluations' returns rise to ``level`` (fair task: 0 or 1 answers, Leduc: chips)."""
+    evaluations = []
+    for index in range(21):
+        mean = level * index / 20
+        if task == "MaskedCueRecallFair-v0":
+            returns = (rng.random(20) < mean).astype(float).tolist()
+            extra = {"delays": rng.choice([5, 135], size=20).tolist()}
+        else:
+            returns = (mean + rng.normal(0, 1, size=20)).tolist()
+            extra = {"styles": rng.choice(["honest", "bluffer"], size=20).tolist()}
+        evaluations.append({
+            "timesteps": 10_240 * index, "training_episodes": 300 * index, "learn_cpu_seconds": 5.0 * index,
+            "learn_wall_seconds": 6.0 * index, "returns": returns, "lengths": [5] * 20, "invalid": [0] * 20, **extra,
+        })  # fmt: skip
+    return {"task": task, "arm": arm, "seed": seed, "evaluations": evaluations}
+
+
+def test_report_on_partial_runs(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    levels = {"maskable_reset_ppo": (1.0, 16.0), "maskable_ppo": (0.5, 11.0), "maskable_ppo_stack": (0.9, 12.0)}
+    for arm, (fair, leduc) in levels.items():
+        for seed in range(3 if arm != "maskable_ppo_stack" else 2):  # partial: fewer seeds for one arm
+            for task, level in (("MaskedCueRecallFair-v0", fair), ("LeducMatch-v0", leduc)):
+                path = study.result_path(tmp_path, task, arm, seed)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(_fake(task, arm, seed, level, rng)))
+    summary = report.analyse(report.load(tmp_path), reps=50)
+    fair = summary["tasks"]["MaskedCueRecallFair-v0"]
+    assert fair["arms"]["maskable_ppo_stack"]["runs"] == 2
+    # The memoryless arm never reaches 0.75 (two evaluations in a row); the memory arm does, every run
+    assert fair["arms"]["maskable_ppo"]["steps_to_threshold"]["reached"] == 0
+    assert fair["arms"]["maskable_reset_ppo"]["steps_to_threshold"]["reached"] == 3
+    low, high = fair["arms"]["maskable_reset_ppo"]["final"][1:]
+    assert 0.8 < low <= high <= 1.0
+    comparison = fair["comparisons"]["maskable_ppo"]
+    assert comparison["final"]["probability"][0] == 1.0 and comparison["steps_to_threshold"]["probability"][0] == 1.0
+    # Two comparisons a task: 4 tests in the primary family (Holm over them), 8 in the secondary
+    assert summary["families"] == {"primary": 4, "secondary": 8}
+    assert comparison["final"]["p_holm"] >= comparison["final"]["p"]
+    assert set(summary["tasks"]["LeducMatch-v0"]["arms"]["maskable_ppo"]["by_style"]) == {"bluffer", "honest"}
+    text = "\n".join(report.lines(summary))
+    assert "maskable_reset_ppo vs maskable_ppo, final return: P(improvement) 1.000" in text
+
+
+def test_threshold_crossing_needs_two_evaluations_in_a_row() -> None:
+    evaluations = [{"returns": [value]} for value in (0.2, 0.8, 0.6, 0.8, 0.9, 0.7)]
+    assert report.crossing(evaluations, 0.75) == 3
+    assert report.crossing(evaluations[:2], 0.75) == 1  # the last evaluation alone
+    assert report.crossing(evaluations[:1], 0.75) is None
