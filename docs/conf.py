@@ -41,23 +41,29 @@ html_theme = "furo"
 html_title = f"sb3-reset-ppo {release}"
 
 
-# The study reports and protocols of benchmarks/ that have a page under docs/reports/ (each includes its file)
-REPORT_PAGES = {path.stem for path in (Path(__file__).parent / "reports").glob("*.md")}
+# The study reports and protocols of benchmarks/studies/ that have a page under docs/reports/ (each includes its file):
+# the included file's path from the repository's root -> the page's name
+REPORT_PAGES = {
+    str((path.parent / match.group(1)).resolve().relative_to(ROOT)): path.stem
+    for path in (Path(__file__).parent / "reports").glob("*.md")
+    for match in [re.search(r"```\{include\} (\S+)", path.read_text())]
+    if match
+}
 
 
 def link_report_pages(app: Any, relative_path: Path, parent_docname: str, content: list[str]) -> None:
     """
-    In README.md's included parts, point links to ``benchmarks/<report>.md`` at the report's page: on GitHub the
-    link opens the file, on the site its page (``:relative-docs: docs/`` then resolves ``docs/reports/...``).
+    In README.md's included parts, point links to ``benchmarks/studies/<study>/<page>.md`` at the report's page: on
+    GitHub the link opens the file, on the site its page (``:relative-docs: docs/`` then resolves ``docs/reports/...``).
     """
     if Path(relative_path).name != "README.md":
         return
 
     def page(match: re.Match) -> str:
-        name = match.group(1)
-        return f"](docs/reports/{name}.md" if name in REPORT_PAGES else match.group(0)
+        name = REPORT_PAGES.get(match.group(1))
+        return f"](docs/reports/{name}.md" if name else match.group(0)
 
-    content[0] = re.sub(r"\]\(benchmarks/(\w+)\.md", page, content[0])
+    content[0] = re.sub(r"\]\((benchmarks/[\w/]+\.md)", page, content[0])
 
 
 def setup(app: Any) -> dict[str, Any]:

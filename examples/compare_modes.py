@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2, help="runs per mode (seeds 0, 1, ...)")
     parser.add_argument("--output", type=Path, default=Path("compare_modes.png"), help="figure to write")
     args = parser.parse_args()
-    th.set_num_threads(1)  # one thread: the fastest for small recurrent networks (benchmarks/bench_threads.py)
+    th.set_num_threads(1)  # one thread: the fastest for small recurrent networks (benchmarks/speed/bench_threads.py)
 
     figure, ax = plt.subplots(figsize=(6, 4))
     for boundary, weighting in MODES:

@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=500, help="episodes of the final evaluation")
     parser.add_argument("--output-dir", type=Path, default=Path("demo_output"), help="where to write learning_curve.png")
     args = parser.parse_args()
-    th.set_num_threads(1)  # one thread: the fastest for small recurrent networks (benchmarks/bench_threads.py)
+    th.set_num_threads(1)  # one thread: the fastest for small recurrent networks (benchmarks/speed/bench_threads.py)
 
     env = make_vec_env(ENV_ID, n_envs=8, seed=args.seed)
     window = {} if args.window_size is None else {"window_size": args.window_size}

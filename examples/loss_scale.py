@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the envs and the initial policy")
     parser.add_argument("--output", type=Path, default=Path("loss_scale.png"), help="figure to write")
     args = parser.parse_args()
-    th.set_num_threads(1)  # one thread: the fastest for small recurrent networks (benchmarks/bench_threads.py)
+    th.set_num_threads(1)  # one thread: the fastest for small recurrent networks (benchmarks/speed/bench_threads.py)
     if min(args.lengths) < 2:
         raise ValueError(f"episode lengths must be at least 2, got {args.lengths}")
 

@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the envs")
     parser.add_argument("--policy", default="MlpLstmPolicy", choices=["MlpLstmPolicy", "MlpGruPolicy"], help="memory cell")
     args = parser.parse_args()
-    th.set_num_threads(1)  # one thread: the fastest for small recurrent networks (benchmarks/bench_threads.py)
+    th.set_num_threads(1)  # one thread: the fastest for small recurrent networks (benchmarks/speed/bench_threads.py)
 
     env = make_vec_env("CueRecall-v0", n_envs=8, seed=args.seed)
     # Every RecurrentPPO argument works. Not its defaults here, so that the task is learned in 20,000 steps: a small

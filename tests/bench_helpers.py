@@ -16,8 +16,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def script(name: str) -> Path:
+    """The benchmark script ``name`` (``benchmarks/kit/``, ``benchmarks/speed/`` or a study's folder): names are unique."""
+    paths = sorted((ROOT / "benchmarks").glob(f"**/{name}.py"))
+    assert len(paths) == 1, f"{name}.py: {paths}"
+    return paths[0]
+
+
 def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, script(name))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -60,10 +67,10 @@ def _fake_run(
     (run_dir / "run.json").write_text(json.dumps({**run, **run_fields}))
 
 
-def _interrupted(script: str, *args: str) -> dict[str, Any]:
+def _interrupted(code: str, *args: str) -> dict[str, Any]:
     """Run one of the interrupt scripts and return what it printed last (JSON)."""
     result = subprocess.run(
-        [sys.executable, "-c", script, str(ROOT / "benchmarks"), *args],
+        [sys.executable, "-c", code, str(ROOT / "benchmarks" / "kit"), *args],
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))

@@ -1,6 +1,6 @@
 """
-The evidence study's reports (``benchmarks/evidence_report.py``) and the protocol's claims and decisions
-(``benchmarks/decisions.py``), on synthetic grids and summaries.
+The evidence study's reports (``benchmarks/studies/evidence/evidence_report.py``) and the protocol's claims and decisions
+(``benchmarks/studies/evidence/decisions.py``), on synthetic grids and summaries.
 """
 
 import json
@@ -26,37 +26,47 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
     _fake_run(grid, "ev_mask", "CueRecallLong-v0", 0, [0.1, 0.2])
 
     def write_reports(*only: str) -> str:
-        command = [sys.executable, str(ROOT / "benchmarks" / "evidence_report.py"), "--out-dir", str(out_dir)]
+        command = [
+            sys.executable,
+            str(ROOT / "benchmarks" / "studies" / "evidence" / "evidence_report.py"),
+            "--out-dir",
+            str(out_dir),
+            "--summaries",
+            str(out_dir / "results"),
+        ]
         command += ["--evidence", str(grid), "--tuned", str(tmp_path / "missing"), "--min-seeds", "2", "--reps", "50"]
         command += ["--evaluations", "3", *(["--only", *only] if only else [])]
         return subprocess.run(command, check=True, capture_output=True, text=True, timeout=600).stdout
 
-    assert "no finished tuned re-run" in write_reports() and not (out_dir / "RESULTS_evidence_tuned.md").exists()
+    assert "no finished tuned re-run" in write_reports() and not (out_dir / "RESULTS_tuned.md").exists()
     primary = (out_dir / "RESULTS.md").read_text()
     assert primary.startswith("# Evidence: reset-and-continue against masking")
     # The study's notes, then the other studies', before the tables
     assert primary.index("## Protocol, deviations and reading") < primary.index("## Other studies")
     assert primary.index("## Other studies") < primary.index("## Aggregate")
-    assert "--final-evaluations 2" in primary and "`python benchmarks/run_grid.py --study evidence" in primary
+    assert "--final-evaluations 2" in primary and "`python benchmarks/kit/run_grid.py --study evidence" in primary
     # The report's command, quoted for a shell, with paths in the repository relative to its root
-    assert "--title 'Evidence: reset-and-continue against masking (benchmarks/PROTOCOL.md, primary arms)'" in primary
-    assert "--notes benchmarks/RESULTS_evidence_notes.md benchmarks/RESULTS_notes.md" in primary
+    assert (
+        "--title 'Evidence: reset-and-continue against masking (benchmarks/studies/evidence/PROTOCOL.md, primary arms)'"
+        in primary
+    )
+    assert "--notes benchmarks/studies/evidence/NOTES.md benchmarks/studies/evidence/OTHER_STUDIES.md" in primary
     assert evidence_report.repository_path(ROOT / "benchmarks") == Path("benchmarks")
     assert evidence_report.repository_path(tmp_path) == tmp_path.resolve()
     assert "| ev_reset | 2 | 0.950 +- 0.000 |" in primary and "| ev_reset_stride1 |" not in primary
     assert "ev_mask CueRecallLong-v0 seed 0 (2 evaluations within its budget, not 3)" in primary
     assert "### CueRecallLong-v0" not in primary
-    secondary = (out_dir / "RESULTS_evidence_secondary.md").read_text()
+    secondary = (out_dir / "RESULTS_secondary.md").read_text()
     assert "| ev_reset_stride1 | 2 | 0.550 +- 0.000 |" in secondary and "PendulumNoVel-v1" not in secondary
     assert "ev_mask |" not in secondary
     summary = json.loads((out_dir / "results" / "evidence_primary_summary.json").read_text())
     assert summary["baseline"] == "ev_reset" and summary["aggregate"]["final"]["envs"] == ["CueRecall-v0"]
     tables = (out_dir / "results" / "evidence_readme_tables.md").read_text()
     assert "primary" in tables and "secondary" in tables and "`ev_mask`" in tables
-    assert (out_dir / "figures" / "evidence" / "aggregate.png").stat().st_size > 0
+    assert (out_dir / "figures" / "primary" / "aggregate.png").stat().st_size > 0
     # The protocol's rules applied to the summaries: a claim where the interval excludes 0.5, "undecided" where an
     # arm the rule needs has not run
-    claims = (out_dir / "RESULTS_evidence_decisions.md").read_text()
+    claims = (out_dir / "DECISIONS.md").read_text()
     assert "- primary report: seeds 0 to 1 of 1 env: an interim look, not the protocol's aggregate" in claims
     assert "- `ev_mask` is beaten by `ev_reset` (P(`ev_mask` > `ev_reset`) = 0.00 (0.00 to 0.00)" in claims
     assert "Interim look (see above)" in claims
@@ -65,14 +75,16 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
         "| `boundary` | stays `'reset'` unless a mask arm beats `ev_reset` in the aggregate primary endpoint | undecided"
         in claims
     )
-    assert "`python benchmarks/decisions.py --primary " in claims
+    assert "`python benchmarks/studies/evidence/decisions.py --primary " in claims
     # Rewriting one report keeps the others' README tables and claims (read from their stored summaries)
     write_reports("secondary")
     assert (out_dir / "results" / "evidence_readme_tables.md").read_text() == tables
-    assert "- `ev_mask` is beaten by `ev_reset`" in (out_dir / "RESULTS_evidence_decisions.md").read_text()
+    assert "- `ev_mask` is beaten by `ev_reset`" in (out_dir / "DECISIONS.md").read_text()
     # Q4: the tuned re-runs on their fresh seeds, against the tuned ev_reset
     # The protocol's settings, as the committed reports are made
-    commands = evidence_report.report_commands(out_dir, grid, tmp_path / "tuned", 10, 2000, evidence_report.REPORTS)
+    commands = evidence_report.report_commands(
+        out_dir, out_dir / "results", grid, tmp_path / "tuned", 10, 2000, evidence_report.REPORTS
+    )
     for name, argv in commands.items():
         assert argv[argv.index("--final-evaluations") + 1] == "2" and argv[argv.index("--min-seeds") + 1] == "10"
         assert argv[argv.index("--reps") + 1] == "2000" and "--diagnostics" in argv
@@ -106,7 +118,9 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
     assert notes == [str(evidence_report.NOTES)]
     # Once `tune.py rerun` has summarised the searches, the tuned report shows them first
     (tmp_path / "SEARCH.md").write_text("## The searches (Q4)\n")
-    tuned = evidence_report.report_commands(out_dir, grid, tmp_path / "tuned", 10, 2000, ["tuned"])["tuned"]
+    tuned = evidence_report.report_commands(out_dir, out_dir / "results", grid, tmp_path / "tuned", 10, 2000, ["tuned"])[
+        "tuned"
+    ]
     notes = tuned[tuned.index("--notes") + 1 : tuned.index("--final-evaluations")]
     assert notes == [str(tmp_path / "SEARCH.md"), str(evidence_report.NOTES)]
 

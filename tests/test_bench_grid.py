@@ -1,5 +1,5 @@
 """
-The benchmark grid (``benchmarks/run_grid.py``): the studies' commands and jobs, run records, failed and cut runs,
+The benchmark grid (``benchmarks/kit/run_grid.py``): the studies' commands and jobs, run records, failed and cut runs,
 the forecast, the time limit and interrupts, and what the studies commit (no training).
 """
 
@@ -38,7 +38,7 @@ def test_grid_commands_and_resume(tmp_path: Path) -> None:
     for seed in range(2):
         _fake_run(tmp_path, "reset", "CueRecall-v0", seed, [1.0])
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
+        [sys.executable, str(ROOT / "benchmarks" / "kit" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
         + ["--seeds", "2", "--out", str(tmp_path)],
         check=True,
         capture_output=True,
@@ -227,7 +227,7 @@ def test_a_run_that_fails_with_an_error_is_recorded_and_not_retried(tmp_path: Pa
     failed_dir = tmp_path / "grid" / "reset" / "CueRecall-v0" / "seed0"
     failed_dir.mkdir(parents=True)
     (failed_dir / "failed.json").write_text(json.dumps({"returncode": 3}))
-    grid = [sys.executable, str(ROOT / "benchmarks" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
+    grid = [sys.executable, str(ROOT / "benchmarks" / "kit" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
     grid += ["--seeds", "2", "--out", str(tmp_path / "grid"), "--forecast"]
     output = subprocess.run(grid, check=True, capture_output=True, text=True, timeout=120).stdout
     assert "1 of 2 runs already done; 1 to run" in output

@@ -1,4 +1,4 @@
-"""benchmarks/bench_maskable.py: MaskableResetPPO's learn() against ResetPPO's, side by side; its stored results."""
+"""benchmarks/speed/bench_maskable.py: MaskableResetPPO's learn() against ResetPPO's, side by side; its stored results."""
 
 import json
 from pathlib import Path
@@ -10,7 +10,7 @@ from bench_helpers import ROOT, _load
 def test_bench_maskable_measures_the_same_trajectories_and_writes_its_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # bench_maskable imports bench_train
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "speed"))  # bench_maskable imports bench_train
     bench = _load("bench_maskable")
     argv = ["--repeats", "2", "--hidden", "8", "--n-envs", "2", "--n-steps", "16", "--n-epochs", "1"]
     results = bench.main([*argv, "--out", str(tmp_path / "out")])
@@ -29,7 +29,7 @@ def test_bench_maskable_measures_the_same_trajectories_and_writes_its_files(
     stored = json.loads((tmp_path / "out.json").read_text())
     assert stored["results"] == json.loads(json.dumps(results)) and stored["bound"] == 1.15
     text = (tmp_path / "out.txt").read_text()
-    assert text.startswith("command: python benchmarks/bench_maskable.py --repeats 2 --hidden 8")
+    assert text.startswith("command: python benchmarks/speed/bench_maskable.py --repeats 2 --hidden 8")
     assert "| masked | 8 |" in text and "| all_valid | 8 |" in text
 
 

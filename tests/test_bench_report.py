@@ -1,5 +1,5 @@
 """
-The benchmark report (``benchmarks/report.py``) on synthetic grids (no training), with its statistics (Holm,
+The benchmark report (``benchmarks/kit/report.py``) on synthetic grids (no training), with its statistics (Holm,
 collapses, training diagnostics), the power calculation and the README tables.
 """
 
@@ -32,7 +32,7 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
         _fake_run(grid, "mask", "CartPoleNoVel-v1", seed, [100.0, 300.0])
     out, figures = tmp_path / "RESULTS.md", tmp_path / "figures"
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(out)]
+        [sys.executable, str(ROOT / "benchmarks" / "kit" / "report.py"), "--grid", str(grid), "--out", str(out)]
         + ["--figures", str(figures), "--reps", "50", "--json", str(tmp_path / "summary.json")],
         check=True,
         capture_output=True,
@@ -92,7 +92,7 @@ def test_report_uses_evaluations_within_the_budget_and_never_replaces_a_missing_
     _fake_run(grid, "mask", "CueRecall-v0", 1, [0.3], returncode=1)
     out = tmp_path / "RESULTS.md"
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(out)]
+        [sys.executable, str(ROOT / "benchmarks" / "kit" / "report.py"), "--grid", str(grid), "--out", str(out)]
         + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3", "--final-evaluations", "2"],
         check=True,
         capture_output=True,
@@ -133,7 +133,7 @@ def test_report_lists_runs_that_failed_and_shows_an_undefined_p(tmp_path: Path) 
     (grid / "reset" / "EarlyChoice-v0" / "seed3" / "failed.json").write_text(json.dumps({**failed_run, "variant": "reset"}))
     summary_file = tmp_path / "summary.json"
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(tmp_path / "R.md")]
+        [sys.executable, str(ROOT / "benchmarks" / "kit" / "report.py"), "--grid", str(grid), "--out", str(tmp_path / "R.md")]
         + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3", "--json", str(summary_file)]
         + ["--baseline", "mask", "--variants", "reset", "mask"],
         check=True,
@@ -236,7 +236,7 @@ def test_report_of_another_study_with_its_baseline_and_final_evaluations(tmp_pat
     (tmp_path / "study.md").write_text("## The study's notes\n")
     (tmp_path / "other.md").write_text("## Other studies\n")
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), str(other), "--out", str(out)]
+        [sys.executable, str(ROOT / "benchmarks" / "kit" / "report.py"), "--grid", str(grid), str(other), "--out", str(out)]
         + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3"]
         + ["--variants", "fm_off", "fm_refresh", "--baseline", "fm_off", "--final-evaluations", "2"]
         + ["--notes", str(tmp_path / "study.md"), str(tmp_path / "other.md")],
@@ -321,7 +321,7 @@ def test_report_draws_diagnostics_and_counts_collapses(tmp_path: Path) -> None:
         training_log.write_csv(rows, grid / "ev_reset" / "CueRecall-v0" / f"seed{seed}" / "progress.csv.gz")
     out, figures = tmp_path / "RESULTS.md", tmp_path / "figures"
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "--grid", str(grid), "--out", str(out)]
+        [sys.executable, str(ROOT / "benchmarks" / "kit" / "report.py"), "--grid", str(grid), "--out", str(out)]
         + ["--figures", str(figures), "--reps", "50", "--min-seeds", "2", "--variants", "ev_reset", "ev_mask"]
         + ["--baseline", "ev_mask", "--focus", "ev_reset", "--diagnostics", "--title", "Evidence"],
         check=True,

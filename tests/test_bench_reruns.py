@@ -1,6 +1,6 @@
 """
-Stored runs reused by another study (``benchmarks/reuse_runs.py``) and re-run for the bitwise precondition
-(``benchmarks/precondition.py``), on fake runs (no training).
+Stored runs reused by another study (``benchmarks/studies/coverage/reuse_runs.py``) and re-run for the bitwise precondition
+(``benchmarks/studies/coverage/precondition.py``), on fake runs (no training).
 """
 
 import json

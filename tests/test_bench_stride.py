@@ -1,5 +1,5 @@
 """
-The window-stride study (``benchmarks/bench_stride.py``): settings, jobs with an equal time budget, its summary and
+The window-stride study (``benchmarks/speed/bench_stride.py``): settings, jobs with an equal time budget, its summary and
 comparisons (no training).
 """
 

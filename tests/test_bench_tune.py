@@ -1,5 +1,5 @@
 """
-The equal tuning budget (``benchmarks/tune.py``): trial settings, the search's bookkeeping, sessions, time limits
+The equal tuning budget (``benchmarks/kit/tune.py``): trial settings, the search's bookkeeping, sessions, time limits
 and interrupts, on fake zoo workers (no training).
 """
 
@@ -21,13 +21,17 @@ def test_tuning_rerun_config_is_the_trials_settings(tmp_path: Path) -> None:
         "learning_rate": 1e-3, "ent_coef": 0.01, "clip_range": 0.2, "n_epochs": 5, "max_grad_norm": 0.5,
         "net_arch": "tiny", "activation_fn": "relu",
     }  # fmt: skip
-    config = tune.best_config("reset_ppo", "CartPoleNoVel-v1", ROOT / "benchmarks" / "evidence.yml", raw)
+    config = tune.best_config(
+        "reset_ppo", "CartPoleNoVel-v1", ROOT / "benchmarks" / "studies" / "evidence" / "evidence.yml", raw
+    )
     # The sampled settings over the config's (as -optimize trained the trial), the rest of the entry kept
     assert (config["batch_size"], config["n_steps"], config["window_size"], config["n_epochs"]) == (64, 256, 8, 5)
     assert config["gamma"] == pytest.approx(0.99) and config["normalize"] is True
     assert config["policy_kwargs"] == "dict(net_arch=dict(pi=[64], vf=[64]), activation_fn=nn.ReLU)"
     raw.pop("window_size")
-    assert "window_size" not in tune.best_config("ppo_lstm", "CartPoleNoVel-v1", ROOT / "benchmarks" / "evidence.yml", raw)
+    assert "window_size" not in tune.best_config(
+        "ppo_lstm", "CartPoleNoVel-v1", ROOT / "benchmarks" / "studies" / "evidence" / "evidence.yml", raw
+    )
     assert tune.finished_trials(str(tmp_path / "none.log"), "missing") == 0
     command = tune.optimize_command(
         "EarlyChoice-v0",
@@ -120,7 +124,15 @@ def test_tuning_rerun_refuses_a_partial_or_missing_search(tmp_path: Path) -> Non
     assert tune.unfinished_studies(tune.argparse.Namespace(**{**vars(args), "arms": ["ev_reset"], "trials": 1})) == []
     # From the command line: a usage error naming the studies, before anything is trained or written
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "tune.py"), "rerun", "--envs", "EarlyChoice-v0", "--arms", "ev_reset"]
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "kit" / "tune.py"),
+            "rerun",
+            "--envs",
+            "EarlyChoice-v0",
+            "--arms",
+            "ev_reset",
+        ]
         + ["--trials", "2", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
@@ -129,7 +141,7 @@ def test_tuning_rerun_refuses_a_partial_or_missing_search(tmp_path: Path) -> Non
     assert result.returncode == 2 and "EarlyChoice-v0 ev_reset: 1 of 2 trials finished" in result.stderr
     assert not (path.parent / "best.yml").exists()
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "tune.py"), "optimize", "--trials", "0"],
+        [sys.executable, str(ROOT / "benchmarks" / "kit" / "tune.py"), "optimize", "--trials", "0"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -309,7 +321,15 @@ def test_a_database_password_never_reaches_a_command_line(tmp_path: Path) -> Non
     # The command line refuses it before anything runs or is written (the zoo processes it starts would carry it in
     # their command lines, and their pickled study, report_*.pkl, in the study's URL)
     storage = "postgresql+psycopg://optuna:s3cret-pw@127.0.0.1:1/optuna"
-    command = [sys.executable, str(ROOT / "benchmarks" / "tune.py"), "optimize", "--storage", storage, "--out", str(tmp_path)]
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "kit" / "tune.py"),
+        "optimize",
+        "--storage",
+        storage,
+        "--out",
+        str(tmp_path),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "holds the database password" in result.stderr, result.stderr[-2000:]
     assert "s3cret-pw" not in result.stdout + result.stderr and list(tmp_path.iterdir()) == []

@@ -1,26 +1,13 @@
-"""The coverage study's tooling (benchmarks/PROTOCOL_coverage.md): grid arms, shared runs, pairs and the port report."""
+"""The coverage study's tooling (benchmarks/studies/coverage/PROTOCOL.md): arms, shared runs, pairs, the port report."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from bench_helpers import ROOT, _load
 
 run_grid = _load("run_grid")
 coverage_report = _load("coverage_report")
@@ -255,12 +242,14 @@ def test_reused_runs_are_checked_by_their_returns_where_bits_differ() -> None:
 
 
 def test_the_stored_reuse_check_says_which_runs_differ() -> None:
-    # The stored report (benchmarks/RESULTS_coverage.md) states the check as the generator now writes it
+    # The stored report (benchmarks/studies/coverage/RESULTS.md) states the check as the generator now writes it
     reuse = json.loads((ROOT / "benchmarks" / "results" / "coverage_summary.json").read_text())["reuse_check"]
     differ = [f"{r['variant']} {r['env']} seed {r['seed']}" for r in reuse if not r["equal"]]
     equal = len(reuse) - len(differ)
     line = next(
-        line for line in (ROOT / "benchmarks" / "RESULTS_coverage.md").read_text().splitlines() if line.startswith("Reuse")
+        line
+        for line in (ROOT / "benchmarks" / "studies" / "coverage" / "RESULTS.md").read_text().splitlines()
+        if line.startswith("Reuse")
     )
     assert line == (
         f"Reuse check: {equal} of {len(reuse)} re-trained timing runs have evaluations bitwise equal to the reused run; "

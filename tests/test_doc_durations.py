@@ -1,5 +1,5 @@
 """
-Every duration the README and the guides state is the one benchmarks/doc_durations.py measured (CPU seconds with one
+Every duration the README and the guides state is the one benchmarks/speed/doc_durations.py measured (CPU seconds with one
 torch thread, the time on an idle core), within MARGIN, for the code the pages show now.
 """
 
@@ -55,7 +55,7 @@ def test_every_stated_duration_is_the_measured_one() -> None:
 
 
 def test_the_measurement_is_of_the_code_the_pages_show() -> None:
-    # An edited snippet, command or demo needs a new measurement: python benchmarks/doc_durations.py --items ITEM
+    # An edited snippet, command or demo needs a new measurement: python benchmarks/speed/doc_durations.py --items ITEM
     bench = _load("doc_durations")
     stored = _stored()
     for item in STATED:

@@ -168,3 +168,32 @@ def test_the_examples_page_lists_every_example_and_every_env() -> None:
     envs = sorted(env_id for env_id, spec in gym.registry.items() if str(spec.entry_point).startswith("sb3_reset_ppo."))
     assert "MaskedCueRecall-v0" in envs and len(envs) >= 12
     assert [env_id for env_id in envs if f"`{env_id}`" not in page] == []
+
+
+def _linked_pages() -> list[Path]:
+    """The README, CHANGELOG, the docs' pages and every Markdown file of benchmarks/ except the stored runs' own."""
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *(p for p in DOCS.rglob("*.md") if "_build" not in p.parts)]
+    pages += [p for p in (ROOT / "benchmarks").rglob("*.md") if "results" not in p.relative_to(ROOT / "benchmarks").parts]
+    return sorted(pages)
+
+
+def test_every_link_and_repository_path_in_the_pages_exists() -> None:
+    # Relative Markdown links and images resolve from the page's folder; a path written as `benchmarks/...`,
+    # `docs/...`, `examples/...` or `sb3_reset_ppo/...` (a file or a folder, as the pages name them) from the
+    # repository's root. The CHANGELOG and the protocols keep history: only their links are checked
+    missing = []
+    for page in _linked_pages():
+        text = page.read_text()
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", text):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            if not (page.parent / target).exists():
+                missing.append(f"{page.relative_to(ROOT)}: link {target}")
+        if page.name in ("CHANGELOG.md", "PROTOCOL.md"):  # a protocol stays as it was committed before its runs
+            continue
+        for target in re.findall(r"`((?:benchmarks|docs|examples|sb3_reset_ppo)/[\w./-]+?)[`\s:]", text):
+            if "<" in target or "*" in target or target.startswith(("benchmarks/results/", "docs/_build")):
+                continue
+            if not (ROOT / target.rstrip(".")).exists():
+                missing.append(f"{page.relative_to(ROOT)}: path {target}")
+    assert not missing, "\n".join(missing)

@@ -1,26 +1,12 @@
-"""The masking study's tooling (benchmarks/PROTOCOL_masking.md): the report's statistics and the runner's resume."""
+"""The masking study's tooling (benchmarks/studies/masking/PROTOCOL.md): the report's statistics and the runner's resume."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from bench_helpers import _load
 
 masking_study = _load("masking_study")
 masking_report = _load("masking_report")
@@ -116,11 +102,12 @@ def test_report_writes_results_and_figure(tmp_path: Path) -> None:
     results = tmp_path / "results_in"
     _write(results, {"maskable_reset_ppo": 0.99, "reset_ppo": 0.1, "maskable_ppo": 0.3}, seeds=3)
     masking_report.main([
-        "--results", str(results), "--out", str(tmp_path), "--reps", "50", "--notes", str(tmp_path / "none.md")
+        "--results", str(results), "--out", str(tmp_path), "--summaries", str(tmp_path / "results"), "--reps", "50",
+        "--notes", str(tmp_path / "none.md"),
     ])  # fmt: skip
-    text = (tmp_path / "RESULTS_masking.md").read_text()
+    text = (tmp_path / "RESULTS.md").read_text()
     assert "(a) 3 of 3, (c) 0 of 3: **does not hold**" in text  # 3 seeds: not "most" of 10
-    assert (tmp_path / "figures_masking" / "learning_curves.png").stat().st_size > 0
+    assert (tmp_path / "figures" / "learning_curves.png").stat().st_size > 0
     assert json.loads((tmp_path / "results" / "masking_summary.json").read_text())["success"]["a_solved"] == 3
 
 

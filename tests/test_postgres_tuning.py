@@ -1,5 +1,5 @@
 """
-``benchmarks/tune.py optimize --storage postgresql+psycopg://...`` (docs/guide/tuning_cluster.md): two workers share
+``benchmarks/kit/tune.py optimize --storage postgresql+psycopg://...`` (docs/guide/tuning_cluster.md): two workers share
 one study on a real PostgreSQL server that the test starts (tests/postgres_server.py), as workers on several
 machines would, the password in a libpq password file, never on a command line or in a file of the output.
 Skipped, saying why, only where the server's programs are not installed (``.ci/run`` installs Debian's
@@ -72,7 +72,7 @@ def test_two_workers_share_one_study_in_postgresql(postgres: PostgresServer, pas
     url = postgres.url.replace(f":{postgres.password}@", "@")
     assert url != postgres.url and postgres.password not in url
     tune = [
-        sys.executable, str(ROOT / "benchmarks" / "tune.py"), "optimize", "--envs", ENV_ID, "--arms", ARM,
+        sys.executable, str(ROOT / "benchmarks" / "kit" / "tune.py"), "optimize", "--envs", ENV_ID, "--arms", ARM,
         "--trials", str(TRIALS), "--workers", "2", "--storage", url, "--seed-offset", str(SEED_OFFSET),
         "--n-timesteps", "512", "--n-evaluations", "1", "--eval-episodes", "2", "--out", str(tmp_path),
     ]  # fmt: skip

@@ -93,7 +93,7 @@ def test_compare_and_grid_run_on_a_ray_cluster_without_a_shared_filesystem(clust
     assert again.returncode == 0 and "4 of 4 runs already done; 0 to train" in again.stdout
 
     # The study grid, through the same cluster (one test: a second cluster on this machine would be stopped with it)
-    grid = [sys.executable, str(ROOT / "benchmarks" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
+    grid = [sys.executable, str(ROOT / "benchmarks" / "kit" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
     grid += ["--seeds", "1", "--eval-episodes", "2", "--steps", "2000", "--out", str(tmp_path / "grid"), "--address", cluster]
     result = subprocess.run(grid, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -136,7 +136,7 @@ def test_the_speed_bound_is_missed_where_the_stored_benchmark_says() -> None:
         "docs/studies/coverage.md": f"gave {low} (LSTM 64) and {high} (LSTM 256) in bench_train.txt",
         "CHANGELOG.md": f"({low} with LSTM 64 and {high} with LSTM 256, batch_size 1024: {n} of the 8 settings of "
         "bench_train.json miss the coverage study's bound of half",
-        "benchmarks/RESULTS_coverage_notes.md": f"cv_batch exceeds the bound in {n} of the 8 settings of "
+        "benchmarks/studies/coverage/NOTES.md": f"cv_batch exceeds the bound in {n} of the 8 settings of "
         f"bench_train.json ({low} and {high}",
     }
     for page, sentence in pages.items():

@@ -169,11 +169,11 @@ def test_packaged_zoo_config_uses_the_default_stride() -> None:
 
 
 def test_published_grid_keeps_its_config() -> None:
-    spec = importlib.util.spec_from_file_location("run_grid", ROOT / "benchmarks" / "run_grid.py")
+    spec = importlib.util.spec_from_file_location("run_grid", ROOT / "benchmarks" / "kit" / "run_grid.py")
     assert spec is not None and spec.loader is not None
     run_grid = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(run_grid)
-    assert run_grid.RESET_PPO_CONF == ROOT / "benchmarks" / "grid.yml"
+    assert run_grid.RESET_PPO_CONF == ROOT / "benchmarks" / "kit" / "grid.yml"
     assert run_grid.conf_file("reset") == run_grid.conf_file("mask") == run_grid.RESET_PPO_CONF
     grid = yaml.safe_load(run_grid.RESET_PPO_CONF.read_text())
     # The grid's envs trained every window every epoch

@@ -1,7 +1,7 @@
 """
 Torch's thread count: ResetPPO says once per model when learn() runs with more threads than is fastest for its size
 (and never changes the count itself); the entry points default to one thread with a flag to change it; the benchmark
-that decided it (benchmarks/bench_threads.py) and its stored results.
+that decided it (benchmarks/speed/bench_threads.py) and its stored results.
 """
 
 import json
@@ -130,7 +130,7 @@ def test_bench_threads_measures_each_thread_count_in_a_fresh_process(tmp_path: P
         assert one["torch_threads"] == [1] and one["wall"] > 0 and one["cpu"] > 0 and one["timed_out"] == 0
         assert 0 <= one["load"][0] <= one["load"][1]
     text = (tmp_path / "out.txt").read_text()
-    assert text.startswith("command: python benchmarks/bench_threads.py --settings mlp_gru64 --threads 1 --conditions")
+    assert text.startswith("command: python benchmarks/speed/bench_threads.py --settings mlp_gru64 --threads 1 --conditions")
     assert "| mlp_gru64 | ResetPPO | busy |" in text
     assert json.loads((tmp_path / "out.json").read_text())["results"] == json.loads(json.dumps(results))
 
@@ -168,11 +168,14 @@ def test_bench_threads_marks_a_median_of_stopped_runs_as_a_lower_bound() -> None
 def test_every_benchmark_that_trains_takes_a_thread_count(script: str) -> None:
     # One thread by default (what bench_threads.py measured to be fastest), --threads to change it
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--help"], capture_output=True, text=True, timeout=120
+        [sys.executable, str(ROOT / "benchmarks" / "speed" / f"{script}.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--threads THREADS" in result.stdout
-    source = (ROOT / "benchmarks" / f"{script}.py").read_text()
+    source = (ROOT / "benchmarks" / "speed" / f"{script}.py").read_text()
     assert re.search(r'add_argument\("--threads", type=int, default=1\b', source)
 
 
@@ -200,7 +203,7 @@ def _ratios(name: str) -> dict[tuple[str, int, str], list[float]]:
 
 
 def test_the_stored_measurements_are_what_the_advice_says() -> None:
-    # Two runs of benchmarks/bench_threads.py: on a quiet machine (nothing else running) and on one shared with other
+    # Two runs of benchmarks/speed/bench_threads.py: on a quiet machine (nothing else running) and on one shared with other
     # work. Up to ONE_THREAD_MAX_HIDDEN_SIZE, without convolutions, one thread was faster in every measurement of
     # both; beside a busy process in every setting; above that size, or with convolutions, more threads were faster on
     # the idle machine, so the advice leaves them out

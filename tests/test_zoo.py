@@ -68,7 +68,9 @@ def test_hyperparameter_file_covers_the_benchmark_envs() -> None:
 
     hyperparams = yaml.safe_load(DEFAULT_CONF_FILE.read_text())
     zoo = yaml.safe_load((Path(rl_zoo3.__file__).parent / "hyperparams" / "ppo_lstm.yml").read_text())
-    evidence = yaml.safe_load((Path(__file__).resolve().parents[1] / "benchmarks" / "evidence.yml").read_text())
+    evidence = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "evidence" / "evidence.yml").read_text()
+    )
     for env_id in (
         "CartPoleNoVel-v1",
         "PendulumNoVel-v1",

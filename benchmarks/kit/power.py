@@ -1,5 +1,5 @@
 """
-Power calculation for the evidence protocol (benchmarks/PROTOCOL.md): seeds per arm needed to detect the
+Power calculation for the evidence protocol (benchmarks/studies/evidence/PROTOCOL.md): seeds per arm needed to detect the
 differences seen in earlier runs.
 
 For each env and pair of variants in the given results folders, the primary endpoint of every run (the mean
@@ -8,7 +8,7 @@ it) gives the observed difference of means, the pooled standard deviation, Cohen
 two-sided two-sample t-test at level 0.05 needs for 80% power against that d, and the smallest difference
 (in units of the pooled standard deviation and in return) the given ``--seeds`` detect with 80% power.
 
-Usage: python benchmarks/power.py --grid benchmarks/results/grid --pairs reset:mask reset_importance:mask
+Usage: python benchmarks/kit/power.py --grid benchmarks/results/grid --pairs reset:mask reset_importance:mask
        [--final-evaluations 2] [--seeds 10 20]
 """
 
@@ -23,6 +23,7 @@ from scipy import stats
 from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
+BENCHMARKS = HERE.parent
 
 
 def power(d: float, n: int, alpha: float = 0.05) -> float:
@@ -60,7 +61,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[10, 20], help="seeds per arm for the detectable effect")
     args = parser.parse_args()
     runs = [run for grid in args.grid for run in runner.load_runs(grid, args.final_evaluations)]
-    print("command: python " + " ".join(["benchmarks/power.py", *sys.argv[1:]]))
+    print("command: python " + " ".join(["benchmarks/kit/power.py", *sys.argv[1:]]))
     print()
     header = "| env | A - B | runs A, B | difference | pooled SD | Cohen's d | seeds per arm for 80% power |"
     header += "".join(f" detectable with {n} seeds (SD, return) |" for n in args.seeds)

@@ -2,17 +2,17 @@
 Report of the benchmark grid (``run_grid.py``): rliable aggregates, per-env tables, learning curves.
 
 Reads every finished run's ``evaluations.npz`` (written by the RL Zoo), normalises each env's final
-return to ``(score - random) / (reference - random)``, and writes ``benchmarks/RESULTS.md`` with: IQM and
+return to ``(score - random) / (reference - random)``, and writes ``benchmarks/studies/evidence/RESULTS.md`` with: IQM and
 mean of the normalised final return with 95% stratified-bootstrap confidence intervals per variant,
 the probability of improvement of each variant over the mask baseline, per-env tables (mean +- std,
 timesteps, wall time), and PNGs of the learning curves and rliable's aggregate plots.
 
 For another study in the same layout, name its variants and baseline, e.g. the fresh-memory study
-(``benchmarks/PROTOCOL_fresh_memory.md``; its primary endpoint is the mean of the last 2 of 20 evaluations):
+(``benchmarks/studies/fresh_memory/PROTOCOL.md``; its primary endpoint is the mean of the last 2 of 20 evaluations):
 ``--grid benchmarks/results/fresh_memory --variants fm_off fm_refresh fm_burn8 fm_burn16 fm_refresh_burn8
 --baseline fm_off --final-evaluations 2 --min-seeds 10 --out ... --figures ...``.
 
-Usage: python benchmarks/report.py [--grid benchmarks/results/grid] [--out benchmarks/RESULTS.md]
+Usage: python benchmarks/kit/report.py [--grid benchmarks/results/grid] [--out benchmarks/studies/evidence/RESULTS.md]
 """
 
 import argparse
@@ -38,6 +38,7 @@ from sb3_reset_ppo.experiments.runner import load_runs
 from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, probability_text, probability_triple
 
 HERE = Path(__file__).resolve().parent
+BENCHMARKS = HERE.parent
 VARIANT_ORDER = ["reset", "reset_importance", "mask", "mask_kept", "ppo_lstm"]
 BASELINE = "mask"
 # Reference (best) returns used for normalisation; random returns are measured by the report itself
@@ -334,10 +335,10 @@ def hardware() -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The report's command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--grid", type=Path, nargs="+", default=[HERE / "results" / "grid"],
+    parser.add_argument("--grid", type=Path, nargs="+", default=[BENCHMARKS / "results" / "grid"],
                         help="results folders (several: the runs of all, e.g. two studies' arms)")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
-    parser.add_argument("--figures", type=Path, default=HERE / "figures")
+    parser.add_argument("--out", type=Path, required=True, help="the page to write, e.g. benchmarks/studies/<study>/RESULTS.md")
+    parser.add_argument("--figures", type=Path, default=None, help="the figures' folder (default: figures/ beside --out)")
     parser.add_argument(
         "--min-seeds", type=int, default=5, help="seeds every variant needs for an env to enter the aggregates"
     )
@@ -461,17 +462,17 @@ def header_lines(args: argparse.Namespace, selection: Selection, argv: list[str]
     lines = [
         f"# {args.title}",
         "",
-        "Measured by `benchmarks/run_grid.py` (runs through the RL Zoo) and summarised by `benchmarks/report.py`.",
+        "Measured by `benchmarks/kit/run_grid.py` (runs through the RL Zoo) and summarised by `benchmarks/kit/report.py`.",
         "Results are what was measured; nothing is tuned per variant beyond the hyperparameter files.",
         "",
         "- Command (grid): `"
         + (
             args.grid_command
-            or f"python benchmarks/run_grid.py --envs {' '.join(selection.envs)} --variants {' '.join(selection.variants)} "
-            f"--seeds {args.min_seeds}"
+            or f"python benchmarks/kit/run_grid.py --envs {' '.join(selection.envs)} "
+            f"--variants {' '.join(selection.variants)} --seeds {args.min_seeds}"
         )
         + "`",
-        "- Command (report): `python " + shlex.join(["benchmarks/report.py", *argv]) + "`",
+        "- Command (report): `python " + shlex.join(["benchmarks/kit/report.py", *argv]) + "`",
         f"- Hardware (this report): {hardware()}",
         f"- Machines (the runs): {machines(selection.runs)}",
         f"- Packages: {versions()}",
@@ -873,6 +874,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.figures = args.figures or args.out.parent / "figures"
     args.figures.mkdir(parents=True, exist_ok=True)
     selection = select_runs(args, parser)
     lines = header_lines(args, selection, argv)

@@ -11,15 +11,15 @@ is resumable. A run whose trainer exits with an error writes ``failed.json`` (an
 short by a signal or a session's end leaves neither and is trained again. Runs execute in parallel worker
 processes, at most one per core, one torch thread each.
 
-With ``--study fresh_memory``: the fresh-memory study of ``benchmarks/PROTOCOL_fresh_memory.md`` (variants
-``fm_*``, config ``benchmarks/fresh_memory.yml``, training logs kept as ``log.txt.gz``), into
-``benchmarks/results/fresh_memory``. With ``--study gru``: the GRU study (``benchmarks/PROTOCOL_gru.md``). With
-``--study evidence``: the evidence study (``benchmarks/PROTOCOL.md``: variants ``ev_*`` incl. ``ev_rppo``, config
-``benchmarks/evidence.yml``, per-env seed counts, secondary arms on a subset of envs). Studies with their own
-config keep every run's log as ``log.txt.gz`` and its curves as ``progress.csv.gz``.
+With ``--study fresh_memory``: the fresh-memory study of ``benchmarks/studies/fresh_memory/PROTOCOL.md`` (variants
+``fm_*``, config ``benchmarks/studies/fresh_memory/fresh_memory.yml``, training logs kept as ``log.txt.gz``), into
+``benchmarks/results/fresh_memory``. With ``--study gru``: the GRU study (``benchmarks/studies/gru/PROTOCOL.md``).
+With ``--study evidence``: the evidence study (``benchmarks/studies/evidence/PROTOCOL.md``: variants ``ev_*`` incl.
+``ev_rppo``, config ``benchmarks/studies/evidence/evidence.yml``, per-env seed counts, secondary arms on a subset of
+envs). Studies with their own config keep every run's log as ``log.txt.gz`` and its curves as ``progress.csv.gz``.
 
-With ``--study coverage``: the coverage study (``benchmarks/PROTOCOL_coverage.md``: variants ``cv_*``, config
-``benchmarks/evidence.yml``; arms whose resolved settings coincide on an env train once, under the first).
+With ``--study coverage``: the coverage study (``benchmarks/studies/coverage/PROTOCOL.md``: variants ``cv_*``, config
+``benchmarks/studies/evidence/evidence.yml``; arms whose resolved settings coincide on an env train once, under the first).
 
 With ``--address`` (a Ray cluster's, e.g. ``auto`` on a machine of the cluster) the runs train as Ray tasks of one
 CPU each, their files sent back to this process (no shared filesystem needed; every machine needs this package's
@@ -30,7 +30,7 @@ time of the finished runs of the same variant and env, times 1.25; runs of a pai
 ``--minutes``), taking the next run in the grid's order that fits: a session that ends at a known time leaves no run
 half done. ``--forecast`` prints the time the remaining runs need.
 
-Usage: python benchmarks/run_grid.py [--study grid|fresh_memory|gru|evidence|coverage] [--envs ...] [--variants ...]
+Usage: python benchmarks/kit/run_grid.py [--study grid|fresh_memory|gru|evidence|coverage] [--envs ...] [--variants ...]
        [--seeds N] [--workers 2] [--minutes M] [--address RAY_ADDRESS] [--forecast] [--retry-failed]
 """
 
@@ -50,11 +50,12 @@ from sb3_reset_ppo.experiments.runner import FAILED_FILE, RunSpec, recorded, sta
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 HERE = Path(__file__).resolve().parent
+BENCHMARKS = HERE.parent
 # The published grid's config (window_stride: 1), moved from the package's zoo/reset_ppo.yml, which now keeps the defaults
 RESET_PPO_CONF = HERE / "grid.yml"
 PPO_LSTM_CONF = HERE / "ppo_lstm.yml"
-FRESH_MEMORY_CONF = HERE / "fresh_memory.yml"
-EVIDENCE_CONF = HERE / "evidence.yml"
+FRESH_MEMORY_CONF = BENCHMARKS / "studies" / "fresh_memory" / "fresh_memory.yml"
+EVIDENCE_CONF = BENCHMARKS / "studies" / "evidence" / "evidence.yml"
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "reset": {"algo": "reset_ppo", "hyperparams": ["boundary:'reset'", "weighting:'uniform'"]},
@@ -64,7 +65,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "mask_kept": {"algo": "reset_ppo", "hyperparams": ["boundary:'mask'", "weighting:'kept_mean'"]},
     "ppo_lstm": {"algo": "ppo_lstm", "hyperparams": []},
 }
-# The fresh-memory study (benchmarks/PROTOCOL_fresh_memory.md): its own config, each variant with the config's
+# The fresh-memory study (benchmarks/studies/fresh_memory/PROTOCOL.md): its own config, each variant with the config's
 # n_epochs (10) and with 30 ("_e30", where stale memory should matter most)
 _FRESH_MEMORY = {
     "fm_off": [],
@@ -77,12 +78,13 @@ for _name, _hyperparams in _FRESH_MEMORY.items():
     for _suffix, _epochs in (("", []), ("_e30", ["n_epochs:30"])):
         VARIANTS[_name + _suffix] = {"algo": "reset_ppo", "hyperparams": _hyperparams + _epochs, "conf": FRESH_MEMORY_CONF}
 FRESH_MEMORY_VARIANTS = [name for name in VARIANTS if name.startswith("fm_")]
-# The GRU study (benchmarks/PROTOCOL_gru.md): the fresh-memory config with the GRU policy; its LSTM arm is the
+# The GRU study (benchmarks/studies/gru/PROTOCOL.md): the fresh-memory config with the GRU policy; its LSTM arm is the
 # fresh-memory study's fm_off
 VARIANTS["gru"] = {"algo": "reset_ppo", "hyperparams": ["policy:'MlpGruPolicy'"], "conf": FRESH_MEMORY_CONF}
 GRU_VARIANTS = ["gru"]
 GRU_ENVS = ["CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0", "CartPoleNoVel-v1", "PopgymRepeatPreviousEasy-v0"]
-# The evidence study (benchmarks/PROTOCOL.md): every arm trains with benchmarks/evidence.yml, RecurrentPPO too
+# The evidence study (benchmarks/studies/evidence/PROTOCOL.md): every arm trains with
+# benchmarks/studies/evidence/evidence.yml, RecurrentPPO too
 EVIDENCE_PRIMARY = {
     "ev_reset": ["boundary:'reset'", "weighting:'uniform'"],
     "ev_reset_importance": ["boundary:'reset'", "weighting:'importance'"],
@@ -115,7 +117,7 @@ EVIDENCE_ENVS = [
     "PopgymCountRecallEasy-v0",
     "MiniGridMemoryS7Flat-v0",
 ]
-# The coverage study (benchmarks/PROTOCOL_coverage.md): epoch structure and window length, evidence.yml's settings.
+# The coverage study (benchmarks/studies/coverage/PROTOCOL.md): epoch structure and window length, evidence.yml's settings.
 # Its cv_inside16 and most of cv_rppo are the evidence study's ev_reset and ev_rppo (reused, not trained here).
 COVERAGE_ARMS: dict[str, dict[str, Any]] = {
     # Today's default: trained here only for the side-by-side timing seeds (its runs are ev_reset's)
@@ -172,7 +174,7 @@ def n_timesteps(env_id: str, conf: Path = RESET_PPO_CONF) -> int:
 
 def coverage_window(variant: str, env_id: str) -> int:
     """
-    The window length a coverage arm trains with on an env (``benchmarks/PROTOCOL_coverage.md``): its
+    The window length a coverage arm trains with on an env (``benchmarks/studies/coverage/PROTOCOL.md``): its
     ``window_size``, capped at the env's ``n_steps``, with ``'batch'`` = ``min(batch_size, n_steps)`` and
     ``'rollout'`` = ``n_steps`` (ResetPPO's defaults, 128 and 128, where the file sets none).
     """
@@ -436,7 +438,7 @@ def main() -> None:
     }
     args.envs = args.envs or studies[args.study][0]
     args.variants = args.variants or studies[args.study][1]
-    args.out = args.out or HERE / "results" / args.study
+    args.out = args.out or BENCHMARKS / "results" / args.study
     print("command: python " + " ".join(sys.argv), flush=True)
     jobs = [
         {"variant": variant, "env": env_id, "seed": seed, "run_dir": args.out / variant / env_id / f"seed{seed}",

@@ -1,6 +1,6 @@
 """
-Equal tuning budget (benchmarks/PROTOCOL.md, Q4): the RL Zoo's Optuna search for several arms, the same number of
-trials each, then the best trial of each arm re-run on fresh seeds.
+Equal tuning budget (benchmarks/studies/evidence/PROTOCOL.md, Q4): the RL Zoo's Optuna search for several arms, the
+same number of trials each, then the best trial of each arm re-run on fresh seeds.
 
 ``optimize``: for every (env, arm), ``--workers`` workers run the zoo's ``-optimize`` on one shared study (the
 zoo's ``--storage`` with a journal file, ``benchmarks/results/tuning/<env>/<arm>/study.log``), one zoo process per
@@ -30,8 +30,8 @@ with the trial and those tied with it in ``best.json``; every study summarised i
 report shows), as runs of the grid layout
 (``benchmarks/results/tuning/runs/tuned_<arm>/<env>/seed<k>/``) that ``report.py`` reads.
 
-Usage: python benchmarks/tune.py optimize [--envs EarlyChoice-v0 CartPoleNoVel-v1] [--arms ...] [--trials 30]
-       python benchmarks/tune.py rerun [--seeds 100 ... 109]
+Usage: python benchmarks/kit/tune.py optimize [--envs EarlyChoice-v0 CartPoleNoVel-v1] [--arms ...] [--trials 30]
+       python benchmarks/kit/tune.py rerun [--seeds 100 ... 109]
 """
 
 import argparse
@@ -50,10 +50,11 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 from sb3_reset_ppo.experiments import executors, runner
 
 HERE = Path(__file__).resolve().parent
+BENCHMARKS = HERE.parent
 sys.path.insert(0, str(HERE))
-import run_grid  # noqa: E402  (benchmarks/run_grid.py)
+import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
-OUT = HERE / "results" / "tuning"
+OUT = BENCHMARKS / "results" / "tuning"
 # A worker stops after this many failed trials in a row (a broken setting would otherwise fail until the deadline)
 MAX_FAILURES = 3
 ARMS = ["ev_reset", "ev_mask_kept", "ev_rppo"]
@@ -129,7 +130,7 @@ def best_trial(storage: str, name: str) -> tuple[int, float, dict[str, Any], lis
     """
     Number, value and raw parameters of the study's best completed trial, and the numbers of the other completed
     trials with the same value. A tie goes to the earliest trial, as Optuna's ``Study.best_trial`` and so the
-    zoo's report decide it (``benchmarks/PROTOCOL.md``, amendment 9), for every arm alike.
+    zoo's report decide it (``benchmarks/studies/evidence/PROTOCOL.md``, amendment 9), for every arm alike.
     """
     import optuna
 
@@ -162,8 +163,9 @@ def search_summary(out: Path, envs: list[str], arms: list[str], storage: str | N
         "Per study: its trials by state; trial-hours, the summed durations of its completed and pruned trials "
         "(failed trials are left out: a trial cut by a session's end ran again with its settings, and its "
         "recorded duration runs until it was marked failed); the best completed trial (its last evaluation's mean return, 10 "
-        "episodes), the completed trials with the same value (a tie goes to the earliest: `benchmarks/PROTOCOL.md`, "
-        "amendment 9) and the values it sampled (the sampler's own parameters, e.g. `n_steps_pow` for `n_steps` = "
+        "episodes), the completed trials with the same value (a tie goes to the earliest: "
+        "`benchmarks/studies/evidence/PROTOCOL.md`, amendment 9) and the values it sampled (the sampler's own "
+        "parameters, e.g. `n_steps_pow` for `n_steps` = "
         "2 ** `n_steps_pow`; the converted settings it re-runs with are in `<env>/<arm>/best.yml`).",
         "",
         "| env | arm | completed | pruned | failed | trial-hours | best trial | value | tied with | settings |",
@@ -532,7 +534,7 @@ def main() -> None:
                         help="a database URL without the password (PGPASSWORD, ~/.pgpass), not journals")  # fmt: skip
     parser.add_argument("--minutes", type=float, default=None,
                         help="optimize: start only trials expected to finish within this many minutes")  # fmt: skip
-    parser.add_argument("--grid", type=Path, default=HERE / "results" / "evidence",
+    parser.add_argument("--grid", type=Path, default=BENCHMARKS / "results" / "evidence",
                         help="the evidence grid's runs: a study's first trials are expected to take as long")  # fmt: skip
     parser.add_argument("--seed-offset", type=int, default=0,
                         help="added to the sampler seeds: 0, 100000, ... on machines sharing a database study")  # fmt: skip
@@ -558,11 +560,11 @@ def main() -> None:
         problems = unfinished_studies(args)
         if problems:
             parser.error(
-                f"rerun needs {args.trials} finished trials in every study (run `python benchmarks/tune.py optimize` "
+                f"rerun needs {args.trials} finished trials in every study (run `python benchmarks/kit/tune.py optimize` "
                 "with the same --envs, --arms, --trials and --out first): " + "; ".join(problems)
             )
     # The storage URL's password stays out of the logs
-    print("command: python " + " ".join(["benchmarks/tune.py", *map(redact, sys.argv[1:])]), flush=True)
+    print("command: python " + " ".join(["benchmarks/kit/tune.py", *map(redact, sys.argv[1:])]), flush=True)
     optimize(args) if args.mode == "optimize" else rerun(args)
 
 

@@ -6,7 +6,7 @@ the same envs and seeds, in parallel worker processes (one torch thread each), a
 of the last 100 training episodes at the end and averaged over training (area under the learning curve).
 Resumable: finished runs in the results file are skipped.
 
-Usage: python benchmarks/bench_consecutive.py [--seeds 5] [--workers 2] [--out benchmarks/results/consecutive.jsonl]
+Usage: python benchmarks/speed/bench_consecutive.py [--seeds 5] [--workers 2] [--out benchmarks/results/consecutive.jsonl]
 """
 
 import argparse

@@ -1,7 +1,7 @@
 """
 Speed of the memory tasks: steps per second of one env (``gym.make(...).unwrapped``), median of repeats.
 
-Usage: python benchmarks/bench_envs.py [--steps 20000] [--repeats 3]
+Usage: python benchmarks/speed/bench_envs.py [--steps 20000] [--repeats 3]
 """
 
 import argparse

@@ -12,7 +12,7 @@ over ``--steps`` steps after ``--warmup`` steps, of wall time (``perf_counter``)
 (``process_time``); the machine's load average is recorded with them. The untrained weights time the same as
 trained ones.
 
-Usage: python benchmarks/bench_export.py [--steps 2000] [--warmup 200] [--out benchmarks/results/bench_export]
+Usage: python benchmarks/speed/bench_export.py [--steps 2000] [--warmup 200] [--out benchmarks/results/bench_export]
 """
 
 import argparse

@@ -28,7 +28,7 @@ machine, and unlike wall time not inflated by other processes on shared cores; w
 ``learn()``, what a user waits for, and of one ``train()`` call; ``ratio`` is ``maskable``'s over ``reset``'s.
 Writes ``<out>.json`` and ``<out>.txt`` (what it prints, the exact command first).
 
-Usage: python benchmarks/bench_maskable.py [--tasks masked all_valid] [--hidden 64 256] [--repeats 7]
+Usage: python benchmarks/speed/bench_maskable.py [--tasks masked all_valid] [--hidden 64 256] [--repeats 7]
        [--learn-steps N] [--out benchmarks/results/bench_maskable]
 """
 
@@ -52,7 +52,7 @@ from stable_baselines3.common.vec_env import VecEnv
 import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecall-v0 and MaskedCueRecall-v0)
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TASKS: dict[str, str] = {"masked": "MaskedCueRecall-v0", "all_valid": "CueRecall-v0"}
 VARIANTS = ("recurrent_ppo", "reset", "maskable_off", "maskable")
 LABELS = {
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     """Run the benchmark; print and write the results."""
     args = parse_args(argv)
     th.set_num_threads(args.threads)
-    command = "python benchmarks/bench_maskable.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/speed/bench_maskable.py " + " ".join(sys.argv[1:] if argv is None else argv)
     lines: list[str] = []
 
     def say(line: str) -> None:

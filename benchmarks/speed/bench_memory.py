@@ -5,7 +5,7 @@ Trains for ``--updates`` updates and prints the resident memory after update 30 
 (it must stay flat: no growth from stored states, logs or diagnostics), and the peak extra memory of one
 ``train()`` relative to the rollout buffer's size and to one minibatch.
 
-Usage: python benchmarks/bench_memory.py [--updates 300] [--n-envs 8] [--n-steps 128] [--json out.json]
+Usage: python benchmarks/speed/bench_memory.py [--updates 300] [--n-envs 8] [--n-steps 128] [--json out.json]
 """
 
 import argparse

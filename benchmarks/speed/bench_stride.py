@@ -1,7 +1,7 @@
 """
 Drop-in learning study: a RecurrentPPO setup with only the class name changed, and ``window_stride``.
 
-For each env the settings are those of ``benchmarks/ppo_lstm.yml`` (sb3-contrib's RecurrentPPO as the RL
+For each env the settings are those of ``benchmarks/kit/ppo_lstm.yml`` (sb3-contrib's RecurrentPPO as the RL
 Zoo tunes it; the same file the benchmark grid uses). Variants, same arguments otherwise:
 
 - ``recurrent_ppo``: sb3-contrib's ``RecurrentPPO``;
@@ -17,7 +17,7 @@ return of a deterministic evaluation after training (``--eval-episodes`` episode
 training return over the last 10% of rollouts, and over all rollouts (area under the learning curve).
 Resumable: finished runs in the results file are skipped.
 
-Usage: python benchmarks/bench_stride.py [--envs ...] [--seeds 5] [--workers 2] [--out benchmarks/results/stride.jsonl]
+Usage: python benchmarks/speed/bench_stride.py [--envs ...] [--seeds 5] [--workers 2] [--out benchmarks/results/stride.jsonl]
 """
 
 import argparse
@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 HERE = Path(__file__).resolve().parent
-SETTINGS_FILE = HERE / "ppo_lstm.yml"
+SETTINGS_FILE = HERE.parent / "kit" / "ppo_lstm.yml"
 ENVS = ["CueRecall-v0", "EarlyChoice-v0", "CartPoleNoVel-v1"]
 VARIANTS = ["recurrent_ppo", "reset", "reset_stride1", "reset_equal_time"]
 EVAL_EPISODES = {"CartPoleNoVel-v1": 30}
@@ -217,7 +217,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "stride.jsonl")
+    parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "stride.jsonl")
     parser.add_argument("--summary-only", action="store_true", help="print the table of the finished runs")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every env's step budget (smoke tests)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1: bench_threads.py)")

@@ -32,7 +32,7 @@ its runs, the lowest and highest over the repeats.
 
 Writes ``<out>.json`` (every run) and ``<out>.txt`` (what it prints, the exact command first).
 
-Usage: python benchmarks/bench_threads.py [--settings mlp_lstm64 ...] [--algos reset_ppo recurrent_ppo]
+Usage: python benchmarks/speed/bench_threads.py [--settings mlp_lstm64 ...] [--algos reset_ppo recurrent_ppo]
        [--threads 1 2 default] [--conditions idle busy] [--repeats 5] [--learn-steps N] [--stop-ratio 10]
        [--timeout 600] [--out benchmarks/results/bench_threads]
 """
@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS: dict[str, dict[str, Any]] = {
     "mlp_lstm64": dict(env_id="CartPoleNoVel-v1", policy="MlpLstmPolicy", n_envs=8, hidden=64),
     "mlp_lstm256": dict(env_id="CartPoleNoVel-v1", policy="MlpLstmPolicy", n_envs=8, hidden=256),
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         print(json.dumps(child(setting, algo, threads, int(steps), int(seed))), flush=True)
         return []
     args = parse_args(arguments)
-    command = "python benchmarks/bench_threads.py " + " ".join(arguments)
+    command = "python benchmarks/speed/bench_threads.py " + " ".join(arguments)
     lines: list[str] = []
 
     def say(line: str) -> None:

@@ -39,7 +39,7 @@ minibatch edges, one short minibatch per epoch) against a dividing rollout (``--
 ResetPPO and RecurrentPPO with the same arguments (LSTM 64), interleaved; also the real transitions of every
 minibatch of one ResetPPO epoch (issue 42: all 64 but one).
 
-Usage: python benchmarks/bench_train.py [--tasks mlp image] [--repeats 3] [--variants recurrent_ppo reset reset_gru]
+Usage: python benchmarks/speed/bench_train.py [--tasks mlp image] [--repeats 3] [--variants recurrent_ppo reset reset_gru]
        [--fresh-memory | --non-dividing] [--json out.json]
 """
 
@@ -71,7 +71,7 @@ TASKS: dict[str, dict[str, Any]] = {
     "mlp": dict(env_id="CartPoleNoVel-v1", policy="MlpLstmPolicy", env_kwargs={}, n_envs=8),
     "image": dict(env_id="CueRecallImage-v0", policy="CnnLstmPolicy", env_kwargs=dict(min_delay=4, max_delay=30), n_envs=4),
 }
-# ResetPPO's settings of each variant (the coverage study's arms: benchmarks/PROTOCOL_coverage.md)
+# ResetPPO's settings of each variant (the coverage study's arms: benchmarks/studies/coverage/PROTOCOL.md)
 RESET_SETTINGS: dict[str, dict[str, Any]] = {
     "reset": {},
     # Every window every epoch, as the published first grid trained (windows of 16 inside the rollout: with the

@@ -17,7 +17,7 @@ before and after each item are recorded too. ``tests/test_doc_durations.py`` kee
 
 Writes ``<out>.json`` and ``<out>.txt`` (what it prints, the exact command first).
 
-Usage: python benchmarks/doc_durations.py [--items demo usage_snippet ...] [--out benchmarks/results/doc_durations]
+Usage: python benchmarks/speed/doc_durations.py [--items demo usage_snippet ...] [--out benchmarks/results/doc_durations]
 """
 
 import argparse
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def code_block(page: Path, heading: str, language: str, index: int = 0) -> str:
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         help="writes OUT.json and OUT.txt (default: %(default)s)")  # fmt: skip
     arguments = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(arguments)
-    command = "python benchmarks/doc_durations.py " + " ".join(arguments)
+    command = "python benchmarks/speed/doc_durations.py " + " ".join(arguments)
     lines: list[str] = []
 
     def say(line: str) -> None:

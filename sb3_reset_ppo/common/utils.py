@@ -38,7 +38,7 @@ class ThreadCountWarning(UserWarning):
     """``learn()`` runs on the CPU with more torch threads than is fastest for the model's size (see :func:`thread_advice`)."""
 
 
-# The largest recurrent hidden size at which benchmarks/bench_threads.py found one torch thread faster than two threads
+# The largest recurrent hidden size at which benchmarks/speed/bench_threads.py found one torch thread faster than two threads
 # and torch's default in every measurement, on an idle machine and beside a busy process (MLP policies: LSTM 64 and
 # GRU 64; ResetPPO and RecurrentPPO; tests/test_threads.py checks the stored results). With LSTM 256 or convolutional
 # features more threads were faster on the idle machine (and 2 to 5 times slower beside a busy process): no advice
@@ -70,7 +70,7 @@ def thread_advice(
     return (
         f"{algorithm}.learn() runs with {num_threads} torch threads on the CPU; for a recurrent policy of hidden size "
         f"{hidden_size} without convolutions one thread was faster in every measurement, on an idle machine and, "
-        "3 to more than 5 times, beside a busy process (benchmarks/bench_threads.py). Call torch.set_num_threads(1) "
+        "3 to more than 5 times, beside a busy process (benchmarks/speed/bench_threads.py). Call torch.set_num_threads(1) "
         "before training (the RL Zoo: --num-threads 1); to silence this, warnings.filterwarnings('ignore', "
         "category=sb3_reset_ppo.common.utils.ThreadCountWarning)"
     )

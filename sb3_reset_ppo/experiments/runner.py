@@ -62,7 +62,7 @@ class RunSpec:
     :param extra: More fields for ``run.json``
     :param num_threads: The trainer's torch threads (the zoo's ``--num-threads``; ``-1``: torch's default, one per
         core): one, since runs share the cores and more threads stall beside other busy processes
-        (``benchmarks/bench_threads.py``)
+        (``benchmarks/speed/bench_threads.py``)
     """
 
     algo: str

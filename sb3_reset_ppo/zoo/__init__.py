@@ -10,7 +10,7 @@ the package (``reset_ppo.yml``, ResetPPO's defaults for ``window_stride`` and th
 so: a window nobody can see would only pace the steps at the env's ``render_fps``. ``train`` and ``enjoy`` run with
 one torch thread unless the command gives the zoo's ``--num-threads`` (``-1``: torch's default, one thread per core):
 for the small recurrent networks of these algorithms several threads wait for each other at every step and stall
-whenever another process holds a core (``benchmarks/bench_threads.py``; :func:`with_default_threads`).
+whenever another process holds a core (``benchmarks/speed/bench_threads.py``; :func:`with_default_threads`).
 
 The zoo knows nothing of action masks: its evaluations call SB3's ``evaluate_policy`` and ``enjoy`` calls
 ``model.predict`` without them. For ``--algo maskable_reset_ppo`` they use the env's masks and keep the policy's

@@ -1,5 +1,5 @@
 """
-Report of the coverage study (``benchmarks/PROTOCOL_coverage.md``): the port case and the grid so far.
+Report of the coverage study (``benchmarks/studies/coverage/PROTOCOL.md``): the port case and the grid so far.
 
 Port case (``benchmarks/results/coverage/port``, written by ``port_case.py``): per arm, the final and over-training
 endpoints against RecurrentPPO (difference of means with a 95% bootstrap interval, Welch's p), ``learn()`` seconds
@@ -10,10 +10,10 @@ Grid (``benchmarks/results/coverage`` with the reused ``ev_reset`` and ``ev_rppo
 ``benchmarks/results/evidence``): the runs finished so far per arm and env, the reuse check of the re-trained timing
 seeds, and the side-by-side timing pairs. The aggregates and the decision follow when the grid is complete.
 
-Writes ``benchmarks/RESULTS_coverage.md``, ``benchmarks/results/coverage_summary.json`` and figures in
-``benchmarks/figures_coverage/``.
+Writes ``benchmarks/studies/coverage/RESULTS.md``, ``benchmarks/results/coverage_summary.json`` and figures in
+``benchmarks/studies/coverage/figures/``.
 
-Usage: python benchmarks/coverage_report.py [--reps 2000] [--out benchmarks]
+Usage: python benchmarks/studies/coverage/coverage_report.py [--reps 2000] [--out benchmarks]
 """
 
 import argparse
@@ -32,10 +32,11 @@ import numpy as np
 from sb3_reset_ppo.experiments import runner, stats
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import port_case  # noqa: E402  (benchmarks/port_case.py)
-import report  # noqa: E402  (benchmarks/report.py)
-import run_grid  # noqa: E402  (benchmarks/run_grid.py)
+BENCHMARKS = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+import port_case  # noqa: E402  (benchmarks/studies/coverage/port_case.py)
+import report  # noqa: E402  (benchmarks/kit/report.py)
+import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 PORT_ARMS = [arm for arm in port_case.ARMS if arm != "rppo"]
 # The ResetPPO arms that may become the default (inside_rollout is descriptive only)
@@ -186,7 +187,7 @@ def port_markdown(analysis: dict[str, Any]) -> str:
         f"torch thread; 10 evaluations (every 2 rollouts) of {port_case.EVAL_EPISODES} deterministic episodes on a fresh "
         f"env. Normalised: random policy {analysis['random_return']:.1f}, optimum {analysis['reference_return']:.0f}. "
         "Differences are normalised scores against RecurrentPPO with a 95% bootstrap interval and Welch's p; "
-        '"n.s.": not significant. Command: `python benchmarks/port_case.py --workers 2`.',
+        '"n.s.": not significant. Command: `python benchmarks/studies/coverage/port_case.py --workers 2`.',
         "",
         "| arm | seeds | final return (mean +- sd) | final - RecurrentPPO | over training - RecurrentPPO "
         "| `learn()` s (median) | ratio to RecurrentPPO |",
@@ -221,8 +222,8 @@ def port_markdown(analysis: dict[str, Any]) -> str:
             lines.append(f"| `{arm}` | {interval_text(entry['at_arm_finish'])} | {interval_text(entry['at_rppo_finish'])} |")
     lines += [
         "",
-        "![port case per env step](figures_coverage/port_steps.png)",
-        "![port case per learn() second](figures_coverage/port_seconds.png)",
+        "![port case per env step](figures/port_steps.png)",
+        "![port case per learn() second](figures/port_seconds.png)",
         "",
     ]
     return "\n".join(lines)
@@ -373,7 +374,7 @@ def grid_markdown(
             if done
             else "The aggregates, the equal-wall-clock comparison and the decision follow when the grid is complete. "
         )
-        + "Command: `python benchmarks/run_grid.py --study coverage --workers 2`.",
+        + "Command: `python benchmarks/kit/run_grid.py --study coverage --workers 2`.",
         "",
         "| env | " + " | ".join(f"`{arm}`" for arm in arms) + " |",
         "|---|" + "---|" * len(arms),
@@ -407,7 +408,7 @@ def grid_markdown(
         counted, missing = timings
         lines.append(
             f"Pairs counted for the timings (undisturbed grid pairs and the timing pairs of amendment 4, `python "
-            f"benchmarks/timing_pairs.py`): {counted}; (arm, env) still without one: "
+            f"benchmarks/studies/coverage/timing_pairs.py`): {counted}; (arm, env) still without one: "
             + (", ".join(f"`{arm}` {env}" for arm, env in missing) if missing else "none")
             + "."
         )
@@ -889,13 +890,14 @@ def analysis_markdown(grid: dict[str, Any], decision: dict[str, Any], ratios: di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
-    parser.add_argument("--out", type=Path, default=HERE, help="folder of the report (results/ and figures below it)")
-    parser.add_argument("--results", type=Path, default=HERE / "results", help="folder of the runs")
+    parser.add_argument("--out", type=Path, default=HERE, help="folder of the page and its figures/ (default: this study's)")
+    parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help="folder of coverage_summary.json")
+    parser.add_argument("--results", type=Path, default=BENCHMARKS / "results", help="folder of the runs")
     args = parser.parse_args()
     random = report.random_return(port_case.ENV_ID)
     port_runs = load_port(args.results / "coverage" / "port")
     analysis = port_analysis(port_runs, random, args.reps)
-    figures = port_figures(port_runs, args.out / "figures_coverage") if port_runs else []
+    figures = port_figures(port_runs, args.out / "figures") if port_runs else []
     runs, timing = grid_runs(args.results / "coverage", args.results / "evidence")
     reuse = reuse_check(runs, timing)
     envs = run_grid.EVIDENCE_ENVS
@@ -906,32 +908,32 @@ def main() -> None:
     if complete(runs, [*CANDIDATES, "cv_rppo"], envs):
         grid = grid_analysis(runs, timing, randoms, args.reps, disturbed, pairs_runs)
     speed, n_pairs = seconds_per_step(runs, timing, disturbed, pairs_runs)
-    wall_figure = wall_clock_figure(runs, speed, randoms, args.out / "figures_coverage" / "wall_clock.png")
+    wall_figure = wall_clock_figure(runs, speed, randoms, args.out / "figures" / "wall_clock.png")
     if wall_figure is not None:
         figures.append(wall_figure)
     ratios = bench_ratios(args.results / "coverage" / "bench" / "bench_train.json")
     decision = decide(grid, analysis, ratios)
     text = "\n".join(
         [
-            "# Coverage study: full-coverage epochs and the window length (benchmarks/PROTOCOL_coverage.md)",
+            "# Coverage study: full-coverage epochs and the window length (benchmarks/studies/coverage/PROTOCOL.md)",
             "",
-            "Generated by `python benchmarks/coverage_report.py`; the protocol fixed the question, arms, endpoints, "
-            "statistics and decision rule before the runs.",
+            "Generated by `python benchmarks/studies/coverage/coverage_report.py`; the protocol fixed the question, arms, "
+            "endpoints, statistics and decision rule before the runs.",
             "",
             port_markdown(analysis),
             grid_markdown(runs, timing, reuse, reuse_returns(reuse, randoms), (n_pairs, missing_timings(speed))),
             analysis_markdown(grid, decision, ratios),
-            "![return against wall-clock seconds per env](figures_coverage/wall_clock.png)\n" if wall_figure else "",
+            "![return against wall-clock seconds per env](figures/wall_clock.png)\n" if wall_figure else "",
         ]
     )
-    (args.out / "RESULTS_coverage.md").write_text(text)
+    (args.out / "RESULTS.md").write_text(text)
     summary = {
         "port": analysis, "grid": grid, "bench_ratios": ratios, "decision": decision, "reuse_check": reuse,
         "reuse_returns": reuse_returns(reuse, randoms),
         "figures": [str(p.relative_to(args.out)) for p in figures],
     }  # fmt: skip
-    (args.out / "results").mkdir(parents=True, exist_ok=True)
-    (args.out / "results" / "coverage_summary.json").write_text(json.dumps(summary, indent=1))
+    args.summaries.mkdir(parents=True, exist_ok=True)
+    (args.summaries / "coverage_summary.json").write_text(json.dumps(summary, indent=1))
     print(text)
 
 

@@ -1,5 +1,5 @@
 """
-The port case of the coverage study (``benchmarks/PROTOCOL_coverage.md``): sb3-contrib's documented use on
+The port case of the coverage study (``benchmarks/studies/coverage/PROTOCOL.md``): sb3-contrib's documented use on
 CartPoleNoVel-v1 (``MlpLstmPolicy``, 8 envs, every argument at its default), RecurrentPPO against ResetPPO's arms
 with the class swapped.
 
@@ -10,7 +10,7 @@ fresh env seeded ``10_000 + seed``), so that ``learn()`` seconds hold no evaluat
 seed, each seed's RecurrentPPO run first, on ``--workers`` processes, so that it trains beside its seed's
 ResetPPO runs.
 
-Usage: python benchmarks/port_case.py [--seeds 10] [--arms ...] [--workers 2] [--out DIR]
+Usage: python benchmarks/studies/coverage/port_case.py [--seeds 10] [--arms ...] [--workers 2] [--out DIR]
 """
 
 import argparse
@@ -25,7 +25,8 @@ from typing import Any
 from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCHMARKS = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
 
 ENV_ID = "CartPoleNoVel-v1"
 N_ENVS = 8
@@ -121,7 +122,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "coverage" / "port")
+    parser.add_argument("--out", type=Path, default=BENCHMARKS / "results" / "coverage" / "port")
     args = parser.parse_args()
     if args.workers < 1 or args.seeds < 1:
         parser.error("--workers and --seeds must be at least 1")

@@ -1,5 +1,5 @@
 """
-The reuse precondition of a study (benchmarks/PROTOCOL.md, "Reuse"): stored runs trained again at the current
+The reuse precondition of a study (benchmarks/studies/evidence/PROTOCOL.md, "Reuse"): stored runs trained again at the current
 commit must give bitwise-equal evaluations.
 
 Each run named ``ARM/ENV/SEED`` is re-run (as ``run_grid.py`` runs it) into
@@ -8,7 +8,7 @@ check resumes) and its ``evaluations.npz`` compared byte for byte with the store
 (the first evaluation that differs, if any), writes ``summary.json`` next to the re-runs and exits with status 1
 if any run differs. Run it from a clean checkout (the re-runs record the commit and the dirty flag).
 
-Usage: python benchmarks/precondition.py [--study evidence] ev_mask/CueRecall-v0/0 ev_rppo/CueRecall-v0/0
+Usage: python benchmarks/studies/coverage/precondition.py [--study evidence] ev_mask/CueRecall-v0/0 ev_rppo/CueRecall-v0/0
 """
 
 import argparse
@@ -22,8 +22,9 @@ import numpy as np
 from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import run_grid  # noqa: E402  (benchmarks/run_grid.py)
+BENCHMARKS = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 
 def parse_run(text: str) -> tuple[str, str, int]:
@@ -71,7 +72,7 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", help="ARM/ENV/SEED of stored runs")
     parser.add_argument("--study", default="evidence", help="the study folder under benchmarks/results/")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--results", type=Path, default=BENCHMARKS / "results")
     args = parser.parse_args()
     runs = [parse_run(text) for text in args.runs]
     version = runner.code_version()

@@ -1,6 +1,6 @@
 """
 Reuse finished runs of one study as the runs of another study's arm, where both train the same thing
-(benchmarks/PROTOCOL.md, "Reuse").
+(benchmarks/studies/evidence/PROTOCOL.md, "Reuse").
 
 Copies ``<from>/<env>/seed<k>/`` to ``<to>/<env>/seed<k>/`` for every env and seed asked for, only if the two
 variants' hyperparameter files hold the same entry for the env and the two variants add the same settings on the
@@ -8,7 +8,7 @@ command line for it (``run_grid.hyperparams``; ResetPPO's defaults written out, 
 as no setting). The copy's ``run.json``
 gets ``variant`` set to the new arm and ``reused_from`` to the original folder. Runs already present are left.
 
-Usage: python benchmarks/reuse_runs.py --from-study fresh_memory --from-variant fm_off --to-study evidence
+Usage: python benchmarks/studies/coverage/reuse_runs.py --from-study fresh_memory --from-variant fm_off --to-study evidence
        --to-variant ev_reset --envs CueRecall-v0 EarlyChoice-v0 --seeds 10
 """
 
@@ -21,8 +21,9 @@ from pathlib import Path
 import yaml
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import run_grid  # noqa: E402  (benchmarks/run_grid.py)
+BENCHMARKS = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 # Settings that equal ResetPPO's defaults: the same run whether written or not
 DEFAULT_SETTINGS = {"boundary:'reset'", "weighting:'uniform'"}
@@ -48,7 +49,7 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", required=True)
     parser.add_argument("--seeds", type=int, required=True, help="seeds 0..N-1")
     args = parser.parse_args()
-    results = HERE / "results"
+    results = BENCHMARKS / "results"
     for env_id in args.envs:
         if not same_training(args.from_variant, args.to_variant, env_id):
             raise SystemExit(f"{args.from_variant} and {args.to_variant} do not train {env_id} the same way: not reused")

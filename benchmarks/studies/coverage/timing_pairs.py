@@ -1,5 +1,5 @@
 """
-Timing pairs of the coverage study (``benchmarks/PROTOCOL_coverage.md``, amendment 4): for every (arm, env) that
+Timing pairs of the coverage study (``benchmarks/studies/coverage/PROTOCOL.md``, amendment 4): for every (arm, env) that
 trains its own runs and has no undisturbed side-by-side pair with ``cv_rppo`` in the grid, the arm's run and a
 ``cv_rppo`` re-run of the same env and seed, started together on two workers with no other trainer on the machine
 (checked before each pair). As in the grid, both cores stay busy: when one run of the pair ends first, its worker
@@ -12,7 +12,7 @@ finished and counted (side by side, outside the disturbed periods) is skipped; a
 whole (its runs must run together). They count
 for the timings only: ``coverage_report.py`` adds them to the grid's pairs by the same side-by-side rule.
 
-Usage: python benchmarks/timing_pairs.py [--list] [--minutes M]
+Usage: python benchmarks/studies/coverage/timing_pairs.py [--list] [--minutes M]
 """
 
 import argparse
@@ -31,11 +31,12 @@ from typing import Any
 from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import coverage_report  # noqa: E402  (benchmarks/coverage_report.py)
-import run_grid  # noqa: E402  (benchmarks/run_grid.py)
+BENCHMARKS = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+import coverage_report  # noqa: E402  (benchmarks/studies/coverage/coverage_report.py)
+import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
-RESULTS = HERE / "results"
+RESULTS = BENCHMARKS / "results"
 PAIRS_FOLDER = RESULTS / "coverage_pairs"
 SEEDS = range(2)
 # Each run is expected to take its (arm, env)'s median grid time times this

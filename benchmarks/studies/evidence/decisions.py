@@ -1,7 +1,7 @@
 """
 The evidence study's claims and decisions, applied mechanically to the reports' estimates by the rules
-``benchmarks/PROTOCOL.md`` fixed before the runs ("Statistics": the wording; "Decisions fixed now": the defaults;
-Q4: the tuned comparison), so that what the README says follows from the runs and not from a reading of them.
+``benchmarks/studies/evidence/PROTOCOL.md`` fixed before the runs ("Statistics": the wording; "Decisions fixed now":
+the defaults; Q4: the tuned comparison), so that what the README says follows from the runs and not from a reading of them.
 
 Reads the JSON summaries ``evidence_report.py`` writes (``report.py --json``: primary, secondary and, once the
 tuned re-runs exist, tuned) and writes markdown:
@@ -19,7 +19,7 @@ tuned re-runs exist, tuned) and writes markdown:
   the numbers it was applied to and its outcome ("undecided" while a report, an arm or the protocol's aggregate
   is missing).
 
-Usage: python benchmarks/decisions.py --primary P.json [--secondary S.json] [--tuned T.json] [--out F.md]
+Usage: python benchmarks/studies/evidence/decisions.py --primary P.json [--secondary S.json] [--tuned T.json] [--out F.md]
 """
 
 import argparse
@@ -34,10 +34,11 @@ from typing import Any
 from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import evidence_report  # noqa: E402  (benchmarks/evidence_report.py: the reports' arms)
-import run_grid  # noqa: E402  (benchmarks/run_grid.py)
-from readme_tables import estimate, verdict  # noqa: E402  (benchmarks/readme_tables.py)
+BENCHMARKS = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+import evidence_report  # noqa: E402  (benchmarks/studies/evidence/evidence_report.py: the reports' arms)
+import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
+from readme_tables import estimate, verdict  # noqa: E402  (benchmarks/studies/evidence/readme_tables.py)
 
 ALPHA = 0.05
 # PROTOCOL.md: the primary endpoint is the mean of the last 2 of 20 evaluations; aggregates pool 10 seeds per env
@@ -409,7 +410,7 @@ def document(
         if summary is not None:
             validate(summary, name)
     lines = [
-        "# Evidence study: claims and decisions (benchmarks/PROTOCOL.md's rules, applied mechanically)",
+        "# Evidence study: claims and decisions (benchmarks/studies/evidence/PROTOCOL.md's rules, applied mechanically)",
         "",
         *([f"- Command: `{command}`"] if command else []),
         f"- Endpoint: the primary endpoint (mean normalised return of the last {FINAL_EVALUATIONS} of 20 "
@@ -462,7 +463,9 @@ def main() -> None:
         json.loads(path.read_text()) if path else None for path in (args.primary, args.secondary, args.tuned)
     )
     try:
-        text = document(primary, secondary, tuned, "python " + shlex.join(["benchmarks/decisions.py", *sys.argv[1:]]))
+        text = document(
+            primary, secondary, tuned, "python " + shlex.join(["benchmarks/studies/evidence/decisions.py", *sys.argv[1:]])
+        )
     except ValueError as error:
         parser.error(str(error))
     if args.out is None:

@@ -1,31 +1,31 @@
 """
-The evidence study's reports (``benchmarks/PROTOCOL.md``, amendment 4) in one command, so that the report is
+The evidence study's reports (``benchmarks/studies/evidence/PROTOCOL.md``, amendment 4) in one command, so that the report is
 regenerated from the runs exactly as the protocol fixed it.
 
 Runs ``report.py`` (as a subprocess, so each report states its own command) for:
 
 - the primary arms (``ev_reset``, ``ev_reset_importance``, ``ev_mask``, ``ev_mask_kept``, ``ev_rppo``) on the
   study's 9 envs: ``RESULTS.md`` (with the study's notes, then the other studies' summary), figures in
-  ``figures/evidence/``;
+  ``figures/primary/``;
 - the secondary arms (``ev_reset_stride1``, ``ev_reset_gru``, ``ev_reset_refresh``, each against ``ev_reset``)
-  on the 4 envs they run on: ``RESULTS_evidence_secondary.md``, figures in ``figures/evidence_secondary/``;
+  on the 4 envs they run on: ``RESULTS_secondary.md``, figures in ``figures/secondary/``;
 - the tuned re-runs of Q4 (``tune.py rerun``: ``tuned_ev_reset`` against ``tuned_ev_mask_kept`` and
-  ``tuned_ev_rppo``, seeds 100 to 109), if any exist: ``RESULTS_evidence_tuned.md``, figures in
-  ``figures/evidence_tuned/``.
+  ``tuned_ev_rppo``, seeds 100 to 109), if any exist: ``RESULTS_tuned.md``, figures in
+  ``figures/tuned/``.
 
 Every report uses baseline ``ev_reset`` (its tuned counterpart for Q4), the mean of the last 2 of 20
 evaluations, aggregates over 10 named seeds and the training diagnostics. Each writes its estimates as JSON
 (``results/evidence_<report>_summary.json``), and ``results/evidence_readme_tables.md`` receives
 ``readme_tables.py``'s tables of all of them, from which the documentation's *Evidence* page (docs/studies/evidence.md)
 and the README's summary are written.
-``RESULTS_evidence_decisions.md`` then states the claims and the default decisions the protocol's rules give
+``DECISIONS.md`` then states the claims and the default decisions the protocol's rules give
 (``decisions.py``, from every summary present).
 
-``--out-dir`` writes everything under another folder (same layout), e.g. an interim look at a partial grid
-that must not overwrite the committed report: ``python benchmarks/evidence_report.py --out-dir /tmp/interim
+``--out-dir`` (pages, figures) and ``--summaries`` (JSON) write under other folders, e.g. an interim look at a partial grid
+that must not overwrite the committed report: ``python benchmarks/studies/evidence/evidence_report.py --out-dir /tmp/interim
 --min-seeds 2 --reps 200``.
 
-Usage: python benchmarks/evidence_report.py [--out-dir benchmarks] [--only primary secondary tuned]
+Usage: python benchmarks/studies/evidence/evidence_report.py [--out-dir DIR] [--summaries DIR] [--only primary secondary tuned]
 """
 
 import argparse
@@ -37,16 +37,17 @@ from pathlib import Path
 from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-import run_grid  # noqa: E402  (benchmarks/run_grid.py)
+BENCHMARKS = HERE.parents[1]
+ROOT = HERE.parents[2]
+sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 PRIMARY = [*run_grid.EVIDENCE_PRIMARY, "ev_rppo"]
 SECONDARY = ["ev_reset", *run_grid.EVIDENCE_SECONDARY]
 TUNED = ["tuned_ev_reset", "tuned_ev_mask_kept", "tuned_ev_rppo"]
 REPORTS = ["primary", "secondary", "tuned"]
-NOTES = Path("benchmarks/RESULTS_evidence_notes.md")
-OTHER_STUDIES = Path("benchmarks/RESULTS_notes.md")
+NOTES = Path("benchmarks/studies/evidence/NOTES.md")
+OTHER_STUDIES = Path("benchmarks/studies/evidence/OTHER_STUDIES.md")
 
 
 def repository_path(path: Path) -> Path:
@@ -57,6 +58,7 @@ def repository_path(path: Path) -> Path:
 
 def report_commands(
     out_dir: Path,
+    summaries: Path,
     evidence: Path,
     tuned: Path,
     min_seeds: int,
@@ -69,7 +71,8 @@ def report_commands(
 
     The command runs from the repository's root: relative paths are relative to it.
 
-    :param out_dir: the folder of the reports (``benchmarks`` for the committed ones)
+    :param out_dir: the folder of the pages and figures (this study's folder for the committed ones)
+    :param summaries: the folder of the summaries (``benchmarks/results`` for the committed ones)
     :param evidence: the evidence grid's results folder
     :param tuned: the tuned re-runs' results folder (``tune.py rerun``)
     :param min_seeds: seeds of every env in the aggregates (the protocol: 10)
@@ -79,10 +82,9 @@ def report_commands(
         are reported as failed
     :return: report name -> argv
     """
-    results = out_dir / "results"
     common = ["--final-evaluations", "2", "--evaluations", str(evaluations), "--min-seeds", str(min_seeds)]
     common += ["--reps", str(reps), "--diagnostics"]
-    grid_command = "python benchmarks/run_grid.py --study evidence --workers 2"
+    grid_command = "python benchmarks/kit/run_grid.py --study evidence --workers 2"
     # The searches behind the tuned re-runs (``tune.py rerun`` writes it next to the studies)
     search = tuned.parent / "SEARCH.md"
     settings = {
@@ -93,7 +95,7 @@ def report_commands(
             0,
             run_grid.EVIDENCE_ENVS,
             "RESULTS.md",
-            "Evidence: reset-and-continue against masking (benchmarks/PROTOCOL.md, primary arms)",
+            "Evidence: reset-and-continue against masking (benchmarks/studies/evidence/PROTOCOL.md, primary arms)",
             [NOTES, OTHER_STUDIES],
             grid_command,
         ),
@@ -103,8 +105,9 @@ def report_commands(
             "ev_reset",
             0,
             run_grid.EVIDENCE_SECONDARY_ENVS,
-            "RESULTS_evidence_secondary.md",
-            "Evidence: window_stride 1, GRU and refreshed memory against ev_reset (benchmarks/PROTOCOL.md, Q3)",
+            "RESULTS_secondary.md",
+            "Evidence: window_stride 1, GRU and refreshed memory against ev_reset "
+            "(benchmarks/studies/evidence/PROTOCOL.md, Q3)",
             [NOTES],
             grid_command,
         ),
@@ -114,10 +117,10 @@ def report_commands(
             "tuned_ev_reset",
             100,
             ["EarlyChoice-v0", "CartPoleNoVel-v1"],
-            "RESULTS_evidence_tuned.md",
-            "Evidence: an equal tuning budget (benchmarks/PROTOCOL.md, Q4), best trials on fresh seeds",
+            "RESULTS_tuned.md",
+            "Evidence: an equal tuning budget (benchmarks/studies/evidence/PROTOCOL.md, Q4), best trials on fresh seeds",
             [search, NOTES] if (ROOT / search).exists() else [NOTES],
-            "python benchmarks/tune.py optimize && python benchmarks/tune.py rerun",
+            "python benchmarks/kit/tune.py optimize && python benchmarks/kit/tune.py rerun",
         ),
     }
     commands = {}
@@ -125,7 +128,7 @@ def report_commands(
         grids, variants, baseline, first_seed, envs, out, title, notes, command = settings[name]
         commands[name] = [
             sys.executable,
-            "benchmarks/report.py",
+            "benchmarks/kit/report.py",
             "--grid",
             *map(str, grids),
             "--variants",
@@ -139,9 +142,9 @@ def report_commands(
             "--out",
             str(out_dir / out),
             "--figures",
-            str(out_dir / "figures" / ("evidence" if name == "primary" else f"evidence_{name}")),
+            str(out_dir / "figures" / name),
             "--json",
-            str(results / f"evidence_{name}_summary.json"),
+            str(summaries / f"evidence_{name}_summary.json"),
             "--title",
             title,
             "--grid-command",
@@ -155,9 +158,10 @@ def report_commands(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out-dir", type=Path, default=HERE, help="the reports' folder (same layout as benchmarks/)")
-    parser.add_argument("--evidence", type=Path, default=HERE / "results" / "evidence", help="the grid's runs")
-    parser.add_argument("--tuned", type=Path, default=HERE / "results" / "tuning" / "runs", help="tuned re-runs")
+    parser.add_argument("--out-dir", type=Path, default=HERE, help="the pages' and figures' folder (default: this study's)")
+    parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help="the summaries' folder")
+    parser.add_argument("--evidence", type=Path, default=BENCHMARKS / "results" / "evidence", help="the grid's runs")
+    parser.add_argument("--tuned", type=Path, default=BENCHMARKS / "results" / "tuning" / "runs", help="tuned re-runs")
     parser.add_argument("--min-seeds", type=int, default=10, help="seeds per env in the aggregates (protocol: 10)")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications (protocol: 2000)")
     parser.add_argument("--only", nargs="+", choices=REPORTS, default=REPORTS, help="the reports to write")
@@ -172,30 +176,40 @@ def main() -> None:
         only.remove("tuned")
     if not only:
         return
-    (args.out_dir / "results").mkdir(parents=True, exist_ok=True)
+    args.summaries.mkdir(parents=True, exist_ok=True)
     # Paths inside the repository are given relative to it and the reports run from its root, so that the command
     # each report states works in any checkout
-    out_dir, evidence, tuned = (repository_path(path) for path in (args.out_dir, args.evidence, args.tuned))
-    for name, command in report_commands(out_dir, evidence, tuned, args.min_seeds, args.reps, only, args.evaluations).items():
+    out_dir, summaries, evidence, tuned = (
+        repository_path(p) for p in (args.out_dir, args.summaries, args.evidence, args.tuned)
+    )
+    for name, command in report_commands(
+        out_dir, summaries, evidence, tuned, args.min_seeds, args.reps, only, args.evaluations
+    ).items():
         print(f"{name}: {shlex.join(command[1:])}", flush=True)
         subprocess.run(command, check=True, cwd=ROOT)
     # The README tables and the protocol's claims and decisions from every summary there is (a report not written
     # now may exist from an earlier run of this script, e.g. the primary one while only the tuned report is
     # rewritten), in the order of REPORTS
-    present = {name: out_dir / "results" / f"evidence_{name}_summary.json" for name in REPORTS}
+    present = {name: summaries / f"evidence_{name}_summary.json" for name in REPORTS}
     present = {name: path for name, path in present.items() if (ROOT / path).exists()}
-    summaries = [f"{name}={path}" for name, path in present.items()]
+    named = [f"{name}={path}" for name, path in present.items()]
     tables = subprocess.run(
-        [sys.executable, "benchmarks/readme_tables.py", *summaries], check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT
+        [sys.executable, "benchmarks/studies/evidence/readme_tables.py", *named],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     ).stdout
-    out = args.out_dir / "results" / "evidence_readme_tables.md"
+    out = args.summaries / "evidence_readme_tables.md"
     out.write_text(tables)
     print(f"README tables: {out}")
     decision_args = [argument for name, path in present.items() for argument in (f"--{name}", str(path))]
     if "--primary" in decision_args:
-        decisions_out = out_dir / "RESULTS_evidence_decisions.md"
+        decisions_out = out_dir / "DECISIONS.md"
         subprocess.run(
-            [sys.executable, "benchmarks/decisions.py", *decision_args, "--out", str(decisions_out)], check=True, cwd=ROOT
+            [sys.executable, "benchmarks/studies/evidence/decisions.py", *decision_args, "--out", str(decisions_out)],
+            check=True,
+            cwd=ROOT,
         )
         print(f"claims and decisions: {decisions_out}")
 

@@ -7,7 +7,7 @@ IQM of the final normalised return and its probability of improvement over the b
 training (area under the curve); and the per-env differences from the baseline that stay significant after
 Holm's correction ("none" when none does).
 
-Usage: python benchmarks/readme_tables.py LABEL=SUMMARY.json [LABEL=SUMMARY.json ...]
+Usage: python benchmarks/studies/evidence/readme_tables.py LABEL=SUMMARY.json [LABEL=SUMMARY.json ...]
 """
 
 import argparse

@@ -1,13 +1,13 @@
 """
-Report of the masking study (``benchmarks/PROTOCOL_masking.md``): MaskableResetPPO against ResetPPO without masks
+Report of the masking study (``benchmarks/studies/masking/PROTOCOL.md``): MaskableResetPPO against ResetPPO without masks
 and MaskablePPO on MaskedCueRecall-v0.
 
-Reads the runs of ``benchmarks/masking_study.py`` (``benchmarks/results/masking/<arm>/seed_<k>.json``) and writes
-``benchmarks/RESULTS_masking.md``, ``benchmarks/results/masking_summary.json`` and the figure
-``benchmarks/figures_masking/learning_curves.png`` (normalised score against env steps and against ``learn()`` CPU
+Reads the runs of ``benchmarks/studies/masking/masking_study.py`` (``benchmarks/results/masking/<arm>/seed_<k>.json``)
+and writes ``benchmarks/studies/masking/RESULTS.md``, ``benchmarks/results/masking_summary.json`` and the figure
+``benchmarks/studies/masking/figures/learning_curves.png`` (normalised score against env steps and against ``learn()`` CPU
 seconds, IQM over seeds with 95% bootstrap bands).
 
-Usage: python benchmarks/masking_report.py [--results DIR] [--out benchmarks] [--reps 2000]
+Usage: python benchmarks/studies/masking/masking_report.py [--results DIR] [--out benchmarks] [--reps 2000]
 """
 
 import argparse
@@ -22,8 +22,9 @@ from sb3_reset_ppo.envs.masked_cue_recall import normalised_score
 from sb3_reset_ppo.experiments import stats
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import masking_study  # noqa: E402  (benchmarks/masking_study.py)
+BENCHMARKS = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+import masking_study  # noqa: E402  (benchmarks/studies/masking/masking_study.py)
 
 ARMS = list(masking_study.ARMS)
 FOCUS = "maskable_reset_ppo"
@@ -40,7 +41,7 @@ ENDPOINTS = {
     "final": "final (mean of the last 3 of 15 evaluations)",
     "over_training": "over training (mean of the 15 evaluations)",
 }
-COMMAND = "python benchmarks/masking_report.py"
+COMMAND = "python benchmarks/studies/masking/masking_report.py"
 
 
 def load_runs(folder: Path) -> dict[str, list[dict[str, Any]]]:
@@ -223,10 +224,11 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
     """The report's text (``notes``: the hand-written deviations and reading, inserted after the header)."""
     arms = [arm for arm in ARMS if arm in summary["arms"]]
     lines = [
-        "# Masking with memory (benchmarks/PROTOCOL_masking.md)",
+        "# Masking with memory (benchmarks/studies/masking/PROTOCOL.md)",
         "",
-        "Measured by `benchmarks/masking_study.py` and summarised by `benchmarks/masking_report.py` (this file is its",
-        "output). Every arm has the same settings; nothing is tuned per arm.",
+        "Measured by `benchmarks/studies/masking/masking_study.py` and summarised by",
+        "`benchmarks/studies/masking/masking_report.py` (this file is its output).",
+        "Every arm has the same settings; nothing is tuned per arm.",
         "",
         f"- Command (runs): `{_commands(runs)}`",
         f"- Command (report): `{COMMAND}`",
@@ -316,7 +318,7 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
             if summary["arms"][arm]["reached"]
         ],
         "",
-        "![learning curves](figures_masking/learning_curves.png)",
+        "![learning curves](figures/learning_curves.png)",
         "",
         "## Per seed (final normalised score)",
         "",
@@ -358,22 +360,21 @@ def _machines(runs: dict[str, list[dict[str, Any]]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=masking_study.OUT)
-    parser.add_argument("--out", type=Path, default=HERE, help="folder of RESULTS_masking.md and figures_masking/")
+    parser.add_argument("--out", type=Path, default=HERE, help="folder of RESULTS.md and figures/ (default: this study's)")
+    parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help="folder of masking_summary.json")
     parser.add_argument("--reps", type=int, default=stats.REPS)
-    parser.add_argument(
-        "--notes", type=Path, default=HERE / "RESULTS_masking_notes.md", help="hand-written deviations and reading"
-    )
+    parser.add_argument("--notes", type=Path, default=HERE / "NOTES.md", help="hand-written deviations and reading")
     args = parser.parse_args(argv)
     runs = load_runs(args.results)
     if not runs:
         parser.error(f"no runs in {args.results}")
     summary = analyse(runs, reps=args.reps)
-    figure(runs, args.out / "figures_masking" / "learning_curves.png")
+    figure(runs, args.out / "figures" / "learning_curves.png")
     notes = args.notes.read_text() if args.notes.exists() else ""
-    (args.out / "RESULTS_masking.md").write_text(markdown(summary, runs, failed_runs(args.results), notes))
-    (args.out / "results").mkdir(parents=True, exist_ok=True)
-    (args.out / "results" / "masking_summary.json").write_text(json.dumps(summary, indent=1))
-    print(f"wrote {args.out / 'RESULTS_masking.md'}; reproduce with: {COMMAND}")
+    (args.out / "RESULTS.md").write_text(markdown(summary, runs, failed_runs(args.results), notes))
+    args.summaries.mkdir(parents=True, exist_ok=True)
+    (args.summaries / "masking_summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"wrote {args.out / 'RESULTS.md'}; reproduce with: {COMMAND}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """
-The masking study (``benchmarks/PROTOCOL_masking.md``): MaskableResetPPO (memory and masks) against ResetPPO
+The masking study (``benchmarks/studies/masking/PROTOCOL.md``): MaskableResetPPO (memory and masks) against ResetPPO
 without masks and sb3-contrib's MaskablePPO (masks, no memory) on MaskedCueRecall-v0.
 
 Each run trains :data:`TOTAL_STEPS` env steps with one torch thread, copies the policy's parameters before
@@ -10,7 +10,7 @@ the masked evaluation that keeps the recurrent state, on a fresh env seeded ``10
 with the run's SB3 training log beside it (``seed_<k>.log.txt.gz``); finished runs are skipped (resumable). Runs go
 seed by seed, the three arms of a seed first, on ``--workers`` processes.
 
-Usage: python benchmarks/masking_study.py [--seeds 10] [--arms ...] [--workers 2] [--out DIR]
+Usage: python benchmarks/studies/masking/masking_study.py [--seeds 10] [--arms ...] [--workers 2] [--out DIR]
 """
 
 import argparse
@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-OUT = HERE / "results" / "masking"
+BENCHMARKS = HERE.parents[1]
+OUT = BENCHMARKS / "results" / "masking"
 
 ENV_ID = "MaskedCueRecall-v0"
 N_ENVS = 8
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.workers < 1 or args.seeds < 1 or args.total_steps < 1 or args.eval_episodes < 1:
         parser.error("--workers, --seeds, --total-steps and --eval-episodes must be at least 1")
-    command = "python benchmarks/masking_study.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/studies/masking/masking_study.py " + " ".join(sys.argv[1:] if argv is None else argv)
     jobs = jobs_to_do(
         args.out, args.arms, list(range(args.seeds)), total_steps=args.total_steps, eval_episodes=args.eval_episodes,
         command=command.strip(),

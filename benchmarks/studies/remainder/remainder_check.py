@@ -1,14 +1,14 @@
 """
-The remainder check of issue 47 (benchmarks/remainder/PROTOCOL.md): ResetPPO with the epoch's remainder left out
+The remainder check of issue 47 (benchmarks/studies/remainder/PROTOCOL.md): ResetPPO with the epoch's remainder left out
 against the short minibatch of commit c85b79c2, on two non-dividing settings, 10 seeds each.
 
 Run (resumable; two runs at a time; the "short" arm from a git worktree of c85b79c2)::
 
     git worktree add /tmp/remainder-short c85b79c2
     git worktree add /tmp/remainder-left-out 1a790422
-    python benchmarks/remainder/remainder_check.py run \\
+    python benchmarks/studies/remainder/remainder_check.py run \\
         --short-tree /tmp/remainder-short --left-out-tree /tmp/remainder-left-out
-    python benchmarks/remainder/remainder_check.py report
+    python benchmarks/studies/remainder/remainder_check.py report
 
 Each run is one JSON file (and its log) under benchmarks/results/remainder/<arm>/<task>/seed<N>.json.
 """
@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
-RUNS = HERE.parent / "results" / "remainder"
+BENCHMARKS = HERE.parents[1]
+RUNS = BENCHMARKS / "results" / "remainder"
 ARMS = ("left_out", "short")
 SEEDS = range(10)
 COMMON: dict[str, Any] = {
