@@ -331,3 +331,18 @@ def test_string_env_and_single_env() -> None:
     assert ResetPPO("MlpLstmPolicy", "CueRecall-v0", window_coverage="full", **SMALL).rollout_buffer.n_windows == 5
     model.learn(32)
     assert isinstance(gym.make("CueRecall-v0").unwrapped, sb3_reset_ppo.envs.CueRecallEnv)
+
+
+def test_optimizer_steps_with_foreach_kernels_and_the_same_parameters() -> None:
+    # train() lets an optimizer left at foreach=None use torch's _foreach kernels on the CPU (issue 52): bitwise the
+    # same parameters as the per-parameter loop, and an explicit choice is kept
+    models = {}
+    for name, optimizer_kwargs in (("default", {}), ("loop", {"foreach": False})):
+        policy_kwargs = {**SMALL["policy_kwargs"], "optimizer_kwargs": optimizer_kwargs}
+        model = ResetPPO("MlpLstmPolicy", _env(), seed=3, **{**SMALL, "policy_kwargs": policy_kwargs})
+        model.learn(64)
+        models[name] = model
+    assert [group["foreach"] for group in models["default"].policy.optimizer.param_groups] == [True]
+    assert [group["foreach"] for group in models["loop"].policy.optimizer.param_groups] == [False]
+    for default, loop in zip(models["default"].policy.parameters(), models["loop"].policy.parameters(), strict=True):
+        assert th.equal(default, loop)

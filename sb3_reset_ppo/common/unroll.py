@@ -1,5 +1,6 @@
 """Reset-and-continue: the one unroll used by actor and critic, and the window evaluation of a policy."""
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Literal, NamedTuple, Protocol, TypeAlias, TypeGuard
 
@@ -131,7 +132,12 @@ def fused_gru_layer(inputs: th.Tensor, hidden: th.Tensor, weights: Sequence[th.T
 
 
 def _contiguous_views(weights: Sequence[th.Tensor]) -> list[th.Tensor]:
-    """The weights copied into one contiguous buffer, in the given order, as views of it."""
+    """
+    The weights copied into one contiguous buffer, in the given order, as views of it, where cuDNN runs the call;
+    elsewhere (the CPU's fused kernels take the weights as they are) the weights themselves, uncopied.
+    """
+    if weights[0].device.type != "cuda":
+        return list(weights)
     # One copy into a flat buffer: [w_ih | w_hh | b_ih | b_hh]
     flat = th.cat([weight.reshape(-1) for weight in weights])
     views, offset = [], 0
@@ -162,6 +168,7 @@ def unroll_rnn(
     memory: tuple[th.Tensor, ...],
     memory_not_start: th.Tensor,
     layout: ResetLayout,
+    inputs: th.Tensor | None = None,
 ) -> th.Tensor:
     """
     Run an LSTM or a GRU over the slots of ``B`` windows with reset-and-continue, as one fused call per layer.
@@ -189,9 +196,11 @@ def unroll_rnn(
         each ``(B, n_layers, hidden)``
     :param memory_not_start: ``1 - episode_start`` of each window's slot 0, shape ``(B,)``
     :param layout: Where each slot and reset step sits (see :func:`~sb3_reset_ppo.common.windows.plan_reset_steps`)
+    :param inputs: The first layer's input as :func:`row_inputs` lays out ``slot_features``, when the caller has it
+        (actor and critic that read the same features share it); ``None``: laid out here
     :return: Outputs of every slot, shape ``(B * W, hidden)``
     """
-    layer_outputs = _layer_rows(rnn, slot_features, memory, memory_not_start, layout)
+    layer_outputs = _layer_rows(rnn, slot_features, memory, memory_not_start, layout, inputs)
     *_, last = layer_outputs
     # (row_length, B, hidden) -> (row_length * B, hidden) -> (B * W, hidden)
     return last.reshape(-1, last.shape[2])[layout.slot_positions]
@@ -205,8 +214,7 @@ def _reset_weight(rnn: RecurrentLayer, layer: int, like: th.Tensor) -> th.Tensor
     """
     hidden_size = rnn.hidden_size
     if isinstance(rnn, nn.LSTM):
-        column = like.new_zeros(4 * hidden_size)
-        column[: 2 * hidden_size] = RESET_PREACTIVATION
+        return _lstm_reset_column(hidden_size, like.dtype, like.device)
     else:
         gates = like.new_full((2 * hidden_size,), RESET_PREACTIVATION)
         candidate = -getattr(rnn, f"bias_ih_l{layer}")[2 * hidden_size :] if rnn.bias else like.new_zeros(hidden_size)
@@ -215,19 +223,26 @@ def _reset_weight(rnn: RecurrentLayer, layer: int, like: th.Tensor) -> th.Tensor
     return column[:, None]
 
 
-def _layer_rows(
-    rnn: RecurrentLayer,
-    slot_features: th.Tensor,
-    memory: tuple[th.Tensor, ...],
-    memory_not_start: th.Tensor,
-    layout: ResetLayout,
-) -> Iterator[th.Tensor]:
+@functools.cache
+def _lstm_reset_column(hidden_size: int, dtype: th.dtype, device: th.device) -> th.Tensor:
+    """An LSTM's reset weight column, ``(4 * hidden, 1)``: a constant, built once per size, dtype and device."""
+    # A normal tensor even when first built under inference mode (it enters graphs later)
+    with th.inference_mode(False):
+        column = th.zeros(4 * hidden_size, 1, dtype=dtype, device=device)
+        column[: 2 * hidden_size] = RESET_PREACTIVATION
+    return column
+
+
+def row_inputs(slot_features: th.Tensor, layout: ResetLayout) -> th.Tensor:
     """
-    The unroll of :func:`unroll_rnn`, layer by layer: yields each layer's outputs, ``(row_length, B, hidden)``
-    (slot ``i`` of window ``b`` at ``layout.slot_positions[b * W + i]`` of the flattened rows).
+    The first layer's input of the fused call of :func:`unroll_rnn`: every slot's features at its step of its
+    window's row, zeros at the reset steps and after a row's end, and the reset input as a last column.
+
+    :param slot_features: Inputs of every slot, ``(B * W, F)``, slots row-major over ``(B, W)``
+    :param layout: Where each slot and reset step sits (see :func:`~sb3_reset_ppo.common.windows.plan_reset_steps`)
+    :return: ``(row_length, B, F + 1)``
     """
-    n_windows = memory_not_start.shape[0]
-    reset_steps = layout.reset_steps.to(slot_features.dtype)
+    n_windows = layout.reset_steps.shape[1]
     # (B * W, F) -> (row_length * B, F) -> (row_length, B, F): slots at their steps, zeros elsewhere
     inputs = slot_features.new_zeros(layout.row_length * n_windows, slot_features.shape[1])
     if layout.input_slots is None:
@@ -236,24 +251,48 @@ def _layer_rows(
         # Clipped windows: only real slots are written (padding slots share their last real slot's position)
         inputs = inputs.index_copy(0, layout.slot_positions[layout.input_slots], slot_features[layout.input_slots])
     inputs = inputs.reshape(layout.row_length, n_windows, -1)
+    # (row_length, B, F) and (row_length, B, 1) -> (row_length, B, F + 1)
+    return th.cat([inputs, layout.reset_steps.to(slot_features.dtype)], dim=2)
+
+
+def _layer_rows(
+    rnn: RecurrentLayer,
+    slot_features: th.Tensor,
+    memory: tuple[th.Tensor, ...],
+    memory_not_start: th.Tensor,
+    layout: ResetLayout,
+    first_inputs: th.Tensor | None = None,
+) -> Iterator[th.Tensor]:
+    """
+    The unroll of :func:`unroll_rnn`, layer by layer: yields each layer's outputs, ``(row_length, B, hidden)``
+    (slot ``i`` of window ``b`` at ``layout.slot_positions[b * W + i]`` of the flattened rows). ``first_inputs``:
+    :func:`row_inputs` of the slot features, when the caller has it.
+    """
+    n_windows = memory_not_start.shape[0]
+    reset_steps = layout.reset_steps.to(slot_features.dtype)
+    # (row_length, B, F + 1)
+    with_reset_input = row_inputs(slot_features, layout) if first_inputs is None else first_inputs
     # (B,) -> (1, B, 1): broadcasts over layers and hidden units
     not_start = memory_not_start.reshape(1, n_windows, 1)
     # (B, n_layers, hidden) -> (n_layers, B, hidden): torch's state layout; LSTM (hidden, cell), GRU (hidden,)
     state = [tensor.transpose(0, 1) * not_start for tensor in memory]
+    outputs: th.Tensor | None = None  # the previous layer's
     for layer in range(rnn.num_layers):
-        if layer > 0 and rnn.dropout > 0 and rnn.training:
-            inputs = F.dropout(inputs, rnn.dropout, training=True)
+        if outputs is not None:
+            if rnn.dropout > 0 and rnn.training:
+                outputs = F.dropout(outputs, rnn.dropout, training=True)
+            # (row_length, B, hidden) -> (row_length, B, hidden + 1)
+            with_reset_input = th.cat([outputs, reset_steps], dim=2)
         layer_weights = _layer_weights(rnn, layer)
         weights = [th.cat([layer_weights[0], _reset_weight(rnn, layer, slot_features)], dim=1), *layer_weights[1:]]
         # (row_length, B, F + 1) -> (row_length, B, hidden)
-        with_reset_input = th.cat([inputs, reset_steps], dim=2)
         if isinstance(rnn, nn.LSTM):
-            inputs = fused_lstm_layer(
+            outputs = fused_lstm_layer(
                 with_reset_input, (state[0][layer : layer + 1], state[1][layer : layer + 1]), weights, rnn.training
             )
         else:
-            inputs = fused_gru_layer(with_reset_input, state[0][layer : layer + 1], weights, rnn.training)
-        yield inputs
+            outputs = fused_gru_layer(with_reset_input, state[0][layer : layer + 1], weights, rnn.training)
+        yield outputs
 
 
 def _layer_weights(rnn: RecurrentLayer, layer: int) -> list[th.Tensor]:
@@ -460,12 +499,18 @@ def evaluate_windows(
         if critic.rnn is not None:
             vf_memory = burned_in_memory(critic.rnn, vf_features, samples.burn_in, samples.burn_in.memory.vf)
 
-    def unroll(rnn: RecurrentLayer, step_features: th.Tensor, memory: tuple[th.Tensor, ...]) -> th.Tensor:
-        return unroll_rnn(rnn, step_features[slot_steps], memory, memory_not_start, samples.layout)
-
-    latent_pi = unroll(policy.lstm_actor, pi_features, pi_memory)
+    # (U, F) -> (B * W, F): every slot's features; and their layout for the fused call, shared by actor and critic
+    # when both read the same features (a shared features extractor)
+    pi_slot_features = pi_features[slot_steps]
+    pi_inputs = row_inputs(pi_slot_features, samples.layout)
+    latent_pi = unroll_rnn(policy.lstm_actor, pi_slot_features, pi_memory, memory_not_start, samples.layout, pi_inputs)
     if critic.rnn is not None:
-        latent_vf = unroll(critic.rnn, vf_features, vf_memory)
+        if vf_features is pi_features:
+            vf_slot_features, vf_inputs = pi_slot_features, pi_inputs
+        else:
+            vf_slot_features = vf_features[slot_steps]
+            vf_inputs = row_inputs(vf_slot_features, samples.layout)
+        latent_vf = unroll_rnn(critic.rnn, vf_slot_features, vf_memory, memory_not_start, samples.layout, vf_inputs)
     elif critic.linear is not None:
         latent_vf = critic.linear(vf_features)[slot_steps]
     else:  # shared: the actor's output, without backpropagation
