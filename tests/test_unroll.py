@@ -5,7 +5,14 @@ import torch as th
 from helpers import reference_unroll
 from torch import nn
 
-from sb3_reset_ppo.common.unroll import RESET_PREACTIVATION, _reset_weight, fused_gru_layer, fused_lstm_layer, unroll_rnn
+from sb3_reset_ppo.common.unroll import (
+    RESET_PREACTIVATION,
+    _reset_weight,
+    categorical_log_prob_entropy,
+    fused_gru_layer,
+    fused_lstm_layer,
+    unroll_rnn,
+)
 from sb3_reset_ppo.common.windows import plan_reset_steps
 
 DTYPES = [th.float16, th.bfloat16, th.float32, th.float64]
@@ -208,3 +215,20 @@ def test_cuda_unroll_takes_weights_without_repacking(rnn_class: type[nn.Module])
             actual.sum().backward()
     expected = _fused(lstm.cpu(), features.detach(), memory, episode_starts)
     th.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_actions", [2, 5])
+def test_categorical_log_prob_entropy_is_torchs_categorical_bitwise(n_actions: int) -> None:
+    # evaluate_windows computes a plain categorical policy's log-probabilities and entropies without building the
+    # distribution (issue 52): the same values and gradients as torch's Categorical, bit for bit, large logits included
+    generator = th.Generator().manual_seed(n_actions)
+    logits = th.randn(64, n_actions, generator=generator) * th.tensor([1.0] * 60 + [80.0] * 4)[:, None]
+    logits.requires_grad_(True)
+    actions = th.randint(0, n_actions, (64,), generator=generator)
+    weights = th.randn(64, generator=generator)
+    distribution = th.distributions.Categorical(logits=logits)
+    expected = (distribution.log_prob(actions), distribution.entropy())
+    (expected_grad,) = th.autograd.grad((weights * expected[0]).sum() + expected[1].sum(), logits)
+    log_prob, entropy = categorical_log_prob_entropy(logits, actions)
+    (grad,) = th.autograd.grad((weights * log_prob).sum() + entropy.sum(), logits)
+    assert th.equal(log_prob, expected[0]) and th.equal(entropy, expected[1]) and th.equal(grad, expected_grad)

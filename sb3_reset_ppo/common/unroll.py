@@ -7,7 +7,8 @@ from typing import Literal, NamedTuple, Protocol, TypeAlias, TypeGuard
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
-from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.distributions import CategoricalDistribution, Distribution
+from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import nn
 from torch.nn import functional as F
@@ -469,6 +470,36 @@ def _masked_distribution(policy: RecurrentActorCriticPolicy, latent_pi: th.Tenso
     return policy._get_action_dist_from_latent(latent_pi, masks)
 
 
+def _plain_categorical(policy: RecurrentActorCriticPolicy) -> bool:
+    """
+    Whether the policy's action distribution is SB3's categorical over ``action_net``'s logits, built by SB3's own
+    ``_get_action_dist_from_latent`` (not a maskable policy's, nor a subclass's own).
+    """
+    return (
+        type(policy.action_dist) is CategoricalDistribution
+        and type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
+    )
+
+
+def categorical_log_prob_entropy(logits: th.Tensor, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+    """
+    Log-probabilities of the actions and entropies of categorical distributions, as ``torch.distributions.Categorical``
+    computes them (the same operations, so the same values and gradients: ``tests/test_exactness.py``), without
+    building the distribution object or validating its arguments.
+
+    :param logits: Unnormalised log-probabilities, ``(N, n_actions)``
+    :param actions: Action indices, ``(N,)`` (integers)
+    :return: Log-probabilities ``(N,)`` and entropies ``(N,)``
+    """
+    # Categorical(logits=...): normalised logits
+    log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)
+    # Categorical.log_prob: (N,) -> (N, 1) -> gathered -> (N,)
+    log_prob = log_pmf.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    # Categorical.entropy: the logits clamped to the dtype's smallest, times the probabilities
+    p_log_p = th.clamp(log_pmf, min=th.finfo(log_pmf.dtype).min) * F.softmax(log_pmf, dim=-1)
+    return log_prob, -p_log_p.sum(-1)
+
+
 def evaluate_windows(
     policy: RecurrentActorCriticPolicy, samples: WindowRolloutBufferSamples
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
@@ -518,21 +549,24 @@ def evaluate_windows(
 
     latent_pi = policy.mlp_extractor.forward_actor(latent_pi)
     latent_vf = policy.mlp_extractor.forward_critic(latent_vf)
-    if samples.action_masks is None:
-        distribution = policy._get_action_dist_from_latent(latent_pi)
-    else:
-        # A maskable policy (MaskableResetPPO's): the mask stored with each slot's step,
-        # (B, W, mask_dims) -> (B * W, mask_dims)
-        masks = samples.action_masks.reshape(n_windows * window_size, -1)
-        distribution = _masked_distribution(policy, latent_pi, masks)
-
     # (B, W, action_dim) -> (B * W, action_dim)
     actions = samples.actions.reshape(n_windows * window_size, -1)
     if isinstance(policy.action_space, spaces.Discrete):
         # (B * W, 1) float -> (B * W,) long
         actions = actions.long().flatten()
-    log_prob = distribution.log_prob(actions)
-    entropy = distribution.entropy()
+    entropy: th.Tensor | None
+    if samples.action_masks is None and _plain_categorical(policy):
+        log_prob, entropy = categorical_log_prob_entropy(policy.action_net(latent_pi), actions)
+    else:
+        if samples.action_masks is None:
+            distribution = policy._get_action_dist_from_latent(latent_pi)
+        else:
+            # A maskable policy (MaskableResetPPO's): the mask stored with each slot's step,
+            # (B, W, mask_dims) -> (B * W, mask_dims)
+            masks = samples.action_masks.reshape(n_windows * window_size, -1)
+            distribution = _masked_distribution(policy, latent_pi, masks)
+        log_prob = distribution.log_prob(actions)
+        entropy = distribution.entropy()
     values = policy.value_net(latent_vf)
     # (B * W,) or (B * W, 1) -> (B, W)
     shape = (n_windows, window_size)

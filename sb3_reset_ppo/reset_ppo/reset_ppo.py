@@ -585,6 +585,8 @@ class ResetPPO(RecurrentPPO):
         clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
         clip_range_vf = None if self.clip_range_vf is None else self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
 
+        # Listed once: gradient clipping walks the modules for them otherwise, every minibatch
+        parameters = list(self.policy.parameters())
         all_losses: list[WindowLoss] = []
         epoch_losses: list[WindowLoss] = []
         staleness: list[th.Tensor] = []
@@ -609,7 +611,7 @@ class ResetPPO(RecurrentPPO):
                         break
                 self.policy.optimizer.zero_grad()
                 losses.loss.backward()
-                grad_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                grad_norm = th.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
                 # One host read per minibatch: never step the optimizer with a non-finite loss or gradient, nor for a
                 # minibatch that trains no slot (mask mode: every row after its window's episode end), whose step
                 # would move the parameters on the optimizer's momentum alone
