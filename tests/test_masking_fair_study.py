@@ -94,7 +94,10 @@ def _fake(task: str, arm: str, seed: int, level: float, rng: np.random.Generator
 
 def test_report_on_partial_runs(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    levels = {"maskable_reset_ppo": (1.0, 16.0), "maskable_ppo": (0.5, 11.0), "maskable_ppo_stack": (0.9, 12.0)}
+    levels = {
+        "maskable_reset_ppo": (1.0, 16.0), "maskable_ppo": (0.5, 11.0), "maskable_ppo_stack": (0.9, 12.0),
+        "recurrent_ppo_mask_obs": (0.8, 12.0),
+    }  # fmt: skip
     for arm, (fair, leduc) in levels.items():
         for seed in range(3 if arm != "maskable_ppo_stack" else 2):  # partial: fewer seeds for one arm
             for task, level in (("MaskedCueRecallFair-v0", fair), ("LeducMatch-v0", leduc)):
@@ -111,8 +114,12 @@ def test_report_on_partial_runs(tmp_path: Path) -> None:
     assert 0.8 < low <= high <= 1.0
     comparison = fair["comparisons"]["maskable_ppo"]
     assert comparison["final"]["probability"][0] == 1.0 and comparison["steps_to_threshold"]["probability"][0] == 1.0
-    # Two comparisons a task: 4 tests in the primary family (Holm over them), 8 in the secondary
-    assert summary["families"] == {"primary": 4, "secondary": 8}
+    # Three comparisons a task: 6 tests in the primary family (Holm over them), 12 in the secondary
+    assert summary["families"] == {"primary": 6, "secondary": 12}
+    # Like for like: both arms' CPU seconds at the same training episodes (the fakes: 5 s per 300 episodes)
+    same = fair["like_for_like"]
+    assert same["episodes"] == pytest.approx(6000) and same["ratio"] == pytest.approx(1.0)
+    assert same["cpu"][0][0] == pytest.approx(100.0)
     assert comparison["final"]["p_holm"] >= comparison["final"]["p"]
     assert set(summary["tasks"]["LeducMatch-v0"]["arms"]["maskable_ppo"]["by_style"]) == {"bluffer", "honest"}
     text = "\n".join(report.lines(summary))

@@ -228,7 +228,7 @@ def hand_values() -> dict[str, float]:
     their 50/50 mixture (the opponent's behaviour given its own cards and actions is the same mixture at every
     decision: both styles are deterministic and a style's past actions in the hand are what the mixture weighs).
 
-    :return: ``{"station": v, "rock": v, "mixture": v, "oracle": mean of the two}`` in chips per hand
+    :return: ``{"honest": v, "bluffer": v, "mixture": v, "oracle": mean of the two}`` in chips per hand
     """
     pyspiel = _pyspiel()
     best_response = importlib.import_module("open_spiel.python.algorithms.best_response")

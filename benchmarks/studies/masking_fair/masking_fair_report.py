@@ -26,6 +26,8 @@ from sb3_reset_ppo.experiments import stats
 
 HERE = Path(__file__).resolve().parent
 BASE = "maskable_reset_ppo"
+# The arm whose cost is compared with the base's at the same number of training episodes (PROTOCOL.md, Endpoints)
+LIKE_FOR_LIKE = "recurrent_ppo_mask_obs"
 # A run that never reached the threshold: infinitely costly, as a finite number the rank statistics can order
 NOT_REACHED = 1e18
 
@@ -95,6 +97,29 @@ def endpoints(record: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def cpu_at_episodes(record: dict[str, Any], episodes: float) -> float | None:
+    """
+    A run's ``learn()`` CPU seconds when it had played ``episodes`` training episodes, interpolated between its
+    evaluations (``None`` if it played fewer).
+    """
+    played = [float(evaluation["training_episodes"]) for evaluation in record["evaluations"]]
+    cpu = [float(evaluation["learn_cpu_seconds"]) for evaluation in record["evaluations"]]
+    return None if episodes > played[-1] else float(np.interp(episodes, played, cpu))
+
+
+def like_for_like(base: list[dict[str, Any]], other: list[dict[str, Any]], reps: int) -> dict[str, Any]:
+    """
+    ``learn()`` CPU seconds of the base arm's and the other arm's runs at the same number of training episodes: the
+    smaller of the two arms' IQM final episode counts.
+    """
+    finals = [_iqm([float(r["evaluations"][-1]["training_episodes"]) for r in runs], reps) for runs in (base, other)]
+    episodes = min(triple[0] for triple in finals if triple is not None)
+    cpu = [[c for c in (cpu_at_episodes(r, episodes) for r in runs) if c is not None] for runs in (base, other)]
+    iqms = [_iqm(values, reps) for values in cpu]
+    ratio = None if iqms[0] is None or iqms[1] is None else iqms[0][0] / iqms[1][0]
+    return {"episodes": episodes, "final_episodes": finals, "cpu": iqms, "ratio": ratio}
+
+
 def _iqm(values: list[float], reps: int) -> list[float] | None:
     """``[IQM, low, high]`` of one arm's values (``None`` for none)."""
     if not values:
@@ -154,6 +179,8 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
                     secondary.append((task, arm, key, p))
                 comparisons[arm] = entry
         summary["tasks"][task] = {"threshold": STUDY.THRESHOLDS[task], "arms": arms, "comparisons": comparisons}
+        if BASE in by_arm and LIKE_FOR_LIKE in by_arm:
+            summary["tasks"][task]["like_for_like"] = like_for_like(by_arm[BASE], by_arm[LIKE_FOR_LIKE], reps)
     for (task, arm, _), adjusted in zip(primary, stats.holm([p for *_, p in primary]) if primary else [], strict=True):
         summary["tasks"][task]["comparisons"][arm]["final"]["p_holm"] = adjusted
     for (task, arm, key, _), adjusted in zip(
@@ -197,6 +224,13 @@ def lines(summary: dict[str, Any]) -> list[str]:
             if "by_style" in values:
                 text += "; per style " + ", ".join(f"{s} {_triple(v, 2)}" for s, v in values["by_style"].items())
             out.append(text)
+        if "like_for_like" in entry:
+            same = entry["like_for_like"]
+            ratio = "none" if same["ratio"] is None else f"{same['ratio']:.2f}"
+            out.append(
+                f"- learn() CPU s at {same['episodes']:.0f} training episodes (like for like): {BASE} "
+                f"{_triple(same['cpu'][0], 1)}, {LIKE_FOR_LIKE} {_triple(same['cpu'][1], 1)}; ratio of the IQMs {ratio}"
+            )
         for arm, comparison in entry["comparisons"].items():
             for key, name in (
                 ("final", "final return"),
