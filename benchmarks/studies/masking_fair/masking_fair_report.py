@@ -10,7 +10,8 @@ that). Works on partial runs (any number of seeds per arm, at least one); the st
 ``sb3_reset_ppo.experiments.stats``'s.
 
 Usage: python benchmarks/studies/masking_fair/masking_fair_report.py [--out DIR] [--reps 2000] [--write]
-(``--write``: also ``benchmarks/results/masking_fair/summary.json`` and ``RESULTS.md`` in this folder)
+(``--write``: also ``summary.json`` and ``report.md`` in the runs' folder; the study's results page comes with the
+study kit's ``study.yml`` once the runs are done)
 """
 
 import argparse
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=STUDY.OUT, help="the runs' folder")
     parser.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
-    parser.add_argument("--write", action="store_true", help="write summary.json and RESULTS.md")
+    parser.add_argument("--write", action="store_true", help="write summary.json and report.md beside the runs")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error(f"--reps must be at least 1, got {args.reps}")
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(text))
     if args.write:
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-        (HERE / "RESULTS.md").write_text("# Fair masking study: results so far\n\n" + "\n".join(text) + "\n")
+        (args.out / "report.md").write_text("# Fair masking study: results so far\n\n" + "\n".join(text) + "\n")
 
 
 if __name__ == "__main__":
