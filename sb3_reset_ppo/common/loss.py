@@ -27,10 +27,6 @@ class WindowLoss(NamedTuple):
 _TINY = 1e-12
 
 
-def _kept_mean(values: th.Tensor, kept: th.Tensor) -> th.Tensor:
-    return (values * kept).sum() / kept.sum().clamp(min=1.0)
-
-
 def window_ppo_loss(
     log_prob: th.Tensor,
     old_log_prob: th.Tensor,
@@ -88,6 +84,7 @@ def window_ppo_loss(
     :return: The loss and its parts
     """
     kept_f = kept.float()
+    n_kept = kept_f.sum()
     if normalize_advantage:
         total = weights.sum().clamp(min=_TINY)
         mean = (weights * advantages).sum() / total
@@ -95,7 +92,7 @@ def window_ppo_loss(
         denominator = (total - (weights**2).sum() / total).clamp(min=_TINY)
         variance = (weights * (advantages - mean) ** 2).sum() / denominator
         # As SB3: a single sample is not normalised (selected on the device: no host read)
-        advantages = th.where(kept_f.sum() > 1, (advantages - mean) / (variance.sqrt() + 1e-8), advantages)
+        advantages = th.where(n_kept > 1, (advantages - mean) / (variance.sqrt() + 1e-8), advantages)
 
     # Dropped slots enter as ratio 1 and zero terms: nothing they hold (an overflowing ratio) reaches the loss
     # or the gradient
@@ -119,23 +116,23 @@ def window_ppo_loss(
     slots = n_real if uniform_normaliser is None else uniform_normaliser
     normaliser: th.Tensor | float = slots if weighting == "uniform" else weights.sum().clamp(min=_TINY)
 
-    def combine(term: th.Tensor) -> th.Tensor:
-        return (weights * th.where(kept, term, th.zeros_like(term))).sum() / normaliser
-
-    policy_loss = combine(policy_term)
-    value_loss = combine(value_term)
-    entropy_loss = combine(entropy_term)
+    # The three terms combined at once, sum(w * term) / normaliser each: 3 x (B, W) -> (3, B, W) -> (3,)
+    terms = th.stack([policy_term, value_term, entropy_term])
+    combined = (weights * th.where(kept, terms, th.zeros_like(terms))).sum(dim=(1, 2)) / normaliser
+    policy_loss, value_loss, entropy_loss = combined.unbind()
     with th.no_grad():
-        approx_kl = _kept_mean((ratio - 1) - log_ratio, kept_f)
-        clip_fraction = _kept_mean((th.abs(ratio - 1) > clip_range).float(), kept_f)
-    # Logged as SB3 logs a minibatch's losses, means over its own real slots: the same as the optimised terms unless
-    # uniform weighting divides by a normaliser other than the minibatch's real slots
-    log_scale = slots / n_real if weighting == "uniform" else 1.0
+        # Means over kept slots of the two statistics: 2 x (B, W) -> (2, B, W) -> (2,)
+        statistics = th.stack([(ratio - 1) - log_ratio, (th.abs(ratio - 1) > clip_range).float()])
+        approx_kl, clip_fraction = ((statistics * kept_f).sum(dim=(1, 2)) / n_kept.clamp(min=1.0)).unbind()
+        # Logged as SB3 logs a minibatch's losses, means over its own real slots: the same as the optimised terms
+        # unless uniform weighting divides by a normaliser other than the minibatch's real slots
+        logged = combined * (slots / n_real if weighting == "uniform" else 1.0)
+    logged_policy, logged_value, logged_entropy = logged.unbind()
     return WindowLoss(
         loss=policy_loss + ent_coef * entropy_loss + vf_coef * value_loss,
-        policy_loss=policy_loss.detach() * log_scale,
-        value_loss=value_loss.detach() * log_scale,
-        entropy_loss=entropy_loss.detach() * log_scale,
+        policy_loss=logged_policy,
+        value_loss=logged_value,
+        entropy_loss=logged_entropy,
         approx_kl=approx_kl,
         clip_fraction=clip_fraction,
     )
