@@ -21,13 +21,16 @@ times, medians:
 - RecurrentPPO's ``train()`` with the same arguments.
 
 Each model first learns one rollout (collection and one ``train()``: the warm-up); later calls train on that
-rollout again. The figures are seconds per update (one ``train()`` call) and their ratios to the floor.
+rollout again. The figures are seconds per update (one ``train()`` call) and their ratios to the floor. Then
+(``--learn-repeats``, default 3) both classes learn 2 rollouts from a fresh model, interleaved: the ratio of their
+``learn()`` CPU seconds (collection included), what a user waits for.
 
-Usage: python benchmarks/speed/bench_floor.py [--settings mlp:64:128 ... zoo] [--repeats 5]
+Usage: python benchmarks/speed/bench_floor.py [--settings mlp:64:128 ... zoo] [--repeats 5] [--learn-repeats 3]
        [--json benchmarks/results/bench_floor.json]
 """
 
 import argparse
+import functools
 import itertools
 import json
 import platform
@@ -256,7 +259,7 @@ def floor(model: ResetPPO, config: dict[str, Any]) -> tuple[Callable[[], None], 
     return update, shapes
 
 
-def timed(function: Callable[[], None]) -> float:
+def timed(function: Callable[[], object]) -> float:
     """CPU seconds of one call (the process's: one torch thread)."""
     start = time.process_time()
     function()
@@ -283,6 +286,12 @@ def bench_setting(setting: str, args: argparse.Namespace) -> dict[str, Any]:
         for name, function in functions.items():
             runs[name].append(timed(function))
     medians = {name: statistics.median(values) for name, values in runs.items()}
+    learn: dict[str, list[float]] = {"reset": [], "recurrent_ppo": []}
+    for _ in range(args.learn_repeats):
+        for name, cls in (("reset", ResetPPO), ("recurrent_ppo", RecurrentPPO)):
+            model = make_model(cls, config, args.seed)
+            learn[name].append(timed(functools.partial(model.learn, 2 * model.n_envs * model.n_steps)))
+    learn_medians = {name: statistics.median(values) for name, values in learn.items()} if args.learn_repeats else {}
     return {
         "setting": setting,
         "env_id": config["task"]["env_id"],
@@ -300,21 +309,25 @@ def bench_setting(setting: str, args: argparse.Namespace) -> dict[str, Any]:
         "reset_over_floor": medians["reset"] / medians["floor"],
         "recurrent_ppo_over_floor": medians["recurrent_ppo"] / medians["floor"],
         "reset_over_recurrent_ppo": medians["reset"] / medians["recurrent_ppo"],
+        "learn_seconds": learn_medians,
+        "learn_runs": learn,
+        "learn_ratio": learn_medians["reset"] / learn_medians["recurrent_ppo"] if learn_medians else None,
     }
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
     print(
         "| setting | minibatches per update | floor s | ResetPPO s | RecurrentPPO s | ResetPPO / floor "
-        "| RecurrentPPO / floor | ResetPPO / RecurrentPPO |"
+        "| RecurrentPPO / floor | ResetPPO / RecurrentPPO | learn() ResetPPO / RecurrentPPO |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         s = r["seconds_per_update"]
         print(
             f"| {r['setting']} | {r['minibatches_per_update']} | {s['floor']:.3f} | {s['reset']:.3f} "
             f"| {s['recurrent_ppo']:.3f} "
-            f"| {r['reset_over_floor']:.2f} | {r['recurrent_ppo_over_floor']:.2f} | {r['reset_over_recurrent_ppo']:.2f} |"
+            f"| {r['reset_over_floor']:.2f} | {r['recurrent_ppo_over_floor']:.2f} | {r['reset_over_recurrent_ppo']:.2f} "
+            f"| {'-' if r['learn_ratio'] is None else format(r['learn_ratio'], '.2f')} |"
         )
 
 
@@ -323,6 +336,8 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS,
                         help="'zoo' or TASK:LSTM:BATCH (default: %(default)s)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--learn-repeats", type=int, default=3,
+                        help="learn() of 2 rollouts from a fresh model, both classes, interleaved (0: none)")  # fmt: skip
     parser.add_argument("--n-steps", type=int, default=128)
     parser.add_argument("--n-epochs", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
@@ -331,6 +346,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.learn_repeats < 0:
+        parser.error(f"--learn-repeats must be at least 0, got {args.learn_repeats}")
     for setting in args.settings:
         try:
             parse_setting(setting, args.n_steps, args.n_epochs)
@@ -349,7 +366,7 @@ def main() -> None:
     for setting in args.settings:
         result = bench_setting(setting, args)
         results.append(result)
-        print(json.dumps({k: v for k, v in result.items() if k not in ("runs", "minibatch_shapes")}), flush=True)
+        print(json.dumps({k: v for k, v in result.items() if k not in ("runs", "learn_runs", "minibatch_shapes")}), flush=True)
     print()
     print_table(results)
     if args.json:
