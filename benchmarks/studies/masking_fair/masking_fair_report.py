@@ -29,6 +29,11 @@ HERE = Path(__file__).resolve().parent
 BASE = "maskable_reset_ppo"
 # The arm whose cost is compared with the base's at the same number of training episodes (PROTOCOL.md, Endpoints)
 LIKE_FOR_LIKE = "recurrent_ppo_mask_obs"
+# The tasks' analytical returns (PROTOCOL.md, Tasks), stated beside the arms' final returns
+ANALYTICAL = {
+    "MaskedCueRecallFair-v0": "memoryless optimum 0.5, 16 stacked frames at best 0.875, perfect memory 1.0",
+    "LeducMatch-v0": "without memory of earlier hands at most 12.8 chips a match, knowing the style at most 17.2",
+}
 # A run that never reached the threshold: infinitely costly, as a finite number the rank statistics can order
 NOT_REACHED = 1e18
 
@@ -208,7 +213,7 @@ def lines(summary: dict[str, Any]) -> list[str]:
         f"{summary['families']['secondary']} tests (Holm within each); IQM over seeds, 95% stratified-bootstrap intervals."
     ]
     for task, entry in summary["tasks"].items():
-        out.append(f"## {task} (threshold {entry['threshold']})")
+        out.append(f"## {task} (threshold {entry['threshold']}; {ANALYTICAL[task]})")
         for arm, values in entry["arms"].items():
             steps, cpu = values["steps_to_threshold"], values["cpu_to_threshold"]
             text = (
