@@ -41,3 +41,18 @@ def test_stored_results_meet_the_issues_bound() -> None:
     for r in stored["results"]:
         assert r["maskable"]["learn_over_reset"] <= stored["bound"] == 1.15, r["task"]
         assert f"| {r['task']} | {r['lstm_hidden_size']} |" in text
+
+
+def test_the_masking_page_states_the_like_for_like_cost_the_bench_measured() -> None:
+    # docs/studies/masking.md: maskable / RecurrentPPO learn() CPU where both played the same episodes, and the
+    # episode ratio where they did not (issue 51: the two kinds of rows are not to be mixed)
+    rows = json.loads((ROOT / "benchmarks" / "results" / "bench_maskable.json").read_text())["results"]
+    page = " ".join((ROOT / "docs" / "studies" / "masking.md").read_text().split())
+    same = [r for r in rows if r["maskable"]["episodes"] == r["recurrent_ppo"]["episodes"]]
+    different = [r for r in rows if r not in same]
+    assert [r["task"] for r in same] == ["all_valid", "all_valid"] and len(different) == 2
+    ratio = [r["maskable"]["learn_cpu"] / r["recurrent_ppo"]["learn_cpu"] for r in same]
+    assert f"takes {ratio[0]:.2f} (hidden 64) and {ratio[1]:.2f} (hidden 256) of `RecurrentPPO`'s time" in page
+    low = [r["maskable"]["learn_cpu"] / r["recurrent_ppo"]["learn_cpu"] for r in different]
+    episodes = min(r["recurrent_ppo"]["episodes"] / r["maskable"]["episodes"] for r in different)
+    assert f"lower ({low[0]:.2f} and {low[1]:.2f})" in page and f"plays {episodes:.1f} times as many" in page

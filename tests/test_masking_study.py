@@ -131,3 +131,13 @@ def test_runner_resume_skips_finished_runs(tmp_path: Path, capsys: pytest.Captur
     masking_study.main([*argv, "--total-steps", "256", "--eval-episodes", "2"])
     assert "0 runs to do" in capsys.readouterr().out
     assert path.read_text() == before
+
+
+def test_later_evaluations_after_solving_do_not_count_the_first_to_solve(tmp_path: Path) -> None:
+    # Every (a) run solves at its first evaluation after the initial one (success 1.0 from index 1), so the later
+    # evaluations are the EVALUATIONS - 2 after that one, per run (issue 51's audit: the solving one was counted too)
+    _write(tmp_path, {"maskable_reset_ppo": 1.0, "reset_ppo": 0.2, "maskable_ppo": 0.3}, seeds=3)
+    summary = masking_report.analyse(masking_report.load_runs(tmp_path), reps=50)
+    entry = summary["arms"]["maskable_reset_ppo"]
+    assert entry["reached"] == 3 and entry["evaluations_after_solved"] == 3 * (EVALUATIONS - 2)
+    assert entry["relapses"] == [0, 0, 0]

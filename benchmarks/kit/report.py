@@ -283,6 +283,18 @@ def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path, var
     figure.savefig(path, dpi=100)
 
 
+def moved(name: str) -> str:
+    """
+    A file of ``benchmarks/`` as a run recorded it (``benchmarks/evidence.yml``), where it is now
+    (``benchmarks/studies/evidence/evidence.yml``): the files were moved into the kit's and the studies' folders.
+    """
+    if (BENCHMARKS.parent / name).exists() or not name.startswith("benchmarks/"):
+        return name
+    found = sorted(BENCHMARKS.glob(f"*/**/{Path(name).name}"))
+    found = [path for path in found if "results" not in path.relative_to(BENCHMARKS).parts]
+    return str(found[0].relative_to(BENCHMARKS.parent)) if len(found) == 1 else name
+
+
 def conf_files(runs: list[dict[str, Any]]) -> str:
     """The hyperparameter files the runs used (from their commands), with the variants that used each."""
     used: dict[str, set[str]] = {}
@@ -293,7 +305,7 @@ def conf_files(runs: list[dict[str, Any]]) -> str:
             # Relative to the checkout the run trained in (runs may come from other worktrees of the repository)
             parts = path.parts
             name = str(Path(*parts[parts.index("benchmarks") :])) if "benchmarks" in parts else path.name
-            used.setdefault(name, set()).add(run["variant"])
+            used.setdefault(moved(name), set()).add(run["variant"])
     return ", ".join(f"`{name}` ({', '.join(sorted(variants))})" for name, variants in sorted(used.items())) or "unknown"
 
 
@@ -337,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--grid", type=Path, nargs="+", default=[BENCHMARKS / "results" / "grid"],
                         help="results folders (several: the runs of all, e.g. two studies' arms)")  # fmt: skip
-    parser.add_argument("--out", type=Path, required=True, help="the page to write, e.g. benchmarks/studies/<study>/RESULTS.md")
+    parser.add_argument("--out", type=Path, required=True, help="the page to write (a study's RESULTS.md)")
     parser.add_argument("--figures", type=Path, default=None, help="the figures' folder (default: figures/ beside --out)")
     parser.add_argument(
         "--min-seeds", type=int, default=5, help="seeds every variant needs for an env to enter the aggregates"

@@ -126,9 +126,12 @@ def analyse(runs: dict[str, list[dict[str, Any]]], reps: int = stats.REPS) -> di
         entry["steps_to_solve"] = [s[0] for s in reached]
         entry["steps_to_solve_median"] = float(np.median([s[0] for s in reached])) if reached else None
         entry["cpu_to_solve_median"] = float(np.median([s[1] for s in reached])) if reached else None
-        # Evaluations below 0.9 after a run first reached it (relapses), over the evaluations after that point
+        # Evaluations below 0.9 after a run first reached it (relapses), over the evaluations after that one (the
+        # first to reach it not counted: issue 51's audit found it counted as "later", 146 where 136 are)
         after = [
-            r["scores"][1:][int(np.argmax(r["scores"][1:] >= SOLVED)) :] for r, s in zip(runs[arm], solved, strict=True) if s
+            r["scores"][1:][int(np.argmax(r["scores"][1:] >= SOLVED)) + 1 :]
+            for r, s in zip(runs[arm], solved, strict=True)
+            if s
         ]
         entry["relapses"] = [int(np.sum(a < SOLVED)) for a in after]
         entry["evaluations_after_solved"] = int(sum(len(a) for a in after))

@@ -8,7 +8,8 @@ Run (resumable; two runs at a time; the "short" arm from a git worktree of c85b7
     git worktree add /tmp/remainder-left-out 1a790422
     python benchmarks/studies/remainder/remainder_check.py run \\
         --short-tree /tmp/remainder-short --left-out-tree /tmp/remainder-left-out
-    python benchmarks/studies/remainder/remainder_check.py report
+    python benchmarks/studies/remainder/remainder_check.py report --out benchmarks/studies/remainder/RESULTS.md \\
+        --json benchmarks/results/remainder_summary.json
 
 Each run is one JSON file (and its log) under benchmarks/results/remainder/<arm>/<task>/seed<N>.json.
 """
@@ -144,7 +145,8 @@ def run(trees: dict[str, pathlib.Path]) -> None:
         list(pool.map(launch, jobs))
 
 
-def report() -> str:
+def report() -> tuple[str, dict[str, Any]]:
+    """The tables of the finished runs (Markdown) and their estimates (a summary: per task, each arm's IQMs and P)."""
     from sb3_reset_ppo.experiments.stats import aggregate, holm, mann_whitney, probability_triple
 
     lines = [
@@ -152,36 +154,57 @@ def report() -> str:
         "|---|---|---|---|---|---|",
     ]
     p_values, names, probabilities = [], [], []
+    summary: dict[str, Any] = {"tasks": {}}
     for task in TASKS:
         final: dict[str, np.ndarray] = {}
         curve: dict[str, np.ndarray] = {}
         cpu: dict[str, float] = {}
         for arm in ARMS:
             records = [json.loads(path.read_text()) for path in sorted((RUNS / arm / task).glob("seed*.json"))]
+            # (runs,) -> (runs, 1 task): rliable's score layout
             final[arm] = np.array([[np.mean([e["mean_return"] for e in r["evaluations"][-3:]])] for r in records])
             curve[arm] = np.array([[np.mean([e["mean_return"] for e in r["evaluations"]])] for r in records])
-            cpu[arm] = float(np.median([r["evaluations"][-1]["learn_cpu"] for r in records]))
+            cpu[arm] = float(np.median([r["evaluations"][-1]["learn_cpu"] for r in records])) if records else 0.0
         if min(len(scores) for scores in final.values()) == 0:
             continue
         point, interval, poi, poi_ci = aggregate(final, baseline="short")
         curve_point, curve_interval, _, _ = aggregate(curve)
+        entry: dict[str, Any] = {}
         for arm in ARMS:
             lines.append(
-                f"| {task} | {arm} | {len(final[arm])} | {point[arm][0]:.3f} ({interval[arm][0, 0]:.3f} to "
+                f"| {task} | {arm.replace('_', ' ')} | {len(final[arm])} | {point[arm][0]:.3f} ({interval[arm][0, 0]:.3f} to "
                 f"{interval[arm][1, 0]:.3f}) | {curve_point[arm][0]:.3f} ({curve_interval[arm][0, 0]:.3f} to "
                 f"{curve_interval[arm][1, 0]:.3f}) | {cpu[arm]:.1f} |"
             )
+            entry[arm] = {
+                "runs": len(final[arm]),
+                "final_iqm": [point[arm][0], interval[arm][0, 0], interval[arm][1, 0]],
+                "curve_iqm": [curve_point[arm][0], curve_interval[arm][0, 0], curve_interval[arm][1, 0]],
+                "learn_cpu_median": cpu[arm],
+            }
         p, method = mann_whitney(final["left_out"][:, 0], final["short"][:, 0])
         p_values.append(p)
         names.append(f"{task} ({method})")
-        probability, low, high = probability_triple(poi, poi_ci, "left_out,short")
-        probabilities.append(f"{probability:.2f} ({low:.2f} to {high:.2f})")
+        triple = probability_triple(poi, poi_ci, "left_out,short")
+        probabilities.append(f"{triple[0]:.2f} ({triple[1]:.2f} to {triple[2]:.2f})")
+        entry["probability_left_out_better"] = triple
+        entry["mann_whitney_p"] = p
+        summary["tasks"][task] = entry
     lines.append("")
-    lines.append("| task | P(left out > short), final | Mann-Whitney p | Holm p |")
+    lines.append(f"| task | P(left out > short), final | Mann-Whitney p | Holm p ({len(p_values)} tasks) |")
     lines.append("|---|---|---|---|")
-    for name, text, p, adjusted in zip(names, probabilities, p_values, holm(p_values), strict=True):
-        lines.append(f"| {name} | {text} | {p:.3f} | {adjusted:.3f} |")
-    return "\n".join(lines)
+    adjusted = holm(p_values)
+    for name, text, p, p_holm in zip(names, probabilities, p_values, adjusted, strict=True):
+        lines.append(f"| {name} | {text} | {p:.3f} | {p_holm:.3f} |")
+    for task, p_holm in zip(summary["tasks"], adjusted, strict=True):
+        summary["tasks"][task]["holm_p"] = p_holm
+    return "\n".join(lines), summary
+
+
+def page(tables: str, notes: pathlib.Path) -> str:
+    """The study's results page: its title, the tables, then the notes (settings, how to rerun, how the runs went)."""
+    text = f"# Does leaving an epoch's remainder out cost learning? (issue 47)\n\n## Results\n\n{tables}\n"
+    return text + (f"\n{notes.read_text()}" if notes.exists() else "")
 
 
 def main() -> None:
@@ -194,14 +217,23 @@ def main() -> None:
     one.add_argument("task", choices=sorted(TASKS))
     one.add_argument("seed", type=int)
     one.add_argument("out", type=pathlib.Path)
-    commands.add_parser("report", help="print the report of the finished runs")
+    report_parser = commands.add_parser("report", help="the report of the finished runs (printed, or written with --out)")
+    report_parser.add_argument("--out", type=pathlib.Path, default=None, help="write the results page here")
+    report_parser.add_argument("--json", type=pathlib.Path, default=None, help="write the estimates here")
+    report_parser.add_argument("--notes", type=pathlib.Path, default=HERE / "NOTES.md", help="appended to the page")
     args = parser.parse_args()
     if args.command == "run":
         run({"short": args.short_tree, "left_out": args.left_out_tree})
     elif args.command == "one":
         train_one(args.task, args.seed, args.out)
     else:
-        print(report())
+        tables, summary = report()
+        if args.json:
+            args.json.write_text(json.dumps(summary, indent=1))
+        if args.out:
+            args.out.write_text(page(tables, args.notes))
+        else:
+            print(tables)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,364 @@
+"""
+The studies' front door: one command per study to rerun it, the lead of every results page, and the index of
+``benchmarks/`` (``benchmarks/README.md``).
+
+Every study is a folder ``benchmarks/studies/<name>/`` with its protocol, its notes, its results pages, its figures
+and a ``study.yml`` that names its question, its verdict, its main page and figure, and the commands that train its
+runs and write its pages (``{pages}`` and ``{summaries}`` in a command stand for the folders its pages and its
+summaries go to: by default the study's folder and ``benchmarks/results/``).
+
+The verdict is a sentence written by hand around numbers read from the study's summaries: ``{p:FILE:PATH}`` is a
+probability with its 95% interval (``0.42 (0.34 to 0.49)``), ``{x:FILE:PATH}`` an estimate with its interval at three
+significant decimals, ``{v:FILE:PATH}`` one number (two decimals), where ``FILE`` is a summary in the summaries'
+folder and ``PATH`` the dotted keys to a ``[point, low, high]`` triple (or a number) in it. So the verdict a page
+leads with is always the one its stored runs give.
+
+Every main page opens, under its title, with the lead this module writes (question, verdict, main figure, the
+commands to rerun it, links to the protocol and the notes); the chronicle the report generators write at the top
+(commands, machines, dates) and the notes they include (deviations, amendments) move to the end of the page, under
+``## How this page was made``.
+
+Usage::
+
+    python benchmarks/kit/studies.py run NAME        # train the study's missing runs (resumable), then its pages
+    python benchmarks/kit/studies.py report NAME     # regenerate the study's pages from its stored runs
+    python benchmarks/kit/studies.py index [--check] # write (or check) the leads and benchmarks/README.md
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = HERE.parent
+ROOT = BENCHMARKS.parent
+STUDIES = BENCHMARKS / "studies"
+SUMMARIES = BENCHMARKS / "results"
+INDEX = BENCHMARKS / "README.md"
+LEAD_START = "<!-- lead: written by benchmarks/kit/studies.py from study.yml -->"
+LEAD_END = "<!-- lead end -->"
+MADE = "## How this page was made"
+# The speed benchmarks of the index: script -> its stored result (the latest run), under benchmarks/results/
+SPEED_RESULTS = {
+    "bench_train": "bench_train.txt",
+    "bench_maskable": "bench_maskable.txt",
+    "bench_memory": "bench_memory.txt",
+    "bench_threads": "bench_threads.txt",
+    "bench_export": "bench_export.txt",
+    "bench_stride": "stride_summary.txt",
+    "bench_envs": "bench_envs.txt",
+    "bench_consecutive": "consecutive.jsonl",
+    "bench_floor": "bench_floor.txt",
+    "doc_durations": "doc_durations.txt",
+}
+
+
+def _learn_ratios(results: Path) -> str:
+    rows = json.loads((results / "bench_train.json").read_text())["results"]
+    ratios = [row["reset"]["learn_ratio"] for row in rows]
+    return f"ResetPPO's learn() takes {min(ratios):.2f} to {max(ratios):.2f} of RecurrentPPO's time ({len(rows)} settings)"
+
+
+def _durations(results: Path) -> str:
+    rows = json.loads((results / "doc_durations.json").read_text())["results"]
+    return "; ".join(f"{row['item']} {row['seconds']:.0f} s" for row in rows)
+
+
+def _last_line(path: Path) -> str:
+    return [line for line in path.read_text().splitlines() if line.strip()][-1]
+
+
+# What the index says of a speed benchmark's latest result (the others: a link to it)
+HEADLINES = {
+    "bench_train": _learn_ratios,
+    "bench_maskable": lambda results: _last_line(results / "bench_maskable.txt"),
+    "bench_memory": lambda results: _last_line(results / "bench_memory.txt"),
+    "doc_durations": _durations,
+}
+
+
+@dataclass
+class Study:
+    """A study's ``study.yml``."""
+
+    name: str
+    title: str
+    question: str
+    verdict: str
+    page: str
+    figure: str | None
+    report: list[list[str]]
+    run: list[list[str]] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    chronicle: list[str] = field(default_factory=list)
+    docs: str | None = None
+
+    @property
+    def folder(self) -> Path:
+        return STUDIES / self.name
+
+
+def load(name: str) -> Study:
+    """
+    The study ``name``'s ``study.yml``.
+
+    :raises ValueError: ``name`` is not a study (a folder of ``benchmarks/studies/`` with a ``study.yml``)
+    """
+    path = STUDIES / name / "study.yml"
+    if not path.is_file():
+        raise ValueError(f"study must be one of {names()}, got {name!r}")
+    return Study(name=name, **yaml.safe_load(path.read_text()))
+
+
+def names() -> list[str]:
+    """The studies, in alphabetical order."""
+    return sorted(path.parent.name for path in STUDIES.glob("*/study.yml"))
+
+
+def _lookup(summaries: Path, file: str, keys: str) -> Any:
+    value = json.loads((summaries / file).read_text())
+    for key in keys.split("."):
+        value = value[int(key)] if isinstance(value, list) else value[key]
+    return value
+
+
+def fill(template: str, summaries: Path = SUMMARIES) -> str:
+    """
+    ``template`` with every ``{p:FILE:PATH}``, ``{x:FILE:PATH}`` and ``{v:FILE:PATH}`` replaced by the number in the
+    summary (see the module's docstring).
+
+    :raises ValueError: a placeholder of another kind, or a triple that is not ``[point, low, high]``
+    """
+
+    def number(match: re.Match) -> str:
+        kind, file, keys = match.group(1), match.group(2), match.group(3)
+        value = _lookup(summaries, file, keys)
+        if kind == "v":
+            return f"{float(value):.2f}"
+        if not (isinstance(value, list) and len(value) == 3):
+            raise ValueError(f"{{{kind}:{file}:{keys}}} must name a [point, low, high] triple, got {value!r}")
+        digits = 2 if kind == "p" else 3
+        point, low, high = (f"{float(v):.{digits}f}" for v in value)
+        return f"{point} ({low} to {high})"
+
+    filled = re.sub(r"\{([pxv]):([\w.-]+\.json):([\w.-]+)\}", number, template)
+    leftover = re.search(r"\{\w:[^}]*\}", filled)
+    if leftover:
+        raise ValueError(f"unknown placeholder {leftover.group(0)!r} (allowed: p, x, v)")
+    return filled
+
+
+def lead(study: Study, summaries: Path = SUMMARIES) -> str:
+    """The lead of the study's main page: question, verdict, main figure, how to rerun, where the details are."""
+    lines = [
+        LEAD_START,
+        "",
+        f"**Question.** {study.question.strip()}",
+        "",
+        f"**Verdict.** {fill(study.verdict, summaries).strip()}",
+        "",
+    ]
+    if study.figure:
+        lines += [f"![{study.title}]({study.figure})", ""]
+    rerun = f"`python benchmarks/kit/studies.py report {study.name}` regenerates this page from the stored runs"
+    if study.run:
+        rerun = f"`python benchmarks/kit/studies.py run {study.name}` trains the missing runs (resumable), then " + rerun
+    folder = f"benchmarks/studies/{study.name}"
+    lines += [
+        f"**Rerun.** {rerun}. The question, arms and statistics were fixed in advance in `{folder}/PROTOCOL.md`; how "
+        f"the runs went (machines, dates, deviations) is in `{folder}/NOTES.md` and at the end of the results page.",
+        "",
+        LEAD_END,
+    ]
+    return "\n".join(lines)
+
+
+def _sections(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """``lines`` cut at their ``## `` headings: (heading, lines) pairs, the first with heading ``""``."""
+    sections: list[tuple[str, list[str]]] = [("", [])]
+    for line in lines:
+        if line.startswith("## "):
+            sections.append((line[3:].strip(), []))
+        sections[-1][1].append(line)
+    return sections
+
+
+def arrange(text: str, study: Study, summaries: Path = SUMMARIES) -> str:
+    """
+    A page as its report generator wrote it (or as arranged before), led by the study's lead: the title, the lead,
+    the findings, then ``## How this page was made`` with the generator's opening block and the chronicle sections.
+
+    Arranging an arranged page changes only its lead (so it is idempotent while the summaries stay the same).
+    """
+    lines = text.rstrip("\n").split("\n")
+    if not lines[0].startswith("# "):
+        raise ValueError(f"{study.name}'s page must open with a '# ' title, got {lines[0]!r}")
+    title, body = lines[0], lines[1:]
+    if LEAD_START in body:  # arranged before: drop the old lead
+        start, end = body.index(LEAD_START), body.index(LEAD_END)
+        body = body[:start] + body[end + 1 :]
+    sections = _sections(body)
+    opening = list(sections[0][1])
+    made: list[str] = []
+    kept: list[str] = []
+    for heading, section in sections[1:]:
+        if heading == MADE[3:]:
+            made = section[1:]
+        elif heading in study.chronicle:
+            made += ["", "#" + section[0], *section[1:]]
+        else:
+            kept += section
+    if any(line.strip() for line in opening):
+        made = [*opening, *made]
+    made = _strip_blank(made)
+    out = [title, "", lead(study, summaries), "", *_strip_blank(kept)]
+    if made:
+        out += ["", MADE, "", *made]
+    return "\n".join(out) + "\n"
+
+
+def _strip_blank(lines: list[str]) -> list[str]:
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
+
+
+def commands(study: Study, kind: str, pages: Path, summaries: Path) -> list[list[str]]:
+    """
+    The study's ``run`` or ``report`` commands with ``{pages}`` and ``{summaries}`` filled in (relative to the
+    repository's root where they lie in it, so that the commands the pages state work in any checkout).
+    """
+    pages, summaries = (path.resolve() for path in (pages, summaries))
+    pages, summaries = (path.relative_to(ROOT) if path.is_relative_to(ROOT) else path for path in (pages, summaries))
+    return [
+        [argument.replace("{pages}", str(pages)).replace("{summaries}", str(summaries)) for argument in command]
+        for command in (study.run if kind == "run" else study.report)
+    ]
+
+
+def report(study: Study, pages: Path | None = None, summaries: Path = SUMMARIES) -> Path:
+    """
+    Regenerate the study's pages from its stored runs (its report commands, from the repository's root), then lead
+    its main page with the verdict of the new summaries.
+
+    :return: the main page
+    """
+    pages = pages or study.folder
+    pages.mkdir(parents=True, exist_ok=True)
+    summaries.mkdir(parents=True, exist_ok=True)
+    for command in commands(study, "report", pages, summaries):
+        subprocess.run([sys.executable, *command], check=True, cwd=ROOT)
+    page = pages / study.page
+    page.write_text(arrange(page.read_text(), study, summaries))
+    return page
+
+
+def count_runs(study: Study) -> int:
+    """The study's stored runs: files ``run.json`` (the grid's), else ``seed*.json`` (the studies' own runners)."""
+    total = 0
+    for folder in study.runs:
+        path = BENCHMARKS / folder
+        found = list(path.rglob("run.json"))
+        total += len(found) if found else len(list(path.rglob("seed*.json")))
+    return total
+
+
+def _first_sentence(path: Path) -> str:
+    """The first sentence of a script's docstring."""
+    text = path.read_text()
+    match = re.search(r'"""\s*(.*?)(?:\.\s|\n\n)', text, re.DOTALL)
+    return " ".join(match.group(1).split()) + "." if match else ""
+
+
+def index() -> str:
+    """``benchmarks/README.md``: the studies (question, verdict, runs, command) and the speed benchmarks."""
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `python benchmarks/kit/studies.py index` (a test keeps it current): the studies first, each in its",
+        "folder under `studies/` (protocol, config, notes, results pages, figures), then the speed benchmarks in",
+        "`speed/`. The study kit is `kit/` (the runner `run_grid.py`, the report generator `report.py`, the equal",
+        "tuning budget `tune.py`, the power calculation `power.py` and this index, `studies.py`) with the package's",
+        "`sb3_reset_ppo.experiments` (runs, statistics); every run is stored under `results/`.",
+        "",
+        "## Studies",
+        "",
+        "| study | question | verdict | runs | rerun |",
+        "|---|---|---|---|---|",
+    ]
+    for name in names():
+        study = load(name)
+        verdict = " ".join(fill(study.verdict).split())
+        rerun = f"`python benchmarks/kit/studies.py {'run' if study.run else 'report'} {name}`"
+        page = f"[{study.title}](studies/{name}/{study.page})"
+        lines.append(f"| {page} | {' '.join(study.question.split())} | {verdict} | {count_runs(study)} | {rerun} |")
+    lines += [
+        "",
+        "## Speed",
+        "",
+        "Each script runs ResetPPO and its peers side by side in one process and prints ratios (CPU time, one torch",
+        "thread, medians of repeats); its latest stored result is under `results/`.",
+        "",
+        "| script | what it measures | latest result |",
+        "|---|---|---|",
+    ]
+    for script in sorted((BENCHMARKS / "speed").glob("*.py")):
+        result = SPEED_RESULTS.get(script.stem)
+        stored = SUMMARIES / result if result else None
+        if stored and stored.exists():
+            headline = HEADLINES.get(script.stem)
+            latest = f"[{result}](results/{result})" + (f": {headline(SUMMARIES)}" if headline else "")
+        else:
+            latest = "not stored yet"
+        lines.append(f"| [`speed/{script.name}`](speed/{script.name}) | {_first_sentence(script)} | {latest} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    for verb in ("run", "report"):
+        sub = verbs.add_parser(verb)
+        sub.add_argument("name", choices=names())
+        sub.add_argument("--pages", type=Path, default=None, help="the pages' folder (default: the study's)")
+        sub.add_argument("--summaries", type=Path, default=SUMMARIES, help="the summaries' folder")
+    sub = verbs.add_parser("index")
+    sub.add_argument("--check", action="store_true", help="exit 1 where a lead or the index is not current")
+    args = parser.parse_args(argv)
+    if args.verb in ("run", "report"):
+        study = load(args.name)
+        if args.verb == "run":
+            for command in commands(study, "run", args.pages or study.folder, args.summaries):
+                subprocess.run([sys.executable, *command], check=True, cwd=ROOT)
+        print(f"wrote {report(study, args.pages, args.summaries)}")
+        return
+    stale = []
+    for name in names():
+        study = load(name)
+        page = study.folder / study.page
+        arranged = arrange(page.read_text(), study)
+        if arranged != page.read_text():
+            stale.append(str(page.relative_to(ROOT)))
+            if not args.check:
+                page.write_text(arranged)
+    text = index()
+    if text != (INDEX.read_text() if INDEX.exists() else ""):
+        stale.append(str(INDEX.relative_to(ROOT)))
+        if not args.check:
+            INDEX.write_text(text)
+    if args.check and stale:
+        sys.exit(f"not current (run python benchmarks/kit/studies.py index): {', '.join(stale)}")
+    print("current" if not stale else f"wrote {', '.join(stale)}")
+
+
+if __name__ == "__main__":
+    main()
