@@ -18,45 +18,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Per env: its budget, ResetPPO's settings (n_steps 64 and 4 epochs for all) and whether to normalise
 SETTINGS: dict[str, dict[str, Any]] = {
-    "CueRecall-v0": dict(
-        total_timesteps=30_000,
-        kwargs=dict(
-            n_steps=64,
-            n_epochs=4,
-            learning_rate=2e-3,
-            gamma=0.9,
-            ent_coef=0.01,
-            policy_kwargs=dict(lstm_hidden_size=32, net_arch=[32]),
-        ),
-        normalize=False,
-    ),
-    "CartPoleNoVel-v1": dict(
-        total_timesteps=100_000,
-        kwargs=dict(
-            n_steps=64,
-            n_epochs=4,
-            learning_rate=1e-3,
-            gamma=0.98,
-            gae_lambda=0.8,
-            policy_kwargs=dict(lstm_hidden_size=64, ortho_init=False, net_arch=dict(pi=[64], vf=[64])),
-        ),
-        normalize=True,
-    ),
-    "CueRecallImage-v0": dict(
-        total_timesteps=30_000,
-        policy="CnnLstmPolicy",
-        kwargs=dict(
-            n_steps=64,
-            n_epochs=4,
-            learning_rate=1e-3,
-            gamma=0.9,
-            ent_coef=0.01,
-            policy_kwargs=dict(lstm_hidden_size=64, features_extractor_kwargs=dict(features_dim=128), net_arch=[64]),
-        ),
-        normalize=False,
-    ),
-}
+    "CueRecall-v0": dict(total_timesteps=30_000, normalize=False, kwargs=dict(
+        learning_rate=2e-3, gamma=0.9, ent_coef=0.01, policy_kwargs=dict(lstm_hidden_size=32, net_arch=[32]))),
+    "CartPoleNoVel-v1": dict(total_timesteps=100_000, normalize=True, kwargs=dict(
+        learning_rate=1e-3, gamma=0.98, gae_lambda=0.8,
+        policy_kwargs=dict(lstm_hidden_size=64, ortho_init=False, net_arch=dict(pi=[64], vf=[64])))),
+    "CueRecallImage-v0": dict(total_timesteps=30_000, normalize=False, policy="CnnLstmPolicy", kwargs=dict(
+        learning_rate=1e-3, gamma=0.9, ent_coef=0.01,
+        policy_kwargs=dict(lstm_hidden_size=64, features_extractor_kwargs=dict(features_dim=128), net_arch=[64]))),
+}  # fmt: skip
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
@@ -96,6 +68,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         window_stride=1,
         batch_size=64 * 16,
         seed=job["seed"],
+        n_steps=64,
+        n_epochs=4,
         **setting["kwargs"],
     )
     curve = Curve()

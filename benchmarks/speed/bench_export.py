@@ -148,14 +148,8 @@ def figure(rows: list[dict[str, Any]], path: Path) -> None:
     width = 0.27
     for axis, cell in zip(axes, CELLS, strict=True):
         for offset, runtime in ((-width, "predict"), (0.0, "torch"), (width, "onnxruntime")):
-            values = [
-                next(
-                    r["wall_median_us"]
-                    for r in rows
-                    if r["cell"] == cell.upper() and r["batch"] == b and r["runtime"] == runtime
-                )
-                for b in BATCHES
-            ]
+            wall = {(r["cell"], r["batch"], r["runtime"]): r["wall_median_us"] for r in rows}
+            values = [wall[(cell.upper(), b, runtime)] for b in BATCHES]
             bars = axis.bar(np.arange(len(BATCHES)) + offset, values, width, label=runtime)
             axis.bar_label(bars, fmt="%.0f", fontsize=8)
         axis.set_xticks(np.arange(len(BATCHES)), [f"batch {b}" for b in BATCHES])

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from bench_train import _TimedTrain
+from bench_train import Printout, _TimedTrain
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.env_util import make_vec_env
@@ -183,14 +183,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     """Run the benchmark; print and write the results."""
     args = parse_args(argv)
     th.set_num_threads(args.threads)
-    command = "python benchmarks/speed/bench_maskable.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    lines: list[str] = []
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-        lines.append(line)
-
-    say(f"command: {command.strip()}")
+    printout = Printout("bench_maskable.py", sys.argv[1:] if argv is None else argv)
+    say = printout.say
     say(
         f"settings: MlpLstmPolicy n_envs={args.n_envs} n_steps={args.n_steps} n_epochs={args.n_epochs} batch_size=128 "
         f"threads={args.threads} repeats={args.repeats} seed={args.seed} torch={th.__version__} machine={platform.machine()}"
@@ -209,11 +203,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         say("")
         verdict = "within" if max(ratios) <= BOUND else "OVER"
         say(f"maskable / ResetPPO learn(): at most {max(ratios):.3f} (bound {BOUND}): {verdict}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"command": command.strip(), "settings": vars(args), "bound": BOUND, "results": results}
-    out.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
-    out.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+    printout.write(args.out, {"settings": vars(args), "bound": BOUND, "results": results})
     return results
 
 

@@ -194,12 +194,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--learn-steps", type=int, default=None, help="env steps per learn() (default: one rollout)")
-    parser.add_argument(
-        "--stop-ratio",
-        type=float,
-        default=10.0,
-        help="stop a measurement with more threads at this many times one thread's time (default 10)",
-    )
+    parser.add_argument("--stop-ratio", type=float, default=10.0,
+                        help="stop a measurement with more threads at this many times one thread's time "
+                        "(default 10)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds after which a measurement is stopped")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_threads"),
@@ -226,16 +223,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         print(json.dumps(child(setting, algo, threads, int(steps), int(seed))), flush=True)
         return []
     args = parse_args(arguments)
-    command = "python benchmarks/speed/bench_threads.py " + " ".join(arguments)
-    lines: list[str] = []
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-        lines.append(line)
-
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch as th
+    from bench_train import Printout
 
-    say(f"command: {command.strip()}")
+    printout = Printout("bench_threads.py", arguments)
+    say = printout.say
     say(
         f"settings: n_steps={N_STEPS} batch_size=128 n_epochs=10 repeats={args.repeats} seed={args.seed} "
         f"stop ratio={args.stop_ratio:g} timeout={args.timeout:g} s cores={os.cpu_count()} torch={th.__version__} "
@@ -281,11 +274,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     say("learn() wall seconds, median over the repeats; '>': at least (the median run was stopped: --stop-ratio, --timeout)")
     for line in table(results, args.threads, args.conditions):
         say(line)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"command": command.strip(), "settings": vars(args), "cores": os.cpu_count(), "results": results}
-    out.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
-    out.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+    printout.write(args.out, {"settings": vars(args), "cores": os.cpu_count(), "results": results})
     return results
 
 

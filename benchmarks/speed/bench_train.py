@@ -55,6 +55,7 @@ import sys
 import threading
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -97,6 +98,29 @@ LABELS = {
 }
 # (lstm_hidden_size, batch_size): small and large LSTMs and minibatches
 SETTINGS = ((64, 128), (64, 1024), (256, 128), (256, 1024))
+
+
+class Printout:
+    """
+    What a speed benchmark prints, the exact command first (``python benchmarks/speed/<script> <argv>``), kept to be
+    written as ``<out>.txt`` beside the results' ``<out>.json``.
+    """
+
+    def __init__(self, script: str, argv: list[str]) -> None:
+        self.command = f"python benchmarks/speed/{script} {' '.join(argv)}".strip()
+        self.lines: list[str] = []
+        self.say(f"command: {self.command}")
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def write(self, out: str, payload: dict[str, Any]) -> None:
+        """``<out>.json`` (the command, then ``payload``) and ``<out>.txt`` (every line said)."""
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".json").write_text(json.dumps({"command": self.command, **payload}, indent=2) + "\n")
+        path.with_suffix(".txt").write_text("\n".join(self.lines) + "\n")
 
 
 def _use_mmap_for_large_allocations() -> None:
@@ -555,18 +579,19 @@ def main() -> None:
         f"repeats={args.repeats} torch={th.__version__} machine={platform.machine()}",
         flush=True,
     )
-    if args.non_dividing:
-        rows = bench_non_dividing(args)
-        if args.json:
-            with open(args.json, "w") as out:
-                json.dump({"command": sys.argv, "settings": vars(args), "results": rows}, out, indent=2)
-        return
-    if args.fresh_memory:
-        fresh = bench_fresh_memory(args)
-        if args.json:
-            with open(args.json, "w") as out:
-                json.dump({"command": sys.argv, "settings": vars(args), "results": fresh}, out, indent=2)
-        return
+    if args.non_dividing or args.fresh_memory:
+        results = bench_non_dividing(args) if args.non_dividing else bench_fresh_memory(args)
+    else:
+        results = bench_timings(args)
+        print()
+        print_tables(results, args.variants)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"command": sys.argv, "settings": vars(args), "results": results}, out, indent=2)
+
+
+def bench_timings(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every task and setting (:func:`bench_setting`), then with ``--memory`` the peak memory of ``train()``."""
     results, memory_models = [], []
     for name in args.tasks:
         for index, setting in enumerate(args.settings):
@@ -582,11 +607,7 @@ def main() -> None:
         for result, model in memory_models:
             result["reset"]["buffer_bytes"] = buffer_bytes(model.rollout_buffer)
             measure_memory(result, model)
-    print()
-    print_tables(results, args.variants)
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"command": sys.argv, "settings": vars(args), "results": results}, out, indent=2)
+    return results
 
 
 if __name__ == "__main__":
