@@ -43,6 +43,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -175,8 +176,7 @@ def search_summary(out: Path, envs: list[str], arms: list[str], storage: str | N
         for arm in arms:
             path = storage or str(study_path(out, env_id, arm))
             study = optuna.load_study(study_name=study_name(env_id, arm), storage=_backend(path))
-            states = [trial.state.name for trial in study.trials]
-            counts = {state: states.count(state) for state in ("COMPLETE", "PRUNED", "FAIL")}
+            counts = Counter(trial.state.name for trial in study.trials)
             seconds = sum(
                 trial.duration.total_seconds()
                 for trial in study.trials
@@ -313,10 +313,7 @@ def state_counts(storage: str, name: str) -> dict[str, int]:
         trials = optuna.load_study(study_name=name, storage=_backend(storage)).trials
     except KeyError:
         return {}
-    counts: dict[str, int] = {}
-    for trial in trials:
-        counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
-    return counts
+    return dict(Counter(trial.state.name for trial in trials))
 
 
 def finished(counts: dict[str, int]) -> int:
@@ -499,19 +496,11 @@ def rerun(args: argparse.Namespace) -> None:
             ties = f", tied with trials {tied} (the earliest is re-run)" if tied else ""
             print(f"{env_id} {arm}: best trial {number} ({value:.3f}{ties}) {params}", flush=True)
             jobs += [
-                {
-                    "variant": arm,
-                    "label": f"tuned_{arm}",
-                    "env": env_id,
-                    "seed": seed,
-                    "eval_episodes": 20,
-                    "conf": folder / "best.yml",
-                    "steps": args.n_timesteps,
-                    "extra": {"trial": number},
-                    "run_dir": args.out / "runs" / f"tuned_{arm}" / env_id / f"seed{seed}",
-                }
+                {"variant": arm, "label": f"tuned_{arm}", "env": env_id, "seed": seed, "eval_episodes": 20,
+                 "conf": folder / "best.yml", "steps": args.n_timesteps, "extra": {"trial": number},
+                 "run_dir": args.out / "runs" / f"tuned_{arm}" / env_id / f"seed{seed}"}
                 for seed in args.seeds
-            ]
+            ]  # fmt: skip
 
     summary = args.out / "SEARCH.md"
     summary.write_text(search_summary(args.out, args.envs, args.arms, args.storage))

@@ -153,19 +153,14 @@ def analyse(runs: dict[str, list[dict[str, Any]]], reps: int = stats.REPS) -> di
         comparison["p_holm"] = p_holm
         _, low, high = comparison["probability"]
         comparison["verdict"] = verdict(low, high, p_holm)
-    focus = summary["arms"].get(FOCUS)
-    memoryless = summary["arms"].get("maskable_ppo")
-    summary["success"] = {
-        "a_solved": None if focus is None else focus["final_solved"],
-        "a_seeds": None if focus is None else len(focus["seeds"]),
-        "c_solved": None if memoryless is None else memoryless["final_solved"],
-        "c_seeds": None if memoryless is None else len(memoryless["seeds"]),
-    }
-    success = summary["success"]
+    success = summary["success"] = {}
+    for label, arm in (("a", FOCUS), ("c", "maskable_ppo")):
+        entry = summary["arms"].get(arm)
+        success[f"{label}_solved"] = None if entry is None else entry["final_solved"]
+        success[f"{label}_seeds"] = None if entry is None else len(entry["seeds"])
     # "most seeds": at least 6 of 10 (more than half of the protocol's 10), and at most 5 of 10 for (c)
-    summary["success"]["holds"] = (
-        focus is not None and memoryless is not None and success["a_solved"] >= 6 and success["c_solved"] <= 5
-    )
+    known = None not in (success["a_solved"], success["c_solved"])
+    success["holds"] = known and success["a_solved"] >= 6 and success["c_solved"] <= 5
     return summary
 
 

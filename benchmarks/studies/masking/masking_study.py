@@ -209,11 +209,10 @@ def safe_run(job: dict[str, Any]) -> dict[str, Any]:
     try:
         return run(job)
     except Exception:
-        path = Path(job["path"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = traceback.format_exc()
-        path.with_name(path.stem + ".failed.txt").write_text(text)
-        return {"arm": job["arm"], "seed": job["seed"], "failed": text}
+        failed = Path(job["path"]).with_suffix(".failed.txt")
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        failed.write_text(traceback.format_exc())
+        return {"arm": job["arm"], "seed": job["seed"], "failed": failed.read_text()}
 
 
 def summary(record: dict[str, Any]) -> str:

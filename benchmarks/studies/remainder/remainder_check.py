@@ -66,23 +66,17 @@ def train_one(task: str, seed: int, out: pathlib.Path) -> None:
     eval_env = make_vec_env(task, n_envs=1, seed=1000 + seed)
     model = ResetPPO("MlpLstmPolicy", env, batch_size=config["batch_size"], seed=seed, **settings)
     every = config["budget"] // N_EVALUATIONS
+    package = pathlib.Path(sb3_reset_ppo.__file__).parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=package.parent, capture_output=True, text=True).stdout
+
     record: dict[str, Any] = {
-        "task": task,
-        "seed": seed,
+        "task": task, "seed": seed,
         "settings": {**settings, "n_envs": config["n_envs"], "batch_size": config["batch_size"]},
-        "package": str(pathlib.Path(sb3_reset_ppo.__file__).parent),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=pathlib.Path(sb3_reset_ppo.__file__).parent, capture_output=True, text=True
-        ).stdout.strip(),
-        "diff": subprocess.run(
-            ["git", "diff", "HEAD", "--", "sb3_reset_ppo"],
-            cwd=pathlib.Path(sb3_reset_ppo.__file__).parent.parent,
-            capture_output=True,
-            text=True,
-        ).stdout,
-        "command": sys.argv,
-        "evaluations": [],
-    }
+        "package": str(package), "commit": git("rev-parse", "HEAD").strip(),
+        "diff": git("diff", "HEAD", "--", "sb3_reset_ppo"), "command": sys.argv, "evaluations": [],
+    }  # fmt: skip
 
     class Evaluate(BaseCallback):
         def __init__(self) -> None:
@@ -94,20 +88,12 @@ def train_one(task: str, seed: int, out: pathlib.Path) -> None:
             if self.num_timesteps >= self.next:
                 self.next += every
                 start = time.process_time()
-                returns, _ = evaluate_policy(
-                    model,
-                    eval_env,
-                    n_eval_episodes=config.get("eval_episodes", EVAL_EPISODES),
-                    deterministic=True,
-                    return_episode_rewards=True,
-                )
+                episodes = config.get("eval_episodes", EVAL_EPISODES)
+                returns, _ = evaluate_policy(model, eval_env, episodes, deterministic=True, return_episode_rewards=True)
                 self.eval_cpu += time.process_time() - start
+                learn_cpu = time.process_time() - begin - self.eval_cpu
                 record["evaluations"].append(
-                    {
-                        "timesteps": self.num_timesteps,
-                        "mean_return": float(np.mean(returns)),
-                        "learn_cpu": time.process_time() - begin - self.eval_cpu,
-                    }
+                    {"timesteps": self.num_timesteps, "mean_return": float(np.mean(returns)), "learn_cpu": learn_cpu}
                 )
             return True
 
