@@ -197,7 +197,7 @@ def package_diff() -> str:
     texts = []
     for args in (["status", "--porcelain", "--", "sb3_reset_ppo"], ["diff", "HEAD", "--", "sb3_reset_ppo"]):
         try:
-            result = subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True)
+            result = subprocess.run(["git", *args], cwd=BENCHMARKS.parent, capture_output=True, text=True)
         except OSError:  # no git
             return ""
         texts.append(result.stdout if result.returncode == 0 else "")
