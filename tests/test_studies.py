@@ -31,10 +31,9 @@ def test_every_study_folder_holds_a_study() -> None:
 
 
 def test_every_page_leads_with_its_verdict_and_the_index_is_current() -> None:
-    for name in studies.names():
-        study = studies.load(name)
+    for study in (entry for name in studies.names() for entry in studies.load(name).pages()):
         text = (study.folder / study.page).read_text()
-        assert studies.arrange(text, study) == text, f"{name}: run python benchmarks/kit/studies.py index"
+        assert studies.arrange(text, study) == text, f"{study.page}: run python benchmarks/kit/studies.py index"
         # The first screen: the title, then the question and the verdict with its numbers
         head = text.split(studies.LEAD_END)[0]
         assert text.startswith("# ") and "**Question.**" in head and "**Verdict.**" in head

@@ -99,10 +99,16 @@ class Study:
     runs: list[str] = field(default_factory=list)
     chronicle: list[str] = field(default_factory=list)
     docs: str | None = None
+    # The study's other results pages, each led the same way: a mapping with page, title, question, verdict, figure
+    more: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def folder(self) -> Path:
         return STUDIES / self.name
+
+    def pages(self) -> list["Study"]:
+        """The study, then one study-like entry per further results page (its own page, question, verdict, figure)."""
+        return [self] + [Study(**{**self.__dict__, "more": [], "figure": None, **extra}) for extra in self.more]
 
 
 def load(name: str) -> Study:
@@ -257,9 +263,10 @@ def report(study: Study, pages: Path | None = None, summaries: Path = SUMMARIES)
     summaries.mkdir(parents=True, exist_ok=True)
     for command in commands(study, "report", pages, summaries):
         subprocess.run([sys.executable, *command], check=True, cwd=ROOT)
-    page = pages / study.page
-    page.write_text(arrange(page.read_text(), study, summaries))
-    return page
+    for entry in study.pages():
+        page = pages / entry.page
+        page.write_text(arrange(page.read_text(), entry, summaries))
+    return pages / study.page
 
 
 def count_runs(study: Study) -> int:
@@ -343,13 +350,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     stale = []
     for name in names():
-        study = load(name)
-        page = study.folder / study.page
-        arranged = arrange(page.read_text(), study)
-        if arranged != page.read_text():
-            stale.append(str(page.relative_to(ROOT)))
-            if not args.check:
-                page.write_text(arranged)
+        for entry in load(name).pages():
+            page = entry.folder / entry.page
+            arranged = arrange(page.read_text(), entry)
+            if arranged != page.read_text():
+                stale.append(str(page.relative_to(ROOT)))
+                if not args.check:
+                    page.write_text(arranged)
     text = index()
     if text != (INDEX.read_text() if INDEX.exists() else ""):
         stale.append(str(INDEX.relative_to(ROOT)))

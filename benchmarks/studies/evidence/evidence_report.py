@@ -88,71 +88,26 @@ def report_commands(
     # The searches behind the tuned re-runs (``tune.py rerun`` writes it next to the studies)
     search = tuned.parent / "SEARCH.md"
     settings = {
-        "primary": (
-            [evidence],
-            PRIMARY,
-            "ev_reset",
-            0,
-            run_grid.EVIDENCE_ENVS,
-            "RESULTS.md",
-            "Evidence: reset-and-continue against masking (benchmarks/studies/evidence/PROTOCOL.md, primary arms)",
-            [NOTES, OTHER_STUDIES],
-            grid_command,
-        ),
-        "secondary": (
-            [evidence],
-            SECONDARY,
-            "ev_reset",
-            0,
-            run_grid.EVIDENCE_SECONDARY_ENVS,
-            "RESULTS_secondary.md",
-            "Evidence: window_stride 1, GRU and refreshed memory against ev_reset "
-            "(benchmarks/studies/evidence/PROTOCOL.md, Q3)",
-            [NOTES],
-            grid_command,
-        ),
-        "tuned": (
-            [tuned],
-            TUNED,
-            "tuned_ev_reset",
-            100,
-            ["EarlyChoice-v0", "CartPoleNoVel-v1"],
-            "RESULTS_tuned.md",
-            "Evidence: an equal tuning budget (benchmarks/studies/evidence/PROTOCOL.md, Q4), best trials on fresh seeds",
-            [search, NOTES] if (ROOT / search).exists() else [NOTES],
-            "python benchmarks/kit/tune.py optimize && python benchmarks/kit/tune.py rerun",
-        ),
-    }
+        "primary": ([evidence], PRIMARY, "ev_reset", 0, run_grid.EVIDENCE_ENVS, "RESULTS.md",
+                    "Evidence: reset-and-continue against masking (benchmarks/studies/evidence/PROTOCOL.md, primary arms)",
+                    [NOTES, OTHER_STUDIES], grid_command),
+        "secondary": ([evidence], SECONDARY, "ev_reset", 0, run_grid.EVIDENCE_SECONDARY_ENVS, "RESULTS_secondary.md",
+                      "Evidence: window_stride 1, GRU and refreshed memory against ev_reset "
+                      "(benchmarks/studies/evidence/PROTOCOL.md, Q3)", [NOTES], grid_command),
+        "tuned": ([tuned], TUNED, "tuned_ev_reset", 100, ["EarlyChoice-v0", "CartPoleNoVel-v1"], "RESULTS_tuned.md",
+                  "Evidence: an equal tuning budget (benchmarks/studies/evidence/PROTOCOL.md, Q4), best trials on fresh seeds",
+                  [search, NOTES] if (ROOT / search).exists() else [NOTES],
+                  "python benchmarks/kit/tune.py optimize && python benchmarks/kit/tune.py rerun"),
+    }  # fmt: skip
     commands = {}
     for name in only:
         grids, variants, baseline, first_seed, envs, out, title, notes, command = settings[name]
         commands[name] = [
-            sys.executable,
-            "benchmarks/kit/report.py",
-            "--grid",
-            *map(str, grids),
-            "--variants",
-            *variants,
-            "--baseline",
-            baseline,
-            "--first-seed",
-            str(first_seed),
-            "--envs",
-            *envs,
-            "--out",
-            str(out_dir / out),
-            "--figures",
-            str(out_dir / "figures" / name),
-            "--json",
-            str(summaries / f"evidence_{name}_summary.json"),
-            "--title",
-            title,
-            "--grid-command",
-            command,
-            "--notes",
-            *map(str, notes),
-            *common,
-        ]
+            sys.executable, "benchmarks/kit/report.py", "--grid", *map(str, grids), "--variants", *variants,
+            "--baseline", baseline, "--first-seed", str(first_seed), "--envs", *envs, "--out", str(out_dir / out),
+            "--figures", str(out_dir / "figures" / name), "--json", str(summaries / f"evidence_{name}_summary.json"),
+            "--title", title, "--grid-command", command, "--notes", *map(str, notes), *common,
+        ]  # fmt: skip
     return commands
 
 
@@ -193,24 +148,16 @@ def main() -> None:
     present = {name: summaries / f"evidence_{name}_summary.json" for name in REPORTS}
     present = {name: path for name, path in present.items() if (ROOT / path).exists()}
     named = [f"{name}={path}" for name, path in present.items()]
-    tables = subprocess.run(
-        [sys.executable, "benchmarks/studies/evidence/readme_tables.py", *named],
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    ).stdout
+    readme_tables = [sys.executable, "benchmarks/studies/evidence/readme_tables.py", *named]
+    tables = subprocess.run(readme_tables, check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT).stdout
     out = args.summaries / "evidence_readme_tables.md"
     out.write_text(tables)
     print(f"README tables: {out}")
     decision_args = [argument for name, path in present.items() for argument in (f"--{name}", str(path))]
     if "--primary" in decision_args:
         decisions_out = out_dir / "DECISIONS.md"
-        subprocess.run(
-            [sys.executable, "benchmarks/studies/evidence/decisions.py", *decision_args, "--out", str(decisions_out)],
-            check=True,
-            cwd=ROOT,
-        )
+        decide = [sys.executable, "benchmarks/studies/evidence/decisions.py", *decision_args, "--out", str(decisions_out)]
+        subprocess.run(decide, check=True, cwd=ROOT)
         print(f"claims and decisions: {decisions_out}")
 
 
