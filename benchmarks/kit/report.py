@@ -21,6 +21,7 @@ import os
 import platform
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -91,23 +92,21 @@ def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
     return random_policy_return(env_id, episodes, seed)
 
 
+def failure(run: dict[str, Any], reason: str) -> dict[str, Any]:
+    """A failed run as the report lists it: ``variant``, ``env``, ``seed`` and ``reason``."""
+    return {"variant": run["variant"], "env": run["env"], "seed": int(run["seed"]), "reason": reason}
+
+
 def load_failed(grid: Path) -> list[dict[str, Any]]:
     """
     The runs whose trainer exited with an error (``failed.json``, written by ``run_grid.py``; a later successful
-    attempt, which writes ``run.json``, replaces them), as ``variant``, ``env``, ``seed`` and ``reason``.
+    attempt, which writes ``run.json``, replaces them), as :func:`failure` records.
     """
-    failed = []
-    for failed_file in sorted(grid.glob("*/*/seed*/failed.json")):
-        if (failed_file.parent / "run.json").exists():
-            continue
-        run = json.loads(failed_file.read_text())
-        failed.append(
-            {
-                "variant": run["variant"], "env": run["env"], "seed": int(run["seed"]),
-                "reason": f"exit code {run['returncode']}",
-            }
-        )  # fmt: skip
-    return failed
+    return [
+        failure(run, f"exit code {run['returncode']}")
+        for run in runner.load_failed(grid)
+        if not (run["dir"] / "run.json").exists()
+    ]
 
 
 def check_evaluations(runs: list[dict[str, Any]], expected: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -121,13 +120,10 @@ def check_evaluations(runs: list[dict[str, Any]], expected: int | None) -> tuple
         return runs, []
     kept = [run for run in runs if len(run["eval_mean"]) == expected]
     wrong = [
-        {
-            "variant": run["variant"], "env": run["env"], "seed": int(run["seed"]),
-            "reason": f"{len(run['eval_mean'])} evaluations within its budget, not {expected}",
-        }
+        failure(run, f"{len(run['eval_mean'])} evaluations within its budget, not {expected}")
         for run in runs
         if len(run["eval_mean"]) != expected
-    ]  # fmt: skip
+    ]
     return kept, wrong
 
 
@@ -188,37 +184,44 @@ def diagnostics_figure(
     return True
 
 
+def difference(
+    arm: Sequence[float], base: Sequence[float], reps: int, generator: np.random.Generator
+) -> tuple[float, float, float, float]:
+    """
+    Mean of ``arm`` minus mean of ``base``, its 95% bootstrap interval (seeds resampled within each) and Welch's
+    t-test p-value (NaN with fewer than 2 values in either, or both constant and equal).
+    """
+    from scipy.stats import ttest_ind
+
+    a, b = np.asarray(arm, dtype=float), np.asarray(base, dtype=float)
+    boot = [generator.choice(a, len(a)).mean() - generator.choice(b, len(b)).mean() for _ in range(reps)]
+    low, high = np.percentile(boot, [2.5, 97.5])
+    p = float(ttest_ind(a, b, equal_var=False).pvalue) if len(a) > 1 and len(b) > 1 else float("nan")
+    return float(a.mean() - b.mean()), float(low), float(high), p
+
+
 def difference_tests(
     runs: list[dict[str, Any]], envs: list[str], variants: list[str], baseline: str, key: str, reps: int
 ) -> list[dict[str, Any]]:
     """
-    Per env, each variant's mean minus the baseline's (raw returns), a 95% bootstrap interval (resampling seeds
-    within each arm), Welch's t-test p-value and its Holm adjustment over the whole table.
+    Per env, each variant's :func:`difference` from the baseline (raw returns) and its Welch p-value's Holm
+    adjustment over the whole table.
     """
-    from scipy.stats import ttest_ind
-
     generator = np.random.default_rng(0)
     rows = []
     for env in envs:
-        base = np.array([r[key] for r in runs if r["env"] == env and r["variant"] == baseline])
+        base = [r[key] for r in runs if r["env"] == env and r["variant"] == baseline]
         for v in variants:
-            other = np.array([r[key] for r in runs if r["env"] == env and r["variant"] == v])
-            if v == baseline or len(base) < 2 or len(other) < 2:
-                continue
-            boot = [generator.choice(other, len(other)).mean() - generator.choice(base, len(base)).mean() for _ in range(reps)]
-            low, high = np.percentile(boot, [2.5, 97.5])
-            p = float(ttest_ind(other, base, equal_var=False).pvalue)
-            rows.append((env, v, other.mean() - base.mean(), low, high, p))
+            other = [r[key] for r in runs if r["env"] == env and r["variant"] == v]
+            if v != baseline and len(base) >= 2 and len(other) >= 2:
+                rows.append((env, v, *difference(other, base, reps, generator)))
     # An undefined p (both arms constant and equal: no difference to test) stays in the family as 1.0, and is
     # stored as None ("undefined" in the table)
     adjusted = holm([1.0 if np.isnan(row[5]) else row[5] for row in rows])
     return [
-        {
-            "env": env, "variant": v, "difference": [float(diff), float(low), float(high)],
-            "p": None if np.isnan(p) else p, "p_holm": p_holm,
-        }
+        {"env": env, "variant": v, "difference": [diff, low, high], "p": None if np.isnan(p) else p, "p_holm": p_holm}
         for (env, v, diff, low, high, p), p_holm in zip(rows, adjusted, strict=True)
-    ]  # fmt: skip
+    ]
 
 
 def difference_row(row: dict[str, Any], baseline: str) -> str:
@@ -354,12 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--min-seeds", type=int, default=5, help="seeds every variant needs for an env to enter the aggregates"
     )
-    parser.add_argument(
-        "--first-seed",
-        type=int,
-        default=0,
-        help="the aggregates use seeds first_seed .. first_seed + min_seeds - 1 (an env enters only with all of them)",
-    )
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the aggregates use seeds first_seed .. first_seed + min_seeds - 1 "
+                        "(an env enters only with all of them)")  # fmt: skip
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
     parser.add_argument("--evaluations", type=int, default=None,
                         help="evaluations every run must have within its budget; others are reported as failed")  # fmt: skip
@@ -438,11 +438,7 @@ def select_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Se
 
     runs = [r for grid in args.grid for r in load_runs(grid, args.final_evaluations) if wanted(r)]
     failed = [f for grid in args.grid for f in load_failed(grid) if wanted(f)]
-    failed += [
-        {"variant": r["variant"], "env": r["env"], "seed": int(r["seed"]), "reason": f"exit code {r['returncode']}"}
-        for r in runs
-        if r["returncode"] != 0
-    ]
+    failed += [failure(r, f"exit code {r['returncode']}") for r in runs if r["returncode"] != 0]
     runs, wrong = check_evaluations([r for r in runs if r["returncode"] == 0], args.evaluations)
     failed = sorted(failed + wrong, key=lambda f: (f["variant"], f["env"], f["seed"]))
     if not runs:
@@ -863,20 +859,6 @@ def learning_curves_section(args: argparse.Namespace, selection: Selection) -> l
     return ["## Learning curves (mean +- std over seeds)", "", f"![learning curves]({link(args, 'learning_curves.png')})", ""]
 
 
-def write_report(args: argparse.Namespace, lines: list[str], summary: dict[str, Any]) -> None:
-    """
-    Write the report to ``--out`` and, with ``--json``, the summary; print the report.
-
-    :param args: the command line
-    :param lines: the report's markdown lines
-    :param summary: the JSON summary
-    """
-    args.out.write_text("\n".join(lines))
-    if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
-    print("\n".join(lines))
-
-
 def main(argv: list[str] | None = None) -> None:
     """
     Write the report of the runs the command line selects.
@@ -899,7 +881,10 @@ def main(argv: list[str] | None = None) -> None:
     lines += diagnostics_section(args, selection)
     lines += focus_section(args.focus, args.baseline, selection)
     lines += learning_curves_section(args, selection)
-    write_report(args, lines, summary)
+    args.out.write_text("\n".join(lines))
+    if args.json is not None:
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

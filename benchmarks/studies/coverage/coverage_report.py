@@ -75,19 +75,9 @@ def run_score_at(run: dict[str, Any], at: float) -> float:
 def difference(
     arm: Sequence[float], base: Sequence[float], reps: int, generator: np.random.Generator
 ) -> dict[str, float | None]:
-    """Mean of ``arm`` minus mean of ``base`` with a 95% bootstrap interval (seeds resampled per arm) and Welch's p."""
-    from scipy.stats import ttest_ind
-
-    a, b = np.asarray(arm, dtype=float), np.asarray(base, dtype=float)
-    boot = [generator.choice(a, len(a)).mean() - generator.choice(b, len(b)).mean() for _ in range(reps)]
-    low, high = np.percentile(boot, [2.5, 97.5])
-    p = float(ttest_ind(a, b, equal_var=False).pvalue) if len(a) > 1 and len(b) > 1 else float("nan")
-    return {
-        "difference": float(a.mean() - b.mean()),
-        "low": float(low),
-        "high": float(high),
-        "p": None if np.isnan(p) else p,
-    }
+    """:func:`report.difference` (mean of ``arm`` minus mean of ``base``, 95% bootstrap interval, Welch's p) by name."""
+    diff, low, high, p = report.difference(arm, base, reps, generator)
+    return {"difference": diff, "low": low, "high": high, "p": None if np.isnan(p) else p}
 
 
 def verdict(row: dict[str, float | None]) -> str:
@@ -498,25 +488,6 @@ def missing_timings(speed: dict[tuple[str, str], float]) -> list[tuple[str, str]
     return [(arm, env) for env in run_grid.EVIDENCE_ENVS for arm in trained_arms(env) if (arm, env) not in speed]
 
 
-def equal_time_scores(
-    runs: list[dict[str, Any]],
-    arm: str,
-    base: str,
-    envs: Sequence[str],
-    speed: dict[tuple[str, str], float],
-    randoms: dict[str, float],
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """
-    Normalised scores of ``arm`` and ``base`` at the time the faster of the two finishes on each env (the faster one's
-    final score; the slower one's last evaluation by then, 0 before its first), ``(seeds, envs)`` each; None when an
-    env lacks a timing.
-    """
-    if any((arm, env) not in speed or (base, env) not in speed for env in envs):
-        return None
-    faster = {env: arm if speed[(arm, env)] <= speed[(base, env)] else base for env in envs}
-    return scores_at_finish(runs, arm, base, faster, envs, speed, randoms)
-
-
 def scores_at_finish(
     runs: list[dict[str, Any]],
     arm: str,
@@ -588,9 +559,12 @@ def grid_analysis(
     result["seconds_per_step"] = {f"{arm} {env}": value for (arm, env), value in speed.items()}
     at_time: dict[str, list[float]] = {}
     for arm in CANDIDATES:
-        both = equal_time_scores(runs, arm, "cv_rppo", envs, speed, randoms)
-        if both is None:
+        # At the time the faster of the two finishes on each env
+        if any((name, env) not in speed for name in (arm, "cv_rppo") for env in envs):
             continue
+        faster = {env: arm if speed[(arm, env)] <= speed[("cv_rppo", env)] else "cv_rppo" for env in envs}
+        both = scores_at_finish(runs, arm, "cv_rppo", faster, envs, speed, randoms)
+        assert both is not None
         _, _, poi, poi_ci = stats.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
         at_time[arm] = stats.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
     result["equal_wall_clock_vs_cv_rppo"] = at_time
