@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 import torch as th
 from sb3_contrib import RecurrentPPO
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.utils import obs_as_tensor
 
@@ -121,6 +122,26 @@ class Printout:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.with_suffix(".json").write_text(json.dumps({"command": self.command, **payload}, indent=2) + "\n")
         path.with_suffix(".txt").write_text("\n".join(self.lines) + "\n")
+
+
+class Curve(BaseCallback):
+    """
+    The learning curve of a run (``bench_stride.py``, ``bench_consecutive.py``): at the end of every rollout, the env
+    steps so far, the CPU seconds since the callback was made and the mean return of the last 100 training episodes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.points: list[tuple[int, float, float]] = []
+        self.start = time.process_time()
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        if self.model.ep_info_buffer:
+            mean_return = float(np.mean([info["r"] for info in self.model.ep_info_buffer]))
+            self.points.append((self.model.num_timesteps, time.process_time() - self.start, mean_return))
 
 
 def _use_mmap_for_large_allocations() -> None:
@@ -186,27 +207,18 @@ def memory_bytes_per_step(buffer: Any) -> float:
 
 
 def buffer_bytes(buffer: Any) -> int:
-    """Size of the rollout buffer's stored arrays."""
-    total = 0
-    for value in vars(buffer).values():
-        if isinstance(value, np.ndarray):
-            total += value.nbytes
-        elif isinstance(value, dict):
-            total += sum(v.nbytes for v in value.values() if isinstance(v, np.ndarray))
-    return total
+    """Size of the rollout buffer's stored arrays (dict observations: each key's)."""
+    values = [v for value in vars(buffer).values() for v in (value.values() if isinstance(value, dict) else [value])]
+    return sum(value.nbytes for value in values if isinstance(value, np.ndarray))
 
 
 def make_model(variant: str, task: dict[str, Any], lstm: int, batch_size: int, args: argparse.Namespace) -> RecurrentPPO:
     """The same arguments for every variant: only the class (and the ResetPPO variant's own settings) differs."""
     env = make_vec_env(task["env_id"], n_envs=task["n_envs"], seed=args.seed, env_kwargs=task["env_kwargs"])
     kwargs: dict[str, Any] = dict(
-        n_steps=args.n_steps,
-        n_epochs=args.n_epochs,
-        batch_size=batch_size,
-        seed=args.seed,
-        policy_kwargs=dict(lstm_hidden_size=lstm),
-        device=args.device,
-    )
+        n_steps=args.n_steps, n_epochs=args.n_epochs, batch_size=batch_size, seed=args.seed,
+        policy_kwargs=dict(lstm_hidden_size=lstm), device=args.device,
+    )  # fmt: skip
     if variant == "recurrent_ppo":
         return RecurrentPPO(task["policy"], env, **kwargs)
     kwargs.update(RESET_SETTINGS[variant])
@@ -232,11 +244,11 @@ class _TimedTrain:
         self.wall.append(time.perf_counter() - wall)
 
 
-def timed_learn(model: RecurrentPPO, steps: int) -> dict[str, Any]:
-    """One ``learn()`` from a fresh model: CPU and wall seconds of it and of each ``train()`` call."""
+def timed_learn(model: RecurrentPPO, steps: int, **learn_kwargs: Any) -> dict[str, Any]:
+    """One ``learn()`` from a fresh model: CPU and wall seconds of it and the median of its ``train()`` calls'."""
     timer = _TimedTrain(model)
     cpu, wall = time.process_time(), time.perf_counter()
-    model.learn(steps)
+    model.learn(steps, **learn_kwargs)
     return {
         "learn_cpu": time.process_time() - cpu,
         "learn_wall": time.perf_counter() - wall,
@@ -278,10 +290,7 @@ def roofline(model: ResetPPO, repeats: int) -> float:
     shapes = [(int(s.slot_steps.shape[0]), int(s.slot_steps.unique().numel())) for s in minibatches]
     inputs = []
     for batch, n_steps in shapes:
-        observations = obs_as_tensor(
-            np.stack([model.observation_space.sample() for _ in range(n_steps)]),
-            model.device,
-        )
+        observations = obs_as_tensor(np.stack([model.observation_space.sample() for _ in range(n_steps)]), model.device)
         # (W * B,) rows of the per-step features, as the slots of B windows
         inputs.append((observations, th.arange(window_size * batch, device=model.device) % n_steps, batch))
 
@@ -317,16 +326,15 @@ def measure_memory(result: dict[str, Any], model: ResetPPO) -> None:
     allocations are then mmapped (slower, but resident memory tracks live tensors).
     """
     _use_mmap_for_large_allocations()
-    memory, minibatch = PeakMemory(), PeakMemory()
 
     def train() -> None:
         model.rollout_buffer._sampler = None
         model.train()
 
     train()  # warm-up under the new allocation policy
-    with memory:
+    with PeakMemory() as memory:
         train()
-    with minibatch:
+    with PeakMemory() as minibatch:
         one_minibatch(model)
     reset = result["reset"]
     reset["train_peak_extra_bytes"] = memory.extra
@@ -341,14 +349,9 @@ def bench_setting(
 ) -> tuple[dict[str, Any], ResetPPO | None]:
     task = TASKS[name]
     result: dict[str, Any] = {
-        "task": name,
-        "env_id": task["env_id"],
-        "policy": task["policy"],
-        "n_envs": task["n_envs"],
-        "lstm_hidden_size": lstm,
-        "batch_size": batch_size,
-        "learn_steps": learn_steps,
-    }
+        "task": name, "env_id": task["env_id"], "policy": task["policy"], "n_envs": task["n_envs"], "lstm_hidden_size": lstm,
+        "batch_size": batch_size, "learn_steps": learn_steps,
+    }  # fmt: skip
     runs: dict[str, list[dict[str, Any]]] = {variant: [] for variant in args.variants}
     models: dict[str, RecurrentPPO] = {}
     for _ in range(args.repeats):
@@ -398,14 +401,9 @@ def fresh_memory_train_seconds(
     env = make_vec_env(task["env_id"], n_envs=task["n_envs"], seed=args.seed, env_kwargs=task["env_kwargs"])
     policy = policy or task["policy"]
     model = ResetPPO(
-        policy,
-        env,
-        n_steps=args.n_steps,
-        n_epochs=args.n_epochs,
-        seed=args.seed,
-        policy_kwargs=dict(lstm_hidden_size=lstm),
+        policy, env, n_steps=args.n_steps, n_epochs=args.n_epochs, seed=args.seed, policy_kwargs=dict(lstm_hidden_size=lstm),
         **settings,  # type: ignore[arg-type]
-    )
+    )  # fmt: skip
     model.learn(task["n_envs"] * args.n_steps)  # one rollout, and one train() as the warm-up
     durations = []
     for _ in range(args.repeats):
@@ -418,9 +416,8 @@ def fresh_memory_train_seconds(
 
 def bench_fresh_memory(args: argparse.Namespace) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
-    print(
-        "| task | cell | hidden | setting | train() CPU s | relative to the default |\n|---|---|---|---|---|---|", flush=True
-    )
+    print("| task | cell | hidden | setting | train() CPU s | relative to the default |", flush=True)
+    print("|---|---|---|---|---|---|", flush=True)
     for name in args.tasks:
         gru = TASKS[name]["policy"].replace("Lstm", "Gru")
         for lstm in args.fresh_hidden:
@@ -429,11 +426,10 @@ def bench_fresh_memory(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for label in labels:
                     seconds = fresh_memory_train_seconds(TASKS[name], FRESH_MEMORY[label], args, policy, lstm)
                     baseline = baseline or seconds
-                    row = {
+                    results.append({
                         "task": name, "cell": cell, "hidden": lstm, "setting": label, "train_cpu_seconds": seconds,
                         "ratio": seconds / baseline,
-                    }  # fmt: skip
-                    results.append(row)
+                    })  # fmt: skip
                     print(f"| {name} | {cell} | {lstm} | {label} | {seconds:.2f} | {seconds / baseline:.2f} |", flush=True)
     return results
 
@@ -469,14 +465,10 @@ def bench_non_dividing(args: argparse.Namespace) -> list[dict[str, Any]]:
         for variant in ("recurrent_ppo", "reset"):
             per = {label: statistics.median(runs[(label, variant)]) for label in rollouts}
             row = {
-                "task": name,
-                "variant": variant,
-                "lstm_hidden_size": lstm,
-                "batch_size": batch_size,
-                "seconds_per_transition": per,
-                "runs": {label: runs[(label, variant)] for label in rollouts},
+                "task": name, "variant": variant, "lstm_hidden_size": lstm, "batch_size": batch_size,
+                "seconds_per_transition": per, "runs": {label: runs[(label, variant)] for label in rollouts},
                 "non_dividing_over_dividing": per["non-dividing"] / per["dividing"],
-            }
+            }  # fmt: skip
             if variant == "reset":
                 row["non_dividing_minibatch_transitions"] = sizes
             results.append(row)
@@ -575,8 +567,7 @@ def main() -> None:
     print("command: python " + " ".join(sys.argv), flush=True)
     print(
         f"settings: n_steps={args.n_steps} n_epochs={args.n_epochs} ResetPPO defaults: {default_windows()} "
-        f"threads={args.threads} "
-        f"repeats={args.repeats} torch={th.__version__} machine={platform.machine()}",
+        f"threads={args.threads} repeats={args.repeats} torch={th.__version__} machine={platform.machine()}",
         flush=True,
     )
     if args.non_dividing or args.fresh_memory:
@@ -586,8 +577,7 @@ def main() -> None:
         print()
         print_tables(results, args.variants)
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"command": sys.argv, "settings": vars(args), "results": results}, out, indent=2)
+        Path(args.json).write_text(json.dumps({"command": sys.argv, "settings": vars(args), "results": results}, indent=2))
 
 
 def bench_timings(args: argparse.Namespace) -> list[dict[str, Any]]:
