@@ -35,7 +35,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
     import torch as th
-    from stable_baselines3.common.callbacks import BaseCallback
+    from bench_train import Curve
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -44,41 +44,22 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
     th.set_num_threads(job.get("threads", 1))
     setting = SETTINGS[job["env"]]
-
-    class Curve(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.returns: list[float] = []
-
-        def _on_step(self) -> bool:
-            return True
-
-        def _on_rollout_end(self) -> None:
-            if self.model.ep_info_buffer:
-                self.returns.append(float(np.mean([info["r"] for info in self.model.ep_info_buffer])))
-
     env = make_vec_env(job["env"], n_envs=8, seed=job["seed"])
     if setting["normalize"]:
         env = VecNormalize(env, norm_reward=True)
     model = ResetPPO(
-        setting.get("policy", "MlpLstmPolicy"),
-        env,
-        consecutive_windows=job["consecutive_windows"],
+        setting.get("policy", "MlpLstmPolicy"), env, consecutive_windows=job["consecutive_windows"], seed=job["seed"],
         # As measured for the README: every window every epoch, 64 windows of 16 per minibatch
-        window_stride=1,
-        batch_size=64 * 16,
-        seed=job["seed"],
-        n_steps=64,
-        n_epochs=4,
-        **setting["kwargs"],
-    )
+        window_stride=1, batch_size=64 * 16, n_steps=64, n_epochs=4, **setting["kwargs"],
+    )  # fmt: skip
     curve = Curve()
     start = time.perf_counter()
     model.learn(setting["total_timesteps"], callback=curve)
+    returns = [point[2] for point in curve.points]
     return {
         **job,
-        "final_return": curve.returns[-1],
-        "mean_return_over_training": float(np.mean(curve.returns)),
+        "final_return": returns[-1],
+        "mean_return_over_training": float(np.mean(returns)),
         "seconds": time.perf_counter() - start,
     }
 
@@ -94,8 +75,7 @@ def main() -> None:
     print("command: python " + " ".join(sys.argv))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
-    key = lambda r: (r["env"], r["consecutive_windows"], r["seed"])  # noqa: E731
-    finished = {key(r) for r in done}
+    finished = {(r["env"], r["consecutive_windows"], r["seed"]) for r in done}
     jobs = [
         {"env": env, "consecutive_windows": cw, "seed": seed, "threads": args.threads}
         for seed in range(args.seeds)

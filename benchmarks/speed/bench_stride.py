@@ -66,8 +66,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
     import torch as th
+    from bench_train import Curve
     from sb3_contrib import RecurrentPPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
@@ -78,32 +78,13 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     th.set_num_threads(job.get("threads", 1))
     settings = zoo_settings(job["env"])
     kwargs: dict[str, Any] = dict(settings["kwargs"])
-
-    class Curve(BaseCallback):
-        """Mean return of the last 100 training episodes and the CPU time, at the end of every rollout."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.points: list[tuple[int, float, float]] = []
-            self.start = time.process_time()
-
-        def _on_step(self) -> bool:
-            return True
-
-        def _on_rollout_end(self) -> None:
-            if self.model.ep_info_buffer:
-                mean_return = float(np.mean([info["r"] for info in self.model.ep_info_buffer]))
-                self.points.append((self.model.num_timesteps, time.process_time() - self.start, mean_return))
-
     env = make_vec_env(job["env"], n_envs=settings["n_envs"], seed=job["seed"])
     if settings["normalize"]:
         env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))
-    if job["variant"] == "recurrent_ppo":
-        model: RecurrentPPO = RecurrentPPO(settings["policy"], env, seed=job["seed"], **kwargs)
-    else:
-        if job["variant"] == "reset_stride1":
-            kwargs["window_stride"] = 1
-        model = ResetPPO(settings["policy"], env, seed=job["seed"], **kwargs)
+    if job["variant"] == "reset_stride1":
+        kwargs["window_stride"] = 1
+    algo = RecurrentPPO if job["variant"] == "recurrent_ppo" else ResetPPO
+    model = algo(settings["policy"], env, seed=job["seed"], **kwargs)
     curve = Curve()
     wall, cpu = time.perf_counter(), time.process_time()
     model.learn(job["timesteps"], callback=curve)
@@ -233,12 +214,8 @@ def main() -> None:
                 with args.out.open("a") as out:
                     out.write(json.dumps(result) + "\n")
                 done.append(result)
-                brief = {k: v for k, v in result.items() if k != "curve"}
-                print(json.dumps(brief), flush=True)
-    print()
-    print(summary(done, args.envs))
-    print()
-    print(comparisons(done, args.envs))
+                print(json.dumps({k: v for k, v in result.items() if k != "curve"}), flush=True)
+    print(f"\n{summary(done, args.envs)}\n\n{comparisons(done, args.envs)}")
 
 
 if __name__ == "__main__":
