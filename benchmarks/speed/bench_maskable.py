@@ -33,17 +33,17 @@ Usage: python benchmarks/speed/bench_maskable.py [--tasks masked all_valid] [--h
 """
 
 import argparse
+import functools
 import json
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import bench_train
 import numpy as np
 import torch as th
-from bench_train import Printout, _TimedTrain
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.env_util import make_vec_env
@@ -70,13 +70,9 @@ def all_valid(env: Any) -> np.ndarray:
     return np.ones(env.action_space.n, dtype=bool)
 
 
-def _all_valid_masker(env: Any) -> ActionMasker:
-    return ActionMasker(env, all_valid)
-
-
 def make_env(task: str, n_envs: int, seed: int) -> VecEnv:
     """The task's vectorised env (``make_vec_env``: each env in a ``Monitor``), seeded."""
-    wrapper = _all_valid_masker if task == "all_valid" else None
+    wrapper = functools.partial(ActionMasker, action_mask_fn=all_valid) if task == "all_valid" else None
     return make_vec_env(TASKS[task], n_envs=n_envs, seed=seed, wrapper_class=wrapper)
 
 
@@ -86,33 +82,16 @@ def make_model(variant: str, task: str, hidden: int, args: argparse.Namespace) -
     kwargs: dict[str, Any] = dict(
         n_steps=args.n_steps, n_epochs=args.n_epochs, seed=args.seed, policy_kwargs=dict(lstm_hidden_size=hidden), device="cpu"
     )
-    classes: dict[str, type[RecurrentPPO]] = {
-        "recurrent_ppo": RecurrentPPO,
-        "reset": ResetPPO,
-        "maskable_off": MaskableResetPPO,
-        "maskable": MaskableResetPPO,
-    }
-    return classes[variant]("MlpLstmPolicy", env, **kwargs)
+    classes: dict[str, type[RecurrentPPO]] = {"recurrent_ppo": RecurrentPPO, "reset": ResetPPO}
+    return classes.get(variant, MaskableResetPPO)("MlpLstmPolicy", env, **kwargs)
 
 
 def timed_learn(variant: str, model: RecurrentPPO, steps: int) -> dict[str, Any]:
-    """One ``learn()`` from a fresh model: CPU and wall seconds of it and of each ``train()``, and the episodes played."""
-    timer = _TimedTrain(model)
-    cpu, wall = time.process_time(), time.perf_counter()
-    if isinstance(model, MaskableResetPPO):
-        model.learn(steps, use_masking=variant == "maskable")
-    else:
-        model.learn(steps)
-    learn_cpu, learn_wall = time.process_time() - cpu, time.perf_counter() - wall
+    """One ``learn()`` from a fresh model (:func:`bench_train.timed_learn`'s figures), and the episodes played."""
+    masking = {"use_masking": variant == "maskable"} if isinstance(model, MaskableResetPPO) else {}
+    figures = bench_train.timed_learn(model, steps, **masking)
     assert model.env is not None
-    episodes = sum(len(rewards) for rewards in model.env.env_method("get_episode_rewards"))
-    return {
-        "learn_cpu": learn_cpu,
-        "learn_wall": learn_wall,
-        "train_cpu": statistics.median(timer.cpu),
-        "train_wall": statistics.median(timer.wall),
-        "episodes": episodes,
-    }
+    return {**figures, "episodes": sum(len(rewards) for rewards in model.env.env_method("get_episode_rewards"))}
 
 
 def bench_setting(task: str, hidden: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -183,7 +162,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     """Run the benchmark; print and write the results."""
     args = parse_args(argv)
     th.set_num_threads(args.threads)
-    printout = Printout("bench_maskable.py", sys.argv[1:] if argv is None else argv)
+    printout = bench_train.Printout("bench_maskable.py", sys.argv[1:] if argv is None else argv)
     say = printout.say
     say(
         f"settings: MlpLstmPolicy n_envs={args.n_envs} n_steps={args.n_steps} n_epochs={args.n_epochs} batch_size=128 "
