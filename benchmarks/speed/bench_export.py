@@ -178,24 +178,14 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     loads = [value for row in rows for value in (row["load_1min_before"], row["load_1min_after"])]
     machine = {
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "load_1min_min": min(loads),
-        "load_1min_max": max(loads),
-        "python": platform.python_version(),
-        "torch": th.__version__,
-        "onnxruntime": ort.__version__,
-    }
+        "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+        "load_1min_min": min(loads), "load_1min_max": max(loads),
+        "python": platform.python_version(), "torch": th.__version__, "onnxruntime": ort.__version__,
+    }  # fmt: skip
     results = {
-        "command": command,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "threads": 1,
-        "machine": machine,
-        "wall_s": time.perf_counter() - wall_start,
-        "cpu_s": time.process_time() - cpu_start,
-        "rows": rows,
-    }
+        "command": command, "steps": args.steps, "warmup": args.warmup, "threads": 1, "machine": machine,
+        "wall_s": time.perf_counter() - wall_start, "cpu_s": time.process_time() - cpu_start, "rows": rows,
+    }  # fmt: skip
     out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     text = (
         f"command: {command}\n"

@@ -14,15 +14,8 @@ import sys
 import time
 from typing import Any
 
+import bench_train
 import torch as th
-from bench_train import (
-    PeakMemory,
-    _release_freed_memory,
-    _rss_bytes,
-    _use_mmap_for_large_allocations,
-    buffer_bytes,
-    one_minibatch,
-)
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -41,8 +34,8 @@ class MemoryLog(BaseCallback):
 
     def _on_rollout_start(self) -> None:
         if self.iteration > 0 and (self.iteration % self.every == 0 or self.iteration == 30):
-            _release_freed_memory()
-            self.rss[self.iteration] = _rss_bytes()
+            bench_train._release_freed_memory()
+            self.rss[self.iteration] = bench_train._rss_bytes()
         self.iteration += 1
 
     def _on_step(self) -> bool:
@@ -61,18 +54,13 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     th.set_num_threads(args.threads)
-    _use_mmap_for_large_allocations()
+    bench_train._use_mmap_for_large_allocations()
     print("command: python " + " ".join(sys.argv))
     env = make_vec_env("CueRecallImage-v0", n_envs=args.n_envs, seed=0, env_kwargs=dict(min_delay=4, max_delay=30))
     model = ResetPPO(
-        "CnnLstmPolicy",
-        env,
-        n_steps=args.n_steps,
-        n_epochs=args.n_epochs,
-        window_size=args.window_size,
-        policy_kwargs=dict(lstm_hidden_size=args.lstm_hidden_size),
-        seed=0,
-    )
+        "CnnLstmPolicy", env, n_steps=args.n_steps, n_epochs=args.n_epochs, window_size=args.window_size,
+        policy_kwargs=dict(lstm_hidden_size=args.lstm_hidden_size), seed=0,
+    )  # fmt: skip
     log = MemoryLog(every=max(args.updates // 10, 1))
     start = time.perf_counter()
     model.learn(args.n_steps * args.n_envs * (args.updates + 1), callback=log)
@@ -80,14 +68,12 @@ def main() -> None:
 
     # Peak extra memory of one more train() on the last rollout (still in the buffer), and of one minibatch
     model.rollout_buffer._sampler = None
-    train_peak = PeakMemory()
-    with train_peak:
+    with bench_train.PeakMemory() as train_peak:
         model.train()
     model.rollout_buffer._sampler = None
-    minibatch_peak = PeakMemory()
-    with minibatch_peak:
-        one_minibatch(model)
-    size = buffer_bytes(model.rollout_buffer)
+    with bench_train.PeakMemory() as minibatch_peak:
+        bench_train.one_minibatch(model)
+    size = bench_train.buffer_bytes(model.rollout_buffer)
     result: dict[str, Any] = {
         "settings": vars(args),
         "minutes": minutes,

@@ -132,16 +132,6 @@ def measure(
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "timed_out": False, "load": load}
 
 
-def start_busy() -> subprocess.Popen:
-    """One process that keeps one core busy until :func:`stop_busy`."""
-    return subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
-
-
-def stop_busy(process: subprocess.Popen) -> None:
-    process.terminate()
-    process.wait()
-
-
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over the repeats; a median that is a stopped run's is marked ``wall_censored``."""
     walls = sorted(run["learn_wall"] for run in runs)
@@ -239,7 +229,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     runs: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     for repeat in range(args.repeats):
         for condition in args.conditions:
-            busy = start_busy() if condition == "busy" else None
+            # One process that keeps one core busy until the condition's measurements are done
+            busy = subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) if condition == "busy" else None
             try:
                 for setting, algo in configs:
                     one: float | None = None
@@ -256,7 +247,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         )
             finally:
                 if busy is not None:
-                    stop_busy(busy)
+                    busy.terminate()
+                    busy.wait()
     results = [
         {
             "setting": setting,
