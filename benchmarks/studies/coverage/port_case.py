@@ -13,12 +13,7 @@ ResetPPO runs.
 Usage: python benchmarks/studies/coverage/port_case.py [--seeds 10] [--arms ...] [--workers 2] [--out DIR]
 """
 
-import argparse
-import json
-import multiprocessing
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +22,7 @@ from sb3_reset_ppo.experiments import runner
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+import snapshots  # noqa: E402  (benchmarks/kit/snapshots.py)
 
 ENV_ID = "CartPoleNoVel-v1"
 N_ENVS = 8
@@ -47,13 +43,10 @@ ARMS: dict[str, dict[str, Any] | None] = {
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    """Train and evaluate one run; write and return its record."""
-    import copy
-
+    """Train and evaluate one run (:mod:`snapshots`; the copy before ``learn()`` is not evaluated); write its record."""
     import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
     import torch as th
     from sb3_contrib import RecurrentPPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
@@ -62,67 +55,45 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     th.set_num_threads(1)
     arm, seed = job["arm"], job["seed"]
     settings = ARMS[arm]
-
-    class Snapshots(BaseCallback):
-        """Copies the policy's parameters after every ``SNAPSHOT_EVERY``-th update (at the next rollout's start)."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.rollouts = 0
-            self.snapshots: list[tuple[int, dict[str, Any]]] = []
-
-        def _on_rollout_start(self) -> None:
-            updates = self.rollouts  # this rollout follows that many updates
-            self.rollouts += 1
-            if updates > 0 and updates % SNAPSHOT_EVERY == 0:
-                self.snapshots.append((self.num_timesteps, copy.deepcopy(self.model.policy.state_dict())))
-
-        def _on_step(self) -> bool:
-            return True
-
     env = make_vec_env(ENV_ID, n_envs=N_ENVS, seed=seed)
     model = (
         RecurrentPPO("MlpLstmPolicy", env, seed=seed)
         if settings is None
         else ResetPPO("MlpLstmPolicy", env, seed=seed, **settings)
     )
-    callback = Snapshots()
     version, host = runner.code_version(), runner.machine()
-    started = time.time()
-    start = time.perf_counter()
-    model.learn(TOTAL_STEPS, callback=callback)
-    learn_seconds = time.perf_counter() - start
-    ended = time.time()
-    callback.snapshots.append((model.num_timesteps, copy.deepcopy(model.policy.state_dict())))
+    training = snapshots.train(model, TOTAL_STEPS, SNAPSHOT_EVERY, keep_log=False)
     evaluations = []
-    for steps, state in callback.snapshots:
-        model.policy.load_state_dict(state)
+    for snapshot in training.snapshots[1:]:
+        model.policy.load_state_dict(snapshot["state"])
         eval_env = make_vec_env(ENV_ID, n_envs=1, seed=EVAL_SEED_OFFSET + seed)
         returns, _ = evaluate_policy(
             model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True, return_episode_rewards=True
         )
         assert isinstance(returns, list)  # return_episode_rewards=True: one return per episode
-        evaluations.append({"timesteps": int(steps), "returns": [float(r) for r in returns]})
+        evaluations.append({"timesteps": snapshot["timesteps"], "returns": [float(r) for r in returns]})
         eval_env.close()
     record = {
         "arm": arm, "seed": seed, "settings": settings, "algorithm": type(model).__name__, "env": ENV_ID,
-        "n_envs": N_ENVS, "total_steps": TOTAL_STEPS, "learn_seconds": learn_seconds, "started": started, "ended": ended,
-        "evaluations": evaluations, **version, "machine": host, "command": "python " + " ".join(sys.argv),
+        "n_envs": N_ENVS, "total_steps": TOTAL_STEPS, "learn_seconds": training.learn_wall, "started": training.started,
+        "ended": training.ended, "evaluations": evaluations, **version, "machine": host,
+        "command": "python " + " ".join(sys.argv),
     }  # fmt: skip
-    path: Path = job["path"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(record, indent=1))
-    temporary.replace(path)
+    snapshots.write_record(job["path"], record)
     return record
 
 
+def summary(record: dict[str, Any]) -> str:
+    """One line on a finished run."""
+    finals = [sum(e["returns"]) / len(e["returns"]) for e in record["evaluations"][-2:]]
+    return (
+        f"{record['arm']:>15} seed {record['seed']}: learn() {record['learn_seconds']:.0f} s, "
+        f"last two evaluations {finals[0]:.0f} {finals[1]:.0f}"
+    )
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=BENCHMARKS / "results" / "coverage" / "port")
+    parser = snapshots.parser(__doc__, ARMS, BENCHMARKS / "results" / "coverage" / "port", workers=2)
     args = parser.parse_args()
     if args.workers < 1 or args.seeds < 1:
         parser.error("--workers and --seeds must be at least 1")
@@ -132,16 +103,7 @@ def main() -> None:
         for arm in args.arms
         if not (args.out / arm / f"seed{seed}.json").exists()
     ]
-    print(f"{len(jobs)} runs to do on {args.workers} workers", flush=True)
-    os.environ["OMP_NUM_THREADS"] = "1"
-    with multiprocessing.get_context("spawn").Pool(args.workers, maxtasksperchild=1) as pool:
-        for record in pool.imap_unordered(run, jobs):
-            finals = [sum(e["returns"]) / len(e["returns"]) for e in record["evaluations"][-2:]]
-            print(
-                f"{record['arm']:>15} seed {record['seed']}: learn() {record['learn_seconds']:.0f} s, "
-                f"last two evaluations {finals[0]:.0f} {finals[1]:.0f}",
-                flush=True,
-            )
+    snapshots.execute(jobs, args.workers, run, summary)
 
 
 if __name__ == "__main__":

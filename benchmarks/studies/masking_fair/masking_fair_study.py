@@ -18,16 +18,11 @@ Usage: python benchmarks/studies/masking_fair/masking_fair_study.py [--seeds 10]
 """
 
 import argparse
-import copy
-import gzip
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +30,14 @@ import gymnasium as gym
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "benchmarks" / "kit"))
+import snapshots  # noqa: E402  (benchmarks/kit/snapshots.py)
+from snapshots import COMMON, LSTM_KWARGS, MLP_KWARGS, N_STEPS  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results" / "masking_fair"
 
 N_ENVS = 8
-N_STEPS = 128
 ROLLOUT = N_ENVS * N_STEPS
-# The package's CueRecall-v0 settings (sb3_reset_ppo/zoo/reset_ppo.yml), the same for every arm and task
-COMMON: dict[str, Any] = {
-    "n_steps": N_STEPS, "batch_size": 128, "n_epochs": 10, "learning_rate": 2e-3, "gamma": 0.9, "gae_lambda": 0.95,
-    "clip_range": 0.2, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
-}  # fmt: skip
-LSTM_KWARGS: dict[str, Any] = {"lstm_hidden_size": 32, "net_arch": [32]}
-MLP_KWARGS: dict[str, Any] = {"net_arch": [32]}
 # Frames stacked for the frame-stack arm: the cue of every short delay of MaskedCueRecallFair-v0 (at most 12 blank
 # steps: 14 observations) and the last 4 or more hands of LeducMatch-v0 (at most 4 decisions of player 0 a hand),
 # but none of its long delays (130 to 140 blank steps)
@@ -125,20 +116,6 @@ def make_env(task: str, arm: str, n_envs: int, seed: int) -> Any:
     return VecFrameStack(env, frames) if frames > 1 else env
 
 
-def make_model(arm: str, env: Any, seed: int) -> Any:
-    """The arm's model with the protocol's settings."""
-    from sb3_contrib import MaskablePPO, RecurrentPPO
-
-    from sb3_reset_ppo import MaskableResetPPO, ResetPPO
-
-    algorithm, policy, policy_kwargs, *_ = ARMS[arm]
-    classes: dict[str, Any] = {
-        "MaskableResetPPO": MaskableResetPPO, "ResetPPO": ResetPPO, "MaskablePPO": MaskablePPO,
-        "RecurrentPPO": RecurrentPPO,
-    }  # fmt: skip
-    return classes[algorithm](policy, env, policy_kwargs=dict(policy_kwargs), seed=seed, device="cpu", verbose=1, **COMMON)
-
-
 def result_path(out: Path, task: str, arm: str, seed: int) -> Path:
     """Where a run's record goes."""
     return out / task / arm / f"seed_{seed}.json"
@@ -160,10 +137,8 @@ def jobs_to_do(out: Path, tasks: list[str], arms: list[str], seeds: list[int], *
     :param settings: Overrides for tests (``total_steps``, ``snapshot_every``, ``eval_episodes``)
     :return: One job per run to do
     """
-    for name, chosen, known in (("tasks", tasks, TASKS), ("arms", arms, ARMS)):
-        unknown = sorted(set(chosen) - set(known))
-        if unknown:
-            raise ValueError(f"{name} has unknown names {unknown}: choose from {list(known)}")
+    snapshots.check_names("tasks", tasks, TASKS)
+    snapshots.check_names("arms", arms, ARMS)
     return [
         {"task": task, "arm": arm, "seed": seed, "path": str(result_path(out, task, arm, seed)), **settings}
         for seed in seeds
@@ -181,8 +156,6 @@ def evaluate(model: Any, task: str, arm: str, seed: int, episodes: int) -> dict[
     :return: Per episode: ``returns``, ``lengths``, ``invalid`` (invalid actions), ``delays`` (MaskedCueRecallFair-v0's
         delay) or ``styles`` (LeducMatch-v0's opponent)
     """
-    from sb3_reset_ppo.common.maskable_evaluation import evaluate_policy
-
     masking = ARMS[arm][3]
     env = make_env(task, arm, 1, EVAL_SEED + seed)
     counts = {"invalid": 0}
@@ -197,129 +170,38 @@ def evaluate(model: Any, task: str, arm: str, seed: int, episodes: int) -> dict[
             counts["invalid"] = 0
             kinds.append(info.get("delay", info.get("style")))
 
-    returns, lengths = evaluate_policy(
-        model, env, n_eval_episodes=episodes, deterministic=True, return_episode_rewards=True, use_masking=masking,
-        callback=count,
-    )  # fmt: skip
-    env.close()
-    assert isinstance(returns, list) and isinstance(lengths, list)  # return_episode_rewards=True: per episode
-    key = "delays" if task == "MaskedCueRecallFair-v0" else "styles"
-    return {"returns": [float(r) for r in returns], "lengths": [int(n) for n in lengths], "invalid": invalid, key: kinds}
-
-
-def package_diff() -> str:
-    """``git status --porcelain`` and ``git diff HEAD`` of ``sb3_reset_ppo`` when a run starts (what ``dirty`` means)."""
-    texts = []
-    for args in (["status", "--porcelain", "--", "sb3_reset_ppo"], ["diff", "HEAD", "--", "sb3_reset_ppo"]):
-        try:
-            result = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-        except OSError:  # no git
-            return ""
-        texts.append(result.stdout if result.returncode == 0 else "")
-    return "".join(texts)
+    evaluated = snapshots.evaluate(model, env, episodes, masking, callback=count)
+    return {**evaluated, "invalid": invalid, "delays" if task == "MaskedCueRecallFair-v0" else "styles": kinds}
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    """Train and evaluate one run; write and return its record (and its training log)."""
+    """Train and evaluate one run (:mod:`snapshots`); write and return its record (and its training log)."""
     import torch as th
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.logger import configure
-
-    import sb3_reset_ppo
-    from sb3_reset_ppo.experiments import runner
 
     th.set_num_threads(1)
-    task, arm, seed, path = job["task"], job["arm"], int(job["seed"]), Path(job["path"])
-    default_total, default_every, default_episodes = TASKS[task]
-    total = int(job.get("total_steps", default_total))
-    every = int(job.get("snapshot_every", default_every))
-    episodes = int(job.get("eval_episodes", default_episodes))
+    task, arm, seed = job["task"], job["arm"], int(job["seed"])
+    total, every, episodes = snapshots.budget(job, *TASKS[task])
     algorithm, policy, policy_kwargs, masking, frames, mask_obs = ARMS[arm]
-
-    class Snapshots(BaseCallback):
-        """Copies the policy after every ``every``-th update, with the ``learn()`` seconds so far."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.rollouts = 0
-            self.cpu0 = self.wall0 = 0.0
-            self.episodes = 0  # training episodes ended so far (in any of the envs)
-            self.snapshots: list[tuple[int, int, float, float, dict[str, Any]]] = []
-
-        def _on_training_start(self) -> None:
-            self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
-
-        def take(self) -> None:
-            cpu, wall = time.process_time() - self.cpu0, time.perf_counter() - self.wall0
-            state = copy.deepcopy(self.model.policy.state_dict())
-            self.snapshots.append((self.model.num_timesteps, self.episodes, cpu, wall, state))
-
-        def _on_rollout_start(self) -> None:
-            updates = self.rollouts  # this rollout follows that many updates
-            self.rollouts += 1
-            if updates > 0 and updates % every == 0:
-                self.take()
-
-        def _on_step(self) -> bool:
-            self.episodes += int(np.sum(self.locals["dones"]))
-            return True
-
-    # The code the run trains with, read when it starts (other work may commit while it trains)
-    version, diff = runner.code_version(), package_diff()
+    code = snapshots.code()
     env = make_env(task, arm, N_ENVS, seed)
-    model = make_model(arm, env, seed)
-    with tempfile.TemporaryDirectory() as folder:
-        model.set_logger(configure(folder, ["log"]))
-        callback = Snapshots()
-        callback.snapshots.append((0, 0, 0.0, 0.0, copy.deepcopy(model.policy.state_dict())))
-        started = time.time()
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        if masking:
-            model.learn(total, callback=callback, use_masking=True)
-        else:
-            model.learn(total, callback=callback)
-        learn_cpu, learn_wall = time.process_time() - cpu0, time.perf_counter() - wall0
-        if callback.snapshots[-1][0] != model.num_timesteps:  # the last update's copy (no rollout starts after it)
-            callback.take()
-        model.logger.close()
-        log_text = (Path(folder) / "log.txt").read_text()
+    model = snapshots.make_model(algorithm, policy, policy_kwargs, env, seed)
+    training = snapshots.train(model, total, every, use_masking=masking)
     env.close()
-    evaluations = []
-    for steps, episodes_played, cpu, wall, state in callback.snapshots:
-        model.policy.load_state_dict(state)
-        evaluations.append({
-            "timesteps": int(steps), "training_episodes": episodes_played, "learn_cpu_seconds": cpu,
-            "learn_wall_seconds": wall,
-            **evaluate(model, task, arm, seed, episodes),
-        })  # fmt: skip
-    record = {
+    head = {
         "task": task, "arm": arm, "seed": seed, "algorithm": algorithm, "policy": policy, "policy_kwargs": policy_kwargs,
         "masking": masking, "frame_stack": frames, "mask_in_observation": mask_obs, "settings": COMMON,
         "n_envs": N_ENVS, "total_steps": total, "snapshot_every": every, "eval_episodes": episodes,
-        "eval_seed": EVAL_SEED + seed, "num_timesteps": int(model.num_timesteps), "learn_cpu_seconds": learn_cpu,
-        "learn_wall_seconds": learn_wall, "started": started, "ended": time.time(), "evaluations": evaluations,
-        "version": sb3_reset_ppo.__version__, **version, "package_diff": diff, "machine": runner.machine(),
-        "command": job.get("command", ""),
+        "eval_seed": EVAL_SEED + seed,
     }  # fmt: skip
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path.with_name(path.stem + ".log.txt.gz"), "wt") as log:
-        log.write(log_text)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(record, separators=(",", ":")))  # compact: 100 runs of 21 evaluations
-    temporary.replace(path)  # the record last: a run counts as finished only once its log is there too
-    return record
+    # compact: 100 runs of 21 evaluations
+    return snapshots.record_run(
+        job, head, model, training, lambda: evaluate(model, task, arm, seed, episodes), code, compact=True
+    )
 
 
 def safe_run(job: dict[str, Any]) -> dict[str, Any]:
     """:func:`run`, with a failure written to ``seed_<k>.failed.txt`` and returned instead of raised."""
-    try:
-        return run(job)
-    except Exception:
-        path = Path(job["path"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = traceback.format_exc()
-        path.with_name(path.stem + ".failed.txt").write_text(text)
-        return {"task": job["task"], "arm": job["arm"], "seed": job["seed"], "failed": text}
+    return snapshots.safe_run(run, job)
 
 
 def summary(record: dict[str, Any]) -> str:
@@ -361,12 +243,8 @@ def execute(jobs: list[dict[str, Any]], workers: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1")
+    parser = snapshots.parser(__doc__, ARMS, OUT, workers=1, workers_help="runs at a time (the protocol: 1 or 2)")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--workers", type=int, default=1, help="runs at a time (the protocol: 1 or 2)")
-    parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one job (JSON), in this process
     args = parser.parse_args(argv)
     if args.one is not None:
