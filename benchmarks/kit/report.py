@@ -21,6 +21,7 @@ import os
 import platform
 import shlex
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -81,6 +82,8 @@ GROUPS = {
 SOLVED_AT, COLLAPSE_BELOW = 0.9, 0.8
 # Training diagnostics drawn per env with --diagnostics (train/ keys of the kept training logs)
 DIAGNOSTICS = ["approx_kl", "clip_fraction", "explained_variance", "kept_slot_fraction", "episode_start_weight"]
+# The packages the results depend on, whose versions the report states
+PACKAGES = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium", "rl_zoo3", "rliable", "numpy", "sb3-reset-ppo"]
 
 
 def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
@@ -178,10 +181,16 @@ def diagnostics_figure(
         ax.set_xlabel("train() call")
     axes[0, 0].legend(fontsize=7)
     figure.suptitle(f"{env_id}: training diagnostics (median over seeds)", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
+    save_figure(figure, path, dpi=90)
     return True
+
+
+def save_figure(figure: Any, path: Path, dpi: int) -> None:
+    """Lay ``figure`` out, write it to ``path`` (making its folder where missing) and close it."""
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi)
+    plt.close(figure)
 
 
 def difference(
@@ -222,6 +231,12 @@ def difference_tests(
         {"env": env, "variant": v, "difference": [diff, low, high], "p": None if np.isnan(p) else p, "p_holm": p_holm}
         for (env, v, diff, low, high, p), p_holm in zip(rows, adjusted, strict=True)
     ]
+
+
+def estimate_text(triple: Sequence[float], digits: int = 3) -> str:
+    """An estimate with its interval, ``[point, low, high]``, as ``point (low to high)``."""
+    point, low, high = triple
+    return f"{point:.{digits}f} ({low:.{digits}f} to {high:.{digits}f})"
 
 
 def difference_row(row: dict[str, Any], baseline: str) -> str:
@@ -282,8 +297,7 @@ def learning_curves(runs: list[dict[str, Any]], envs: list[str], path: Path, var
     for ax in list(axes.flat)[len(envs) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    save_figure(figure, path, dpi=100)
 
 
 def moved(name: str) -> str:
@@ -312,9 +326,8 @@ def conf_files(runs: list[dict[str, Any]]) -> str:
     return ", ".join(f"`{name}` ({', '.join(sorted(variants))})" for name, variants in sorted(used.items())) or "unknown"
 
 
-def versions() -> str:
-    """The versions of the packages the results depend on, as the report states them."""
-    names = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium", "rl_zoo3", "rliable", "numpy", "sb3-reset-ppo"]
+def versions(names: Sequence[str] = PACKAGES) -> str:
+    """The versions of the packages the results depend on (``names``), as the report states them."""
     found = []
     for name in names:
         try:
@@ -331,14 +344,10 @@ def machine_name(spec: dict[str, Any]) -> str:
 
 def machines(runs: list[dict[str, Any]]) -> str:
     """The machines the runs trained on, as ``run_grid.py`` records them, with their number of runs."""
-    counts: dict[str, int] = {}
-    for run in runs:
-        spec = run.get("machine")
-        name = machine_name(spec) if spec else "not recorded (runs made before run.json recorded the machine)"
-        counts[name] = counts.get(name, 0) + 1
-    return "; ".join(
-        f"{name}: {count} run{'s' if count != 1 else ''}" for name, count in sorted(counts.items(), key=lambda item: -item[1])
-    )
+    unknown = "not recorded (runs made before run.json recorded the machine)"
+    counts = Counter(machine_name(run["machine"]) if run.get("machine") else unknown for run in runs)
+    # Most runs first (ties in the order of their first run)
+    return "; ".join(f"{name}: {count} run{'s' if count != 1 else ''}" for name, count in counts.most_common())
 
 
 def hardware() -> str:
@@ -381,16 +390,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def link(args: argparse.Namespace, name: str) -> str:
-    """
-    A figure's path as the report links it: relative to the report's folder.
-
-    :param args: the command line (``--figures`` and ``--out``)
-    :param name: the figure's file name in ``--figures``
-    """
-    return os.path.relpath(args.figures / name, args.out.parent)
-
-
 @dataclass
 class Selection:
     """
@@ -420,6 +419,23 @@ class Selection:
     def aggregate_runs(self, env: str, variant: str) -> list[dict[str, Any]]:
         """The runs of the aggregate seeds (a missing seed is not replaced by another)."""
         return [r for r in self.seeds(env, variant) if r["seed"] in self.aggregate_seeds]
+
+    def normalised(self, key: str, envs: list[str]) -> dict[str, np.ndarray]:
+        """
+        Each variant's normalised scores ``key`` (``"final"`` or ``"auc"``) on the aggregate seeds of ``envs``, as
+        rliable takes them: variant -> ``(n_seeds, n_envs)`` array of ``(score - random) / (reference - random)``.
+        """
+        randoms = self.randoms
+        # (n_envs, n_seeds) -> (n_seeds, n_envs) normalised scores per variant
+        return {
+            v: np.array(
+                [
+                    [(r[key] - randoms[env]) / (REFERENCE_RETURN[env] - randoms[env]) for r in self.aggregate_runs(env, v)]
+                    for env in envs
+                ]
+            ).T
+            for v in self.variants
+        }
 
 
 def select_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Selection:
@@ -458,405 +474,335 @@ def select_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Se
     return selection
 
 
-def header_lines(args: argparse.Namespace, selection: Selection, argv: list[str]) -> list[str]:
+@dataclass
+class Report:
     """
-    The report's title, how it was measured (commands, machines, packages, score), then the ``--notes`` files.
+    The report's sections: each returns its markdown lines and fills its part of the JSON summary in.
 
     :param args: the command line
     :param selection: the report's runs
-    :param argv: the report's arguments, as the report states its command
-    :return: markdown lines
+    :param summary: the JSON summary (``--json``): the report's settings and failed runs, and the sections that the
+        tables fill in (estimates as ``[point, low, high]``, 95% intervals)
     """
-    lines = [
-        f"# {args.title}",
-        "",
-        "Measured by `benchmarks/kit/run_grid.py` (runs through the RL Zoo) and summarised by `benchmarks/kit/report.py`.",
-        "Results are what was measured; nothing is tuned per variant beyond the hyperparameter files.",
-        "",
-        "- Command (grid): `"
-        + (
-            args.grid_command
-            or f"python benchmarks/kit/run_grid.py --envs {' '.join(selection.envs)} "
+
+    args: argparse.Namespace
+    selection: Selection
+    summary: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.summary = {
+            "baseline": self.args.baseline,
+            "variants": self.selection.variants,
+            "final_evaluations": self.args.final_evaluations,
+            "evaluations": self.args.evaluations,
+            "reps": self.args.reps,
+            "bootstrap_seed": 0,
+            "failed": self.selection.failed,
+            "aggregate": {},
+            "groups": {},
+            "differences": {},
+            "wall_time": {},
+        }
+
+    def link(self, name: str) -> str:
+        """A figure's path (``name``, in ``--figures``) as the report links it: relative to the report's folder."""
+        return os.path.relpath(self.args.figures / name, self.args.out.parent)
+
+    def header_lines(self, argv: list[str]) -> list[str]:
+        """
+        The report's title, how it was measured (commands, machines, packages, score), then the ``--notes`` files;
+        ``argv``: the report's arguments, as the report states its command.
+        """
+        args, selection = self.args, self.selection
+        grid_command = args.grid_command or (
+            f"python benchmarks/kit/run_grid.py --envs {' '.join(selection.envs)} "
             f"--variants {' '.join(selection.variants)} --seeds {args.min_seeds}"
         )
-        + "`",
-        "- Command (report): `python " + shlex.join(["benchmarks/kit/report.py", *argv]) + "`",
-        f"- Hardware (this report): {hardware()}",
-        f"- Machines (the runs): {machines(selection.runs)}",
-        f"- Packages: {versions()}",
-        "- Hyperparameters: " + conf_files(selection.runs) + ".",
-        "- Runs: two at a time on the 2 cores (one torch thread each); wall time includes the evaluations.",
-        f"- Score: mean return of the last {args.final_evaluations} evaluation(s) at or before the run's budget (20 "
-        "episodes each; deterministic policy, except on MiniGrid envs, which the RL Zoo evaluates with a stochastic "
-        "one), normalised per env to",
-        "  `(score - random) / (reference - random)` with the random policy's return measured here.",
-        "",
-    ]
-    for notes in args.notes:
-        lines += [notes.read_text().strip(), ""]
-    return lines
+        lines = [
+            f"# {args.title}",
+            "",
+            "Measured by `benchmarks/kit/run_grid.py` (runs through the RL Zoo) and summarised by `benchmarks/kit/report.py`.",
+            "Results are what was measured; nothing is tuned per variant beyond the hyperparameter files.",
+            "",
+            f"- Command (grid): `{grid_command}`",
+            "- Command (report): `python " + shlex.join(["benchmarks/kit/report.py", *argv]) + "`",
+            f"- Hardware (this report): {hardware()}",
+            f"- Machines (the runs): {machines(selection.runs)}",
+            f"- Packages: {versions()}",
+            "- Hyperparameters: " + conf_files(selection.runs) + ".",
+            "- Runs: two at a time on the 2 cores (one torch thread each); wall time includes the evaluations.",
+            f"- Score: mean return of the last {args.final_evaluations} evaluation(s) at or before the run's budget (20 "
+            "episodes each; deterministic policy, except on MiniGrid envs, which the RL Zoo evaluates with a stochastic "
+            "one), normalised per env to",
+            "  `(score - random) / (reference - random)` with the random policy's return measured here.",
+            "",
+        ]
+        for notes in args.notes:
+            lines += [notes.read_text().strip(), ""]
+        return lines
 
-
-def new_summary(args: argparse.Namespace, selection: Selection) -> dict[str, Any]:
-    """
-    The JSON summary (``--json``) before any estimate: the report's settings and failed runs, and empty sections
-    that the tables fill in (estimates as ``[point, low, high]``, 95% intervals).
-    """
-    return {
-        "baseline": args.baseline,
-        "variants": selection.variants,
-        "final_evaluations": args.final_evaluations,
-        "evaluations": args.evaluations,
-        "reps": args.reps,
-        "bootstrap_seed": 0,
-        "failed": selection.failed,
-        "aggregate": {},
-        "groups": {},
-        "differences": {},
-        "wall_time": {},
-    }
-
-
-def normalised_scores(selection: Selection, key: str, group: list[str]) -> dict[str, np.ndarray]:
-    """
-    Each variant's normalised scores on the aggregate seeds of ``group``'s envs, as rliable takes them.
-
-    :param selection: the report's runs
-    :param key: the score (``"final"`` or ``"auc"``)
-    :param group: the envs
-    :return: variant -> ``(n_seeds, n_envs)`` array of ``(score - random) / (reference - random)``
-    """
-    randoms = selection.randoms
-    # (n_envs, n_seeds) -> (n_seeds, n_envs) normalised scores per variant
-    return {
-        v: np.array(
-            [
-                [(r[key] - randoms[env]) / (REFERENCE_RETURN[env] - randoms[env]) for r in selection.aggregate_runs(env, v)]
-                for env in group
-            ]
-        ).T
-        for v in selection.variants
-    }
-
-
-def aggregate_section(
-    args: argparse.Namespace, selection: Selection, summary: dict[str, Any], key: str, title: str, name: str
-) -> list[str]:
-    """
-    One aggregate over the complete envs: IQM and mean with their intervals, the probability of improvement over the
-    baseline, and their figures (``<name>.png``, ``<name>_probability_of_improvement.png``); fills
-    ``summary["aggregate"][key]``.
-
-    :param args: the command line
-    :param selection: the report's runs
-    :param summary: the JSON summary
-    :param key: the score (``"final"`` or ``"auc"``)
-    :param title: the section's title, after "Aggregate: "
-    :param name: the figures' name
-    :return: markdown lines
-    """
-    baseline, variants = args.baseline, selection.variants
-    complete, aggregate_seeds = selection.complete, selection.aggregate_seeds
-    point, interval, poi, poi_ci = aggregate(normalised_scores(selection, key, complete), args.reps, baseline)
-    summary["aggregate"][key] = {
-        "envs": complete,
-        "seeds": aggregate_seeds,
-        "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
-        "mean": {v: interval_triple(point[v][1], *interval[v][:, 1]) for v in variants},
-        "probability_of_improvement": {pair.split(",")[0]: probability_triple(poi, poi_ci, pair) for pair in poi},
-    }
-    lines = [
-        f"## Aggregate: {title}",
-        "",
-        f"Over {len(complete)} envs ({', '.join(complete)}), seeds {aggregate_seeds[0]} to {aggregate_seeds[-1]} of each.",
-        "",
-        "| variant | IQM (95% CI) | mean (95% CI) |",
-        "|---|---|---|",
-    ]
-    for v in variants:
-        iqm, mean = point[v]
-        lines.append(
-            f"| {v} | {iqm:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f}) "
-            f"| {mean:.3f} ({interval[v][0, 1]:.3f} to {interval[v][1, 1]:.3f}) |"
-        )
-    lines += ["", f"Probability of improvement over `{baseline}` (95% CI):", "", "| pair | P(X > Y) |", "|---|---|"]
-    for pair in poi:
-        lines.append(f"| {pair.replace(',', ' vs ')} | {probability_text(poi, poi_ci, pair)} |")
-    figure, _ = plot_utils.plot_interval_estimates(
-        {v: point[v] for v in variants},
-        {v: interval[v] for v in variants},
-        metric_names=["IQM", "Mean"],
-        algorithms=variants,
-        xlabel=f"Normalised {'final return' if key == 'final' else 'return over training'}",
-        xlabel_y_coordinate=-0.3,
-    )
-    figure.savefig(args.figures / f"{name}.png", dpi=100, bbox_inches="tight")
-    lines += ["", f"![{name}]({link(args, name + '.png')})", ""]
-    if poi:
-        axes = plot_utils.plot_probability_of_improvement(poi, poi_ci)
-        axes.figure.savefig(args.figures / f"{name}_probability_of_improvement.png", dpi=100, bbox_inches="tight")
-        lines += [f"![probability of improvement]({link(args, name + '_probability_of_improvement.png')})", ""]
-    return lines
-
-
-def group_section(args: argparse.Namespace, selection: Selection, summary: dict[str, Any]) -> list[str]:
-    """
-    The aggregates within each of ``GROUPS`` (its complete envs): IQM and probability of improvement of the final
-    return and of the return over training; fills ``summary["groups"]``.
-
-    :param args: the command line
-    :param selection: the report's runs
-    :param summary: the JSON summary
-    :return: markdown lines
-    """
-    baseline, variants = args.baseline, selection.variants
-    lines = [
-        "## Aggregate by group of envs",
-        "",
-        f"The same estimates within each group (IQM with 95% CI; P(> {baseline}) with 95% CI).",
-        "",
-        f"| group | variant | final IQM | final P(> {baseline}) | over training IQM | over training P(> {baseline}) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for group_name, group_envs in GROUPS.items():
-        group = [env for env in selection.complete if env in group_envs]
-        if not group:
-            continue
-        cells: dict[str, list[str]] = {v: [] for v in variants}
-        for key in ("final", "auc"):
-            point, interval, poi, poi_ci = aggregate(normalised_scores(selection, key, group), args.reps, baseline)
-            summary["groups"].setdefault(group_name, {"envs": group})[key] = {
-                "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
-                "probability_of_improvement": {pair.split(",")[0]: probability_triple(poi, poi_ci, pair) for pair in poi},
-            }
-            for v in variants:
-                cells[v].append(f"{point[v][0]:.3f} ({interval[v][0, 0]:.3f} to {interval[v][1, 0]:.3f})")
-                pair = f"{v},{baseline}"
-                cells[v].append(probability_text(poi, poi_ci, pair) if pair in poi else "-")
+    def aggregate_section(self, key: str, title: str, name: str) -> list[str]:
+        """
+        One aggregate of the score ``key`` (``"final"`` or ``"auc"``) over the complete envs: IQM and mean with their
+        intervals, the probability of improvement over the baseline, and their figures (``<name>.png``,
+        ``<name>_probability_of_improvement.png``) under the title "Aggregate: ``title``"; fills
+        ``summary["aggregate"][key]``.
+        """
+        baseline, variants = self.args.baseline, self.selection.variants
+        complete, aggregate_seeds = self.selection.complete, self.selection.aggregate_seeds
+        point, interval, poi, poi_ci = aggregate(self.selection.normalised(key, complete), self.args.reps, baseline)
+        entry: dict[str, Any] = {
+            "envs": complete,
+            "seeds": aggregate_seeds,
+            "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
+            "mean": {v: interval_triple(point[v][1], *interval[v][:, 1]) for v in variants},
+            "probability_of_improvement": {pair.split(",")[0]: probability_triple(poi, poi_ci, pair) for pair in poi},
+        }
+        self.summary["aggregate"][key] = entry
+        lines = [
+            f"## Aggregate: {title}",
+            "",
+            f"Over {len(complete)} envs ({', '.join(complete)}), seeds {aggregate_seeds[0]} to {aggregate_seeds[-1]} of each.",
+            "",
+            "| variant | IQM (95% CI) | mean (95% CI) |",
+            "|---|---|---|",
+        ]
         for v in variants:
-            lines.append(f"| {group_name} ({len(group)} envs) | {v} | " + " | ".join(cells[v]) + " |")
-    lines.append("")
-    return lines
+            lines.append(f"| {v} | {estimate_text(entry['iqm'][v])} | {estimate_text(entry['mean'][v])} |")
+        lines += ["", f"Probability of improvement over `{baseline}` (95% CI):", "", "| pair | P(X > Y) |", "|---|---|"]
+        for pair in poi:
+            lines.append(f"| {pair.replace(',', ' vs ')} | {probability_text(poi, poi_ci, pair)} |")
+        figure, _ = plot_utils.plot_interval_estimates(
+            {v: point[v] for v in variants},
+            {v: interval[v] for v in variants},
+            metric_names=["IQM", "Mean"],
+            algorithms=variants,
+            xlabel=f"Normalised {'final return' if key == 'final' else 'return over training'}",
+            xlabel_y_coordinate=-0.3,
+        )
+        figure.savefig(self.args.figures / f"{name}.png", dpi=100, bbox_inches="tight")
+        lines += ["", f"![{name}]({self.link(name + '.png')})", ""]
+        if poi:
+            axes = plot_utils.plot_probability_of_improvement(poi, poi_ci)
+            axes.figure.savefig(self.args.figures / f"{name}_probability_of_improvement.png", dpi=100, bbox_inches="tight")
+            lines += [f"![probability of improvement]({self.link(name + '_probability_of_improvement.png')})", ""]
+        return lines
 
-
-def aggregate_sections(args: argparse.Namespace, selection: Selection, summary: dict[str, Any]) -> list[str]:
-    """
-    The aggregates of the final return and of the return over training, then by group of envs; a line saying
-    there is none when no env is complete or the baseline has no run.
-
-    :param args: the command line
-    :param selection: the report's runs
-    :param summary: the JSON summary (its ``aggregate`` and ``groups`` are filled)
-    :return: markdown lines
-    """
-    if not (selection.complete and args.baseline in selection.variants):
-        return ["No env has every variant with enough seeds yet: no aggregate.", ""]
-    final_title = (
-        "final normalised return ("
-        + ("last evaluation" if args.final_evaluations == 1 else f"mean of the last {args.final_evaluations} evaluations")
-        + ")"
-    )
-    auc_title = "normalised return averaged over all evaluations of a run (area under the learning curve)"
-    lines = aggregate_section(args, selection, summary, "final", final_title, "aggregate")
-    lines += aggregate_section(args, selection, summary, "auc", auc_title, "aggregate_auc")
-    return lines + group_section(args, selection, summary)
-
-
-def left_out_lines(args: argparse.Namespace, selection: Selection) -> list[str]:
-    """The envs not in the aggregates and the failed runs, each a paragraph when there are any."""
-    first, last = selection.aggregate_seeds[0], selection.aggregate_seeds[-1]
-    lines: list[str] = []
-    missing = [env for env in (args.envs or REFERENCE_RETURN) if env not in selection.complete]
-    if missing:
-        lines += [
-            f"Not in the aggregate (not run, or not every variant with seeds {first} to {last}): {', '.join(missing)}.",
+    def group_section(self) -> list[str]:
+        """
+        The aggregates within each of ``GROUPS`` (its complete envs): IQM and probability of improvement of the final
+        return and of the return over training; fills ``summary["groups"]``.
+        """
+        baseline, variants = self.args.baseline, self.selection.variants
+        lines = [
+            "## Aggregate by group of envs",
             "",
-        ]
-    if selection.failed:
-        lines += [
-            f"Failed runs (left out everywhere; an env with a failed run among seeds {first} to "
-            f"{last} leaves the aggregates): {failed_text(selection.failed)}.",
+            f"The same estimates within each group (IQM with 95% CI; P(> {baseline}) with 95% CI).",
             "",
+            f"| group | variant | final IQM | final P(> {baseline}) | over training IQM | over training P(> {baseline}) |",
+            "|---|---|---|---|---|---|",
         ]
-    return lines
+        for group_name, group_envs in GROUPS.items():
+            group = [env for env in self.selection.complete if env in group_envs]
+            if not group:
+                continue
+            cells: dict[str, list[str]] = {v: [] for v in variants}
+            for key in ("final", "auc"):
+                point, interval, poi, poi_ci = aggregate(self.selection.normalised(key, group), self.args.reps, baseline)
+                entry = self.summary["groups"].setdefault(group_name, {"envs": group})[key] = {
+                    "iqm": {v: interval_triple(point[v][0], *interval[v][:, 0]) for v in variants},
+                    "probability_of_improvement": {pair.split(",")[0]: probability_triple(poi, poi_ci, pair) for pair in poi},
+                }
+                for v in variants:
+                    pair = f"{v},{baseline}"
+                    cells[v] += [estimate_text(entry["iqm"][v]), probability_text(poi, poi_ci, pair) if pair in poi else "-"]
+            for v in variants:
+                lines.append(f"| {group_name} ({len(group)} envs) | {v} | " + " | ".join(cells[v]) + " |")
+        lines.append("")
+        return lines
 
+    def aggregate_sections(self) -> list[str]:
+        """
+        The aggregates of the final return and of the return over training, then by group of envs; a line saying
+        there is none when no env is complete or the baseline has no run.
+        """
+        args = self.args
+        if not (self.selection.complete and args.baseline in self.selection.variants):
+            return ["No env has every variant with enough seeds yet: no aggregate.", ""]
+        last = "last evaluation" if args.final_evaluations == 1 else f"mean of the last {args.final_evaluations} evaluations"
+        auc_title = "normalised return averaged over all evaluations of a run (area under the learning curve)"
+        lines = self.aggregate_section("final", f"final normalised return ({last})", "aggregate")
+        lines += self.aggregate_section("auc", auc_title, "aggregate_auc")
+        return lines + self.group_section()
 
-def difference_sections(args: argparse.Namespace, selection: Selection, summary: dict[str, Any]) -> list[str]:
-    """
-    Per env, each variant's difference from the baseline with its test (:func:`difference_tests`), of the final
-    return and of the return over training; fills ``summary["differences"]``.
-
-    :param args: the command line
-    :param selection: the report's runs
-    :param summary: the JSON summary
-    :return: markdown lines (none for a score without a row)
-    """
-    baseline = args.baseline
-    lines: list[str] = []
-    for key, label in (("final", "final return"), ("auc", "return over training")):
-        differences = difference_tests(selection.runs, selection.envs, selection.variants, baseline, key, args.reps)
-        summary["differences"][key] = differences
-        difference_rows = [difference_row(row, baseline) for row in differences]
-        if difference_rows:
+    def left_out_lines(self) -> list[str]:
+        """The envs not in the aggregates and the failed runs, each a paragraph when there are any."""
+        selection = self.selection
+        first, last = selection.aggregate_seeds[0], selection.aggregate_seeds[-1]
+        lines: list[str] = []
+        missing = [env for env in (self.args.envs or REFERENCE_RETURN) if env not in selection.complete]
+        if missing:
             lines += [
-                f"## Differences from `{baseline}` per env: {label}",
-                "",
-                "Mean over seeds minus the baseline's, in raw returns, with a 95% bootstrap interval; Welch's t-test "
-                "and its Holm adjustment over every row of this table.",
-                "",
-                "| env | comparison | difference (95% CI) | p | p (Holm) |",
-                "|---|---|---|---|---|",
-                *difference_rows,
+                f"Not in the aggregate (not run, or not every variant with seeds {first} to {last}): {', '.join(missing)}.",
                 "",
             ]
-    return lines
+        if selection.failed:
+            lines += [
+                f"Failed runs (left out everywhere; an env with a failed run among seeds {first} to "
+                f"{last} leaves the aggregates): {failed_text(selection.failed)}.",
+                "",
+            ]
+        return lines
 
+    def difference_sections(self) -> list[str]:
+        """
+        Per env, each variant's difference from the baseline with its test (:func:`difference_tests`), of the final
+        return and of the return over training (no section for a score without a row); fills
+        ``summary["differences"]``.
+        """
+        baseline, selection = self.args.baseline, self.selection
+        lines: list[str] = []
+        for key, label in (("final", "final return"), ("auc", "return over training")):
+            differences = difference_tests(selection.runs, selection.envs, selection.variants, baseline, key, self.args.reps)
+            self.summary["differences"][key] = differences
+            difference_rows = [difference_row(row, baseline) for row in differences]
+            if difference_rows:
+                lines += [
+                    f"## Differences from `{baseline}` per env: {label}",
+                    "",
+                    "Mean over seeds minus the baseline's, in raw returns, with a 95% bootstrap interval; Welch's t-test "
+                    "and its Holm adjustment over every row of this table.",
+                    "",
+                    "| env | comparison | difference (95% CI) | p | p (Holm) |",
+                    "|---|---|---|---|---|",
+                    *difference_rows,
+                    "",
+                ]
+        return lines
 
-def per_env_sections(baseline: str, selection: Selection, summary: dict[str, Any]) -> list[str]:
-    """
-    A table per env: each variant's seeds, final return and return over training (mean +- std), timesteps, wall
-    time and its paired ratio to the baseline's; fills ``summary["wall_time"]``.
-
-    :param baseline: the variant the others are compared with
-    :param selection: the report's runs
-    :param summary: the JSON summary
-    :return: markdown lines
-    """
-    lines = ["## Per env", ""]
-    for env in selection.envs:
-        lines += [
-            f"### {env} (random {selection.randoms[env]:.2f}, reference {REFERENCE_RETURN[env]:g})",
-            "",
-            "| variant | seeds | final return (mean +- std) | return over training (mean +- std) | timesteps "
-            f"| wall time per run (s) | wall time / {baseline}'s, side-by-side pairs: median ratio (pairs) |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for v in selection.variants:
-            rows = selection.seeds(env, v)
-            if not rows:
-                continue
-            finals = np.array([r["final"] for r in rows])
-            aucs = np.array([r["auc"] for r in rows])
-            seconds = np.mean([r["seconds"] for r in rows])
-            reused = sum("reused_from" in r for r in rows)
-            ratio, pairs = paired_time_ratio(rows, selection.seeds(env, baseline))
-            # Only runs that trained side by side (one session, one machine) give a ratio: means over runs of
-            # different sessions mix machines of different speeds (reused runs were timed by another study)
-            summary["wall_time"].setdefault(env, {})[v] = {
-                "seconds": float(seconds),
-                "paired_median_ratio": ratio if pairs else None,
-                "pairs": pairs,
-            }
-            lines.append(
-                f"| {v} | {len(rows)}{f' ({reused} reused)' if reused else ''} "
-                f"| {finals.mean():.3f} +- {sample_std(finals):.3f} | {aucs.mean():.3f} +- {sample_std(aucs):.3f} "
-                f"| {int(rows[0]['timesteps'][-1])} | {seconds:.0f} "
-                f"| {f'{ratio:.2f} ({pairs})' if pairs else '-'} |"
-            )
-        lines += [
-            "",
-            "Wall time per run is descriptive only (a mean over sessions on machines of different speeds); the ratio "
-            f"pairs each run with {baseline}'s run of the same seed trained at the same commit (one session, one "
-            "machine), reused runs left out; '-': no such pair.",
-            "",
-        ]
-        if any("reused_from" in r for r in selection.runs if r["env"] == env):
-            lines += ["Reused runs keep the wall time of the study that ran them.", ""]
-    return lines
-
-
-def collapse_section(selection: Selection) -> list[str]:
-    """
-    Per env and variant, the runs that solved the env and how many of their later evaluations fell below the
-    collapse threshold (:func:`collapse_stats`).
-
-    :param selection: the report's runs
-    :return: markdown lines
-    """
-    lines = [
-        "## Collapses",
-        "",
-        f"Runs that solved the env (an evaluation at or above {SOLVED_AT} normalised) and, of their evaluations after "
-        f"the first solved one, the share below {COLLAPSE_BELOW} normalised (all seeds).",
-        "",
-        "| env | variant | runs that solved | later evaluations below threshold |",
-        "|---|---|---|---|",
-    ]
-    for env in selection.envs:
-        for v in selection.variants:
-            rows = selection.seeds(env, v)
-            if not rows:
-                continue
-            stats = [collapse_stats(r["eval_mean"], selection.randoms[env], REFERENCE_RETURN[env]) for r in rows]
-            solved = sum(s[0] for s in stats)
-            below, after = sum(s[1] for s in stats), sum(s[2] for s in stats)
-            share = f"{below} of {after} ({below / after:.0%})" if after else "-"
-            lines.append(f"| {env} | {v} | {solved} of {len(rows)} | {share} |")
-    lines.append("")
-    return lines
-
-
-def diagnostics_section(args: argparse.Namespace, selection: Selection) -> list[str]:
-    """
-    With ``--diagnostics``, a figure of the training diagnostics per env that has kept logs
-    (:func:`diagnostics_figure`); nothing without it.
-
-    :param args: the command line
-    :param selection: the report's runs
-    :return: markdown lines
-    """
-    if not args.diagnostics:
-        return []
-    lines = ["## Training diagnostics", ""]
-    for env in selection.envs:
-        name = f"diagnostics_{env}.png"
-        if diagnostics_figure(selection.runs, env, selection.variants, args.figures / name, args.diagnostic_keys):
-            lines += [f"![{env} diagnostics]({link(args, name)})", ""]
-    return lines
-
-
-def focus_section(focus: str, baseline: str, selection: Selection) -> list[str]:
-    """
-    The envs where ``focus``'s mean over seeds is not above the baseline's, of the final return and of the return
-    over training; nothing unless both variants have runs and differ.
-
-    :param focus: the variant whose shortfalls are listed (``--focus``)
-    :param baseline: the variant it is compared with
-    :param selection: the report's runs
-    :return: markdown lines
-    """
-    if not (focus in selection.variants and baseline in selection.variants and focus != baseline):
-        return []
-    lines = [
-        f"## Where {focus} does not beat {baseline}",
-        "",
-        f"Envs where {focus}'s mean (over seeds) is not above {baseline}'s, in raw returns:",
-        "",
-    ]
-    for key, label in (("final", "final return"), ("auc", "return over training")):
-        behind = []
+    def per_env_sections(self) -> list[str]:
+        """
+        A table per env: each variant's seeds, final return and return over training (mean +- std), timesteps, wall
+        time and its paired ratio to the baseline's; fills ``summary["wall_time"]``.
+        """
+        baseline, selection = self.args.baseline, self.selection
+        lines = ["## Per env", ""]
         for env in selection.envs:
-            reset_rows, baseline_rows = selection.seeds(env, focus), selection.seeds(env, baseline)
-            if reset_rows and baseline_rows:
-                reset_mean = np.mean([r[key] for r in reset_rows])
-                baseline_mean = np.mean([r[key] for r in baseline_rows])
-                if reset_mean <= baseline_mean:
-                    behind.append(f"{env} ({reset_mean:.3f} vs {baseline_mean:.3f})")
-        lines.append(f"- {label}: {', '.join(behind) if behind else 'none'}")
-    lines.append("")
-    return lines
+            lines += [
+                f"### {env} (random {selection.randoms[env]:.2f}, reference {REFERENCE_RETURN[env]:g})",
+                "",
+                "| variant | seeds | final return (mean +- std) | return over training (mean +- std) | timesteps "
+                f"| wall time per run (s) | wall time / {baseline}'s, side-by-side pairs: median ratio (pairs) |",
+                "|---|---|---|---|---|---|---|",
+            ]
+            for v in selection.variants:
+                rows = selection.seeds(env, v)
+                if not rows:
+                    continue
+                finals = np.array([r["final"] for r in rows])
+                aucs = np.array([r["auc"] for r in rows])
+                seconds = np.mean([r["seconds"] for r in rows])
+                reused = sum("reused_from" in r for r in rows)
+                ratio, pairs = paired_time_ratio(rows, selection.seeds(env, baseline))
+                # Only runs that trained side by side (one session, one machine) give a ratio: means over runs of
+                # different sessions mix machines of different speeds (reused runs were timed by another study)
+                self.summary["wall_time"].setdefault(env, {})[v] = {
+                    "seconds": float(seconds),
+                    "paired_median_ratio": ratio if pairs else None,
+                    "pairs": pairs,
+                }
+                lines.append(
+                    f"| {v} | {len(rows)}{f' ({reused} reused)' if reused else ''} "
+                    f"| {finals.mean():.3f} +- {sample_std(finals):.3f} | {aucs.mean():.3f} +- {sample_std(aucs):.3f} "
+                    f"| {int(rows[0]['timesteps'][-1])} | {seconds:.0f} "
+                    f"| {f'{ratio:.2f} ({pairs})' if pairs else '-'} |"
+                )
+            lines += [
+                "",
+                "Wall time per run is descriptive only (a mean over sessions on machines of different speeds); the ratio "
+                f"pairs each run with {baseline}'s run of the same seed trained at the same commit (one session, one "
+                "machine), reused runs left out; '-': no such pair.",
+                "",
+            ]
+            if any("reused_from" in r for r in selection.runs if r["env"] == env):
+                lines += ["Reused runs keep the wall time of the study that ran them.", ""]
+        return lines
 
+    def collapse_section(self) -> list[str]:
+        """
+        Per env and variant, the runs that solved the env and how many of their later evaluations fell below the
+        collapse threshold (:func:`collapse_stats`).
+        """
+        selection = self.selection
+        lines = [
+            "## Collapses",
+            "",
+            f"Runs that solved the env (an evaluation at or above {SOLVED_AT} normalised) and, of their evaluations after "
+            f"the first solved one, the share below {COLLAPSE_BELOW} normalised (all seeds).",
+            "",
+            "| env | variant | runs that solved | later evaluations below threshold |",
+            "|---|---|---|---|",
+        ]
+        for env in selection.envs:
+            for v in selection.variants:
+                rows = selection.seeds(env, v)
+                if not rows:
+                    continue
+                stats = [collapse_stats(r["eval_mean"], selection.randoms[env], REFERENCE_RETURN[env]) for r in rows]
+                solved = sum(s[0] for s in stats)
+                below, after = sum(s[1] for s in stats), sum(s[2] for s in stats)
+                share = f"{below} of {after} ({below / after:.0%})" if after else "-"
+                lines.append(f"| {env} | {v} | {solved} of {len(rows)} | {share} |")
+        lines.append("")
+        return lines
 
-def learning_curves_section(args: argparse.Namespace, selection: Selection) -> list[str]:
-    """
-    Draw the learning curves (``learning_curves.png`` in ``--figures``) and link them.
+    def diagnostics_section(self) -> list[str]:
+        """
+        With ``--diagnostics``, a figure of the training diagnostics per env that has kept logs
+        (:func:`diagnostics_figure`); nothing without it.
+        """
+        args, selection = self.args, self.selection
+        if not args.diagnostics:
+            return []
+        lines = ["## Training diagnostics", ""]
+        for env in selection.envs:
+            name = f"diagnostics_{env}.png"
+            if diagnostics_figure(selection.runs, env, selection.variants, args.figures / name, args.diagnostic_keys):
+                lines += [f"![{env} diagnostics]({self.link(name)})", ""]
+        return lines
 
-    :param args: the command line
-    :param selection: the report's runs
-    :return: markdown lines
-    """
-    learning_curves(selection.runs, selection.envs, args.figures / "learning_curves.png", selection.variants)
-    return ["## Learning curves (mean +- std over seeds)", "", f"![learning curves]({link(args, 'learning_curves.png')})", ""]
+    def focus_section(self) -> list[str]:
+        """
+        The envs where ``--focus``'s mean over seeds is not above the baseline's, of the final return and of the
+        return over training; nothing unless both variants have runs and differ.
+        """
+        focus, baseline, selection = self.args.focus, self.args.baseline, self.selection
+        if not (focus in selection.variants and baseline in selection.variants and focus != baseline):
+            return []
+        lines = [
+            f"## Where {focus} does not beat {baseline}",
+            "",
+            f"Envs where {focus}'s mean (over seeds) is not above {baseline}'s, in raw returns:",
+            "",
+        ]
+        for key, label in (("final", "final return"), ("auc", "return over training")):
+            behind = []
+            for env in selection.envs:
+                reset_rows, baseline_rows = selection.seeds(env, focus), selection.seeds(env, baseline)
+                if reset_rows and baseline_rows:
+                    reset_mean = np.mean([r[key] for r in reset_rows])
+                    baseline_mean = np.mean([r[key] for r in baseline_rows])
+                    if reset_mean <= baseline_mean:
+                        behind.append(f"{env} ({reset_mean:.3f} vs {baseline_mean:.3f})")
+            lines.append(f"- {label}: {', '.join(behind) if behind else 'none'}")
+        lines.append("")
+        return lines
+
+    def learning_curves_section(self) -> list[str]:
+        """Draw the learning curves (``learning_curves.png`` in ``--figures``) and link them."""
+        selection, name = self.selection, "learning_curves.png"
+        learning_curves(selection.runs, selection.envs, self.args.figures / name, selection.variants)
+        return ["## Learning curves (mean +- std over seeds)", "", f"![learning curves]({self.link(name)})", ""]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -870,20 +816,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.figures = args.figures or args.out.parent / "figures"
     args.figures.mkdir(parents=True, exist_ok=True)
-    selection = select_runs(args, parser)
-    lines = header_lines(args, selection, argv)
-    summary = new_summary(args, selection)
-    lines += aggregate_sections(args, selection, summary)
-    lines += left_out_lines(args, selection)
-    lines += difference_sections(args, selection, summary)
-    lines += per_env_sections(args.baseline, selection, summary)
-    lines += collapse_section(selection)
-    lines += diagnostics_section(args, selection)
-    lines += focus_section(args.focus, args.baseline, selection)
-    lines += learning_curves_section(args, selection)
+    report = Report(args, select_runs(args, parser))
+    lines = report.header_lines(argv)
+    lines += report.aggregate_sections()
+    lines += report.left_out_lines()
+    lines += report.difference_sections()
+    lines += report.per_env_sections()
+    lines += report.collapse_section()
+    lines += report.diagnostics_section()
+    lines += report.focus_section()
+    lines += report.learning_curves_section()
     args.out.write_text("\n".join(lines))
     if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+        args.json.write_text(json.dumps(report.summary, indent=1) + "\n")
     print("\n".join(lines))
 
 

@@ -41,6 +41,8 @@ import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 PORT_ARMS = [arm for arm in port_case.ARMS if arm != "rppo"]
 # The ResetPPO arms that may become the default (inside_rollout is descriptive only)
 CANDIDATES = ["cv_inside16", "cv_full16", "cv_full64", "cv_batch", "cv_rollout"]
+# The grid's arms: the candidates and RecurrentPPO with the same settings
+ARMS = [*CANDIDATES, "cv_rppo"]
 # Reused runs of the evidence study: its arm -> the coverage arm they are
 REUSED = {"ev_reset": "cv_inside16", "ev_rppo": "cv_rppo"}
 FINAL_EVALUATIONS = 2
@@ -117,10 +119,8 @@ def port_analysis(runs: list[dict[str, Any]], random: float, reps: int) -> dict[
         paired = [s for s in seeds if s in rppo]
         if arm != "rppo" and len(paired) >= 2 and len(rppo) >= 2:
             base = [rppo[s] for s in sorted(rppo)]
-            entry["final_vs_rppo"] = difference(entry["final"], [r["final"] for r in base], reps, generator)
-            entry["over_training_vs_rppo"] = difference(
-                entry["over_training"], [r["over_training"] for r in base], reps, generator
-            )
+            for key in ("final", "over_training"):
+                entry[f"{key}_vs_rppo"] = difference(entry[key], [r[key] for r in base], reps, generator)
             entry["learn_ratio"] = float(np.median([own[s]["learn_seconds"] / rppo[s]["learn_seconds"] for s in paired]))
             # Equal wall-clock, seed by seed (each seed's runs trained side by side): at this arm's finishing time
             # RecurrentPPO's score then against this arm's final; at RecurrentPPO's finishing time the reverse
@@ -135,7 +135,6 @@ def port_analysis(runs: list[dict[str, Any]], random: float, reps: int) -> dict[
 
 def port_figures(runs: list[dict[str, Any]], folder: Path) -> list[Path]:
     """Mean normalised return (with a band of one standard error) against env steps and against learn() seconds."""
-    folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for axis, label, name in (("timesteps", "env steps", "port_steps.png"), ("times", "learn() seconds", "port_seconds.png")):
         figure, ax = plt.subplots(figsize=(6.5, 4))
@@ -152,19 +151,14 @@ def port_figures(runs: list[dict[str, Any]], folder: Path) -> list[Path]:
         ax.set_ylabel("normalised return")
         ax.set_title(f"Port case: {port_case.ENV_ID}, RecurrentPPO's defaults")
         ax.legend(fontsize=7)
-        figure.tight_layout()
-        path = folder / name
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-        paths.append(path)
+        report.save_figure(figure, folder / name, dpi=110)
+        paths.append(folder / name)
     return paths
 
 
-def interval_text(row: dict[str, Any], scale: float = 1.0) -> str:
-    return (
-        f"{scale * row['difference']:+.3f} ({scale * row['low']:+.3f} to {scale * row['high']:+.3f}), "
-        f"p {'undefined' if row['p'] is None else format(row['p'], '.3f')}, {verdict(row)}"
-    )
+def interval_text(row: dict[str, Any]) -> str:
+    p = "undefined" if row["p"] is None else format(row["p"], ".3f")
+    return f"{row['difference']:+.3f} ({row['low']:+.3f} to {row['high']:+.3f}), p {p}, {verdict(row)}"
 
 
 def port_markdown(analysis: dict[str, Any]) -> str:
@@ -260,9 +254,7 @@ def reuse_check(runs: list[dict[str, Any]], timing: list[dict[str, Any]]) -> lis
     for run in timing:
         other = reused.get((run["variant"], run["env"], int(run["seed"])))
         if other is not None:
-            equal = np.array_equal(run["eval_mean"], other["eval_mean"]) and np.array_equal(
-                run["timesteps"], other["timesteps"]
-            )
+            equal = all(np.array_equal(run[key], other[key]) for key in ("eval_mean", "timesteps"))
             rows.append(
                 {
                     "variant": run["variant"], "env": run["env"], "seed": int(run["seed"]), "equal": bool(equal),
@@ -286,13 +278,9 @@ def reuse_returns(reuse: list[dict[str, Any]], randoms: dict[str, float]) -> dic
     for arm in sorted({row["variant"] for row in reuse}):
         rows = [row for row in reuse if row["variant"] == arm and not row["equal"]]
         for key in ("final", "auc"):
-            differences = np.array(
-                [
-                    float(normalise(row[key][0], randoms[row["env"]], report.REFERENCE_RETURN[row["env"]]))
-                    - float(normalise(row[key][1], randoms[row["env"]], report.REFERENCE_RETURN[row["env"]]))
-                    for row in rows
-                ]
-            )
+            # Each row's [re-trained, reused] normalised returns
+            normalised = [normalise(row[key], randoms[row["env"]], report.REFERENCE_RETURN[row["env"]]) for row in rows]
+            differences = np.array([float(retrained - reused) for retrained, reused in normalised])
             if len(differences) < 2:
                 continue
             boot = [generator.choice(differences, len(differences)).mean() for _ in range(2000)]
@@ -322,22 +310,10 @@ def side_by_side_pairs(
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """
     (ResetPPO run, ``cv_rppo`` run) pairs of the same env and seed that trained on the same machine at the same commit
-    with time intervals overlapping by at least half of the shorter (``PROTOCOL_coverage.md``, amendment 1).
+    with time intervals overlapping by at least half of the shorter (``PROTOCOL_coverage.md``, amendment 1;
+    :func:`sb3_reset_ppo.experiments.stats.side_by_side`), reused runs and runs shared with another arm left out.
     """
-    pairs = []
-    for run in runs:
-        if "reused_from" in run or "shared_with" in run or "started" not in run:
-            continue
-        for other in rppo_runs:
-            same = (
-                other["env"] == run["env"]
-                and int(other["seed"]) == int(run["seed"])
-                and other.get("machine") == run.get("machine")
-                and other.get("commit") == run.get("commit")
-            )
-            if same and stats.overlap(run, other) >= 0.5 * min(float(run["seconds"]), float(other["seconds"])):
-                pairs.append((run, other))
-    return pairs
+    return stats.side_by_side([r for r in runs if "reused_from" not in r and "shared_with" not in r], rppo_runs)
 
 
 def grid_markdown(
@@ -351,20 +327,15 @@ def grid_markdown(
     The grid's progress: finished runs per arm and env, the timing re-runs, the reuse check, and ``timings`` =
     (the pairs counted for the timings: undisturbed and the timing pairs', the (arm, env) still without a timing).
     """
-    envs = run_grid.EVIDENCE_ENVS
-    arms = [*CANDIDATES, "cv_rppo"]
+    envs, arms = run_grid.EVIDENCE_ENVS, ARMS
     done = complete(runs, arms, envs)
+    later = "The aggregates, the equal-wall-clock comparison and the decision follow when the grid is complete. "
     lines = [
         "## Grid" if done else "## Grid (in progress)",
         "",
         "Finished runs per arm and env (seeds 0 to 9 each when complete; `cv_inside16` and `cv_rppo` are the evidence "
-        "study's `ev_reset` and `ev_rppo`, arms whose settings coincide on an env share runs). "
-        + (
-            ""
-            if done
-            else "The aggregates, the equal-wall-clock comparison and the decision follow when the grid is complete. "
-        )
-        + "Command: `python benchmarks/kit/run_grid.py --study coverage --workers 2`.",
+        f"study's `ev_reset` and `ev_rppo`, arms whose settings coincide on an env share runs). {'' if done else later}"
+        "Command: `python benchmarks/kit/run_grid.py --study coverage --workers 2`.",
         "",
         "| env | " + " | ".join(f"`{arm}`" for arm in arms) + " |",
         "|---|" + "---|" * len(arms),
@@ -396,11 +367,10 @@ def grid_markdown(
     lines.append(f"Side-by-side pairs with `cv_rppo` in the grid so far: {len(pairs)}.")
     if timings is not None:
         counted, missing = timings
+        without = ", ".join(f"`{arm}` {env}" for arm, env in missing) or "none"
         lines.append(
             f"Pairs counted for the timings (undisturbed grid pairs and the timing pairs of amendment 4, `python "
-            f"benchmarks/studies/coverage/timing_pairs.py`): {counted}; (arm, env) still without one: "
-            + (", ".join(f"`{arm}` {env}" for arm, env in missing) if missing else "none")
-            + "."
+            f"benchmarks/studies/coverage/timing_pairs.py`): {counted}; (arm, env) still without one: {without}."
         )
     lines.append("")
     return "\n".join(lines)
@@ -453,12 +423,10 @@ def seconds_per_step(
 
     :return: (arm, env) -> seconds per step, and the number of pairs
     """
-    extra = list(pairs_runs)
-    rppo = [t for t in [*timing, *extra] if t["variant"] == "cv_rppo"]
-    others = [
-        *[r for r in runs if "reused_from" not in r and "shared_with" not in r],
-        *[t for t in [*timing, *extra] if t["variant"] != "cv_rppo"],
-    ]
+    timed = [*timing, *pairs_runs]
+    rppo = [t for t in timed if t["variant"] == "cv_rppo"]
+    # (side_by_side_pairs leaves the reused runs and the runs shared with another arm out)
+    others = [*runs, *[t for t in timed if t["variant"] != "cv_rppo"]]
     pairs = [
         (run, partner)
         for run, partner in side_by_side_pairs(others, rppo)
@@ -488,21 +456,22 @@ def missing_timings(speed: dict[tuple[str, str], float]) -> list[tuple[str, str]
     return [(arm, env) for env in run_grid.EVIDENCE_ENVS for arm in trained_arms(env) if (arm, env) not in speed]
 
 
-def scores_at_finish(
+def probability_at_finish(
     runs: list[dict[str, Any]],
     arm: str,
     base: str,
-    at: str | dict[str, str],
+    at: str,
     envs: Sequence[str],
     speed: dict[tuple[str, str], float],
     randoms: dict[str, float],
-) -> tuple[np.ndarray, np.ndarray] | None:
+    reps: int,
+) -> list[float] | None:
     """
-    Normalised scores of ``arm`` and ``base`` at the time ``at`` (one of the two, or one per env) finishes on each env,
-    seed by seed, by the equal-wall-clock rule of every report
-    (:func:`sb3_reset_ppo.experiments.stats.score_at_time`): a run that has stopped by then counts its final score
-    (the mean of its last ``FINAL_EVALUATIONS``), one still training its last evaluation by then (0 before its
-    first); ``(seeds, envs)`` each, None when an env lacks a timing.
+    P(``arm`` > ``base``) with its 95% stratified-bootstrap interval, on the normalised scores of both at the time
+    ``at`` finishes on each env (``"arm"``, ``"base"``, or per env the ``"faster"`` or the ``"slower"`` of the two),
+    seed by seed, by the equal-wall-clock rule of every report (:func:`sb3_reset_ppo.experiments.stats.score_at_time`):
+    a run that has stopped by then counts its final score (the mean of its last ``FINAL_EVALUATIONS``), one still
+    training its last evaluation by then (0 before its first); None when an env lacks a timing.
     """
     if any((arm, env) not in speed or (base, env) not in speed for env in envs):
         return None
@@ -510,8 +479,9 @@ def scores_at_finish(
     for column, env in enumerate(envs):
         by_key = {(r["variant"], int(r["seed"])): r for r in runs if r["env"] == env and r["variant"] in (arm, base)}
         random, reference = randoms[env], report.REFERENCE_RETURN[env]
+        faster = arm if speed[(arm, env)] <= speed[(base, env)] else base
+        first = {"arm": arm, "base": base, "faster": faster, "slower": base if faster == arm else arm}[at]
         for row, seed in enumerate(SEEDS):
-            first = at if isinstance(at, str) else at[env]
             finish = float(by_key[(first, seed)]["timesteps"][-1]) * speed[(first, env)]
             for name in (arm, base):
                 run = by_key[(name, seed)]
@@ -519,7 +489,8 @@ def scores_at_finish(
                 # Scored on the raw returns, then normalised (the random policy's return before the first evaluation)
                 raw = stats.score_at_time(times, run["eval_mean"], finish, FINAL_EVALUATIONS, before_first=random)
                 scores[name][row, column] = float(normalise(raw, random, reference))
-    return scores[arm], scores[base]
+    _, _, poi, poi_ci = stats.aggregate(scores, reps, baseline=base)
+    return stats.probability_triple(poi, poi_ci, f"{arm},{base}")
 
 
 def grid_analysis(
@@ -535,8 +506,7 @@ def grid_analysis(
     the aggregate P(arm > cv_rppo) and P(arm > cv_inside16) with 95% stratified-bootstrap intervals and the IQMs;
     per-env differences against cv_rppo (Holm).
     """
-    envs = run_grid.EVIDENCE_ENVS
-    arms = [*CANDIDATES, "cv_rppo"]
+    envs, arms = run_grid.EVIDENCE_ENVS, ARMS
     if not complete(runs, arms, envs):
         return {"complete": False}
     result: dict[str, Any] = {"complete": True, "endpoints": {}}
@@ -557,40 +527,22 @@ def grid_analysis(
     speed, n_pairs = seconds_per_step(runs, timing, disturbed, pairs_runs)
     result["pairs"] = n_pairs
     result["seconds_per_step"] = {f"{arm} {env}": value for (arm, env), value in speed.items()}
-    at_time: dict[str, list[float]] = {}
-    for arm in CANDIDATES:
-        # At the time the faster of the two finishes on each env
-        if any((name, env) not in speed for name in (arm, "cv_rppo") for env in envs):
-            continue
-        faster = {env: arm if speed[(arm, env)] <= speed[("cv_rppo", env)] else "cv_rppo" for env in envs}
-        both = scores_at_finish(runs, arm, "cv_rppo", faster, envs, speed, randoms)
-        assert both is not None
-        _, _, poi, poi_ci = stats.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
-        at_time[arm] = stats.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
-    result["equal_wall_clock_vs_cv_rppo"] = at_time
+
+    def timed(base: str, at: str, arms: list[str]) -> dict[str, list[float]]:
+        found = {arm: probability_at_finish(runs, arm, base, at, envs, speed, randoms, reps) for arm in arms}
+        return {arm: triple for arm, triple in found.items() if triple is not None}
+
+    # At the time the faster of the two finishes on each env
+    result["equal_wall_clock_vs_cv_rppo"] = timed("cv_rppo", "faster", CANDIDATES)
     result["collapses"] = collapse_counts(runs, randoms)
     # The issue's two moments: the ResetPPO arm's finishing time and RecurrentPPO's
-    for key, moment in (("at_arm_finish_vs_cv_rppo", "arm"), ("at_rppo_finish_vs_cv_rppo", "base")):
-        probabilities: dict[str, list[float]] = {}
-        for arm in CANDIDATES:
-            both = scores_at_finish(runs, arm, "cv_rppo", arm if moment == "arm" else "cv_rppo", envs, speed, randoms)
-            if both is not None:
-                _, _, poi, poi_ci = stats.aggregate({arm: both[0], "cv_rppo": both[1]}, reps, baseline="cv_rppo")
-                probabilities[arm] = stats.probability_triple(poi, poi_ci, f"{arm},cv_rppo")
-        result[key] = probabilities
+    result["at_arm_finish_vs_cv_rppo"] = timed("cv_rppo", "arm", CANDIDATES)
+    result["at_rppo_finish_vs_cv_rppo"] = timed("cv_rppo", "base", CANDIDATES)
     # Against the old defaults too: at the finishing time of the faster and of the slower of the two, per env
-    versus_inside: dict[str, dict[str, list[float]]] = {}
-    for arm in CANDIDATES[1:]:
-        if any((name, env) not in speed for name in (arm, "cv_inside16") for env in envs):
-            continue
-        faster = {env: arm if speed[(arm, env)] <= speed[("cv_inside16", env)] else "cv_inside16" for env in envs}
-        slower = {env: "cv_inside16" if faster[env] == arm else arm for env in envs}
-        for moment, at in (("at_faster_finish", faster), ("at_slower_finish", slower)):
-            both = scores_at_finish(runs, arm, "cv_inside16", at, envs, speed, randoms)
-            if both is not None:
-                _, _, poi, poi_ci = stats.aggregate({arm: both[0], "cv_inside16": both[1]}, reps, baseline="cv_inside16")
-                versus_inside.setdefault(arm, {})[moment] = stats.probability_triple(poi, poi_ci, f"{arm},cv_inside16")
-    result["equal_wall_clock_vs_cv_inside16"] = versus_inside
+    inside = {at: timed("cv_inside16", at, CANDIDATES[1:]) for at in ("faster", "slower")}
+    result["equal_wall_clock_vs_cv_inside16"] = {
+        arm: {f"at_{at}_finish": inside[at][arm] for at in inside} for arm in inside["faster"]
+    }
     return result
 
 
@@ -666,7 +618,7 @@ def sharing_names(env: str) -> dict[str, list[str]]:
     there, with itself and the arms that share them (same resolved settings, :func:`run_grid.coverage_alias`).
     """
     names: dict[str, list[str]] = {}
-    for arm in [*CANDIDATES, "cv_rppo"]:
+    for arm in ARMS:
         names.setdefault(run_grid.coverage_alias(arm, env), []).append(arm)
     return names
 
@@ -679,7 +631,7 @@ def wall_clock_figure(
     seconds per step from the side-by-side pairs), for the (arm, env) pairs with a timing; None without any. Arms
     that share runs on an env (:func:`run_grid.coverage_alias`) are one curve labelled ``first = second``.
     """
-    envs = [env for env in run_grid.EVIDENCE_ENVS if any((arm, env) in speed for arm in [*CANDIDATES, "cv_rppo"])]
+    envs = [env for env in run_grid.EVIDENCE_ENVS if any((arm, env) in speed for arm in ARMS)]
     if not envs:
         return None
     columns = min(3, len(envs))
@@ -705,10 +657,7 @@ def wall_clock_figure(
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(envs) :]:
         ax.axis("off")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    report.save_figure(figure, path, dpi=100)
     return path
 
 
@@ -749,7 +698,6 @@ def aggregate_details(grid: dict[str, Any]) -> list[str]:
     table's rows) and collapses, as markdown lines.
     """
     final, over = grid["endpoints"]["final"], grid["endpoints"]["over_training"]
-    arms = [*CANDIDATES, "cv_rppo"]
     lines = [
         "IQM of the normalised return over the 9 envs x 10 seeds (95% stratified-bootstrap interval), and "
         "P(arm > `cv_inside16`, the defaults before this study):",
@@ -757,7 +705,7 @@ def aggregate_details(grid: dict[str, Any]) -> list[str]:
         "| arm | IQM final | IQM over training | P(> `cv_inside16`) final | P(> `cv_inside16`) over training |",
         "|---|---|---|---|---|",
     ]
-    for arm in arms:
+    for arm in ARMS:
         versus = [triple_text(e["vs_cv_inside16"][arm]) if arm in e.get("vs_cv_inside16", {}) else "" for e in (final, over)]
         iqm = [f"{e['iqm'][arm][0]:.3f} ({e['iqm'][arm][1]:.3f} to {e['iqm'][arm][2]:.3f})" for e in (final, over)]
         lines.append(f"| `{arm}` | {iqm[0]} | {iqm[1]} | {versus[0]} | {versus[1]} |")
@@ -809,7 +757,7 @@ def aggregate_details(grid: dict[str, Any]) -> list[str]:
 def collapse_counts(runs: list[dict[str, Any]], randoms: dict[str, float]) -> dict[str, list[int]]:
     """Per arm (candidates and ``cv_rppo``): runs that solved, runs, later evaluations below the threshold, later ones."""
     result = {}
-    for arm in [*CANDIDATES, "cv_rppo"]:
+    for arm in ARMS:
         rows = [r for r in runs if r["variant"] == arm and r["env"] in randoms and int(r["seed"]) in SEEDS]
         stats_ = [report.collapse_stats(r["eval_mean"], randoms[r["env"]], report.REFERENCE_RETURN[r["env"]]) for r in rows]
         result[arm] = [sum(s[0] for s in stats_), len(rows), sum(s[1] for s in stats_), sum(s[2] for s in stats_)]
@@ -852,8 +800,8 @@ def analysis_markdown(grid: dict[str, Any], decision: dict[str, Any], ratios: di
         lines += [f"- `{arm}`: {min(v):.2f} to {max(v):.2f}" for arm, v in ratios.items() if v]
         lines.append("")
     if "candidates" in decision:
-        lines += ["| candidate | " + " | ".join(next(iter(decision["candidates"].values()))["conditions"]) + " | qualifies |"]
-        lines += ["|---|" + "---|" * (len(next(iter(decision["candidates"].values()))["conditions"]) + 1)]
+        conditions = next(iter(decision["candidates"].values()))["conditions"]
+        lines += ["| candidate | " + " | ".join(conditions) + " | qualifies |", "|---|" + "---|" * (len(conditions) + 1)]
         for arm, row in decision["candidates"].items():
             marks = " | ".join("yes" if ok else "no" for ok in row["conditions"].values())
             lines.append(f"| `{arm}` | {marks} | {'yes' if row['qualifies'] else 'no'} |")
@@ -874,13 +822,11 @@ def main() -> None:
     figures = port_figures(port_runs, args.out / "figures") if port_runs else []
     runs, timing = grid_runs(args.results / "coverage", args.results / "evidence")
     reuse = reuse_check(runs, timing)
-    envs = run_grid.EVIDENCE_ENVS
-    grid: dict[str, Any] = {"complete": False}
-    randoms = random_returns(envs, args.results / "coverage" / "random_returns.json")
+    randoms = random_returns(run_grid.EVIDENCE_ENVS, args.results / "coverage" / "random_returns.json")
     disturbed = load_disturbed(args.results / "coverage" / "disturbed.json")
     pairs_runs = load_pairs(args.results / "coverage_pairs")
-    if complete(runs, [*CANDIDATES, "cv_rppo"], envs):
-        grid = grid_analysis(runs, timing, randoms, args.reps, disturbed, pairs_runs)
+    # {"complete": False} while the grid is not
+    grid = grid_analysis(runs, timing, randoms, args.reps, disturbed, pairs_runs)
     speed, n_pairs = seconds_per_step(runs, timing, disturbed, pairs_runs)
     wall_figure = wall_clock_figure(runs, speed, randoms, args.out / "figures" / "wall_clock.png")
     if wall_figure is not None:

@@ -38,7 +38,7 @@ BENCHMARKS = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
 import evidence_report  # noqa: E402  (benchmarks/studies/evidence/evidence_report.py: the reports' arms)
 import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
-from readme_tables import estimate, verdict  # noqa: E402  (benchmarks/studies/evidence/readme_tables.py)
+from readme_tables import env_row_text, estimate, verdict  # noqa: E402  (benchmarks/studies/evidence/readme_tables.py)
 
 ALPHA = 0.05
 # PROTOCOL.md: the primary endpoint is the mean of the last 2 of 20 evaluations; aggregates pool 10 seeds per env
@@ -181,12 +181,6 @@ def env_verdict(row: dict[str, Any], alpha: float = ALPHA) -> str:
 def env_rows(summary: dict[str, Any], variant: str, key: str = "final") -> list[dict[str, Any]]:
     """The per-env difference rows of one variant (every env it ran on with at least 2 seeds)."""
     return [row for row in summary["differences"].get(key, []) if row["variant"] == variant]
-
-
-def env_row_text(row: dict[str, Any]) -> str:
-    """``env +d (low to high, Holm p)`` of one per-env difference row (raw returns)."""
-    difference, low, high = row["difference"]
-    return f"{row['env']} {difference:+.3g} ({low:+.3g} to {high:+.3g}, Holm p {row['p_holm']:.3f})"
 
 
 def significant_envs(summary: dict[str, Any], variant: str, direction: str, key: str = "final") -> list[str]:

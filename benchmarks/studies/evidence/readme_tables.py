@@ -43,20 +43,18 @@ def aggregate_table(label: str, summary: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for variant in summary["variants"]:
-        cells = [estimate(final["iqm"][variant])]
-        cells += (
-            [estimate(final["probability_of_improvement"][variant]), verdict(final["probability_of_improvement"][variant])]
-            if variant != baseline
-            else ["-", ""]
-        )
-        cells.append(estimate(auc["iqm"][variant]))
-        cells += (
-            [estimate(auc["probability_of_improvement"][variant]), verdict(auc["probability_of_improvement"][variant])]
-            if variant != baseline
-            else ["-", ""]
-        )
+        cells = []
+        for entry in (final, auc):
+            triple = entry["probability_of_improvement"].get(variant)
+            cells += [estimate(entry["iqm"][variant]), *([estimate(triple), verdict(triple)] if triple else ["-", ""])]
         lines.append(f"| `{variant}` | " + " | ".join(cells) + " |")
     return lines
+
+
+def env_row_text(row: dict[str, Any]) -> str:
+    """``env +d (low to high, Holm p)`` of one per-env difference row (raw returns)."""
+    difference, low, high = row["difference"]
+    return f"{row['env']} {difference:+.3g} ({low:+.3g} to {high:+.3g}, Holm p {row['p_holm']:.3f})"
 
 
 def significant_differences(summary: dict[str, Any], key: str, alpha: float = 0.05) -> str:
@@ -64,11 +62,7 @@ def significant_differences(summary: dict[str, Any], key: str, alpha: float = 0.
     rows = [row for row in summary["differences"].get(key, []) if row["p_holm"] < alpha]
     if not rows:
         return "none"
-    return "; ".join(
-        f"{row['variant']} on {row['env']} {row['difference'][0]:+.3g} ({row['difference'][1]:+.3g} to "
-        f"{row['difference'][2]:+.3g}, Holm p {row['p_holm']:.3f})"
-        for row in rows
-    )
+    return "; ".join(f"{row['variant']} on {env_row_text(row)}" for row in rows)
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
 import masking_study  # noqa: E402  (benchmarks/studies/masking/masking_study.py)
+from report import estimate_text, save_figure, versions  # noqa: E402  (benchmarks/kit/report.py)
 
 ARMS = list(masking_study.ARMS)
 FOCUS = "maskable_reset_ppo"
@@ -42,6 +43,7 @@ ENDPOINTS = {
     "over_training": "over training (mean of the 15 evaluations)",
 }
 COMMAND = "python benchmarks/studies/masking/masking_report.py"
+PACKAGES = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium", "rliable", "numpy", "sb3-reset-ppo"]
 
 
 def load_runs(folder: Path) -> dict[str, list[dict[str, Any]]]:
@@ -175,10 +177,7 @@ def _iqm_band(matrix: np.ndarray, reps: int, rng: np.random.Generator) -> tuple[
 
 def figure(runs: dict[str, list[dict[str, Any]]], path: Path, reps: int = 1000) -> None:
     """Normalised score against env steps and against ``learn()`` CPU seconds: IQM over seeds, 95% bands."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (the Agg backend: report's)
 
     rng = np.random.default_rng(0)
     fig, (by_steps, by_seconds) = plt.subplots(1, 2, figsize=(11, 4))
@@ -208,19 +207,14 @@ def figure(runs: dict[str, list[dict[str, Any]]], path: Path, reps: int = 1000) 
         axis.set_ylim(-1.75, 1.1)
     by_steps.legend(loc="lower right", fontsize=8)
     fig.suptitle("MaskedCueRecall-v0: chance 0 (dashed), solved 0.9 (dotted)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _estimate(triple: list[float], digits: int = 3) -> str:
-    return f"{triple[0]:.{digits}f} ({triple[1]:.{digits}f} to {triple[2]:.{digits}f})"
+    save_figure(fig, path, dpi=110)
 
 
 def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], failed: list[str], notes: str = "") -> str:
     """The report's text (``notes``: the hand-written deviations and reading, inserted after the header)."""
     arms = [arm for arm in ARMS if arm in summary["arms"]]
+    every = [r for arm_runs in runs.values() for r in arm_runs]
+    machines = sorted({f"{r['machine'].get('cpu')}, {r['machine'].get('cores')} cores" for r in every})
     lines = [
         "# Masking with memory (benchmarks/studies/masking/PROTOCOL.md)",
         "",
@@ -228,12 +222,12 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
         "`benchmarks/studies/masking/masking_report.py` (this file is its output).",
         "Every arm has the same settings; nothing is tuned per arm.",
         "",
-        f"- Command (runs): `{_commands(runs)}`",
+        f"- Command (runs): `{'; '.join(sorted({r['command'] for r in every})) or '-'}`",
         f"- Command (report): `{COMMAND}`",
         f"- Runs: {', '.join(f'{arm} {len(runs[arm])}' for arm in arms)} of 10 each; failed: {', '.join(failed) or 'none'}",
-        f"- Commits: {_commits(runs)}",
-        f"- Machine: {_machines(runs)}; two runs at a time, one torch thread each, the 2 cores shared with other work",
-        f"- Packages (the report's environment; the runs used the same virtual environment): {_packages()}",
+        f"- Commits: {_commits(every)}",
+        f"- Machine: {'; '.join(machines)}; two runs at a time, one torch thread each, the 2 cores shared with other work",
+        f"- Packages (the report's environment; the runs used the same virtual environment): {versions(PACKAGES)}",
         f"- Bootstrap resamples: {summary['reps']}",
         "",
         *([notes.strip(), ""] if notes.strip() else []),
@@ -247,12 +241,8 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
     ]
     for arm in arms:
         entry = summary["arms"][arm]
-        lines.append(
-            f"| {LABELS[arm]} | {len(entry['seeds'])} | {_estimate(entry['final']['iqm'])} "
-            f"| {_estimate(entry['final']['mean'])} "
-            f"| {_estimate(entry['over_training']['iqm'])} | {_estimate(entry['over_training']['mean'])} "
-            f"| {entry['final_solved']} of {len(entry['seeds'])} |"
-        )
+        cells = " | ".join(estimate_text(entry[key][kind]) for key in ENDPOINTS for kind in ("iqm", "mean"))
+        lines.append(f"| {LABELS[arm]} | {len(entry['seeds'])} | {cells} | {entry['final_solved']} of {len(entry['seeds'])} |")
     lines += [
         "",
         "## (a) against the other arms",
@@ -267,7 +257,7 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
     for comparison in summary["comparisons"]:
         lines.append(
             f"| (a) vs {LABELS[comparison['other']]} | {comparison['endpoint'].replace('_', ' ')} "
-            f"| {_estimate(comparison['probability'])} | {comparison['p']:.2g} ({comparison['method']}) "
+            f"| {estimate_text(comparison['probability'])} | {comparison['p']:.2g} ({comparison['method']}) "
             f"| {comparison['p_holm']:.2g} | {comparison['verdict']} |"
         )
     success = summary["success"]
@@ -309,11 +299,10 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
         "Relapses: evaluations below 0.9 after a run's first evaluation at 0.9 or more (descriptive; not an endpoint):",
         "",
         *[
-            f"- {LABELS[arm]}: {sum(summary['arms'][arm]['relapses'])} of {summary['arms'][arm]['evaluations_after_solved']} "
-            f"evaluations, in {sum(1 for n in summary['arms'][arm]['relapses'] if n)} of "
-            f"{summary['arms'][arm]['reached']} runs"
-            for arm in arms
-            if summary["arms"][arm]["reached"]
+            f"- {LABELS[arm]}: {sum(entry['relapses'])} of {entry['evaluations_after_solved']} evaluations, in "
+            f"{sum(1 for n in entry['relapses'] if n)} of {entry['reached']} runs"
+            for arm, entry in summary["arms"].items()
+            if entry["reached"]
         ],
         "",
         "![learning curves](figures/learning_curves.png)",
@@ -329,30 +318,11 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
     return "\n".join(lines) + "\n"
 
 
-def _commands(runs: dict[str, list[dict[str, Any]]]) -> str:
-    return "; ".join(sorted({r["command"] for arm_runs in runs.values() for r in arm_runs})) or "-"
-
-
-def _commits(runs: dict[str, list[dict[str, Any]]]) -> str:
-    every = [r for arm_runs in runs.values() for r in arm_runs]
+def _commits(every: list[dict[str, Any]]) -> str:
     commits = sorted({r["commit"][:8] for r in every})
     dirty = sum(bool(r["dirty"]) for r in every)
     counts = ", ".join(f"`{c}` ({sum(r['commit'][:8] == c for r in every)})" for c in commits)
     return f"{counts} runs; {dirty} of {len(every)} with uncommitted package changes (`package_diff` in the run files)"
-
-
-def _packages() -> str:
-    from importlib.metadata import version
-
-    names = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium", "rliable", "numpy", "sb3-reset-ppo"]
-    return ", ".join(f"{name} {version(name)}" for name in names)
-
-
-def _machines(runs: dict[str, list[dict[str, Any]]]) -> str:
-    machines = {
-        f"{r['machine'].get('cpu')}, {r['machine'].get('cores')} cores" for arm_runs in runs.values() for r in arm_runs
-    }
-    return "; ".join(sorted(machines))
 
 
 def main(argv: list[str] | None = None) -> None:
