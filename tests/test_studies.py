@@ -42,7 +42,9 @@ def test_every_page_leads_with_its_verdict_and_the_index_is_current() -> None:
 
 
 def test_the_verdicts_numbers_are_the_summaries(tmp_path: Path) -> None:
-    (tmp_path / "s.json").write_text(json.dumps({"a": {"p": [0.4161, 0.3427, 0.4933], "x": 0.0751, "l": [[1, 2, 3]], "n": 31}}))
+    (tmp_path / "s.json").write_text(
+        json.dumps({"a": {"p": [0.4161, 0.3427, 0.4933], "x": 0.0751, "l": [[1, 2, 3]], "n": 31}})
+    )
     text = studies.fill("P = {p:s.json:a.p}, IQM {x:s.json:a.p}, p {v:s.json:a.x}, {p:s.json:a.l.0}", tmp_path)
     assert text == "P = 0.42 (0.34 to 0.49), IQM 0.416 (0.343 to 0.493), p 0.08, 1.00 (2.00 to 3.00)"
     assert studies.fill("{v:s.json:a.n} runs", tmp_path) == "31 runs"  # a count stays a count

@@ -326,6 +326,23 @@ def conf_files(runs: list[dict[str, Any]]) -> str:
     return ", ".join(f"`{name}` ({', '.join(sorted(variants))})" for name, variants in sorted(used.items())) or "unknown"
 
 
+def study_opening(study: str, title: str, records: Sequence[dict[str, Any]]) -> tuple[list[str], str]:
+    """
+    The opening lines of a study's results page written by ``benchmarks/studies/<study>/<study>_report.py`` from the
+    runs of ``<study>_study.py``, and the machines the ``records`` ran on (``cpu, N cores``; several joined by ``;``).
+    """
+    lines = [
+        f"# {title} (benchmarks/studies/{study}/PROTOCOL.md)",
+        "",
+        f"Measured by `benchmarks/studies/{study}/{study}_study.py` and summarised by",
+        f"`benchmarks/studies/{study}/{study}_report.py` (this file is its output).",
+        "Every arm has the same settings; nothing is tuned per arm.",
+        "",
+    ]
+    machines = sorted({f"{r['machine'].get('cpu')}, {r['machine'].get('cores')} cores" for r in records})
+    return lines, "; ".join(machines)
+
+
 def versions(names: Sequence[str] = PACKAGES) -> str:
     """The versions of the packages the results depend on (``names``), as the report states them."""
     found = []

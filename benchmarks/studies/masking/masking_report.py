@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
 import masking_study  # noqa: E402  (benchmarks/studies/masking/masking_study.py)
-from report import estimate_text, save_figure, versions  # noqa: E402  (benchmarks/kit/report.py)
+from report import estimate_text, save_figure, study_opening, versions  # noqa: E402  (benchmarks/kit/report.py)
 
 ARMS = list(masking_study.ARMS)
 FOCUS = "maskable_reset_ppo"
@@ -214,19 +214,14 @@ def markdown(summary: dict[str, Any], runs: dict[str, list[dict[str, Any]]], fai
     """The report's text (``notes``: the hand-written deviations and reading, inserted after the header)."""
     arms = [arm for arm in ARMS if arm in summary["arms"]]
     every = [r for arm_runs in runs.values() for r in arm_runs]
-    machines = sorted({f"{r['machine'].get('cpu')}, {r['machine'].get('cores')} cores" for r in every})
+    opening, machines = study_opening("masking", "Masking with memory", every)
     lines = [
-        "# Masking with memory (benchmarks/studies/masking/PROTOCOL.md)",
-        "",
-        "Measured by `benchmarks/studies/masking/masking_study.py` and summarised by",
-        "`benchmarks/studies/masking/masking_report.py` (this file is its output).",
-        "Every arm has the same settings; nothing is tuned per arm.",
-        "",
+        *opening,
         f"- Command (runs): `{'; '.join(sorted({r['command'] for r in every})) or '-'}`",
         f"- Command (report): `{COMMAND}`",
         f"- Runs: {', '.join(f'{arm} {len(runs[arm])}' for arm in arms)} of 10 each; failed: {', '.join(failed) or 'none'}",
         f"- Commits: {_commits(every)}",
-        f"- Machine: {'; '.join(machines)}; two runs at a time, one torch thread each, the 2 cores shared with other work",
+        f"- Machine: {machines}; two runs at a time, one torch thread each, the 2 cores shared with other work",
         f"- Packages (the report's environment; the runs used the same virtual environment): {versions(PACKAGES)}",
         f"- Bootstrap resamples: {summary['reps']}",
         "",
