@@ -44,10 +44,10 @@ def test_stored_results_meet_the_issues_bound() -> None:
 
 
 def test_the_masking_page_states_the_like_for_like_cost_the_bench_measured() -> None:
-    # docs/studies/masking.md: maskable / RecurrentPPO learn() CPU where both played the same episodes, and the
+    # docs/studies/masking_check.md: maskable / RecurrentPPO learn() CPU where both played the same episodes, and the
     # episode ratio where they did not (issue 51: the two kinds of rows are not to be mixed)
     rows = json.loads((ROOT / "benchmarks" / "results" / "bench_maskable.json").read_text())["results"]
-    page = " ".join((ROOT / "docs" / "studies" / "masking.md").read_text().split())
+    page = " ".join((ROOT / "docs" / "studies" / "masking_check.md").read_text().split())
     same = [r for r in rows if r["maskable"]["episodes"] == r["recurrent_ppo"]["episodes"]]
     different = [r for r in rows if r not in same]
     assert [r["task"] for r in same] == ["all_valid", "all_valid"] and len(different) == 2

@@ -9,14 +9,16 @@ the protocol's families (final return: 4 comparisons x the tasks; steps and CPU 
 that). Works on partial runs (any number of seeds per arm, at least one); the statistics are
 ``sb3_reset_ppo.experiments.stats``'s.
 
-Usage: python benchmarks/studies/masking_fair/masking_fair_report.py [--out DIR] [--reps 2000] [--write]
-(``--write``: also ``summary.json`` and ``report.md`` in the runs' folder; the study's results page comes with the
-study kit's ``study.yml`` once the runs are done)
+Usage: python benchmarks/studies/masking_fair/masking_fair_report.py [--runs DIR] [--out DIR] [--summaries DIR]
+[--reps 2000] (prints every statement; writes the results page ``RESULTS.md`` and ``figures/learning_curves.png`` into
+``--out``, default this study's folder, and ``masking_fair_summary.json`` into ``--summaries``, default
+``benchmarks/results/``; ``python benchmarks/kit/studies.py report masking_fair`` runs it and leads the page)
 """
 
 import argparse
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,6 +28,10 @@ import numpy as np
 from sb3_reset_ppo.experiments import stats
 
 HERE = Path(__file__).resolve().parent
+BENCHMARKS = HERE.parents[1]
+sys.path.insert(0, str(BENCHMARKS / "kit"))
+from report import estimate_text, save_figure, study_opening  # noqa: E402  (benchmarks/kit/report.py)
+
 BASE = "maskable_reset_ppo"
 # The arm whose cost is compared with the base's at the same number of training episodes (PROTOCOL.md, Endpoints)
 LIKE_FOR_LIKE = "recurrent_ppo_mask_obs"
@@ -34,6 +40,12 @@ ANALYTICAL = {
     "MaskedCueRecallFair-v0": "memoryless optimum 0.5, 16 stacked frames at best 0.875, perfect memory 1.0",
     "LeducMatch-v0": "without memory of earlier hands at most 12.8 chips a match, knowing the style at most 17.2",
 }
+# The tested endpoints: summary key, name
+ENDPOINTS = (
+    ("final", "final return"),
+    ("steps_to_threshold", "env steps to the threshold"),
+    ("cpu_to_threshold", "learn() CPU s to the threshold"),
+)
 # A run that never reached the threshold: infinitely costly, as a finite number the rank statistics can order
 NOT_REACHED = 1e18
 
@@ -143,7 +155,11 @@ def _improvement(base: list[float], other: list[float], reps: int) -> list[float
 
 def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.REPS) -> dict[str, Any]:
     """Every number of the report, per task and arm, and the comparisons of ``maskable_reset_ppo`` with the others."""
-    summary: dict[str, Any] = {"tasks": {}, "reps": reps}
+    summary: dict[str, Any] = {
+        "tasks": {},
+        "reps": reps,
+        "runs": sum(len(r) for by_arm in runs.values() for r in by_arm.values()),
+    }
     primary: list[tuple[str, str, float]] = []  # (task, arm, p) of the primary family
     secondary: list[tuple[str, str, str, float]] = []
     for task, by_arm in runs.items():
@@ -198,12 +214,35 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
 
 
 def _triple(values: list[float] | None, digits: int = 3) -> str:
-    return "none" if values is None else f"{values[0]:.{digits}f} ({values[1]:.{digits}f} to {values[2]:.{digits}f})"
+    return "none" if values is None else estimate_text(values, digits)
 
 
 def _verdict(probability: list[float], p_holm: float) -> str:
     side = stats.significance(probability[1], probability[2], 0.5)
     return side if side != "not significant" and p_holm < 0.05 else "not significant"
+
+
+def descriptive(entry: dict[str, Any]) -> list[str]:
+    """A task's descriptive results: the cost like for like, success by delay (fair task), return by style (Leduc)."""
+    out = []
+    if "like_for_like" in entry:
+        same = entry["like_for_like"]
+        ratio = "none" if same["ratio"] is None else f"{same['ratio']:.2f}"
+        out.append(
+            f"- learn() CPU s at {same['episodes']:.0f} training episodes (like for like): {BASE} "
+            f"{_triple(same['cpu'][0], 1)}, {LIKE_FOR_LIKE} {_triple(same['cpu'][1], 1)}; ratio of the IQMs {ratio}"
+        )
+    for arm, values in entry["arms"].items():
+        if "success_long" in values:
+            out.append(
+                f"- {arm}: success on long delays (beyond the window) {_triple(values['success_long'])}, on short "
+                f"delays {_triple(values.get('success_short'))}"
+            )
+        if "by_style" in values:
+            out.append(
+                f"- {arm}: return per style " + ", ".join(f"{s} {_triple(v, 2)}" for s, v in values["by_style"].items())
+            )
+    return out
 
 
 def lines(summary: dict[str, Any]) -> list[str]:
@@ -223,26 +262,10 @@ def lines(summary: dict[str, Any]) -> list[str]:
                 f"invalid actions per episode {_triple(values['invalid'], 2)}; learn() CPU s per 1,000 training "
                 f"episodes {_triple(values['cpu_per_1000_episodes'], 1)}"
             )
-            if "success_long" in values:
-                text += (
-                    f"; success on long delays {_triple(values['success_long'])}, short {_triple(values.get('success_short'))}"
-                )
-            if "by_style" in values:
-                text += "; per style " + ", ".join(f"{s} {_triple(v, 2)}" for s, v in values["by_style"].items())
             out.append(text)
-        if "like_for_like" in entry:
-            same = entry["like_for_like"]
-            ratio = "none" if same["ratio"] is None else f"{same['ratio']:.2f}"
-            out.append(
-                f"- learn() CPU s at {same['episodes']:.0f} training episodes (like for like): {BASE} "
-                f"{_triple(same['cpu'][0], 1)}, {LIKE_FOR_LIKE} {_triple(same['cpu'][1], 1)}; ratio of the IQMs {ratio}"
-            )
+        out += descriptive(entry)
         for arm, comparison in entry["comparisons"].items():
-            for key, name in (
-                ("final", "final return"),
-                ("steps_to_threshold", "env steps to the threshold"),
-                ("cpu_to_threshold", "learn() CPU s to the threshold"),
-            ):
+            for key, name in ENDPOINTS:
                 result = comparison[key]
                 out.append(
                     f"- {BASE} vs {arm}, {name}: P(improvement) {_triple(result['probability'])}, Mann-Whitney "
@@ -252,23 +275,132 @@ def lines(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+def figure(runs: dict[str, dict[str, list[dict[str, Any]]]], path: Path) -> None:
+    """
+    Per task, the mean evaluation return against env steps and against ``learn()`` CPU seconds: the IQM over seeds,
+    shaded between the 25th and 75th percentile of the seeds (descriptive; the intervals are in the tables).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scipy.stats import trim_mean
+
+    tasks = [task for task in STUDY.TASKS if task in runs]
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.8 * len(tasks)), squeeze=False)
+    for row, task in zip(axes, tasks, strict=True):
+        for arm in [arm for arm in STUDY.ARMS if arm in runs[task]]:
+            records = runs[task][arm]
+            length = min(len(record["evaluations"]) for record in records)
+            returns = np.array(
+                [[np.mean(e["returns"]) for e in r["evaluations"][:length]] for r in records]
+            )  # (seeds, evaluations)
+            cpu = np.array(
+                [[e["learn_cpu_seconds"] for e in r["evaluations"][:length]] for r in records]
+            )  # (seeds, evaluations)
+            steps = [e["timesteps"] for e in records[0]["evaluations"][:length]]
+            middle = trim_mean(returns, 0.25, axis=0)
+            low, high = np.percentile(returns, [25, 75], axis=0)
+            for axis, x in ((row[0], steps), (row[1], trim_mean(cpu, 0.25, axis=0))):
+                (line,) = axis.plot(x, middle, label=f"{arm}, {len(records)} seeds")
+                axis.fill_between(x, low, high, alpha=0.15, color=line.get_color())
+        for axis, label in ((row[0], "env steps"), (row[1], "learn() CPU seconds (IQM over seeds)")):
+            axis.axhline(STUDY.THRESHOLDS[task], color="gray", linestyle=":", linewidth=1)
+            axis.set_xlabel(label)
+            axis.set_ylabel("mean evaluation return (IQM)")
+            axis.set_title(f"{task}: threshold {STUDY.THRESHOLDS[task]} (dotted)", fontsize=9)
+        row[1].set_xscale("symlog", linthresh=10)
+        row[0].legend(loc="lower right", fontsize=7)
+    save_figure(fig, path, dpi=110)
+
+
+def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, Any]]]], notes: str = "") -> str:
+    """The results page: a chronicle block, then per task the arms' endpoints and the comparisons' table."""
+    every = [record for by_arm in runs.values() for records in by_arm.values() for record in records]
+    commits = sorted({record["commit"][:8] for record in every})
+    opening, machines = study_opening("masking_fair", "Masking with memory against what users do today", every)
+    out = [
+        *opening,
+        f"- Commands (runs): {'; '.join(f'`{c}`' for c in sorted({r['command'] for r in every}))}",
+        f"- Runs: {len(every)} of {10 * len(STUDY.TASKS) * len(STUDY.ARMS)}; commits: "
+        + ", ".join(f"`{c}` ({sum(r['commit'][:8] == c for r in every)})" for c in commits)
+        + f"; {sum(bool(r['dirty']) for r in every)} with uncommitted package changes",
+        f"- Machine: {machines}; one torch thread a run, the 2 cores shared with other work",
+        f"- Bootstrap resamples: {summary['reps']}; tests: {summary['families']['primary']} on the final return, "
+        f"{summary['families']['secondary']} on the costs to the threshold (Holm within each family)",
+        "",
+        *([notes.strip(), ""] if notes.strip() else []),
+    ]
+    for task, entry in summary["tasks"].items():
+        out += [
+            f"## {task}",
+            "",
+            f"Threshold {entry['threshold']}; {ANALYTICAL[task]}. IQM over seeds with 95% stratified-bootstrap "
+            "intervals; the costs to the threshold over the runs that reached it.",
+            "",
+            "| arm | runs | final return | reached the threshold | env steps to it | learn() CPU s to it "
+            "| invalid actions per episode | learn() CPU s per 1,000 episodes |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for arm, values in entry["arms"].items():
+            steps, cpu = values["steps_to_threshold"], values["cpu_to_threshold"]
+            out.append(
+                f"| {arm} | {values['runs']} | {_triple(values['final'])} | {steps['reached']} of {values['runs']} "
+                f"| {_triple(steps['iqm'], 0)} | {_triple(cpu['iqm'], 1)} | {_triple(values['invalid'], 2)} "
+                f"| {_triple(values['cpu_per_1000_episodes'], 1)} |"
+            )
+        out += [
+            "",
+            f"{BASE} against each arm: probability of improvement (higher return, or lower cost with a run that never",
+            "reached the threshold infinitely costly) with its 95% interval, two-sided Mann-Whitney p and Holm's p;",
+            "better or worse only where the interval excludes 0.5 and Holm's p < 0.05.",
+            "",
+            "| against | endpoint | P(improvement) | p | p, Holm | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
+        for arm, comparison in entry["comparisons"].items():
+            for key, name in ENDPOINTS:
+                result = comparison[key]
+                out.append(
+                    f"| {arm} | {name} | {_triple(result['probability'])} | {result['p']:.2g} ({result['method']}) "
+                    f"| {result['p_holm']:.2g} | {_verdict(result['probability'], result['p_holm'])} |"
+                )
+        out += ["", "Descriptive (not tested):", "", *descriptive(entry), ""]
+    out += ["![learning curves](figures/learning_curves.png)", ""]
+    return "\n".join(out)
+
+
+def deviations(notes: str) -> str:
+    """The ``## Deviations from the protocol`` section of the study's notes (the rest is how to run it), or ``""``."""
+    heading = "## Deviations from the protocol"
+    if heading not in notes:
+        return ""
+    section = notes[notes.index(heading) :]
+    rest = section.find("\n## ", len(heading))
+    return section if rest < 0 else section[:rest]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=STUDY.OUT, help="the runs' folder")
+    parser.add_argument("--runs", type=Path, default=STUDY.OUT, help="the runs' folder")
+    parser.add_argument("--out", type=Path, default=HERE, help="folder of RESULTS.md and figures/ (default: this study's)")
+    parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help="folder of masking_fair_summary.json")
     parser.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
-    parser.add_argument("--write", action="store_true", help="write summary.json and report.md beside the runs")
+    parser.add_argument("--notes", type=Path, default=HERE / "NOTES.md", help="the notes whose deviations the page states")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error(f"--reps must be at least 1, got {args.reps}")
-    runs = load(args.out)
+    runs = load(args.runs)
     if not runs:
-        parser.error(f"no finished run under {args.out}")
+        parser.error(f"no finished run under {args.runs}")
     summary = analyse(runs, args.reps)
-    text = lines(summary)
-    print("\n".join(text))
-    if args.write:
-        (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-        (args.out / "report.md").write_text("# Fair masking study: results so far\n\n" + "\n".join(text) + "\n")
+    print("\n".join(lines(summary)))
+    notes = deviations(args.notes.read_text()) if args.notes.is_file() else ""
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "RESULTS.md").write_text(markdown(summary, runs, notes))
+    figure(runs, args.out / "figures" / "learning_curves.png")
+    args.summaries.mkdir(parents=True, exist_ok=True)
+    (args.summaries / "masking_fair_summary.json").write_text(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":
