@@ -24,7 +24,7 @@ OLD_DEFAULTS = ["window_coverage:'inside'", "window_size:16"]
 
 def test_grid_commands_and_resume(tmp_path: Path) -> None:
     run_grid = _load("run_grid")
-    steps = run_grid.n_timesteps("CartPoleNoVel-v1")
+    steps = runner.budget("CartPoleNoVel-v1", run_grid.RESET_PPO_CONF)
     mask = run_grid.command("mask", "CartPoleNoVel-v1", 3, tmp_path, 20)
     assert mask[mask.index("--algo") + 1] == "reset_ppo" and mask[mask.index("--seed") + 1] == "3"
     assert mask[mask.index("--eval-freq") + 1] == str(steps // runner.EVALUATIONS_PER_RUN)

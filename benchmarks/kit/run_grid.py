@@ -39,6 +39,7 @@ import json
 import os
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -82,15 +83,9 @@ FRESH_MEMORY_VARIANTS = [name for name in VARIANTS if name.startswith("fm_")]
 # fresh-memory study's fm_off
 VARIANTS["gru"] = {"algo": "reset_ppo", "hyperparams": ["policy:'MlpGruPolicy'"], "conf": FRESH_MEMORY_CONF}
 GRU_VARIANTS = ["gru"]
-GRU_ENVS = ["CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0", "CartPoleNoVel-v1", "PopgymRepeatPreviousEasy-v0"]
 # The evidence study (benchmarks/studies/evidence/PROTOCOL.md): every arm trains with
-# benchmarks/studies/evidence/evidence.yml, RecurrentPPO too
-EVIDENCE_PRIMARY = {
-    "ev_reset": ["boundary:'reset'", "weighting:'uniform'"],
-    "ev_reset_importance": ["boundary:'reset'", "weighting:'importance'"],
-    "ev_mask": ["boundary:'mask'", "weighting:'uniform'"],
-    "ev_mask_kept": ["boundary:'mask'", "weighting:'kept_mean'"],
-}
+# benchmarks/studies/evidence/evidence.yml, RecurrentPPO too; its primary arms are the published grid's ResetPPO variants
+EVIDENCE_PRIMARY = {f"ev_{name}": VARIANTS[name]["hyperparams"] for name in ("reset", "reset_importance", "mask", "mask_kept")}
 EVIDENCE_SECONDARY = {
     "ev_reset_stride1": ["window_stride:1"],
     "ev_reset_gru": ["policy:'MlpGruPolicy'"],
@@ -106,17 +101,12 @@ VARIANTS["ev_rppo"] = {"algo": "ppo_lstm", "hyperparams": [], "conf": EVIDENCE_C
 OLD_DEFAULT_COVERAGE = "window_coverage:'inside'"
 OLD_DEFAULT_WINDOW = "window_size:16"
 EVIDENCE_VARIANTS = [*EVIDENCE_PRIMARY, "ev_rppo", *EVIDENCE_SECONDARY]
+# The memory tasks every study trains on, then each study's own envs
+_MEMORY_ENVS = ["CueRecall-v0", "CueRecallLong-v0", "EarlyChoice-v0", "CartPoleNoVel-v1"]
 EVIDENCE_ENVS = [
-    "CueRecall-v0",
-    "CueRecallLong-v0",
-    "EarlyChoice-v0",
-    "CartPoleNoVel-v1",
-    "PendulumNoVel-v1",
-    "PopgymRepeatPreviousEasy-v0",
-    "PopgymNoisyPositionOnlyCartPoleEasy-v0",
-    "PopgymCountRecallEasy-v0",
-    "MiniGridMemoryS7Flat-v0",
-]
+    *_MEMORY_ENVS, "PendulumNoVel-v1", "PopgymRepeatPreviousEasy-v0", "PopgymNoisyPositionOnlyCartPoleEasy-v0",
+    "PopgymCountRecallEasy-v0", "MiniGridMemoryS7Flat-v0",
+]  # fmt: skip
 # The coverage study (benchmarks/studies/coverage/PROTOCOL.md): epoch structure and window length, evidence.yml's settings.
 # Its cv_inside16 and most of cv_rppo are the evidence study's ev_reset and ev_rppo (reused, not trained here).
 COVERAGE_ARMS: dict[str, dict[str, Any]] = {
@@ -140,24 +130,11 @@ COVERAGE_TIMING_ONLY = ("cv_rppo", "cv_inside16")
 EVIDENCE_SEEDS = {"CartPoleNoVel-v1": 20, "EarlyChoice-v0": 20}
 # The secondary arms run on these envs only
 EVIDENCE_SECONDARY_ENVS = ["CueRecall-v0", "EarlyChoice-v0", "CartPoleNoVel-v1", "PopgymRepeatPreviousEasy-v0"]
-FRESH_MEMORY_ENVS = [
-    "CueRecall-v0",
-    "CueRecallLong-v0",
-    "EarlyChoice-v0",
-    "CartPoleNoVel-v1",
-    "PopgymRepeatPreviousEasy-v0",
-    "PopgymAutoencodeEasy-v0",
-]
+FRESH_MEMORY_ENVS = [*_MEMORY_ENVS, "PopgymRepeatPreviousEasy-v0", "PopgymAutoencodeEasy-v0"]
+GRU_ENVS = [*_MEMORY_ENVS, "PopgymRepeatPreviousEasy-v0"]
 # Envs that fit a 2-core machine; LunarLanderNoVel-v3 and CarRacing-v3 are configured in grid.yml
 # but need more compute (and Box2D).
-DEFAULT_ENVS = [
-    "CueRecall-v0",
-    "CueRecallLong-v0",
-    "EarlyChoice-v0",
-    "CartPoleNoVel-v1",
-    "PendulumNoVel-v1",
-    "MountainCarContinuousNoVel-v0",
-]
+DEFAULT_ENVS = [*_MEMORY_ENVS, "PendulumNoVel-v1", "MountainCarContinuousNoVel-v0"]
 # --minutes: a run is expected to take its pair's median wall time times this
 MARGIN = 1.25
 
@@ -166,10 +143,6 @@ def conf_file(variant: str) -> Path:
     """The hyperparameter file a variant trains with."""
     spec = VARIANTS[variant]
     return spec.get("conf", RESET_PPO_CONF if spec["algo"] == "reset_ppo" else PPO_LSTM_CONF)
-
-
-def n_timesteps(env_id: str, conf: Path = RESET_PPO_CONF) -> int:
-    return int(float(yaml.safe_load(conf.read_text())[env_id]["n_timesteps"]))
 
 
 def coverage_window(variant: str, env_id: str) -> int:
@@ -195,10 +168,9 @@ def coverage_alias(variant: str, env_id: str) -> str:
     """
     if variant not in COVERAGE_ARMS:
         return variant
+    settings = (COVERAGE_ARMS[variant]["coverage"], coverage_window(variant, env_id))
     for other in COVERAGE_ARMS:
-        if COVERAGE_ARMS[other]["coverage"] == COVERAGE_ARMS[variant]["coverage"] and coverage_window(
-            other, env_id
-        ) == coverage_window(variant, env_id):
+        if (COVERAGE_ARMS[other]["coverage"], coverage_window(other, env_id)) == settings:
             return other
     return variant
 
@@ -241,13 +213,7 @@ def spec_of(job: dict[str, Any]) -> RunSpec:
 
 
 def command(
-    variant: str,
-    env_id: str,
-    seed: int,
-    run_dir: Path,
-    eval_episodes: int,
-    conf: Path | None = None,
-    steps: int | None = None,
+    variant: str, env_id: str, seed: int, run_dir: Path, eval_episodes: int, conf: Path | None = None, steps: int | None = None
 ) -> list[str]:
     """
     The zoo command of one run: the variant's algorithm and settings, its hyperparameter file (or ``conf``, e.g. a
@@ -271,9 +237,7 @@ def seeds_of(args: argparse.Namespace, env_id: str) -> int:
     """Seeds 0..N-1 of an env: ``--seeds`` if given, else the evidence protocol's count (that study) or 5."""
     if args.seeds is not None:
         return int(args.seeds)
-    if args.study == "coverage":
-        return 10
-    return EVIDENCE_SEEDS.get(env_id, 10) if args.study == "evidence" else 5
+    return {"coverage": 10, "evidence": EVIDENCE_SEEDS.get(env_id, 10)}.get(args.study, 5)
 
 
 def runs_on(study: str, variant: str, env_id: str, seed: int = 0) -> bool:
@@ -371,17 +335,14 @@ def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: in
     :return: a few lines of text: the total, then core-hours per variant and per env
     """
     times = median_times(jobs)
+    unknown = Counter(f"{job['variant']} on {job['env']}" for job in todo if (job["variant"], job["env"]) not in times)
     by_variant: dict[str, float] = {}
     by_env: dict[str, float] = {}
-    unknown: dict[str, int] = {}
     for job in todo:
-        key = (job["variant"], job["env"])
-        if key not in times:
-            unknown[f"{key[0]} on {key[1]}"] = unknown.get(f"{key[0]} on {key[1]}", 0) + 1
-            continue
-        seconds = times[key]
-        by_variant[key[0]] = by_variant.get(key[0], 0.0) + seconds
-        by_env[key[1]] = by_env.get(key[1], 0.0) + seconds
+        seconds = times.get((job["variant"], job["env"]))
+        if seconds is not None:
+            by_variant[job["variant"]] = by_variant.get(job["variant"], 0.0) + seconds
+            by_env[job["env"]] = by_env.get(job["env"], 0.0) + seconds
     total = sum(by_variant.values())
 
     def hours(spent: dict[str, float]) -> str:
@@ -460,8 +421,7 @@ def main() -> None:
     workers = max(1, min(args.workers, os.cpu_count() or 1))
     if args.forecast:
         print(forecast(jobs, todo, workers))
-        return
-    if args.address:
+    elif args.address:
         run_on_ray(todo, args.address)
     else:
         run_until(todo, median_times(jobs), workers, args.minutes)

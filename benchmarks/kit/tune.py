@@ -79,6 +79,16 @@ def _backend(storage: str) -> Any:
     return storage
 
 
+def _trials(storage: str, name: str) -> list[Any]:
+    """The study's trials, not copied (read them only); none if the study does not exist yet."""
+    import optuna
+
+    try:
+        return optuna.load_study(study_name=name, storage=_backend(storage)).get_trials(deepcopy=False)
+    except KeyError:
+        return []
+
+
 def finished_trials(storage: str, name: str) -> int:
     """Trials of the study that completed or were pruned (0 if the study does not exist yet)."""
     return finished(state_counts(storage, name))
@@ -86,13 +96,7 @@ def finished_trials(storage: str, name: str) -> int:
 
 def failed_trials(storage: str, name: str) -> dict[int, dict[str, Any]]:
     """The study's FAILED trials, number -> settings (none without the study)."""
-    import optuna
-
-    try:
-        study = optuna.load_study(study_name=name, storage=_backend(storage))
-    except KeyError:
-        return {}
-    return {trial.number: trial.params for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))}
+    return {trial.number: trial.params for trial in _trials(storage, name) if trial.state.name == "FAIL"}
 
 
 def requeue(storage: str, name: str, settings: list[dict[str, Any]]) -> None:
@@ -156,8 +160,6 @@ def search_summary(out: Path, envs: list[str], arms: list[str], storage: str | N
     :param storage: a database URL instead of the journal files
     :return: the section
     """
-    import optuna
-
     lines = [
         "## The searches (Q4)",
         "",
@@ -172,25 +174,24 @@ def search_summary(out: Path, envs: list[str], arms: list[str], storage: str | N
         "| env | arm | completed | pruned | failed | trial-hours | best trial | value | tied with | settings |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for env_id in envs:
-        for arm in arms:
-            path = storage or str(study_path(out, env_id, arm))
-            study = optuna.load_study(study_name=study_name(env_id, arm), storage=_backend(path))
-            counts = Counter(trial.state.name for trial in study.trials)
-            seconds = sum(
-                trial.duration.total_seconds()
-                for trial in study.trials
-                if trial.duration is not None and trial.state.name in ("COMPLETE", "PRUNED")
-            )
-            number, value, params, tied = best_trial(path, study_name(env_id, arm))
-            settings = ", ".join(
-                f"{key}={params[key]:.3g}" if isinstance(params[key], float) else f"{key}={_literal(params[key])}"
-                for key in sorted(params)
-            )
-            lines.append(
-                f"| {env_id} | `{arm}` | {counts['COMPLETE']} | {counts['PRUNED']} | {counts['FAIL']} "
-                f"| {seconds / 3600:.2f} | {number} | {value:.3f} | {', '.join(map(str, tied)) or '-'} | {settings} |"
-            )
+    for env_id, arm in itertools.product(envs, arms):
+        path = storage or str(study_path(out, env_id, arm))
+        trials = _trials(path, study_name(env_id, arm))
+        counts = Counter(trial.state.name for trial in trials)
+        seconds = sum(
+            trial.duration.total_seconds()
+            for trial in trials
+            if trial.duration is not None and trial.state.name in ("COMPLETE", "PRUNED")
+        )
+        number, value, params, tied = best_trial(path, study_name(env_id, arm))
+        settings = ", ".join(
+            f"{key}={params[key]:.3g}" if isinstance(params[key], float) else f"{key}={_literal(params[key])}"
+            for key in sorted(params)
+        )
+        lines.append(
+            f"| {env_id} | `{arm}` | {counts['COMPLETE']} | {counts['PRUNED']} | {counts['FAIL']} "
+            f"| {seconds / 3600:.2f} | {number} | {value:.3f} | {', '.join(map(str, tied)) or '-'} | {settings} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -307,13 +308,7 @@ def optimize_command(env_id: str, arm: str, storage: str, seed: int, log_dir: Pa
 
 def state_counts(storage: str, name: str) -> dict[str, int]:
     """How many of the study's trials are in each state, by name (``COMPLETE``, ``RUNNING``, ...; none: empty)."""
-    import optuna
-
-    try:
-        trials = optuna.load_study(study_name=name, storage=_backend(storage)).trials
-    except KeyError:
-        return {}
-    return dict(Counter(trial.state.name for trial in trials))
+    return dict(Counter(trial.state.name for trial in _trials(storage, name)))
 
 
 def finished(counts: dict[str, int]) -> int:
@@ -332,17 +327,11 @@ def expected_trial_seconds(storage: str, env_id: str, arm: str, grid: Path) -> f
     stop early, so they are left out); before any, the median wall time of the arm's finished runs on the env in
     ``grid`` (a run at the env's budget with the arm's fixed settings); None if neither exists.
     """
-    import optuna
-
-    try:
-        study = optuna.load_study(study_name=study_name(env_id, arm), storage=_backend(storage))
-        durations = [
-            trial.duration.total_seconds()
-            for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if trial.duration is not None
-        ]
-    except KeyError:
-        durations = []
+    durations = [
+        trial.duration.total_seconds()
+        for trial in _trials(storage, study_name(env_id, arm))
+        if trial.state.name == "COMPLETE" and trial.duration is not None
+    ]
     if durations:
         return statistics.median(durations)
     runs = [json.loads(path.read_text()) for path in sorted((grid / arm / env_id).glob("seed*/run.json"))]
@@ -428,37 +417,30 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
 
 def optimize(args: argparse.Namespace) -> None:
     deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
-    for env_id in args.envs:
-        for arm in args.arms:
-            path = study_path(args.out, env_id, arm)
-            storage = args.storage or str(path)
-            done = finished_trials(storage, study_name(env_id, arm)) if (args.storage or path.exists()) else 0
-            if done >= args.trials:
-                print(f"{env_id} {arm}: {done} trials already, skipped", flush=True)
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if args.storage is None and path.exists():
-                stale = fail_stale_trials(storage, study_name(env_id, arm))
-                if stale:
-                    print(f"{env_id} {arm}: {stale} trial(s) left running by a stopped worker marked failed", flush=True)
-            if deadline is not None and not fits(expected_trial_seconds(storage, env_id, arm, args.grid), deadline):
-                print(f"{env_id} {arm}: no trial expected to finish within the time left; left for later", flush=True)
-                continue
-            # Each session's trials get sampler seeds no earlier session of this study used (see run_trials)
-            base = worker_seed_base(path.parent, args.seed_offset)
-            record_session(
-                path.parent,
-                event="start",
-                trials=done,
-                workers=args.workers,
-                seed_base=base,
-                command=" ".join(optimize_command(env_id, arm, redact(storage), base, path.parent / "worker0", args)),
-            )
-            start = time.perf_counter()
-            codes = run_trials(env_id, arm, storage, base, args, deadline)
-            done = finished_trials(storage, study_name(env_id, arm))
-            record_session(path.parent, event="end", trials=done, exit_codes=codes, seconds=time.perf_counter() - start)
-            print(f"{env_id} {arm}: {done} trials in {time.perf_counter() - start:.0f} s, exit codes {codes}", flush=True)
+    for env_id, arm in itertools.product(args.envs, args.arms):
+        path = study_path(args.out, env_id, arm)
+        storage = args.storage or str(path)
+        done = finished_trials(storage, study_name(env_id, arm)) if (args.storage or path.exists()) else 0
+        if done >= args.trials:
+            print(f"{env_id} {arm}: {done} trials already, skipped", flush=True)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if args.storage is None and path.exists():
+            stale = fail_stale_trials(storage, study_name(env_id, arm))
+            if stale:
+                print(f"{env_id} {arm}: {stale} trial(s) left running by a stopped worker marked failed", flush=True)
+        if deadline is not None and not fits(expected_trial_seconds(storage, env_id, arm, args.grid), deadline):
+            print(f"{env_id} {arm}: no trial expected to finish within the time left; left for later", flush=True)
+            continue
+        # Each session's trials get sampler seeds no earlier session of this study used (see run_trials)
+        base = worker_seed_base(path.parent, args.seed_offset)
+        command = " ".join(optimize_command(env_id, arm, redact(storage), base, path.parent / "worker0", args))
+        record_session(path.parent, event="start", trials=done, workers=args.workers, seed_base=base, command=command)
+        start = time.perf_counter()
+        codes = run_trials(env_id, arm, storage, base, args, deadline)
+        done = finished_trials(storage, study_name(env_id, arm))
+        record_session(path.parent, event="end", trials=done, exit_codes=codes, seconds=time.perf_counter() - start)
+        print(f"{env_id} {arm}: {done} trials in {time.perf_counter() - start:.0f} s, exit codes {codes}", flush=True)
 
 
 def unfinished_studies(args: argparse.Namespace) -> list[str]:
@@ -467,15 +449,14 @@ def unfinished_studies(args: argparse.Namespace) -> list[str]:
     pruned) trials. The protocol re-runs the best of exactly that many trials, never of a partial search.
     """
     problems = []
-    for env_id in args.envs:
-        for arm in args.arms:
-            path = study_path(args.out, env_id, arm)
-            if args.storage is None and not path.exists():
-                problems.append(f"{env_id} {arm}: no study ({path})")
-                continue
-            done = finished_trials(args.storage or str(path), study_name(env_id, arm))
-            if done < args.trials:
-                problems.append(f"{env_id} {arm}: {done} of {args.trials} trials finished")
+    for env_id, arm in itertools.product(args.envs, args.arms):
+        path = study_path(args.out, env_id, arm)
+        if args.storage is None and not path.exists():
+            problems.append(f"{env_id} {arm}: no study ({path})")
+            continue
+        done = finished_trials(args.storage or str(path), study_name(env_id, arm))
+        if done < args.trials:
+            problems.append(f"{env_id} {arm}: {done} of {args.trials} trials finished")
     return problems
 
 
@@ -483,24 +464,23 @@ def rerun(args: argparse.Namespace) -> None:
     import yaml
 
     jobs = []
-    for env_id in args.envs:
-        for arm in args.arms:
-            spec = run_grid.VARIANTS[arm]
-            storage = args.storage or str(study_path(args.out, env_id, arm))
-            number, value, params, tied = best_trial(storage, study_name(env_id, arm))
-            folder = args.out / env_id / arm
-            config = best_config(spec["algo"], env_id, spec["conf"], params)
-            (folder / "best.yml").write_text(yaml.safe_dump({env_id: config}, sort_keys=True))
-            best = {"trial": number, "value": value, "params": params, "tied_with": tied}
-            (folder / "best.json").write_text(json.dumps(best, indent=2))
-            ties = f", tied with trials {tied} (the earliest is re-run)" if tied else ""
-            print(f"{env_id} {arm}: best trial {number} ({value:.3f}{ties}) {params}", flush=True)
-            jobs += [
-                {"variant": arm, "label": f"tuned_{arm}", "env": env_id, "seed": seed, "eval_episodes": 20,
-                 "conf": folder / "best.yml", "steps": args.n_timesteps, "extra": {"trial": number},
-                 "run_dir": args.out / "runs" / f"tuned_{arm}" / env_id / f"seed{seed}"}
-                for seed in args.seeds
-            ]  # fmt: skip
+    for env_id, arm in itertools.product(args.envs, args.arms):
+        spec = run_grid.VARIANTS[arm]
+        storage = args.storage or str(study_path(args.out, env_id, arm))
+        number, value, params, tied = best_trial(storage, study_name(env_id, arm))
+        folder = args.out / env_id / arm
+        config = best_config(spec["algo"], env_id, spec["conf"], params)
+        (folder / "best.yml").write_text(yaml.safe_dump({env_id: config}, sort_keys=True))
+        best = {"trial": number, "value": value, "params": params, "tied_with": tied}
+        (folder / "best.json").write_text(json.dumps(best, indent=2))
+        ties = f", tied with trials {tied} (the earliest is re-run)" if tied else ""
+        print(f"{env_id} {arm}: best trial {number} ({value:.3f}{ties}) {params}", flush=True)
+        jobs += [
+            {"variant": arm, "label": f"tuned_{arm}", "env": env_id, "seed": seed, "eval_episodes": 20,
+             "conf": folder / "best.yml", "steps": args.n_timesteps, "extra": {"trial": number},
+             "run_dir": args.out / "runs" / f"tuned_{arm}" / env_id / f"seed{seed}"}
+            for seed in args.seeds
+        ]  # fmt: skip
 
     summary = args.out / "SEARCH.md"
     summary.write_text(search_summary(args.out, args.envs, args.arms, args.storage))
