@@ -22,9 +22,6 @@ from scipy import stats
 
 from sb3_reset_ppo.experiments import runner
 
-HERE = Path(__file__).resolve().parent
-BENCHMARKS = HERE.parent
-
 
 def power(d: float, n: int, alpha: float = 0.05) -> float:
     """Power of a two-sided two-sample t-test with ``n`` runs per arm against a standardised difference ``d``."""
@@ -38,10 +35,7 @@ def seeds_for_power(d: float, target: float = 0.8, alpha: float = 0.05, most: in
     """Smallest number of runs per arm reaching ``target`` power against ``d`` (``None``: more than ``most``)."""
     if d == 0:
         return None
-    for n in range(2, most + 1):
-        if power(d, n, alpha) >= target:
-            return n
-    return None
+    return next((n for n in range(2, most + 1) if power(d, n, alpha) >= target), None)
 
 
 def detectable_effect(n: int, target: float = 0.8, alpha: float = 0.05) -> float:
@@ -71,8 +65,7 @@ def main() -> None:
     for pair in args.pairs:
         first, second = pair.split(":")
         for env in envs:
-            a = np.array([r["final"] for r in runs if r["env"] == env and r["variant"] == first])
-            b = np.array([r["final"] for r in runs if r["env"] == env and r["variant"] == second])
+            a, b = (np.array([r["final"] for r in runs if r["env"] == env and r["variant"] == v]) for v in (first, second))
             if len(a) < 2 or len(b) < 2:
                 continue
             pooled = math.sqrt(((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2))
@@ -81,9 +74,7 @@ def main() -> None:
             needed = seeds_for_power(d)
             row = f"| {env} | {first} - {second} | {len(a)}, {len(b)} | {difference:+.3g} | {pooled:.3g} | {d:+.2f} "
             row += f"| {needed if needed is not None else '> 1000'} |"
-            for n in args.seeds:
-                effect = detectable_effect(n)
-                row += f" {effect:.2f}, {effect * pooled:.3g} |"
+            row += "".join(f" {effect:.2f}, {effect * pooled:.3g} |" for effect in map(detectable_effect, args.seeds))
             print(row)
 
 

@@ -52,10 +52,7 @@ def make_model(algorithm: str, policy: str, policy_kwargs: dict[str, Any], env: 
 
     from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 
-    classes: dict[str, Any] = {
-        "MaskableResetPPO": MaskableResetPPO, "ResetPPO": ResetPPO, "MaskablePPO": MaskablePPO,
-        "RecurrentPPO": RecurrentPPO,
-    }  # fmt: skip
+    classes: dict[str, Any] = {cls.__name__: cls for cls in (MaskableResetPPO, ResetPPO, MaskablePPO, RecurrentPPO)}
     return classes[algorithm](policy, env, policy_kwargs=dict(policy_kwargs), seed=seed, device="cpu", verbose=1, **COMMON)
 
 
@@ -113,10 +110,9 @@ def train(model: Any, total: int, every: int, use_masking: bool = False, keep_lo
             self.snapshots.append(snapshot(self.model.num_timesteps, self.episodes, cpu, wall))
 
         def _on_rollout_start(self) -> None:
-            updates = self.rollouts  # this rollout follows that many updates
-            self.rollouts += 1
-            if updates > 0 and updates % every == 0:
+            if self.rollouts > 0 and self.rollouts % every == 0:  # this rollout follows that many updates
                 self.take()
+            self.rollouts += 1
 
         def _on_step(self) -> bool:
             self.episodes += int(np.sum(self.locals["dones"]))
@@ -215,8 +211,7 @@ def safe_run(run: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any
 
 def check_names(kind: str, chosen: list[str], known: Iterable[str]) -> None:
     """Raise a ``ValueError`` naming the ``chosen`` names (of ``kind``, e.g. arms) that are not ``known``."""
-    unknown = sorted(set(chosen) - set(known))
-    if unknown:
+    if unknown := sorted(set(chosen) - set(known)):
         raise ValueError(f"unknown {kind} {unknown}: choose from {list(known)}")
 
 

@@ -19,9 +19,8 @@ from typing import Any
 
 from sb3_reset_ppo.experiments import runner
 
-HERE = Path(__file__).resolve().parent
-BENCHMARKS = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+BENCHMARKS = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(BENCHMARKS / "kit"))
 import snapshots  # noqa: E402  (benchmarks/kit/snapshots.py)
 
 ENV_ID = "CartPoleNoVel-v1"
@@ -48,7 +47,6 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     import torch as th
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
 
     from sb3_reset_ppo import ResetPPO
 
@@ -56,23 +54,16 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     arm, seed = job["arm"], job["seed"]
     settings = ARMS[arm]
     env = make_vec_env(ENV_ID, n_envs=N_ENVS, seed=seed)
-    model = (
-        RecurrentPPO("MlpLstmPolicy", env, seed=seed)
-        if settings is None
-        else ResetPPO("MlpLstmPolicy", env, seed=seed, **settings)
-    )
+    algorithm = RecurrentPPO if settings is None else ResetPPO
+    model = algorithm("MlpLstmPolicy", env, seed=seed, **(settings or {}))
     version, host = runner.code_version(), runner.machine()
     training = snapshots.train(model, TOTAL_STEPS, SNAPSHOT_EVERY, keep_log=False)
     evaluations = []
     for snapshot in training.snapshots[1:]:
         model.policy.load_state_dict(snapshot["state"])
         eval_env = make_vec_env(ENV_ID, n_envs=1, seed=EVAL_SEED_OFFSET + seed)
-        returns, _ = evaluate_policy(
-            model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True, return_episode_rewards=True
-        )
-        assert isinstance(returns, list)  # return_episode_rewards=True: one return per episode
-        evaluations.append({"timesteps": snapshot["timesteps"], "returns": [float(r) for r in returns]})
-        eval_env.close()
+        returns = snapshots.evaluate(model, eval_env, EVAL_EPISODES, use_masking=False)["returns"]
+        evaluations.append({"timesteps": snapshot["timesteps"], "returns": returns})
     record = {
         "arm": arm, "seed": seed, "settings": settings, "algorithm": type(model).__name__, "env": ENV_ID,
         "n_envs": N_ENVS, "total_steps": TOTAL_STEPS, "learn_seconds": training.learn_wall, "started": training.started,
@@ -97,12 +88,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.workers < 1 or args.seeds < 1:
         parser.error("--workers and --seeds must be at least 1")
-    jobs = [
-        {"arm": arm, "seed": seed, "path": args.out / arm / f"seed{seed}.json"}
-        for seed in range(args.seeds)
-        for arm in args.arms
-        if not (args.out / arm / f"seed{seed}.json").exists()
-    ]
+    paths = {(arm, seed): args.out / arm / f"seed{seed}.json" for seed in range(args.seeds) for arm in args.arms}
+    jobs = [{"arm": arm, "seed": seed, "path": path} for (arm, seed), path in paths.items() if not path.exists()]
     snapshots.execute(jobs, args.workers, run, summary)
 
 

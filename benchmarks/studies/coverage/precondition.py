@@ -21,9 +21,8 @@ import numpy as np
 
 from sb3_reset_ppo.experiments import runner
 
-HERE = Path(__file__).resolve().parent
-BENCHMARKS = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+BENCHMARKS = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(BENCHMARKS / "kit"))
 import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 
@@ -59,12 +58,9 @@ def compare(stored: Path, rerun: Path) -> dict[str, Any]:
     if results_a.shape != results_b.shape:
         return {"equal": False, "first_difference": 0, "shapes": [list(results_a.shape), list(results_b.shape)]}
     differs = np.flatnonzero((results_a != results_b).any(axis=1))
+    first_difference = int(differs[0]) if len(differs) else None
     means = np.abs(results_a.mean(axis=1) - results_b.mean(axis=1))
-    return {
-        "equal": False,
-        "first_difference": int(differs[0]) if len(differs) else None,
-        "max_mean_difference": float(means.max()),
-    }
+    return {"equal": False, "first_difference": first_difference, "max_mean_difference": float(means.max())}
 
 
 def main() -> None:

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import yaml
 
-HERE = Path(__file__).resolve().parent
-BENCHMARKS = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
+BENCHMARKS = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(BENCHMARKS / "kit"))
 import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 # Settings that equal ResetPPO's defaults: the same run whether written or not
@@ -66,8 +65,7 @@ def main() -> None:
                 shutil.rmtree(target)
             # Without the (git-ignored) model files and raw log
             shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.zip", "log.txt", "*.monitor.csv", "*.pkl"))
-            run = json.loads((target / "run.json").read_text())
-            run["variant"] = args.to_variant
+            run = {**json.loads((target / "run.json").read_text()), "variant": args.to_variant}
             run["reused_from"] = str(source.relative_to(results))
             (target / "run.json").write_text(json.dumps(run, indent=2))
             print(f"{target}: reused from {source.relative_to(results)}")

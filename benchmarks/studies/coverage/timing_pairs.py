@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sb3_reset_ppo.experiments import runner
+from sb3_reset_ppo.experiments import executors, runner
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
@@ -55,10 +55,9 @@ def pair_done(dirs: dict[str, Path], disturbed: list[tuple[float, float]] | None
     """
     if not all((d / "run.json").exists() for d in dirs.values()):
         return False
-    runs = {d: json.loads((d / "run.json").read_text()) for d in dirs.values()}
-    if any(run.get("returncode") != 0 for run in runs.values()):
+    rppo, arm = (json.loads((d / "run.json").read_text()) for d in dirs.values())
+    if rppo.get("returncode") != 0 or arm.get("returncode") != 0:
         return False
-    rppo, arm = (runs[d] for d in dirs.values())
     rppo["seconds"], arm["seconds"] = float(rppo["seconds"]), float(arm["seconds"])
     paired = bool(coverage_report.side_by_side_pairs([arm], [rppo]))
     return paired and not any(coverage_report.disturbed_run(r, disturbed or []) for r in (rppo, arm))
@@ -67,11 +66,9 @@ def pair_done(dirs: dict[str, Path], disturbed: list[tuple[float, float]] | None
 def other_trainers() -> list[str]:
     """Command lines of the zoo trainers running on this machine (``/proc``), other than this process's children."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):  # one folder per process, named by its id
         try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            command = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
         if "sb3_reset_ppo.zoo train" in command:
@@ -88,7 +85,7 @@ def run_pair(jobs: list[dict[str, Any]], scratch: Path) -> list[dict[str, Any]]:
     results: list[dict[str, Any] | None] = [None, None]
     finished = [threading.Event(), threading.Event()]
 
-    def work(index: int) -> None:
+    def work(index: int, stop: threading.Event) -> None:
         results[index] = run_grid.run_one(jobs[index])
         finished[index].set()
         other = 1 - index
@@ -96,24 +93,19 @@ def run_pair(jobs: list[dict[str, Any]], scratch: Path) -> list[dict[str, Any]]:
         while not finished[other].is_set():
             filler_dir = scratch / f"filler{index}_{copy}"
             spec = run_grid.spec_of({**jobs[index], "run_dir": filler_dir})
-            with open(os.devnull, "wb") as devnull:
-                process = subprocess.Popen(
-                    runner.zoo_command(spec), stdout=devnull, stderr=subprocess.STDOUT,
-                    env={**os.environ, "OMP_NUM_THREADS": "1"},
-                )  # fmt: skip
-                while process.poll() is None and not finished[other].wait(1.0):
-                    pass
-                if process.poll() is None:
-                    process.terminate()
-                    process.wait()
+            process = subprocess.Popen(
+                runner.zoo_command(spec), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )  # fmt: skip
+            while process.poll() is None and not finished[other].wait(1.0):
+                pass
+            if process.poll() is None:
+                process.terminate()
+                process.wait()
             shutil.rmtree(filler_dir, ignore_errors=True)
             copy += 1
 
-    threads = [threading.Thread(target=work, args=(index,)) for index in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    executors.run_workers(work, 2)
     return [r for r in results if r is not None]
 
 
@@ -128,17 +120,9 @@ def pair_jobs(arm: str, env: str, seed: int, eval_episodes: int, folder: Path = 
 
 def expected_seconds(arm: str, env: str, grid: list[dict[str, Any]], timing: list[dict[str, Any]]) -> float | None:
     """A pair's expected wall time: the longer of its two runs' median grid times (None if either was never timed)."""
-    medians = []
-    for variant in ("cv_rppo", arm):
-        seconds = sorted(
-            float(r["seconds"])
-            for r in [*grid, *timing]
-            if r["variant"] == variant and r["env"] == env and "reused_from" not in r and "shared_with" not in r
-        )
-        if not seconds:
-            return None
-        medians.append(statistics.median(seconds))
-    return max(medians)
+    own = [r for r in [*grid, *timing] if r["env"] == env and "reused_from" not in r and "shared_with" not in r]
+    seconds = [[float(r["seconds"]) for r in own if r["variant"] == variant] for variant in ("cv_rppo", arm)]
+    return max(statistics.median(times) for times in seconds) if all(seconds) else None
 
 
 def main() -> None:
@@ -173,12 +157,11 @@ def main() -> None:
     deadline_left = None if args.minutes is None else 60 * args.minutes
     for arm, env, seed in todo:
         # Nothing else trains while a pair does (amendment 4): wait for other trainers to end
-        waited = False
-        while others := other_trainers():
-            if not waited:
-                print(f"  waiting: {len(others)} other trainer(s) running, e.g. {others[0][:160]}", flush=True)
-                waited = True
+        if others := other_trainers():
+            print(f"  waiting: {len(others)} other trainer(s) running, e.g. {others[0][:160]}", flush=True)
+        while others:
             time.sleep(30)
+            others = other_trainers()
         expected = expected_seconds(arm, env, runs, timing)
         if deadline_left is not None:
             left = deadline_left - (time.monotonic() - start)
@@ -186,10 +169,9 @@ def main() -> None:
                 print(f"  {arm} {env} seed {seed}: not expected to finish in the time left; later", flush=True)
                 continue
         dirs = pair_dirs(arm, env, seed)
-        for run_dir in dirs.values():
-            # A pair not counted is trained again whole: its runs must run together
-            if run_dir.exists():
-                shutil.rmtree(run_dir)
+        # A pair not counted is trained again whole: its runs must run together
+        for run_dir in filter(Path.exists, dirs.values()):
+            shutil.rmtree(run_dir)
         jobs = pair_jobs(arm, env, seed, args.eval_episodes)
         for job in jobs:
             job["extra"]["load_average_before"] = os.getloadavg()[0]
@@ -199,8 +181,7 @@ def main() -> None:
         counted = "counted" if pair_done(dirs, disturbed) else "NOT counted (not side by side, disturbed or failed)"
         print(f"  {arm} {env} seed {seed}: {line}; {counted}", flush=True)
     done = sum(pair_done(pair_dirs(*p), disturbed) for p in plan)
-    summary = {"missing": [list(m) for m in missing], "pairs_done": done}
-    print(json.dumps(summary), flush=True)
+    print(json.dumps({"missing": [list(m) for m in missing], "pairs_done": done}), flush=True)
 
 
 if __name__ == "__main__":

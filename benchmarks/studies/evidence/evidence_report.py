@@ -134,12 +134,9 @@ def main() -> None:
     args.summaries.mkdir(parents=True, exist_ok=True)
     # Paths inside the repository are given relative to it and the reports run from its root, so that the command
     # each report states works in any checkout
-    out_dir, summaries, evidence, tuned = (
-        repository_path(p) for p in (args.out_dir, args.summaries, args.evidence, args.tuned)
-    )
-    for name, command in report_commands(
-        out_dir, summaries, evidence, tuned, args.min_seeds, args.reps, only, args.evaluations
-    ).items():
+    out_dir, summaries, evidence, tuned = map(repository_path, (args.out_dir, args.summaries, args.evidence, args.tuned))
+    commands = report_commands(out_dir, summaries, evidence, tuned, args.min_seeds, args.reps, only, args.evaluations)
+    for name, command in commands.items():
         print(f"{name}: {shlex.join(command[1:])}", flush=True)
         subprocess.run(command, check=True, cwd=ROOT)
     # The README tables and the protocol's claims and decisions from every summary there is (a report not written
@@ -147,8 +144,8 @@ def main() -> None:
     # rewritten), in the order of REPORTS
     present = {name: summaries / f"evidence_{name}_summary.json" for name in REPORTS}
     present = {name: path for name, path in present.items() if (ROOT / path).exists()}
-    named = [f"{name}={path}" for name, path in present.items()]
-    readme_tables = [sys.executable, "benchmarks/studies/evidence/readme_tables.py", *named]
+    readme_tables = [sys.executable, "benchmarks/studies/evidence/readme_tables.py"]
+    readme_tables += [f"{name}={path}" for name, path in present.items()]
     tables = subprocess.run(readme_tables, check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT).stdout
     out = args.summaries / "evidence_readme_tables.md"
     out.write_text(tables)

@@ -32,12 +32,9 @@ RUNS = BENCHMARKS / "results" / "remainder"
 ARMS = ("left_out", "short")
 SEEDS = range(10)
 COMMON: dict[str, Any] = {
-    "learning_rate": 2e-3,
-    "gamma": 0.9,
-    "ent_coef": 0.01,
-    "n_steps": 100,
+    "learning_rate": 2e-3, "gamma": 0.9, "ent_coef": 0.01, "n_steps": 100,
     "policy_kwargs": {"lstm_hidden_size": 32, "net_arch": [32]},
-}
+}  # fmt: skip
 TASKS: dict[str, dict[str, Any]] = {
     "CueRecall-v0": {"n_envs": 8, "batch_size": 64, "budget": 30_000, "kwargs": COMMON},
     "EarlyChoice-v0": {"n_envs": 2, "batch_size": 48, "budget": 20_000, "kwargs": {**COMMON, "gamma": 0.95}},
@@ -55,8 +52,7 @@ def train_one(task: str, seed: int, out: pathlib.Path) -> None:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    import sb3_reset_ppo
-    import sb3_reset_ppo.envs
+    import sb3_reset_ppo.envs  # registers the tasks (and binds sb3_reset_ppo)
     from sb3_reset_ppo import ResetPPO
 
     th.set_num_threads(1)
@@ -92,21 +88,14 @@ def train_one(task: str, seed: int, out: pathlib.Path) -> None:
                 returns, _ = evaluate_policy(model, eval_env, episodes, deterministic=True, return_episode_rewards=True)
                 self.eval_cpu += time.process_time() - start
                 learn_cpu = time.process_time() - begin - self.eval_cpu
-                record["evaluations"].append(
-                    {"timesteps": self.num_timesteps, "mean_return": float(np.mean(returns)), "learn_cpu": learn_cpu}
-                )
+                mean = float(np.mean(returns))
+                record["evaluations"].append({"timesteps": self.num_timesteps, "mean_return": mean, "learn_cpu": learn_cpu})
             return True
 
     begin = time.process_time()
     model.learn(config["budget"], callback=Evaluate())
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))
-
-
-def _command(arm: str, task: str, seed: int, trees: dict[str, pathlib.Path]) -> tuple[list[str], dict[str, str]]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(trees[arm]))
-    out = RUNS / arm / task / f"seed{seed}.json"
-    return [sys.executable, __file__, "one", task, str(seed), str(out)], env
 
 
 def run(trees: dict[str, pathlib.Path]) -> None:
@@ -120,7 +109,8 @@ def run(trees: dict[str, pathlib.Path]) -> None:
 
     def launch(job: tuple[str, str, int]) -> None:
         arm, task, seed = job
-        command, env = _command(arm, task, seed, trees)
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(trees[arm]))
+        command = [sys.executable, __file__, "one", task, str(seed), str(RUNS / arm / task / f"seed{seed}.json")]
         log = RUNS / arm / task / f"seed{seed}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as handle:
@@ -133,7 +123,10 @@ def run(trees: dict[str, pathlib.Path]) -> None:
 
 def report() -> tuple[str, dict[str, Any]]:
     """The tables of the finished runs (Markdown) and their estimates (a summary: per task, each arm's IQMs and P)."""
-    from sb3_reset_ppo.experiments.stats import aggregate, holm, mann_whitney, probability_triple
+    from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, mann_whitney, probability_triple
+
+    sys.path.insert(0, str(BENCHMARKS / "kit"))
+    from report import estimate_text  # benchmarks/kit/report.py
 
     lines = [
         "| task | arm | runs | final IQM (95% CI) | curve mean IQM (95% CI) | learn() CPU s (median) |",
@@ -157,25 +150,24 @@ def report() -> tuple[str, dict[str, Any]]:
         curve_point, curve_interval, _, _ = aggregate(curve)
         entry: dict[str, Any] = {}
         for arm in ARMS:
+            final_iqm = interval_triple(point[arm][0], *interval[arm][:, 0])
+            curve_iqm = interval_triple(curve_point[arm][0], *curve_interval[arm][:, 0])
             lines.append(
-                f"| {task} | {arm.replace('_', ' ')} | {len(final[arm])} | {point[arm][0]:.3f} ({interval[arm][0, 0]:.3f} to "
-                f"{interval[arm][1, 0]:.3f}) | {curve_point[arm][0]:.3f} ({curve_interval[arm][0, 0]:.3f} to "
-                f"{curve_interval[arm][1, 0]:.3f}) | {cpu[arm]:.1f} |"
+                f"| {task} | {arm.replace('_', ' ')} | {len(final[arm])} | {estimate_text(final_iqm)} | "
+                f"{estimate_text(curve_iqm)} | {cpu[arm]:.1f} |"
             )
             entry[arm] = {
                 "runs": len(final[arm]),
-                "final_iqm": [point[arm][0], interval[arm][0, 0], interval[arm][1, 0]],
-                "curve_iqm": [curve_point[arm][0], curve_interval[arm][0, 0], curve_interval[arm][1, 0]],
+                "final_iqm": final_iqm,
+                "curve_iqm": curve_iqm,
                 "learn_cpu_median": cpu[arm],
             }
         p, method = mann_whitney(final["left_out"][:, 0], final["short"][:, 0])
         p_values.append(p)
         names.append(f"{task} ({method})")
         triple = probability_triple(poi, poi_ci, "left_out,short")
-        probabilities.append(f"{triple[0]:.2f} ({triple[1]:.2f} to {triple[2]:.2f})")
-        entry["probability_left_out_better"] = triple
-        entry["mann_whitney_p"] = p
-        summary["tasks"][task] = entry
+        probabilities.append(estimate_text(triple, digits=2))
+        summary["tasks"][task] = {**entry, "probability_left_out_better": triple, "mann_whitney_p": p}
     lines.append("")
     lines.append(f"| task | P(left out > short), final | Mann-Whitney p | Holm p ({len(p_values)} tasks) |")
     lines.append("|---|---|---|---|")
