@@ -15,6 +15,7 @@ Usage: python benchmarks/studies/masking/masking_study.py [--seeds 10] [--arms .
 """
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +93,6 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     return snapshots.record_run(job, head, model, training, evaluate, code, episodes=False)
 
 
-def safe_run(job: dict[str, Any]) -> dict[str, Any]:
-    """:func:`run`, with a failure written to ``<arm>/seed_<k>.failed.txt`` and returned instead of raised."""
-    return snapshots.safe_run(run, job)
-
-
 def summary(record: dict[str, Any]) -> str:
     """One line on a finished run."""
     if "failed" in record:
@@ -122,7 +118,8 @@ def main(argv: list[str] | None = None) -> None:
         args.out, args.arms, list(range(args.seeds)), total_steps=args.total_steps, eval_episodes=args.eval_episodes,
         command=command.strip(),
     )  # fmt: skip
-    snapshots.execute(jobs, args.workers, safe_run, summary, note=f"; reproduce with: {command.strip()}")
+    work = partial(snapshots.safe_run, run)  # a failed run: its error in <arm>/seed_<k>.failed.txt, returned
+    snapshots.execute(jobs, args.workers, work, summary, note=f"; reproduce with: {command.strip()}")
 
 
 if __name__ == "__main__":
