@@ -1,28 +1,71 @@
-"""benchmarks/speed/bench_floor.py's stored results and the performance page's table of them (issue 52)."""
+"""benchmarks/speed/bench_floor.py's stored results and the performance page's tables of them (issue 52)."""
 
 import json
 import re
+import statistics
 
 from bench_helpers import ROOT
 
 RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "studies" / "performance.md"
+ROW = re.compile(r"\| (MLP|image|zoo|README snippet)")
+
+
+def floor_section() -> str:
+    return PAGE.read_text().split("## Per update against the floor")[1].split("\n## ")[0]
+
+
+def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip("|").split("|")]
 
 
 def test_the_performance_page_states_the_stored_floor_measurements() -> None:
-    # Every row of docs/studies/performance.md's floor table is the stored run's (after) and the stored run before
-    # the changes: seconds per update, the ratios and the learn() ratio, in the order of the stored settings
+    # Every row of the floor table is the stored run's: seconds per update, the ratios (with and without resets) and
+    # the learn() ratio, in the order of the stored settings
     after = json.loads((RESULTS / "bench_floor.json").read_text())["results"]
-    before = {r["setting"]: r for r in json.loads((RESULTS / "bench_floor_before.json").read_text())["results"]}
-    page = (ROOT / "docs" / "studies" / "performance.md").read_text()
-    table = page.split("## Per update against the floor")[1].split("\n## ")[0]
-    rows = [line for line in table.splitlines() if re.match(r"\| (MLP|image|zoo)", line)]
-    assert len(rows) == len(after) == 9
+    table = floor_section().split("Seconds are per update.")[0]
+    rows = [line for line in table.splitlines() if ROW.match(line)]
+    assert len(rows) == len(after) == 10
     for line, row in zip(rows, after, strict=True):
         seconds = row["seconds_per_update"]
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
         expected = [
             f"{seconds['floor']:.3f}", f"{seconds['reset']:.3f}", f"{seconds['recurrent_ppo']:.3f}",
-            f"{before[row['setting']]['reset_over_floor']:.2f}", f"{row['reset_over_floor']:.2f}",
+            f"{row['reset_over_floor']:.2f}", f"{row['reset_without_resets_over_floor']:.2f}",
             f"{row['recurrent_ppo_over_floor']:.2f}", f"{row['reset_over_recurrent_ppo']:.2f}", f"{row['learn_ratio']:.2f}",
         ]  # fmt: skip
-        assert cells[1:] == expected, line
+        assert cells(line)[1:] == expected, line
+
+
+def test_the_paired_before_and_after_table_is_the_stored_runs() -> None:
+    # The alternating runs of the code before and after issue 52's changes: each run's ResetPPO / floor, the medians
+    # and their ratio, per setting
+    runs = {
+        code: [json.loads((RESULTS / "bench_floor_paired" / f"{code}_{i}.json").read_text())["results"] for i in (1, 2, 3)]
+        for code in ("before", "after")
+    }
+    table = floor_section().split("Before and after, side by side.")[1].split("Against the issue's targets:")[0]
+    rows = [line for line in table.splitlines() if ROW.match(line)]
+    settings = [result["setting"] for result in runs["after"][0]]
+    assert len(rows) == len(settings) == 3
+    for line, setting in zip(rows, settings, strict=True):
+        ratios = {
+            code: [next(r["reset_over_floor"] for r in run if r["setting"] == setting) for run in code_runs]
+            for code, code_runs in runs.items()
+        }
+        medians = {code: statistics.median(values) for code, values in ratios.items()}
+        expected = [
+            ", ".join(f"{value:.2f}" for value in ratios["before"]),
+            ", ".join(f"{value:.2f}" for value in ratios["after"]),
+            f"{medians['before']:.2f} to {medians['after']:.2f}",
+            f"{medians['before'] / medians['after']:.2f}",
+        ]
+        assert cells(line)[1:] == expected, line
+
+
+def test_the_snippet_learn_ratio_on_the_page_is_the_stored_run() -> None:
+    # learn() over the README snippet's own 40,000 steps (78 rollouts), both classes, 3 interleaved repeats
+    stored = json.loads((RESULTS / "bench_floor_snippet_learn.json").read_text())
+    assert stored["settings"]["learn_rollouts"] == 78 and stored["settings"]["learn_repeats"] == 3
+    (result,) = stored["results"]
+    assert result["setting"] == "snippet"
+    assert f"{result['learn_ratio']:.2f} over the snippet's own 40,000" in floor_section()

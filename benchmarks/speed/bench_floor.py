@@ -4,10 +4,11 @@ The floor of a window update: ``train()`` per update of ResetPPO and RecurrentPP
 For each of ``bench_train.py``'s settings (MLP: CartPoleNoVel-v1, 8 envs; image: CueRecallImage-v0, 64x64,
 ``CnnLstmPolicy``, 4 envs; LSTM 64 and 256 with ``batch_size`` 128 and 1024; RecurrentPPO's defaults otherwise:
 ``n_steps=128``, ``n_epochs=10``) and the RL Zoo's tuned ``ppo_lstm`` setting for CartPoleNoVel-v1
-(``benchmarks/ppo_lstm.yml``: 8 envs, ``n_steps=32``, ``batch_size=256``, 20 epochs, LSTM 64 with a critic LSTM,
-ReLU, ``net_arch=dict(pi=[64], vf=[64])``, VecNormalize), three things are timed side by side in one process,
-interleaved so that all see the same machine load, as the CPU time of the process (one torch thread), ``--repeats``
-times, medians:
+(``benchmarks/kit/ppo_lstm.yml``: 8 envs, ``n_steps=32``, ``batch_size=256``, 20 epochs, LSTM 64 with a critic LSTM,
+ReLU, ``net_arch=dict(pi=[64], vf=[64])``, VecNormalize) and the README's quick-start snippet ("snippet":
+CueRecall-v0, 8 envs, ``n_steps=64``, ``batch_size=64``, RecurrentPPO's defaults otherwise), three things are timed
+side by side in one process, interleaved so that all see the same machine load, as the CPU time of the process (one
+torch thread), ``--repeats`` times, medians:
 
 - **the floor**: plain torch, no SB3 object: for every minibatch of one update, on ResetPPO's own minibatch shapes
   (rows of windows, padded to the longest, as ResetPPO's ``rollout_buffer.get`` yields them for ``n_epochs``
@@ -20,12 +21,16 @@ times, medians:
   setup included (the device copy of the rollout is dropped before every call);
 - RecurrentPPO's ``train()`` with the same arguments.
 
+A fourth timing, interleaved with them, is ResetPPO's ``train()`` on the same rollout with its episode starts
+cleared (no reset inside any window): its difference to ResetPPO's own is what the reset steps cost on that rollout.
+
 Each model first learns one rollout (collection and one ``train()``: the warm-up); later calls train on that
 rollout again. The figures are seconds per update (one ``train()`` call) and their ratios to the floor. Then
-(``--learn-repeats``, default 3) both classes learn 2 rollouts from a fresh model, interleaved: the ratio of their
-``learn()`` CPU seconds (collection included), what a user waits for.
+(``--learn-repeats``, default 3) both classes learn ``--learn-rollouts`` rollouts (default 2) from a fresh model,
+interleaved: the ratio of their ``learn()`` CPU seconds (collection included), what a user waits for.
 
-Usage: python benchmarks/speed/bench_floor.py [--settings mlp:64:128 ... zoo] [--repeats 5] [--learn-repeats 3]
+Usage: python benchmarks/speed/bench_floor.py [--settings mlp:64:128 ... zoo snippet] [--repeats 5] [--learn-repeats 3]
+       [--learn-rollouts 2]
        [--json benchmarks/results/bench_floor.json]
 """
 
@@ -77,12 +82,16 @@ ZOO: dict[str, Any] = dict(
         net_arch=dict(pi=[64], vf=[64]),
     ),
 )
-DEFAULT_SETTINGS = [f"{task}:{lstm}:{batch}" for task in TASKS for lstm, batch in SETTINGS] + ["zoo"]
+# The README's quick-start snippet: CueRecall-v0, 8 envs, n_steps=64, batch_size=64, RecurrentPPO's defaults otherwise
+# (LSTM 256 with a critic LSTM, layers of 64 and 64, Tanh, 10 epochs)
+SNIPPET_TASK: dict[str, Any] = dict(env_id="CueRecall-v0", policy="MlpLstmPolicy", env_kwargs={}, n_envs=8)
+SNIPPET: dict[str, Any] = dict(n_steps=64, batch_size=64, policy_kwargs=dict(lstm_hidden_size=256))
+DEFAULT_SETTINGS = [f"{task}:{lstm}:{batch}" for task in TASKS for lstm, batch in SETTINGS] + ["zoo", "snippet"]
 
 
 def parse_setting(setting: str, n_steps: int, n_epochs: int) -> dict[str, Any]:
     """
-    A setting's task and model arguments: ``"zoo"`` or ``"TASK:LSTM:BATCH"``.
+    A setting's task and model arguments: ``"zoo"``, ``"snippet"`` or ``"TASK:LSTM:BATCH"``.
 
     :param setting: The setting's name
     :param n_steps: ``n_steps`` of bench_train's settings
@@ -91,9 +100,13 @@ def parse_setting(setting: str, n_steps: int, n_epochs: int) -> dict[str, Any]:
     """
     if setting == "zoo":
         return dict(task=TASKS["mlp"], kwargs=dict(ZOO), normalize=True, activation=nn.ReLU, net_arch=([64], [64]))
+    if setting == "snippet":
+        return dict(
+            task=SNIPPET_TASK, kwargs=dict(SNIPPET), normalize=False, activation=nn.Tanh, net_arch=([64, 64], [64, 64])
+        )
     parts = setting.split(":")
     if len(parts) != 3 or parts[0] not in TASKS or not all(part.isdigit() for part in parts[1:]):
-        raise ValueError(f"setting must be 'zoo' or TASK:LSTM:BATCH with TASK in {sorted(TASKS)}, got {setting!r}")
+        raise ValueError(f"setting must be 'zoo', 'snippet' or TASK:LSTM:BATCH with TASK in {sorted(TASKS)}, got {setting!r}")
     task, lstm, batch_size = TASKS[parts[0]], int(parts[1]), int(parts[2])
     kwargs = dict(n_steps=n_steps, n_epochs=n_epochs, batch_size=batch_size, policy_kwargs=dict(lstm_hidden_size=lstm))
     # SB3's default layers: none after a NatureCNN, two of 64 (Tanh) otherwise
@@ -280,8 +293,24 @@ def bench_setting(setting: str, args: argparse.Namespace) -> dict[str, Any]:
         reset.rollout_buffer.release()  # the per-rollout setup counts
         reset.train()
 
-    runs: dict[str, list[float]] = {"floor": [], "reset": [], "recurrent_ppo": []}
-    functions = {"floor": floor_update_fn, "reset": reset_train, "recurrent_ppo": models["recurrent_ppo"].train}
+    def reset_train_without_resets() -> None:
+        # The same rollout with its episode starts cleared: no reset inside a window, what the reset layout costs
+        buffer = reset.rollout_buffer
+        flags = buffer.episode_starts.copy()
+        buffer.episode_starts[:] = 0.0
+        try:
+            reset_train()
+        finally:
+            buffer.episode_starts[:] = flags
+            buffer.release()
+
+    runs: dict[str, list[float]] = {"floor": [], "reset": [], "recurrent_ppo": [], "reset_without_resets": []}
+    functions = {
+        "floor": floor_update_fn,
+        "reset": reset_train,
+        "recurrent_ppo": models["recurrent_ppo"].train,
+        "reset_without_resets": reset_train_without_resets,
+    }
     for _ in range(args.repeats):
         for name, function in functions.items():
             runs[name].append(timed(function))
@@ -290,7 +319,7 @@ def bench_setting(setting: str, args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.learn_repeats):
         for name, cls in (("reset", ResetPPO), ("recurrent_ppo", RecurrentPPO)):
             model = make_model(cls, config, args.seed)
-            learn[name].append(timed(functools.partial(model.learn, 2 * model.n_envs * model.n_steps)))
+            learn[name].append(timed(functools.partial(model.learn, args.learn_rollouts * model.n_envs * model.n_steps)))
     learn_medians = {name: statistics.median(values) for name, values in learn.items()} if args.learn_repeats else {}
     return {
         "setting": setting,
@@ -308,6 +337,8 @@ def bench_setting(setting: str, args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         "reset_over_floor": medians["reset"] / medians["floor"],
         "recurrent_ppo_over_floor": medians["recurrent_ppo"] / medians["floor"],
+        "reset_without_resets_over_floor": medians["reset_without_resets"] / medians["floor"],
+        "episode_starts_per_step": float(reset.rollout_buffer.episode_starts.mean()),
         "reset_over_recurrent_ppo": medians["reset"] / medians["recurrent_ppo"],
         "learn_seconds": learn_medians,
         "learn_runs": learn,
@@ -318,15 +349,17 @@ def bench_setting(setting: str, args: argparse.Namespace) -> dict[str, Any]:
 def print_table(results: list[dict[str, Any]]) -> None:
     print(
         "| setting | minibatches per update | floor s | ResetPPO s | RecurrentPPO s | ResetPPO / floor "
-        "| RecurrentPPO / floor | ResetPPO / RecurrentPPO | learn() ResetPPO / RecurrentPPO |"
+        "| ResetPPO without resets / floor | RecurrentPPO / floor | ResetPPO / RecurrentPPO "
+        "| learn() ResetPPO / RecurrentPPO |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         s = r["seconds_per_update"]
         print(
             f"| {r['setting']} | {r['minibatches_per_update']} | {s['floor']:.3f} | {s['reset']:.3f} "
             f"| {s['recurrent_ppo']:.3f} "
-            f"| {r['reset_over_floor']:.2f} | {r['recurrent_ppo_over_floor']:.2f} | {r['reset_over_recurrent_ppo']:.2f} "
+            f"| {r['reset_over_floor']:.2f} | {r['reset_without_resets_over_floor']:.2f} "
+            f"| {r['recurrent_ppo_over_floor']:.2f} | {r['reset_over_recurrent_ppo']:.2f} "
             f"| {'-' if r['learn_ratio'] is None else format(r['learn_ratio'], '.2f')} |"
         )
 
@@ -334,8 +367,9 @@ def print_table(results: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS,
-                        help="'zoo' or TASK:LSTM:BATCH (default: %(default)s)")  # fmt: skip
+                        help="'zoo', 'snippet' or TASK:LSTM:BATCH (default: %(default)s)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--learn-rollouts", type=int, default=2, help="rollouts each learn() call trains")
     parser.add_argument("--learn-repeats", type=int, default=3,
                         help="learn() of 2 rollouts from a fresh model, both classes, interleaved (0: none)")  # fmt: skip
     parser.add_argument("--n-steps", type=int, default=128)
@@ -348,6 +382,8 @@ def main() -> None:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.learn_repeats < 0:
         parser.error(f"--learn-repeats must be at least 0, got {args.learn_repeats}")
+    if args.learn_rollouts < 1:
+        parser.error(f"--learn-rollouts must be at least 1, got {args.learn_rollouts}")
     for setting in args.settings:
         try:
             parse_setting(setting, args.n_steps, args.n_epochs)
