@@ -371,7 +371,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--learn-rollouts", type=int, default=2, help="rollouts each learn() call trains")
     parser.add_argument("--learn-repeats", type=int, default=3,
-                        help="learn() of 2 rollouts from a fresh model, both classes, interleaved (0: none)")  # fmt: skip
+                        help="learn() calls per class from a fresh model, interleaved (0: none)")  # fmt: skip
     parser.add_argument("--n-steps", type=int, default=128)
     parser.add_argument("--n-epochs", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
