@@ -69,3 +69,13 @@ def test_the_snippet_learn_ratio_on_the_page_is_the_stored_run() -> None:
     (result,) = stored["results"]
     assert result["setting"] == "snippet"
     assert f"{result['learn_ratio']:.2f} over the snippet's own 40,000" in floor_section()
+
+
+def test_the_sampler_share_on_the_page_is_the_stored_run() -> None:
+    # benchmarks/speed/bench_sampler.py's stored table: the zoo setting's train() and sampler milliseconds per update
+    stored = (RESULTS / "bench_sampler.txt").read_text()
+    rows = {cells(line)[0]: cells(line) for line in stored.splitlines() if line.startswith("| ") and "---" not in line}
+    _, train, _, plan_share, minibatches, share = rows["zoo"]
+    gap = floor_section().split("What the remaining gap consists of")[1]
+    assert f"{minibatches} ms of {train}, of which `plan_epoch` {plan_share}" in gap
+    assert f"{round(float(share.rstrip('%')))}% when timed alone" in gap

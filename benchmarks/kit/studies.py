@@ -56,6 +56,7 @@ SPEED_RESULTS = {
     "bench_envs": "bench_envs.txt",
     "bench_consecutive": "consecutive.jsonl",
     "bench_floor": "bench_floor.txt",
+    "bench_sampler": "bench_sampler.txt",
     "doc_durations": "doc_durations.txt",
 }
 
