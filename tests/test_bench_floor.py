@@ -69,6 +69,8 @@ def test_the_snippet_learn_ratio_on_the_page_is_the_stored_run() -> None:
     (result,) = stored["results"]
     assert result["setting"] == "snippet"
     assert f"{result['learn_ratio']:.2f} over the snippet's own 40,000" in floor_section()
+    # The README's intro quotes it for its own quick start
+    assert f"and {result['learn_ratio']:.2f} on the quick start below" in (ROOT / "README.md").read_text()
 
 
 def test_the_sampler_share_on_the_page_is_the_stored_run() -> None:
