@@ -12,14 +12,13 @@ This module also holds what every layout's check needs: the model and env of a c
 """
 
 import itertools
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from helpers import RandomEpisodeEnv
-from matrix import covering_array
+from matrix import Row, covering_array
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 from test_export import randomise
@@ -82,19 +81,10 @@ _CONSTRAINTS = [
 ]
 
 
-@dataclass(frozen=True)
-class Combination:
+class Combination(Row):
     """One combination of the export matrix: each option's value (see :data:`OPTIONS`)."""
 
-    values: tuple[Any, ...]
-
-    def __getitem__(self, option: str) -> Any:
-        return self.values[list(OPTIONS).index(option)]
-
-    @property
-    def id(self) -> str:
-        """A short, readable test id."""
-        return "-".join(f"{name}={value}" for name, value in zip(OPTIONS, self.values, strict=True))
+    options = OPTIONS
 
     def export_kwargs(self) -> dict[str, Any]:
         """``export_onnx``'s keyword arguments of the combination (``vec_normalize`` apart)."""

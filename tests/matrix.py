@@ -9,9 +9,11 @@ force). The array is deterministic (covertable's greedy construction with a fixe
 combination that reproduces.
 """
 
+import itertools
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import covertable
 
@@ -42,18 +44,47 @@ OPTIONS: dict[str, list[Any]] = {
 
 
 @dataclass(frozen=True)
-class Combination:
-    """One combination of the matrix: each option's value (see :data:`OPTIONS`)."""
+class Row:
+    """One row of a covering array: a value for each of :attr:`options`, in their order (a subclass names them)."""
 
+    options: ClassVar[dict[str, list[Any]]]
     values: tuple[Any, ...]
 
     def __getitem__(self, option: str) -> Any:
-        return self.values[list(OPTIONS).index(option)]
+        return self.values[list(self.options).index(option)]
 
     @property
     def id(self) -> str:
         """A short, readable test id."""
-        return "-".join(f"{name}={value}" for name, value in zip(OPTIONS, self.values, strict=True))
+        return "-".join(f"{name}={value}" for name, value in zip(self.options, self.values, strict=True))
+
+
+def uncovered_pairs(
+    options: dict[str, list[Any]], rows: Sequence[Row], allowed: Callable[[dict[str, Any]], bool]
+) -> list[tuple[str, Any, str, Any]]:
+    """
+    By brute force, every pair of values of two options that ``allowed`` allows and no row holds (empty: the rows
+    cover every allowed pair, a covering array's promise at strength 2).
+
+    :param options: Each option with its values
+    :param rows: The covering array
+    :param allowed: The constraints, on a partial ``{option: value}``
+    :return: ``(option, value, option, value)`` of each pair missed
+    """
+    names = list(options)
+    covered = {(a, b, repr(row[a]), repr(row[b])) for row in rows for a, b in itertools.combinations(names, 2)}
+    return [
+        (a, value_a, b, value_b)
+        for a, b in itertools.combinations(names, 2)
+        for value_a, value_b in itertools.product(options[a], options[b])
+        if allowed({a: value_a, b: value_b}) and (a, b, repr(value_a), repr(value_b)) not in covered
+    ]
+
+
+class Combination(Row):
+    """One combination of the matrix: each option's value (see :data:`OPTIONS`)."""
+
+    options = OPTIONS
 
     def policy(self) -> str:
         """The policy alias for the observation and cell."""
