@@ -17,7 +17,6 @@ Usage: python benchmarks/speed/bench_sampler.py [--settings zoo mlp:64:128 ...] 
 import argparse
 import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import bench_floor
@@ -29,13 +28,8 @@ from sb3_reset_ppo.common.windows import plan_epoch
 
 
 def per_update(function: Callable[[], None], repeats: int) -> float:
-    """Median CPU seconds of ``repeats`` calls."""
-    seconds = []
-    for _ in range(repeats):
-        start = time.process_time()
-        function()
-        seconds.append(time.process_time() - start)
-    return statistics.median(seconds)
+    """Median CPU seconds of ``repeats`` calls (``bench_floor.timed`` each)."""
+    return statistics.median(bench_floor.timed(function) for _ in range(repeats))
 
 
 def bench_setting(setting: str, repeats: int, seed: int) -> dict[str, float]:
