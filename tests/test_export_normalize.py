@@ -14,7 +14,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -334,8 +334,8 @@ def test_float16_files_round_raw_observations_before_normalising(tmp_path: Path)
         return env
 
     vec_normalize = VecNormalize(DummyVecEnv([make]))
-    vec_normalize.obs_rms.mean = np.full(4, mean)
-    vec_normalize.obs_rms.var = np.full(4, std**2)
+    statistics = cast(RunningMeanStd, vec_normalize.obs_rms)  # a Box observation's
+    statistics.mean, statistics.var = np.full(4, mean), np.full(4, std**2)
     model = ResetPPO("MlpLstmPolicy", vec_normalize, n_steps=16, batch_size=16, policy_kwargs=tiny_kwargs("Lstm", 1, "Mlp"))
     randomise(model)
     files = {

@@ -3,7 +3,8 @@ The command line of :func:`~sb3_reset_ppo.export.export_onnx`:
 ``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx [--layout plain|mlagents|godot] [--opset N] [--algo ...]``.
 
 A file it cannot export (missing, not a zip, not a model, a model without memory) is one line on stderr naming
-what is supported, and exit status 2, as argparse reports a wrong argument.
+what is supported, and exit status 2, as argparse reports a wrong argument; so are an output path it cannot write and
+a ``--vec-normalize`` file that is not a pickle.
 """
 
 import argparse

@@ -347,10 +347,7 @@ def _write(graph: Graph, path: Path, exporter: str, opset: int, metadata: dict[s
     import onnx
 
     with th.no_grad():
-        if exporter == "torchscript":
-            _export_torchscript(graph, path, opset)
-        else:
-            _export_dynamo(graph, path, opset)
+        _export(graph, path, exporter, opset)
     proto = onnx.load(str(path))
     written = next(entry.version for entry in proto.opset_import if entry.domain in ("", "ai.onnx"))
     if written != opset:
@@ -402,32 +399,21 @@ def _replacing(path: Path) -> Iterator[Path]:
         raise
 
 
-def _export_torchscript(graph: Graph, path: Path, opset: int) -> None:
-    """``torch.onnx.export(..., dynamo=False)`` with its deprecation and tracer warnings silenced (see the guide)."""
-    with warnings.catch_warnings():
-        # The deprecation notice of the TorchScript-based exporter, the tracer's notes on nn.LSTM/nn.GRU's own shape
-        # checks (constant for a given model), and the note on GRU exports with a batch other than 1 (the memory's
-        # batch axis is dynamic here, and the tests run batches of 1 and several)
-        warnings.simplefilter("ignore")
-        th.onnx.export(
-            graph.module,
-            tuple(graph.example),
-            str(path),
-            input_names=graph.input_names,
-            output_names=graph.output_names,
-            opset_version=opset,
-            dynamic_axes=graph.dynamic_axes,
-            do_constant_folding=True,
-            dynamo=False,
-        )
-
-
-def _export_dynamo(graph: Graph, path: Path, opset: int) -> None:
+def _export(graph: Graph, path: Path, exporter: str, opset: int) -> None:
     """
-    ``torch.onnx.export(..., dynamo=True)`` with its warnings and log records below CRITICAL silenced: its notes on
-    the graph, and the traceback of a failed conversion to ``opset`` (that failure is checked after, as one error).
+    ``torch.onnx.export`` with its warnings silenced: the TorchScript-based exporter's deprecation notice and the
+    tracer's notes on nn.LSTM/nn.GRU's own shape checks (constant for a given model) and on GRU exports with a batch
+    other than 1 (the memory's batch axis is dynamic here); the dynamo exporter's notes on the graph and its log
+    records below CRITICAL, among them the traceback of a failed conversion to ``opset`` (checked after, as one error).
     """
     dynamic_axes = graph.dynamic_axes
+    arguments: dict[str, Any] = {"input_names": graph.input_names, "output_names": graph.output_names, "opset_version": opset}
+    if exporter == "torchscript":
+        arguments.update(dynamic_axes=dynamic_axes, do_constant_folding=True, dynamo=False)
+    else:
+        # torch.export's form of dynamic_axes: one {axis: Dim} per positional input
+        shapes = tuple(dict.fromkeys(dynamic_axes[name], th.export.Dim.DYNAMIC) for name in graph.input_names)
+        arguments.update(dynamic_shapes=(shapes,), dynamo=True, external_data=False, verbose=False)
     loggers = [logging.getLogger(name) for name in _DYNAMO_LOGGERS]
     levels = [logger.level for logger in loggers]
     with warnings.catch_warnings():
@@ -435,21 +421,7 @@ def _export_dynamo(graph: Graph, path: Path, opset: int) -> None:
         try:
             for logger in loggers:
                 logger.setLevel(logging.CRITICAL)
-            th.onnx.export(
-                graph.module,
-                tuple(graph.example),
-                str(path),
-                input_names=graph.input_names,
-                output_names=graph.output_names,
-                opset_version=opset,
-                # torch.export's form of dynamic_axes: one {axis: Dim} per positional input
-                dynamic_shapes=(
-                    tuple(dict.fromkeys(dynamic_axes[name], th.export.Dim.DYNAMIC) for name in graph.input_names),
-                ),
-                dynamo=True,
-                external_data=False,
-                verbose=False,
-            )
+            th.onnx.export(graph.module, tuple(graph.example), str(path), **arguments)
         finally:
             for logger, level in zip(loggers, levels, strict=True):
                 logger.setLevel(level)
