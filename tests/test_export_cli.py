@@ -16,7 +16,7 @@ from stable_baselines3 import A2C, PPO
 from test_export import ROOT, tiny_kwargs, vec_env
 
 from sb3_reset_ppo import ResetPPO
-from sb3_reset_ppo.export import export_onnx
+from sb3_reset_ppo.export import export_onnx, read_metadata
 from sb3_reset_ppo.export.__main__ import main as export_main
 
 pytest.importorskip("onnx")
@@ -143,3 +143,99 @@ def test_dynamo_opset_fallback_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"exporter='dynamo' wrote opset 18, not the opset=14 asked for"):
         export_onnx(model, tmp_path / "dynamo.onnx", exporter="dynamo", opset=14)
     assert not (tmp_path / "dynamo.onnx").exists()
+
+
+def unwritable_path(tmp_path: Path) -> Path:
+    """A file path in a folder that cannot be written: a read-only folder, or ``/sys`` where permissions do not bind
+    (root)."""
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    probe = folder / "probe"
+    try:
+        probe.touch()
+    except PermissionError:
+        return folder / "out.onnx"
+    probe.unlink()
+    if _cannot_create(Path("/sys/sb3_reset_ppo_probe.onnx")):
+        return Path("/sys/sb3_reset_ppo_out.onnx")
+    pytest.skip("no unwritable folder on this machine")
+
+
+def _cannot_create(path: Path) -> bool:
+    try:
+        path.open("xb").close()
+    except OSError:
+        return True
+    path.unlink()
+    return False
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("case", ["parent-is-a-file", "deeper-parent-is-a-file", "a-folder", "unwritable"])
+def test_output_paths_that_cannot_be_written(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each was a traceback with exit status 1: now one line naming the path and what is wrong, status 2, an
+    ``OSError`` subclass from the Python API, and nothing left behind."""
+    model_path = saved(ResetPPO, "MlpLstmPolicy", tmp_path / "model")
+    (tmp_path / "a_file").write_text("not a folder")
+    (tmp_path / "a_folder").mkdir()
+    output, error, words = {
+        "parent-is-a-file": (tmp_path / "a_file" / "out.onnx", NotADirectoryError, "a_file is a file, not a folder"),
+        "deeper-parent-is-a-file": (tmp_path / "a_file" / "x" / "out.onnx", NotADirectoryError, "a_file is a file"),
+        "a-folder": (tmp_path / "a_folder", IsADirectoryError, "a_folder is a folder: give the path of the ONNX file"),
+        "unwritable": (None, PermissionError, "Permission denied"),
+    }[case]
+    if output is None:
+        output = unwritable_path(tmp_path)
+    before = listing(tmp_path)
+    err = error_line([model_path, str(output)], capsys)
+    assert str(output) in err and words in err, err
+    model = ResetPPO.load(model_path, device="cpu")
+    with pytest.raises(error, match=re.escape(words)):
+        export_onnx(model, output)
+    assert listing(tmp_path) == before
+
+
+def test_a_vec_normalize_file_that_is_not_a_pickle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An UnpicklingError traceback with exit status 1: now one line, and a ValueError from the Python API."""
+    model_path = saved(ResetPPO, "MlpLstmPolicy", tmp_path / "model")
+    (tmp_path / "stats.pkl").write_text("not a pickle")
+    err = error_line([model_path, str(tmp_path / "out.onnx"), "--vec-normalize", str(tmp_path / "stats.pkl")], capsys)
+    assert "stats.pkl' is not a VecNormalize pickle" in err, err
+    with pytest.raises(ValueError, match=r"stats\.pkl' is not a VecNormalize pickle \(UnpicklingError"):
+        export_onnx(ResetPPO.load(model_path, device="cpu"), tmp_path / "out.onnx", vec_normalize=tmp_path / "stats.pkl")
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_new_export_replaces_the_file(tmp_path: Path) -> None:
+    """A successful export over an existing file replaces it (written beside it, then moved into place)."""
+    model = saved(ResetPPO, "MlpLstmPolicy", tmp_path / "model")
+    (tmp_path / "out.onnx").write_text("an older file")
+    export_main([model, str(tmp_path / "out.onnx"), "--layout", "godot"])
+    assert read_metadata(tmp_path / "out.onnx")["layout"] == "godot"
+    assert listing(tmp_path) == ["model.zip", "out.onnx"]
+
+
+# torch's own notes while exporting with torch.export
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+def test_a_refused_export_keeps_the_existing_file_and_says_one_line(tmp_path: Path) -> None:
+    """A refused re-export deleted the file a previous export wrote (torch overwrote it, the opset check unlinked
+    it) and printed 36 lines with torch's traceback; into a new folder it left the folder behind."""
+    pytest.importorskip("onnxscript")
+    model = saved(ResetPPO, "MlpGruPolicy", tmp_path / "model")
+    ok = tmp_path / "ok.onnx"
+    command = [sys.executable, "-m", "sb3_reset_ppo.export", model]
+    subprocess.run([*command, str(ok)], capture_output=True, cwd=ROOT, check=True)
+    written = ok.read_bytes()
+    for output in (ok, tmp_path / "new" / "folder" / "ok.onnx"):
+        result = subprocess.run(
+            [*command, str(output), "--exporter", "dynamo", "--opset", "14"], capture_output=True, text=True, cwd=ROOT
+        )
+        assert result.returncode == 2
+        assert result.stderr.count("\n") == 1 and "exporter='dynamo' wrote opset 18" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and result.stdout == ""
+    assert ok.read_bytes() == written
+    assert listing(tmp_path) == ["model.zip", "ok.onnx"]

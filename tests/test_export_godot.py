@@ -9,6 +9,7 @@ plays multi-episode rollouts of several agents exactly as ``predict``.
 import functools
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -98,23 +99,25 @@ class PatchedPlugin:
 
 
 def godot_gym_action_space(action_space: dict[str, dict[str, Any]]) -> spaces.Space:
-    """The SB3 action space godot_rl_agents' ``StableBaselinesGodotEnv`` makes of an agent's action space."""
+    """
+    The SB3 action space godot_rl_agents (0.8.2: ``GodotEnv`` with ``convert_action_space=True``, its
+    ``ActionSpaceProcessor``) makes of an agent's action space: a ``MultiDiscrete`` of the sizes when every key is
+    discrete (one key too), a ``Box(-1, 1)`` of the sizes when every key is continuous.
+    """
     entries = list(action_space.values())
     if all(entry["action_type"] == "discrete" for entry in entries):
-        if len(entries) == 1:
-            return spaces.Discrete(entries[0]["size"])
         return spaces.MultiDiscrete([entry["size"] for entry in entries])
     assert all(entry["action_type"] == "continuous" for entry in entries)
     return spaces.Box(-1.0, 1.0, (sum(entry["size"] for entry in entries),), np.float32)
 
 
-def to_gym_action(action: dict[str, Any], action_space: dict[str, dict[str, Any]]) -> np.ndarray:
-    """The plugin's action dictionary as the SB3 action of :func:`godot_gym_action_space`."""
+def to_gym_action(action: dict[str, Any], action_space: dict[str, dict[str, Any]], gym_space: spaces.Space) -> np.ndarray:
+    """The plugin's action dictionary as the SB3 action of ``gym_space``."""
     values = [np.atleast_1d(np.asarray(action[key], dtype=np.float64)) for key in action_space]
     flat = np.concatenate(values)
-    if all(entry["action_type"] == "discrete" for entry in action_space.values()):
-        return flat.astype(np.int64)[0] if len(values) == 1 else flat.astype(np.int64)
-    return flat.astype(np.float32)
+    if isinstance(gym_space, spaces.Discrete):
+        return flat.astype(np.int64)[0]
+    return flat.astype(np.int64) if isinstance(gym_space, spaces.MultiDiscrete) else flat.astype(np.float32)
 
 
 def make_env(observation_space: spaces.Space, action_space: spaces.Space, seed: int) -> gym.Env:
@@ -127,6 +130,14 @@ def make_env(observation_space: spaces.Space, action_space: spaces.Space, seed: 
 # Godot's observation spaces: a Dict of float Boxes in [-1, 1] (godot_rl_agents' GodotEnv), or a single Box
 CASES = [
     ("Lstm", 2, spaces.Dict({"obs": spaces.Box(-1.0, 1.0, (6,))}), {"move": {"size": 3, "action_type": "discrete"}}),
+    # The same key with a policy trained on Discrete(3), as a hand-written env gives it (godot_rl_agents 0.8.2 gives
+    # MultiDiscrete([3]), the case above)
+    (
+        "Gru",
+        1,
+        spaces.Dict({"obs": spaces.Box(-1.0, 1.0, (6,))}),
+        {"move": {"size": 3, "action_type": "discrete", "gym": "Discrete"}},
+    ),
     (
         "Gru",
         1,
@@ -146,12 +157,20 @@ CASES = [
 @pytest.mark.parametrize(
     ("cell", "layers", "observation_space", "godot_actions"),
     CASES,
-    ids=["Lstm-2layer-discrete", "Gru-1layer-box-obs-continuous", "Lstm-1layer-two-keys-multidiscrete", "Gru-2layer-box"],
+    ids=[
+        "Lstm-2layer-one-discrete-key",
+        "Gru-1layer-discrete",
+        "Gru-1layer-box-obs-continuous",
+        "Lstm-1layer-two-keys-multidiscrete",
+        "Gru-2layer-box",
+    ],
 )
 def test_patched_plugin_plays_as_predict(
     cell: str, layers: int, observation_space: spaces.Space, godot_actions: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
     action_space = godot_gym_action_space(godot_actions)
+    if any(entry.get("gym") == "Discrete" for entry in godot_actions.values()):
+        action_space = spaces.Discrete(next(iter(godot_actions.values()))["size"])
     kind = "MultiInput" if isinstance(observation_space, spaces.Dict) else "Mlp"
     envs = DummyVecEnv([functools.partial(make_env, observation_space, action_space, seed) for seed in range(N_AGENTS)])
     model = ResetPPO(
@@ -182,7 +201,7 @@ def test_patched_plugin_plays_as_predict(
             for agent in range(N_AGENTS)
         ]
         actions = [
-            to_gym_action(plugin.decide(agent, per_agent[agent], bool(dones[agent])), godot_actions)
+            to_gym_action(plugin.decide(agent, per_agent[agent], bool(dones[agent])), godot_actions, action_space)
             for agent in range(N_AGENTS)
         ]
         expected, state = model.predict(obs, state, dones, deterministic=True)
@@ -255,6 +274,28 @@ def test_what_the_plugin_cannot_run(tmp_path: Path) -> None:
         export_onnx(model("state_ins"), tmp_path / "x.onnx", layout="godot")
     with pytest.warns(UserWarning, match=r"clamps continuous actions to \[-1, 1\]"):
         export_onnx(model("obs"), tmp_path / "x.onnx", layout="godot")
+
+
+def test_a_box_of_godot_rl_agents_warns_about_mixed_action_keys(tmp_path: Path) -> None:
+    """godot_rl_agents (0.8.2) trains an agent that mixes continuous keys and a discrete key of size 2 on a Box(-1, 1)
+    with one value per discrete key, where the plugin reads 2 logits: its Box is refused nothing, but warned about."""
+    observation_space = spaces.Dict({"obs": spaces.Box(-1.0, 1.0, (2,))})
+
+    def model(action_space: spaces.Space) -> ResetPPO:
+        env = DummyVecEnv([lambda: make_env(observation_space, action_space, 0)])
+        return ResetPPO("MultiInputLstmPolicy", env, n_steps=16, batch_size=16, policy_kwargs={"lstm_hidden_size": HIDDEN})
+
+    with pytest.warns(UserWarning, match=r"mixes continuous keys with a discrete key.*reads 2 logits.*does not fit"):
+        export_onnx(
+            model(godot_gym_action_space({"move": {"size": 2, "action_type": "continuous"}})),
+            tmp_path / "x.onnx",
+            layout="godot",
+        )
+    for action_space in (spaces.Box(-0.5, 0.5, (3,)), spaces.MultiDiscrete([2, 3])):
+        other = model(action_space)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            export_onnx(other, tmp_path / "x.onnx", layout="godot")
 
 
 def test_the_patch_names_its_upstream_commit_and_is_well_formed() -> None:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -320,3 +320,41 @@ def test_zoo_model_with_normalize_plays_the_zoos_own_returns(tmp_path: Path) -> 
             returns.append(round(total, 2))
             total = 0.0
     assert returns == zoo_returns
+
+
+def test_float16_files_round_raw_observations_before_normalising(tmp_path: Path) -> None:
+    """A float16 file takes raw observations as float16: it computes as the float32 file fed the observations rounded
+    to float16, which moves observations of about 1000 +- 0.57 by up to 0.44 standard deviations (docs/guide/deploy.md)."""
+    mean, std = 1000.0, 0.57
+    observation_space = spaces.Box(0.0, 2000.0, (4,), np.float32)
+
+    def make() -> gym.Env:
+        env = RandomEpisodeEnv(spaces.Discrete(3), max_length=6)
+        env.observation_space = observation_space
+        return env
+
+    vec_normalize = VecNormalize(DummyVecEnv([make]))
+    statistics = cast(RunningMeanStd, vec_normalize.obs_rms)  # a Box observation's
+    statistics.mean, statistics.var = np.full(4, mean), np.full(4, std**2)
+    model = ResetPPO("MlpLstmPolicy", vec_normalize, n_steps=16, batch_size=16, policy_kwargs=tiny_kwargs("Lstm", 1, "Mlp"))
+    randomise(model)
+    files = {
+        dtype: session(export_onnx(model, tmp_path / f"{dtype}.onnx", dtype=dtype, vec_normalize=vec_normalize))
+        for dtype in ("float32", "float16")
+    }
+    raw = mean + std * np.random.default_rng(0).standard_normal((256, 4))
+    rounded = raw.astype(np.float16)
+    shift = np.abs(rounded.astype(np.float64) - raw) / std
+    assert 0.35 < shift.max() <= 0.25 / std + 1e-9
+
+    def h_out(dtype: str, obs: np.ndarray) -> np.ndarray:
+        hidden = np.zeros((1, len(obs), 8))
+        numpy_dtype = np.float16 if dtype == "float16" else np.float32
+        feed = {"obs": obs, "h": hidden, "c": hidden, "episode_start": np.ones(len(obs))}
+        return files[dtype].run(["h_out"], {key: value.astype(numpy_dtype) for key, value in feed.items()})[0]
+
+    float16 = h_out("float16", raw)
+    # The float16 file is the float32 one on rounded observations (within float16's tolerance), not on the raw ones
+    np.testing.assert_allclose(float16, h_out("float32", rounded.astype(np.float32)), atol=1e-2)
+    assert np.abs(float16 - h_out("float32", raw)).max() > 2e-2
+    assert "float16 files round raw observations" in (ROOT / "docs" / "guide" / "deploy.md").read_text()

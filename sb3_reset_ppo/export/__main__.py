@@ -3,7 +3,8 @@ The command line of :func:`~sb3_reset_ppo.export.export_onnx`:
 ``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx [--layout plain|mlagents|godot] [--opset N] [--algo ...]``.
 
 A file it cannot export (missing, not a zip, not a model, a model without memory) is one line on stderr naming
-what is supported, and exit status 2, as argparse reports a wrong argument.
+what is supported, and exit status 2, as argparse reports a wrong argument; so are an output path it cannot write and
+a ``--vec-normalize`` file that is not a pickle.
 """
 
 import argparse
@@ -143,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--layout",
-        choices=LAYOUTS,
+        choices=tuple(LAYOUTS),
         default="plain",
         help="the tensor names: plain (obs, h, c, episode_start -> action, h_out, c_out; the default), mlagents "
         "(Unity ML-Agents' names and constants) or godot (Godot RL Agents': obs keys, state_ins -> output, state_outs)",
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> Path:
             cell_ops=args.cell_ops,
             vec_normalize=vec_normalize,
         )
-    except ValueError as error:  # ModelFileError, and export_onnx's checks of its arguments
+    except (ValueError, TypeError, OSError) as error:  # ModelFileError, export_onnx's checks, an unwritable output
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     opset = read_metadata(path)["opset"]
     normalised = f", VecNormalize {vec_normalize} in the graph" if vec_normalize is not None else ""

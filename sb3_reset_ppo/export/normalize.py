@@ -68,8 +68,16 @@ def load_vec_normalize(source: VecNormalize | str | Path) -> VecNormalize:
     path = Path(source)
     if not path.is_file():
         raise ValueError(f"vec_normalize must be the path of a VecNormalize pickle, got {str(path)!r}: no such file")
-    with path.open("rb") as file:
-        loaded = pickle.load(file)
+    try:
+        with path.open("rb") as file:
+            loaded = pickle.load(file)
+    except OSError:
+        raise
+    except Exception as error:  # whatever unpickling a file that is not a pickle raises
+        raise ValueError(
+            f"vec_normalize {str(path)!r} is not a VecNormalize pickle ({type(error).__name__}: {error}): give the file "
+            "that VecNormalize.save wrote (the RL Zoo's vecnormalize.pkl)"
+        ) from error
     if not isinstance(loaded, VecNormalize):
         raise ValueError(f"vec_normalize {str(path)!r} holds a {type(loaded).__name__}, not a VecNormalize")
     return loaded
