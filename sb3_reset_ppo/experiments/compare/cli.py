@@ -27,7 +27,6 @@ Example::
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +41,7 @@ from sb3_reset_ppo.experiments.compare.settings import (
     CompareSettings,
     check,
     default_baseline,
+    default_workers,
     env_folder,
     parse_variants,
 )
@@ -106,7 +106,7 @@ def settings_from_args(args: argparse.Namespace) -> CompareSettings:
         evaluations=args.evaluations,
         final_evaluations=args.final_evaluations,
         num_threads=args.num_threads,
-        workers=max((os.cpu_count() or 1) // max(args.num_threads, 1), 1) if args.workers is None else args.workers,
+        workers=default_workers(args.num_threads) if args.workers is None else args.workers,
         address=args.address,
         out=(args.out or Path("compare") / env_folder(args.env)).resolve(),
         reps=args.reps,

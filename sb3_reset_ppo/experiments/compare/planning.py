@@ -207,20 +207,20 @@ def record(settings: CompareSettings, conf: Path, text: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def check_settings(out: Path, settings: dict[str, Any]) -> None:
+def check_settings(out: Path, recorded: dict[str, Any]) -> None:
     """
     Record the comparison's settings in ``out`` on the first call; later calls (resuming) must give the same ones.
 
     :param out: The comparison's folder
-    :param settings: Its settings (:func:`record`)
+    :param recorded: Its settings as they are recorded (:func:`record`)
     :raises ValueError: ``out`` holds a comparison with other settings
     """
     path = out / SETTINGS_FILE
     if path.exists():
         before = {**SETTING_DEFAULTS, **json.loads(path.read_text())}
-        settings = {**SETTING_DEFAULTS, **settings}
+        recorded = {**SETTING_DEFAULTS, **recorded}
         changed = sorted(
-            key for key in settings.keys() | before.keys() if before.get(key) != settings.get(key) and key != "seeds"
+            key for key in recorded.keys() | before.keys() if before.get(key) != recorded.get(key) and key != "seeds"
         )
         if changed:
             raise ValueError(
@@ -228,7 +228,7 @@ def check_settings(out: Path, settings: dict[str, Any]) -> None:
                 "same settings to resume it (only --seeds may change: the report takes seeds 0 to N-1)"
             )
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(settings, indent=2))
+    path.write_text(json.dumps(recorded, indent=2))
 
 
 @dataclass(frozen=True)
@@ -250,9 +250,9 @@ class Plan:
 
 def prepare(settings: CompareSettings) -> Plan:
     """
-    Check everything a comparison needs, in the order a user fixes it, and write nothing: the installed extras; to
-    train, the env id (registered, with a "did you mean") and the algorithms; the output folder; the hyperparameter
-    file; the runs' folders (one that is not a run's is never replaced).
+    Check everything a comparison needs, and write nothing: the installed extras; to train, the env id (registered,
+    with a "did you mean") and the algorithms; the output folder; the hyperparameter file; the runs' folders (one
+    that is not a run's is never replaced).
 
     :param settings: The comparison's settings, checked (:func:`~sb3_reset_ppo.experiments.compare.settings.check`)
     :raises ValueError: naming what is missing or wrong

@@ -171,19 +171,19 @@ def _threads(num_threads: int) -> str:
     return "torch's default number of threads" if num_threads == -1 else f"{num_threads} torch thread{'s' * (num_threads > 1)}"
 
 
-def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str], pictures: list[Path], out: Path) -> str:
+def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str], pictures: list[Path], out: Path) -> str:
     """
     ``REPORT.md``: the verdict first, then the table, the figures, the settings and what failed.
 
     :param summary: :func:`~sb3_reset_ppo.experiments.compare.analysis.analyse`'s numbers
-    :param settings: The recorded settings (:func:`~sb3_reset_ppo.experiments.compare.planning.record`), with the
+    :param recorded: The recorded settings (:func:`~sb3_reset_ppo.experiments.compare.planning.record`), with the
         ``command`` and the ``failed`` runs
     :param lines: The verdict (:func:`verdict`)
     :param pictures: The figures (:func:`figures`)
     :param out: The comparison's folder, which the figures' links are relative to
     """
     baseline = summary["baseline"]
-    text = [f"# {settings['env']}: {' vs '.join(summary['arms'])}", "", "## Verdict", ""]
+    text = [f"# {recorded['env']}: {' vs '.join(summary['arms'])}", "", "## Verdict", ""]
     text += [f"- {line}" for line in lines]
     text += [
         "", "## Numbers", "",
@@ -215,16 +215,16 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], lines: list[str]
     text += [f"![{picture.stem}]({picture.relative_to(out).as_posix()})" for picture in pictures]
     text += [
         "", "## Settings", "",
-        f"- command: `{settings['command']}`",
-        f"- hyperparameter file (every arm): `{settings['conf_file']}`; shared settings: {settings['hyperparams'] or 'none'}",
-        f"- seeds 0 to {settings['seeds'] - 1}; budget: {settings['timesteps'] or 'the file n_timesteps'} env steps; "
-        f"{settings['evaluations']} evaluations of {settings['eval_episodes']} deterministic episodes on a separate env; "
-        f"final return: the mean of the last {settings['final_evaluations']}",
+        f"- command: `{recorded['command']}`",
+        f"- hyperparameter file (every arm): `{recorded['conf_file']}`; shared settings: {recorded['hyperparams'] or 'none'}",
+        f"- seeds 0 to {recorded['seeds'] - 1}; budget: {recorded['timesteps'] or 'the file n_timesteps'} env steps; "
+        f"{recorded['evaluations']} evaluations of {recorded['eval_episodes']} deterministic episodes on a separate env; "
+        f"final return: the mean of the last {recorded['final_evaluations']}",
         "- `learn()` seconds: SB3's clock (env steps over `time/fps`) at each evaluation, the last update not counted; "
-        f"they include the evaluations; runs trained with {_threads(settings.get('num_threads', 1))} each",
+        f"they include the evaluations; runs trained with {_threads(recorded.get('num_threads', 1))} each",
     ]  # fmt: skip
-    text += [f"- arm {arm['name']}: `{arm['algo']}` {' '.join(arm['hyperparams'])}".rstrip() for arm in settings["arms"]]
-    failed = settings.get("failed") or []
+    text += [f"- arm {arm['name']}: `{arm['algo']}` {' '.join(arm['hyperparams'])}".rstrip() for arm in recorded["arms"]]
+    failed = recorded.get("failed") or []
     if failed:
         text += ["", "## Failed runs", ""]
         text += [f"- {run['variant']} seed {run['seed']}: exit {run['returncode']}, log `{run['log']}`" for run in failed]

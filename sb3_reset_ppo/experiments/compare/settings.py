@@ -1,5 +1,6 @@
 """What a comparison is: its arms and settings (:class:`CompareSettings`), and the checks of the options alone."""
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -119,6 +120,11 @@ def default_baseline(arms: Sequence[Variant]) -> str:
     """The arm compared with when none is given: :data:`DEFAULT_BASELINE` if it is one, else the last."""
     names = [arm.name for arm in arms]
     return DEFAULT_BASELINE if DEFAULT_BASELINE in names else names[-1]
+
+
+def default_workers(num_threads: int) -> int:
+    """Local runs at a time when none is given: the cores over ``num_threads``, so one core per torch thread."""
+    return max((os.cpu_count() or 1) // max(num_threads, 1), 1)
 
 
 def check_hyperparams(settings: Sequence[str], option: str) -> None:
