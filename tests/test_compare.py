@@ -4,7 +4,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,20 @@ def test_arms_from_algos_and_variants() -> None:
 def _args(tmp_path: Path, **changes: Any) -> compare.CompareSettings:
     args = compare.parser().parse_args(["--env", "CueRecall-v0", "--out", str(tmp_path / "out")])
     return replace(compare.settings_from_args(args), **changes)
+
+
+def test_the_settings_are_one_frozen_object_the_check_returns(tmp_path: Path) -> None:
+    settings = _args(tmp_path)
+    assert compare.check(settings) is settings and settings.baseline == "ppo_lstm" and settings.out == tmp_path / "out"
+    with pytest.raises(FrozenInstanceError):
+        settings.seeds = 3  # type: ignore[misc]
+    # Settings built in Python are checked as the command line's are, naming the option, its value and what it may be
+    with pytest.raises(TypeError, match="--seeds must be an int, got '3'"):
+        compare.check(replace(settings, seeds="3"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="--workers must be at least 1, got 0"):
+        compare.check(replace(settings, workers=0))
+    with pytest.raises(ValueError, match=r"--baseline 'x' is not one of the arms \['reset_ppo', 'ppo_lstm'\]"):
+        compare.check(replace(settings, baseline="x"))
 
 
 def test_the_hyperparameter_file_every_arm_trains_with(tmp_path: Path) -> None:
