@@ -1,10 +1,10 @@
 """``python -m sb3_reset_ppo.compare``: arms, settings, resuming, the statistics and verdict, and a real comparison."""
 
-import argparse
 import json
 import os
 import subprocess
 import sys
+from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
-from sb3_reset_ppo.experiments import compare, runner, stats
+from sb3_reset_ppo.experiments import compare, executors, runner, stats
+from sb3_reset_ppo.experiments.compare import reporting
 from sb3_reset_ppo.experiments.runner import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,12 +36,23 @@ def test_arms_from_algos_and_variants() -> None:
         compare.parse_variants(["ppo_lstm"], None)
 
 
-def _args(tmp_path: Path, **changes: Any) -> argparse.Namespace:
+def _args(tmp_path: Path, **changes: Any) -> compare.CompareSettings:
     args = compare.parser().parse_args(["--env", "CueRecall-v0", "--out", str(tmp_path / "out")])
-    for key, value in changes.items():
-        setattr(args, key, value)
-    args.out = Path(args.out)
-    return args
+    return replace(compare.settings_from_args(args), **changes)
+
+
+def test_the_settings_are_one_frozen_object_the_check_returns(tmp_path: Path) -> None:
+    settings = _args(tmp_path)
+    assert compare.check(settings) is settings and settings.baseline == "ppo_lstm" and settings.out == tmp_path / "out"
+    with pytest.raises(FrozenInstanceError):
+        settings.seeds = 3  # type: ignore[misc]
+    # Settings built in Python are checked as the command line's are, naming the option, its value and what it may be
+    with pytest.raises(TypeError, match="--seeds must be an int, got '3'"):
+        compare.check(replace(settings, seeds="3"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="--workers must be at least 1, got 0"):
+        compare.check(replace(settings, workers=0))
+    with pytest.raises(ValueError, match=r"--baseline 'x' is not one of the arms \['reset_ppo', 'ppo_lstm'\]"):
+        compare.check(replace(settings, baseline="x"))
 
 
 def test_the_hyperparameter_file_every_arm_trains_with(tmp_path: Path) -> None:
@@ -98,9 +110,9 @@ def test_resuming_needs_the_same_settings(tmp_path: Path) -> None:
 
 
 def test_the_plan_puts_each_seeds_arms_side_by_side(tmp_path: Path) -> None:
-    args = _args(tmp_path, seeds=2, timesteps=4000, hyperparams=["gamma:0.9"])
     arms = compare.parse_variants(["reset_ppo", "ppo_lstm"], [["w64", "reset_ppo", "window_size:64"]])
-    specs = compare.plan(args, arms, compare.PACKAGED_CONF)
+    settings = _args(tmp_path, seeds=2, timesteps=4000, hyperparams=("gamma:0.9",), arms=tuple(arms))
+    specs = compare.plan(settings, compare.PACKAGED_CONF)
     assert [(s.label, s.seed) for s in specs] == [(a, seed) for seed in range(2) for a in ("reset_ppo", "ppo_lstm", "w64")]
     assert specs[2].hyperparams == ["gamma:0.9", "window_size:64"] and specs[0].steps == 4000 and specs[0].keep_log
     assert specs[4].run_dir == tmp_path / "out" / "runs" / "ppo_lstm" / "CueRecall-v0" / "seed1"
@@ -338,20 +350,20 @@ def test_a_probability_of_0_or_1_reads_as_every_pair() -> None:
     # Every run of one arm behind (or ahead of) every run of the other: the interval is one point; the sentence says
     # what happened and whether the test can call it significant, not "P = 0.00 (0.00 to 0.00) ... not significant"
     when = "Per env step, at the end of training"
-    behind = compare._probability_sentence("ResetPPO", "RecurrentPPO", [0.0, 0.0, 0.0], when, 0.3, 3)
+    behind = reporting._probability_sentence("ResetPPO", "RecurrentPPO", [0.0, 0.0, 0.0], when, 0.3, 3)
     assert behind == (
         "Per env step, at the end of training, ResetPPO was behind RecurrentPPO in every pair of runs "
         "(P(ResetPPO > RecurrentPPO) = 0), but with so few runs that is **not significant**; Mann-Whitney p = 0.300 "
         "(Holm-adjusted over the report's 3 tests)."
     )
-    worse = compare._probability_sentence("ResetPPO", "RecurrentPPO", [0.0, 0.0, 0.0], when, 0.01, 3)
+    worse = reporting._probability_sentence("ResetPPO", "RecurrentPPO", [0.0, 0.0, 0.0], when, 0.01, 3)
     assert worse.startswith(f"{when}, **ResetPPO is worse** than RecurrentPPO: ResetPPO was behind RecurrentPPO in every")
-    ahead = compare._probability_sentence("ResetPPO", "RecurrentPPO", [1.0, 1.0, 1.0], when, 0.01, 3)
+    ahead = reporting._probability_sentence("ResetPPO", "RecurrentPPO", [1.0, 1.0, 1.0], when, 0.01, 3)
     assert "**ResetPPO is better** than RecurrentPPO: ResetPPO was ahead of RecurrentPPO in every pair" in ahead
     for sentence in (behind, worse, ahead):
         assert "(0.00 to 0.00)" not in sentence and "(1.00 to 1.00)" not in sentence
     # Anywhere between, the interval as before
-    middle = compare._probability_sentence("ResetPPO", "RecurrentPPO", [0.4, 0.2, 0.6], when, 0.5, 3)
+    middle = reporting._probability_sentence("ResetPPO", "RecurrentPPO", [0.4, 0.2, 0.6], when, 0.5, 3)
     assert "P(ResetPPO > RecurrentPPO) = 0.40 (0.20 to 0.60)" in middle and "(**not significant**)" in middle
 
 
@@ -375,7 +387,7 @@ def test_every_check_comes_before_anything_is_written(tmp_path: Path, monkeypatc
     def never(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("nothing may train")
 
-    monkeypatch.setattr(compare.executors, "run_local", never)
+    monkeypatch.setattr(executors, "run_local", never)
     out = tmp_path / "out"
     base = ["--env", "CueRecall-v0", "--seeds", "1", "--timesteps", "100", "--out", str(out)]
     # An algorithm the zoo does not know, with the closest name
@@ -429,10 +441,9 @@ def test_a_failed_runs_last_log_lines_are_printed_with_its_path(
 
 def test_num_threads_reaches_every_run_and_is_a_setting(tmp_path: Path) -> None:
     args = compare.parser().parse_args(["--env", "CueRecall-v0", "--timesteps", "100", "--num-threads", "2"])
-    compare._check(args, compare.parser(), compare.parse_variants(args.algos, None))
-    assert args.workers == max((os.cpu_count() or 1) // 2, 1)  # one core per thread
-    args.out = tmp_path
-    (spec, *_) = compare.plan(args, compare.parse_variants(args.algos, None), compare.PACKAGED_CONF)
+    settings = compare.check(compare.settings_from_args(args))
+    assert settings.workers == max((os.cpu_count() or 1) // 2, 1)  # one core per thread
+    (spec, *_) = compare.plan(replace(settings, out=tmp_path), compare.PACKAGED_CONF)
     command = runner.zoo_command(spec)
     assert command[command.index("--num-threads") + 1] == "2"
     # By default one thread, as the zoo's runs always had

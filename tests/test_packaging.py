@@ -68,7 +68,7 @@ def test_wheel_holds_package_data_and_runs_the_zoo_from_an_install(tmp_path: Pat
     (wheel,) = (tmp_path / "dist").glob("sb3_reset_ppo-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     members = ("sb3_reset_ppo/zoo/reset_ppo.yml", "sb3_reset_ppo/py.typed", "sb3_reset_ppo/envs/cue_recall.py")
-    for member in (*members, "sb3_reset_ppo/compare.py", "sb3_reset_ppo/experiments/compare.py"):
+    for member in (*members, "sb3_reset_ppo/compare.py", "sb3_reset_ppo/experiments/compare/cli.py"):
         assert member in names, f"{member} is not in {wheel.name}"
     # Install it apart from the checkout; run from a folder where the checkout is not importable
     site = tmp_path / "site"

@@ -1,0 +1,149 @@
+"""A comparison's numbers: its finished runs, and per arm the returns, times and probabilities of beating the baseline."""
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from sb3_reset_ppo.experiments import runner, stats
+from sb3_reset_ppo.experiments.compare.settings import CompareSettings
+
+
+class NothingToCompare(ValueError):
+    """No finished runs of the baseline, or of every other arm, yet."""
+
+
+def learn_seconds(run: dict[str, Any]) -> float:
+    """A run's ``learn()`` seconds: the time of its last evaluation (its training log's clock), else its process's."""
+    times = run.get("times")
+    return float(times[-1]) if times is not None and len(times) else float(run["seconds"])
+
+
+def _median_learn_seconds(runs: Iterable[dict[str, Any]]) -> float:
+    return statistics.median(learn_seconds(run) for run in runs)
+
+
+def in_comparison(run: dict[str, Any], settings: CompareSettings) -> bool:
+    """Whether a run's record is one of the comparison's: an arm's, of seeds ``0..seeds-1``."""
+    return run["variant"] in {arm.name for arm in settings.arms} and int(run["seed"]) < settings.seeds
+
+
+def load(settings: CompareSettings) -> dict[str, list[dict[str, Any]]]:
+    """
+    Each arm's finished runs, by seed, with ``times`` (``learn()`` seconds at each evaluation, None without a log).
+
+    :param settings: The comparison's settings
+    """
+    by_arm: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in settings.arms}
+    for run in runner.load_runs(settings.out / "runs", settings.final_evaluations):
+        if run["env"] == settings.env and in_comparison(run, settings):
+            run["times"] = runner.elapsed_seconds(run)
+            by_arm[run["variant"]].append(run)
+    for arm_runs in by_arm.values():
+        arm_runs.sort(key=lambda run: int(run["seed"]))
+    return by_arm
+
+
+def _runs_by_task(scores: Sequence[float]) -> np.ndarray:
+    # (n_runs,) -> (n_runs, 1): rliable's (runs, tasks) layout, one task
+    return np.array(scores, dtype=float)[:, None]
+
+
+def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int, final_evaluations: int) -> dict[str, Any]:
+    """
+    The report's numbers: per arm the IQM (95% CI) of the final return and of the return over training, and its
+    median ``learn()`` seconds; per arm other than the baseline the probability it beats the baseline (95% CI) at
+    the end, over training and at equal wall-clock time (:func:`equal_time`), each with the two-sided Mann-Whitney
+    test's p-value (``p``), the method that computed it (``p_method``: :func:`stats.mann_whitney`) and its Holm
+    adjustment over all the report's tests (``p_holm``), and its ``learn()`` time over the baseline's in pairs of
+    runs that trained at the same time on one machine.
+
+    :param by_arm: Each arm's finished runs (:func:`load`)
+    :param baseline: The arm the others are compared with
+    :param reps: Bootstrap resamples
+    :param final_evaluations: The evaluations a run's final return averages, which a run that has stopped by the
+        equal-wall-clock time counts
+    :raises NothingToCompare: the baseline or every other arm has no finished run
+    """
+    arms = {name: arm_runs for name, arm_runs in by_arm.items() if arm_runs}
+    if baseline not in arms or len(arms) < 2:
+        counts = {name: len(arm_runs) for name, arm_runs in by_arm.items()}
+        raise NothingToCompare(
+            f"nothing to compare yet: finished runs per arm {counts}; the "
+            f"baseline {baseline!r} and at least one other arm need finished runs"
+        )
+    summary: dict[str, Any] = {"baseline": baseline, "reps": reps, "arms": {}, "comparisons": {}}
+    tests: list[tuple[str, str, list[float], list[float]]] = []
+    for key in ("final", "auc"):
+        scores = {name: [run[key] for run in arm_runs] for name, arm_runs in arms.items()}
+        point, interval, poi, poi_ci = stats.aggregate(
+            {name: _runs_by_task(values) for name, values in scores.items()}, reps, baseline
+        )
+        for name in arms:
+            entry = summary["arms"].setdefault(name, {"runs": len(arms[name])})
+            entry[key] = stats.interval_triple(point[name][0], interval[name][0][0], interval[name][1][0])
+            if name != baseline:
+                summary["comparisons"].setdefault(name, {})[key] = stats.probability_triple(poi, poi_ci, f"{name},{baseline}")
+                tests.append((name, key, scores[name], scores[baseline]))
+    for name, arm_runs in arms.items():
+        summary["arms"][name]["learn_seconds"] = _median_learn_seconds(arm_runs)
+        summary["arms"][name]["hosts"] = sorted({str(run.get("host", "?")) for run in arm_runs})
+    for name in arms:
+        if name == baseline:
+            continue
+        comparison = summary["comparisons"][name]
+        # Pairs of runs (any seeds) that trained at the same time on one machine: the only fair time ratios
+        pairs = stats.side_by_side(arms[name], arms[baseline], same_seed=False)
+        ratios = [learn_seconds(run) / learn_seconds(other) for run, other in pairs if learn_seconds(other) > 0]
+        comparison["time_ratio"] = statistics.median(ratios) if ratios else None
+        comparison["time_pairs"] = len(ratios)
+        comparison["equal_time"] = equal_time(arms[name], arms[baseline], reps, final_evaluations)
+        if comparison["equal_time"] is not None and comparison["equal_time"]["probability"] is not None:
+            tests.append((name, "equal_time", *comparison["equal_time"].pop("scores")))
+    results = [stats.mann_whitney(arm, base) for _, _, arm, base in tests]
+    p_values = [p for p, _ in results]
+    for (name, key, _, _), (p, method), p_holm in zip(tests, results, stats.holm(p_values), strict=True):
+        comparison = summary["comparisons"][name]
+        for field, value in (("p", p), ("p_method", method), ("p_holm", p_holm)):
+            comparison.setdefault(field, {})[key] = value
+    summary["tests"] = len(tests)
+    return summary
+
+
+def equal_time(
+    arm_runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], reps: int, final_evaluations: int
+) -> dict[str, Any] | None:
+    """
+    The probability that an arm beats the baseline when both stop at the same wall-clock time: the faster arm's
+    median ``learn()`` seconds. Each run is scored by :func:`stats.score_at_time`: a run that has stopped by then
+    counts its final return (the mean of its last ``final_evaluations`` evaluations, as the final endpoint), a run
+    still training its last evaluation by then.
+
+    :param arm_runs: The arm's runs (:func:`load`, with ``times``)
+    :param base_runs: The baseline's runs
+    :param reps: Bootstrap resamples
+    :param final_evaluations: The evaluations a final return averages (``--final-evaluations``)
+    :return: ``seconds``, ``probability`` (None where a run has no evaluation by then) and ``scores`` (the two arms'
+        scores then); None without training logs
+    """
+    if any(run["times"] is None for run in [*arm_runs, *base_runs]):
+        return None
+    at = min(_median_learn_seconds(arm_runs), _median_learn_seconds(base_runs))
+
+    def scores(group: list[dict[str, Any]]) -> list[float]:
+        return [
+            stats.score_at_time(run["times"], run["eval_mean"], at, final_evaluations, before_first=math.nan) for run in group
+        ]
+
+    arm_scores, base_scores = scores(arm_runs), scores(base_runs)
+    if any(math.isnan(value) for value in [*arm_scores, *base_scores]):
+        return {"seconds": at, "probability": None}
+    both = {"arm": _runs_by_task(arm_scores), "base": _runs_by_task(base_scores)}
+    _, _, poi, poi_ci = stats.aggregate(both, reps, "base")
+    return {
+        "seconds": at,
+        "probability": stats.probability_triple(poi, poi_ci, "arm,base"),
+        "scores": (arm_scores, base_scores),
+    }
