@@ -63,8 +63,8 @@ def aggregate(
     def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
 
-    others = [] if baseline is None else [v for v in score_dict if v != baseline]
-    pairs = {f"{v},{baseline}": (score_dict[v], score_dict[baseline]) for v in others}
+    others = [] if baseline is None else [(v, baseline) for v in score_dict if v != baseline]
+    pairs = {f"{v},{base}": (score_dict[v], score_dict[base]) for v, base in others}
     # A fixed bootstrap seed, so the same runs give the same report. rliable 1.2's StratifiedBootstrap draws from
     # numpy's global generator (its random_state argument is not used for the resampling): seeded here, and the
     # caller's state restored afterwards
