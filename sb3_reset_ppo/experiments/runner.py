@@ -209,6 +209,7 @@ def evaluations_done(run_dir: Path) -> int:
 
 def completed(result: dict[str, Any], evaluations: int = EVALUATIONS_PER_RUN) -> bool:
     """Whether a result of :func:`run_one` is a finished run: the trainer exited 0 and evaluated its whole budget."""
+    # At least: the evaluation interval rounds down, and training ends at a rollout's end on or past the budget
     return bool(result["returncode"] == 0 and result.get("evaluations", evaluations) >= evaluations)
 
 

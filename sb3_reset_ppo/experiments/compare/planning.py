@@ -199,14 +199,7 @@ def check_settings(out: Path, recorded: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class Plan:
-    """
-    A checked comparison, not started yet.
-
-    :param conf: The hyperparameter file every arm trains with
-    :param conf_text: Its text
-    :param runs: Every (arm, seed) run (:func:`plan`)
-    :param record: The settings its folder records (:func:`record`)
-    """
+    """A checked comparison, not started yet: its hyperparameter file, runs (:func:`plan`) and settings (:func:`record`)."""
 
     conf: Path
     conf_text: str

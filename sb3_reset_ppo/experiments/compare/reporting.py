@@ -139,6 +139,7 @@ def figures(by_arm: dict[str, list[dict[str, Any]]], folder: Path, env: str) -> 
     return paths
 
 
+# The methods of stats.mann_whitney, in words
 _METHOD_WORDS = {
     "exact": "exact where the scores have no ties",
     "permutation": "an exact permutation test on midranks where they have ties",
@@ -146,16 +147,6 @@ _METHOD_WORDS = {
     "have ties and more splits exist",
     "undefined": "1 where every score is the same",
 }
-
-
-def _methods(summary: dict[str, Any]) -> str:
-    """The methods of the report's Mann-Whitney p-values, in words."""
-    used = {method for comparison in summary["comparisons"].values() for method in comparison.get("p_method", {}).values()}
-    return "; ".join(words for method, words in _METHOD_WORDS.items() if method in used) or "none"
-
-
-def _threads(num_threads: int) -> str:
-    return "torch's default number of threads" if num_threads == -1 else f"{num_threads} torch thread{'s' * (num_threads > 1)}"
 
 
 def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str], pictures: list[Path], out: Path) -> str:
@@ -169,14 +160,17 @@ def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str]
     :param pictures: The figures (:func:`figures`)
     :param out: The comparison's folder, which the figures' links are relative to
     """
-    baseline = summary["baseline"]
+    baseline, threads = summary["baseline"], recorded.get("num_threads", 1)
+    threads_words = "torch's default number of threads" if threads == -1 else f"{threads} torch thread{'s' * (threads > 1)}"
+    used = {method for comparison in summary["comparisons"].values() for method in comparison.get("p_method", {}).values()}
+    methods = "; ".join(words for method, words in _METHOD_WORDS.items() if method in used) or "none"
     text = [f"# {recorded['env']}: {' vs '.join(summary['arms'])}", "", "## Verdict", ""]
     text += [f"- {line}" for line in lines]
     text += [
         "", "## Numbers", "",
         "Interquartile mean over seeds with 95% stratified-bootstrap intervals (rliable, "
         f"{summary['reps']} resamples); P(arm > {baseline}): the probability of improvement with its interval, and p: "
-        f"the two-sided Mann-Whitney test's p-value ({_methods(summary)}), Holm-adjusted over the report's "
+        f"the two-sided Mann-Whitney test's p-value ({methods}), Holm-adjusted over the report's "
         f"{summary['tests']} tests. At equal wall-clock time a run that has stopped counts its final return, one still "
         "training its last evaluation by then.", "",
         f"| arm | runs | final return | return over training | median `learn()` s | P(> {baseline}) final | "
@@ -208,7 +202,7 @@ def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str]
         f"{recorded['evaluations']} evaluations of {recorded['eval_episodes']} deterministic episodes on a separate env; "
         f"final return: the mean of the last {recorded['final_evaluations']}",
         "- `learn()` seconds: SB3's clock (env steps over `time/fps`) at each evaluation, the last update not counted; "
-        f"they include the evaluations; runs trained with {_threads(recorded.get('num_threads', 1))} each",
+        f"they include the evaluations; runs trained with {threads_words} each",
     ]  # fmt: skip
     text += [f"- arm {arm['name']}: `{arm['algo']}` {' '.join(arm['hyperparams'])}".rstrip() for arm in recorded["arms"]]
     failed = recorded.get("failed") or []
