@@ -1,12 +1,7 @@
 """
-Where runs train: local worker processes (:func:`run_local`), or Ray tasks on a cluster (:func:`run_ray`).
-
-Locally, ``workers`` threads each start one trainer process at a time (one torch thread each, so at most one worker
-per core). On Ray, every run is a task that asks for one CPU; the task trains the run into a temporary folder on
-whichever machine Ray places it and returns the folder's files, which the driver unpacks into the run's folder:
-the machines need the same Python environment (this package, the RL Zoo and the user's env package), not a shared
-filesystem. Both are resumable the same way: a run that finished or failed is recorded in its folder
-(:func:`sb3_reset_ppo.experiments.runner.recorded`), and a run cut short is trained again next time.
+Where runs train: local worker threads that each start one trainer process at a time (:func:`run_local`), or Ray
+tasks of one CPU on a cluster (:func:`run_ray`), each trained in a temporary folder of its machine and its files
+returned to the driver, so that the machines share a Python environment but no filesystem.
 """
 
 import contextlib
@@ -32,14 +27,10 @@ Result = dict[str, Any]
 
 def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> None:
     """
-    Run ``work(index, stop)`` on ``workers`` threads and wait for them. ``stop`` is set when a worker raises or
-    on Ctrl-C (SIGINT): each worker must check it before starting more work, so an interrupted grid or search
-    lets the runs it has end (or, if the signal reached their processes too, end at once) and starts no new one.
-    While it waits, SIGINT only sets ``stop`` (a handler of its own, unless SIGINT is ignored); the interrupt is
-    raised once every worker is done.
+    Run ``work(index, stop)`` on ``workers`` threads and wait for them. ``stop`` is set when a worker raises or on
+    Ctrl-C, which only sets it while the threads run: each worker checks it before starting more work.
 
-    :raises BaseException: a worker's first error (after the others are done), else KeyboardInterrupt if
-        interrupted
+    :raises BaseException: a worker's first error (after the others are done), else KeyboardInterrupt if interrupted
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
@@ -104,10 +95,8 @@ def run_local(
     :param todo: The runs (taken out of the list as they start)
     :param train: Trains one run and returns its record (:func:`sb3_reset_ppo.experiments.runner.run_one`'s)
     :param workers: Runs at a time
-    :param minutes: A time limit: ``pick`` gets the seconds left, so that it starts only runs expected to end in
-        time (None: no limit)
-    :param pick: Takes the next run to start out of ``todo`` given the seconds left (None: no limit), or returns
-        None to start no more (default: the first run)
+    :param minutes: A time limit, whose seconds left ``pick`` gets (None: no limit)
+    :param pick: Takes the next run out of ``todo`` given the seconds left, or returns None to start no more
     :param on_result: Called with each run and its record as it finishes (e.g. to print progress)
     :return: The records of the runs trained, in the order they finished
     """
@@ -145,11 +134,11 @@ def _pack(folder: Path) -> bytes:
 
 def _unpack(data: bytes, folder: Path) -> None:
     """
-    Unpack :func:`_pack`'s archive into ``folder``, refusing paths that leave it: into a sibling folder first, which
-    then replaces ``folder`` (an interruption leaves the run as it was, never half unpacked).
+    Unpack :func:`_pack`'s archive into ``folder``, refusing paths that leave it, through a sibling folder that then
+    replaces it, so that an interruption never leaves it half unpacked.
 
     :raises FileExistsError: ``folder`` exists and is not a run's folder
-        (:func:`sb3_reset_ppo.experiments.runner.check_run_dir`): it is never deleted
+        (:func:`~sb3_reset_ppo.experiments.runner.check_run_dir`)
     """
     check_run_dir(folder)
     scratch = folder.with_name(folder.name + ".unpacking")
@@ -170,8 +159,7 @@ SCRATCH_PREFIX = "sb3_reset_ppo_run_"
 def scratch_prefix(pid: int | None = None) -> str:
     """
     The name's start of a temporary folder of :func:`train_packed`: :data:`SCRATCH_PREFIX`, the worker's pid and
-    this machine's host name (letters, digits, ``.`` and ``-``; machines that share a temporary folder, e.g.
-    containers, see only their own folders as theirs).
+    this machine's host name, so that machines sharing a temporary folder (containers) tell their folders apart.
 
     :param pid: The worker's process id (default: this process's)
     """
@@ -181,10 +169,8 @@ def scratch_prefix(pid: int | None = None) -> str:
 
 def remove_stale_scratch(folder: Path | None = None) -> list[Path]:
     """
-    Remove this machine's temporary folders of :func:`train_packed` whose worker process no longer runs (a Ray
-    worker killed by a forced cancellation, e.g. on the driver's Ctrl-C, leaves its folder behind; its trainer dies
-    with it, :func:`sb3_reset_ppo.experiments.runner.run_one`). Folders of running processes, and folders named
-    with another host (:func:`scratch_prefix`), are left alone.
+    Remove this machine's temporary folders of :func:`train_packed` whose worker process no longer runs (a Ray worker
+    killed by a forced cancellation leaves its folder behind).
 
     :param folder: Where the temporary folders are (default: :func:`tempfile.gettempdir`)
     :return: The folders removed
@@ -208,13 +194,11 @@ def remove_stale_scratch(folder: Path | None = None) -> list[Path]:
 
 def train_packed(spec_values: dict[str, Any], conf_text: str | None = None) -> tuple[Result, bytes]:
     """
-    Train a run into a temporary folder of this machine and return its record and its folder's files
-    (:func:`_pack`): the body of a Ray task, so that the driver needs no filesystem shared with the workers. The
-    folders that killed workers left on this machine are removed first (:func:`remove_stale_scratch`).
+    A Ray task's body: train a run into a temporary folder of this machine, after removing the stale ones
+    (:func:`remove_stale_scratch`), and return its record and its folder's files (:func:`_pack`).
 
     :param spec_values: The run (:meth:`RunSpec.to_dict`); its ``run_dir`` is replaced by the temporary folder
-    :param conf_text: The hyperparameter file's text, written into the temporary folder and trained with (the
-        driver's path need not exist here); None: the spec's ``conf_file`` as it is
+    :param conf_text: The hyperparameter file's text, trained with from the temporary folder (None: ``conf_file``)
     """
     remove_stale_scratch()
     with tempfile.TemporaryDirectory(prefix=scratch_prefix()) as scratch:
@@ -240,19 +224,13 @@ def run_ray(
     init: Callable[..., Any] | None = None,
 ) -> list[Result]:
     """
-    Train the runs as Ray tasks of one CPU each on the cluster at ``address`` (``"auto"``, ``"host:port"`` or
-    ``"ray://host:10001"``), each run's files returned to this process and unpacked into its ``run_dir``.
-
-    Each run carries its hyperparameter file's text and its budget (read here), so the workers need no file of
-    this machine. A task lost with its machine or worker leaves its run unrecorded, so it trains again next time; a
-    task that raised is recorded as failed (``failed.json`` with the error); on Ctrl-C the tasks not finished are
-    cancelled and the interrupt is raised. The cancellation is forced (``ray.cancel(..., force=True)``: Ray kills
-    the worker processes): their trainers die with them (:func:`sb3_reset_ppo.experiments.runner.run_one`), and the
-    next task on that machine removes their temporary folders (:func:`remove_stale_scratch`). The results come back
-    through Ray's pickled objects: every machine of the cluster must be trusted.
+    Train the runs as Ray tasks of one CPU each on the cluster at ``address``, each run's files unpacked into its
+    ``run_dir`` here. A task lost with its machine or worker leaves its run unrecorded; a task that raised is
+    recorded as failed; on Ctrl-C the unfinished tasks are cancelled (forced) and the interrupt is raised. The results
+    come back as pickled objects: every machine of the cluster must be trusted (:doc:`/guide/compare`).
 
     :param specs: The runs
-    :param address: The cluster's address (``ray.init(address=...)``)
+    :param address: The cluster's address (``ray.init(address=...)``: ``"auto"``, ``"host:port"``, ``"ray://host:10001"``)
     :param on_result: Called with each run and its record as it arrives
     :param init: Connects to the cluster (default ``ray.init``; the tests' seam)
     :return: The records of the runs that came back, in the order they arrived
@@ -268,7 +246,7 @@ def run_ray(
         check_run_dir(spec.run_dir)
     (init or ray.init)(address=address, log_to_driver=False, configure_logging=False)
     task = ray.remote(num_cpus=1, max_retries=0)(train_packed)
-    # Each run carries its hyperparameter file's text and its budget, read here: workers need no shared files
+    # Each run carries its hyperparameter file's text and its budget, read here: workers need no file of this machine
     pending = {}
     for spec in specs:
         sent = RunSpec.from_dict({**spec.to_dict(), "steps": spec.steps or budget(spec.env, spec.conf_file)})

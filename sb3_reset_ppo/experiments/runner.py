@@ -1,14 +1,7 @@
 """
-One training run through the RL Zoo, as the grid, the studies and ``python -m sb3_reset_ppo.compare`` train them.
-
-A run is a :class:`RunSpec`: an algorithm of the zoo (``reset_ppo``, ``ppo_lstm``, ...), an env, a seed, a
-hyperparameter file and settings, and the folder it writes to. :func:`run_one` trains it with
-``python -m sb3_reset_ppo.zoo train`` (one torch thread, the zoo's evaluation callback on a separate env) and
-records it: ``run.json`` when it trained its whole budget, ``failed.json`` when the trainer exited with an error
-(kept with its log, ``log.txt.gz``), nothing when it was cut short (a signal, a session's end), so that a
-resumable driver trains it again. A run's folder holds a marker file (:data:`RUN_MARKER`) from its first moment:
-an earlier attempt's folder is replaced, any other existing folder is left alone (:func:`check_run_dir`).
-:func:`load_runs` reads the finished runs of a folder laid out as ``<name>/<env>/seed<k>/`` with their evaluations.
+One training run through the RL Zoo (:class:`RunSpec`), trained and recorded by :func:`run_one`: ``run.json`` when it
+trained its whole budget, ``failed.json`` when the trainer exited with an error, nothing when it was cut short, so that
+a resumable driver trains it again. :func:`load_runs` reads the finished runs of a folder with their evaluations.
 """
 
 import datetime
@@ -56,13 +49,11 @@ class RunSpec:
     :param evaluations: Evaluations over the budget (``--eval-freq`` is the budget over this)
     :param steps: The budget in env steps (``-n``); None: the file's ``n_timesteps``
     :param gym_packages: Modules the trainer imports first to register the user's envs (``--gym-packages``)
-    :param keep_log: Log every update (``--log-interval 1``) and keep the training log (``log.txt.gz``) and its
-        curves (``progress.csv.gz``, with ``time/time_elapsed``: the return against wall-clock seconds)
+    :param keep_log: Log every update and keep the training log (``log.txt.gz``) and its curves (``progress.csv.gz``)
     :param label: The name recorded as the run's ``variant`` (default: ``algo``)
     :param extra: More fields for ``run.json``
-    :param num_threads: The trainer's torch threads (the zoo's ``--num-threads``; ``-1``: torch's default, one per
-        core): one, since runs share the cores and more threads stall beside other busy processes
-        (``benchmarks/speed/bench_threads.py``)
+    :param num_threads: The trainer's torch threads (``--num-threads``; -1: torch's default), one by default since
+        runs share the cores (:doc:`/guide/install`, Threads)
     """
 
     algo: str
@@ -104,8 +95,7 @@ class RunSpec:
 
 def check_num_threads(num_threads: int, name: str = "num_threads") -> int:
     """
-    :return: ``num_threads``, a torch thread count as the zoo's ``--num-threads`` takes it: a positive int, or ``-1``
-        for torch's default
+    :return: ``num_threads``, a positive int or -1 (torch's default) as the zoo's ``--num-threads`` takes it
     :raises ValueError: anything else, naming ``name``
     """
     if isinstance(num_threads, bool) or not isinstance(num_threads, int) or not (num_threads >= 1 or num_threads == -1):
@@ -133,11 +123,7 @@ def budget(env_id: str, conf_file: Path) -> int:
 
 
 def zoo_command(spec: RunSpec) -> list[str]:
-    """
-    The zoo command of one run: its algorithm, hyperparameter file and settings, ``spec.evaluations`` evaluations
-    of ``spec.eval_episodes`` episodes on one separate env over the budget, ``spec.num_threads`` torch threads (one
-    by default), ``DummyVecEnv``.
-    """
+    """The zoo command that trains ``spec``, evaluating on one separate env, with ``DummyVecEnv``."""
     steps = spec.steps or budget(spec.env, spec.conf_file)
     args = [
         sys.executable, "-m", "sb3_reset_ppo.zoo", "train",
@@ -159,11 +145,9 @@ def zoo_command(spec: RunSpec) -> list[str]:
 
 def code_version(root: Path = _PACKAGE_ROOT) -> dict[str, Any]:
     """
-    The commit the run trained with and whether the package's code differed from it (uncommitted changes), read from
-    this project's own checkout only: ``root`` must be the top level of a git checkout whose ``setup.cfg`` names
-    ``sb3-reset-ppo`` (so the package is ``<root>/sb3_reset_ppo``). Elsewhere the commit is empty and ``dirty``
-    False: installed from a wheel, or a package folder inside another project's repository (a virtual environment
-    in it, a vendored copy), whose commit says nothing about this code.
+    The commit the run trained with and whether the package's code had uncommitted changes, read only where ``root``
+    is the top level of this project's own git checkout (``setup.cfg`` names ``sb3-reset-ppo``): another project's
+    repository holding the package (a virtual environment, a vendored copy) says nothing about this code.
 
     :param root: The folder holding the package folder ``sb3_reset_ppo`` (by default: the installed package's)
     :return: ``{"commit": <HEAD's hash or "">, "dirty": <uncommitted changes under sb3_reset_ppo/>}``
@@ -195,8 +179,7 @@ def code_version(root: Path = _PACKAGE_ROOT) -> dict[str, Any]:
 
 def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     """
-    The machine a run trains on: CPU model, cores and the vector extensions that decide which kernels torch picks
-    (a study spanning sessions spans machines, and RecurrentPPO's floating-point path differs between them).
+    The machine a run trains on: CPU model, cores and the vector extensions that decide which kernels torch picks.
 
     :param cpuinfo: Linux's CPU description (elsewhere absent: the CPU is then "unknown CPU")
     """
@@ -213,11 +196,7 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
 
 
 def evaluations_done(run_dir: Path) -> int:
-    """
-    How many evaluations the zoo stored in a run's ``<algo>/<env>_<k>/evaluations.npz`` (0 without exactly one such
-    file). A run that trained its whole budget has at least its ``evaluations``: the zoo's evaluation interval
-    rounds down and training ends at a rollout's end on or past the budget.
-    """
+    """How many evaluations the zoo stored in a run's ``<algo>/<env>_<k>/evaluations.npz`` (0 without exactly one)."""
     paths = sorted(Path(run_dir).glob("*/*/evaluations.npz"))
     if len(paths) != 1:
         return 0
@@ -230,24 +209,21 @@ def evaluations_done(run_dir: Path) -> int:
 
 def completed(result: dict[str, Any], evaluations: int = EVALUATIONS_PER_RUN) -> bool:
     """Whether a result of :func:`run_one` is a finished run: the trainer exited 0 and evaluated its whole budget."""
+    # At least: the evaluation interval rounds down, and training ends at a rollout's end on or past the budget
     return bool(result["returncode"] == 0 and result.get("evaluations", evaluations) >= evaluations)
 
 
 def recorded(run_dir: Path, retry_failed: bool = False) -> bool:
     """
-    Whether a run needs no training now: it finished (``run.json``) or failed with an error (``failed.json``; a
-    run is deterministic, so it would fail again) unless ``retry_failed``. A run cut short (by a signal or a
-    session's end) left neither and is trained again.
+    Whether a run needs no training now: it finished (``run.json``), or failed with an error (``failed.json``: it
+    would fail again) unless ``retry_failed``.
     """
     run_dir = Path(run_dir)
     return (run_dir / RUN_FILE).exists() or (not retry_failed and (run_dir / FAILED_FILE).exists())
 
 
 def status(result: dict[str, Any], evaluations: int = EVALUATIONS_PER_RUN) -> str:
-    """
-    A result of :func:`run_one` in words: "ok", "FAILED (<exit code>)" (recorded), "CUT (signal <n>)" (not
-    recorded: trained again) or "TRUNCATED (<n> evaluations)" (exit 0 before the end; not recorded either).
-    """
+    """A result of :func:`run_one` in words: "ok", "FAILED (<code>)", "CUT (signal <n>)" or "TRUNCATED (<n> evaluations)"."""
     if result["returncode"] < 0:
         return f"CUT (signal {-result['returncode']})"
     if result["returncode"] != 0:
@@ -256,19 +232,15 @@ def status(result: dict[str, Any], evaluations: int = EVALUATIONS_PER_RUN) -> st
 
 
 def is_run_dir(folder: Path) -> bool:
-    """
-    Whether ``folder`` is a run's folder that :func:`run_one` made: it holds :data:`RUN_MARKER` (or a record,
-    ``run.json`` or ``failed.json``, of runs recorded before the marker existed).
-    """
+    """Whether ``folder`` is a run's folder that :func:`run_one` made: it holds :data:`RUN_MARKER` or a record."""
     return any((Path(folder) / name).is_file() for name in (RUN_MARKER, RUN_FILE, FAILED_FILE))
 
 
 def check_run_dir(run_dir: Path) -> None:
     """
-    Check that a run may train into ``run_dir``: it does not exist, is an empty folder, or is a run's folder
-    (:func:`is_run_dir`), which a new attempt replaces. Any other path is never deleted.
+    Check that a run may train into ``run_dir``, replacing it: it does not exist, or is an empty or a run's folder.
 
-    :raises FileExistsError: ``run_dir`` exists and is not an empty folder or a run's folder
+    :raises FileExistsError: ``run_dir`` exists and is not an empty folder or a run's folder (:func:`is_run_dir`)
     """
     run_dir = Path(run_dir)
     if not run_dir.exists() or is_run_dir(run_dir) or (run_dir.is_dir() and not any(run_dir.iterdir())):
@@ -281,16 +253,15 @@ def check_run_dir(run_dir: Path) -> None:
 
 def _parent_death_signal() -> Callable[[], None] | None:
     """
-    On Linux, a function for ``subprocess``'s ``preexec_fn`` that has the child killed (SIGKILL) when the thread
-    that started it dies, e.g. a Ray worker killed by a forced cancellation or a driver killed with ``kill -9``,
-    instead of training on as an orphan; None elsewhere. Everything is looked up here, in the parent: the child
-    only makes the one system call between fork and exec.
+    On Linux, a ``preexec_fn`` that has the child killed when the thread that started it dies (a Ray worker killed by
+    a forced cancellation), instead of training on as an orphan; None elsewhere.
     """
     if sys.platform != "linux":
         return None
     import ctypes
     import signal
 
+    # Looked up here, in the parent: the child makes only the one system call between fork and exec
     prctl, request, kill = ctypes.CDLL(None, use_errno=True).prctl, 1, int(signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
     def set_signal() -> None:  # pragma: no cover  (runs in the child)
@@ -306,16 +277,11 @@ def _compress(source: Path, target: Path) -> None:
 
 def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
     """
-    Train and evaluate one run into ``spec.run_dir`` and record it: ``run.json`` if it finished (the trainer exited
-    0 and stored all its evaluations: the zoo's ``train`` turns a KeyboardInterrupt into exit 0 and saves the
-    truncated run, which must not count as done), ``failed.json`` with its log if the trainer exited with an error,
-    nothing if a signal cut it. An earlier attempt's folder there is removed first; any other existing folder is
-    refused and left as it is (:func:`check_run_dir`); the new folder gets :data:`RUN_MARKER` first. On Linux the
-    trainer is killed when the thread that started it dies (:func:`_parent_death_signal`).
+    Train and evaluate one run into ``spec.run_dir``, replacing an earlier attempt's folder, and record it.
 
     :param spec: The run
     :param command: The trainer's command (default :func:`zoo_command`)
-    :raises FileExistsError: ``spec.run_dir`` exists and is not a run's folder
+    :raises FileExistsError: ``spec.run_dir`` exists and is not a run's folder (:func:`check_run_dir`)
     :return: The run's record: ``variant`` (its label), ``env``, ``seed``, ``returncode``, ``seconds`` (wall time
         of the trainer process), ``command``, ``commit``, ``dirty``, ``started`` (UTC), ``machine``, ``host``,
         ``evaluations`` (stored) and ``spec.extra``'s fields
@@ -340,6 +306,7 @@ def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
         "seconds": time.perf_counter() - start, "command": " ".join(args), **version, "started": started,
         "machine": host, "host": socket.gethostname(), "evaluations": evaluations_done(run_dir), **spec.extra,
     }  # fmt: skip
+    # The zoo turns a KeyboardInterrupt into exit 0 and saves the truncated run: only a whole budget counts as done
     if completed(result, spec.evaluations):
         if spec.keep_log:
             # The training log, compressed (a plain log.txt is git-ignored), and its curves as CSV
@@ -387,10 +354,7 @@ _ZooYamlLoader.add_constructor(
 
 
 def run_budget(run_dir: Path) -> float | None:
-    """
-    The env steps a run was asked for: the zoo's ``-n`` (its saved ``args.yml``) if given, else ``n_timesteps`` of
-    its saved ``config.yml``; None when neither is there.
-    """
+    """The env steps a run was asked for: ``n_timesteps`` of its saved ``args.yml`` (``-n``), else ``config.yml``."""
     for name in ("args.yml", "config.yml"):
         saved = next(Path(run_dir).glob(f"*/*/*/{name}"), None)
         if saved is None:
@@ -404,10 +368,8 @@ def run_budget(run_dir: Path) -> float | None:
 def load_runs(folder: Path, final_evaluations: int = 1) -> list[dict[str, Any]]:
     """
     The finished runs of a folder laid out as ``<name>/<env>/seed<k>/``: each ``run.json`` with ``timesteps`` and
-    ``eval_mean`` (the mean return of each evaluation), ``final`` (the mean of the last ``final_evaluations``),
-    ``auc`` (the mean over all evaluations), ``budget`` and ``dir``. Only evaluations at or before the run's budget
-    count: the zoo finishes whole rollouts, so a run whose ``n_steps * n_envs`` does not divide its budget trains,
-    and evaluates, past it.
+    ``eval_mean`` (the mean return of each evaluation within the budget), ``final`` (the mean of the last
+    ``final_evaluations``), ``auc`` (the mean over all evaluations), ``budget`` and ``dir``.
     """
     if isinstance(final_evaluations, bool) or not isinstance(final_evaluations, int) or final_evaluations < 1:
         raise ValueError(f"final_evaluations must be a positive int, got {final_evaluations!r}")
@@ -419,6 +381,7 @@ def load_runs(folder: Path, final_evaluations: int = 1) -> list[dict[str, Any]]:
             continue
         with np.load(evaluations) as data:
             timesteps, results = data["timesteps"], data["results"]
+        # The zoo finishes whole rollouts, so it can train, and evaluate, past the budget
         steps = run_budget(run_file.parent)
         within = np.ones(len(timesteps), dtype=bool) if steps is None else timesteps <= steps
         run["budget"] = steps
@@ -444,17 +407,14 @@ def load_failed(folder: Path) -> list[dict[str, Any]]:
 
 def elapsed_seconds(run: dict[str, Any]) -> np.ndarray | None:
     """
-    Seconds of ``learn()`` at each of a loaded run's evaluations (:func:`load_runs`), from its training log (SB3
-    logs ``time/`` keys after every rollout with ``--log-interval 1``: :attr:`RunSpec.keep_log`), interpolated at the
-    evaluations' env steps; None without a kept log. A row's time is ``time/total_timesteps / time/fps`` where the
-    log has ``fps`` (steps per second, rounded down: finer than ``time/time_elapsed``, which SB3 logs in whole
-    seconds), else ``time/time_elapsed``. SB3 logs a rollout's row before its update, so the last update is not
-    counted; the time includes the evaluations, whose cost grows with the episodes' length.
+    Seconds of ``learn()`` at each of a loaded run's evaluations (:func:`load_runs`), interpolated from its kept
+    training log (:attr:`RunSpec.keep_log`); None without one. How it is measured: :doc:`/guide/compare`.
     """
     steps, seconds = [0.0], [0.0]
     for row in training_log.training_rows(Path(run["dir"])):
         if "time/total_timesteps" not in row:
             continue
+        # Steps over fps is finer than time_elapsed, which SB3 logs in whole seconds
         if row.get("time/fps", 0.0) > 0:
             steps.append(row["time/total_timesteps"])
             seconds.append(row["time/total_timesteps"] / row["time/fps"])

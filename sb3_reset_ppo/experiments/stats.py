@@ -15,8 +15,8 @@ import numpy as np
 
 # Bootstrap resamples of the reports' intervals
 REPS = 2000
-# The Mann-Whitney permutation test (samples with ties): every split of the pooled runs into the two arms when there
-# are at most this many (10 runs against 10: 184,756), else this many random splits
+# The Mann-Whitney permutation test (samples with ties) enumerates every split of the pooled runs into the two arms
+# when there are at most this many, else draws this many
 PERMUTATIONS = 200_000
 
 
@@ -48,24 +48,7 @@ def aggregate(
         raise ValueError(f"reps must be a positive int, got {reps!r}")
     if baseline is not None and baseline not in score_dict:
         raise ValueError(f"baseline {baseline!r} is not one of the variants {sorted(score_dict)}")
-    _check_scores(score_dict, baseline)
-    # A fixed bootstrap seed, so the same runs give the same report. rliable 1.2's StratifiedBootstrap draws from
-    # numpy's global generator (its random_state argument is not used for the resampling): seeded here, and the
-    # caller's state restored afterwards
-    state = np.random.get_state()  # noqa: NPY002
-    np.random.seed(0)  # noqa: NPY002  (rliable samples from the global generator)
-    try:
-        return _estimates(library, metrics, score_dict, reps, baseline)
-    finally:
-        np.random.set_state(state)  # noqa: NPY002
-
-
-def _check_scores(score_dict: dict[str, np.ndarray], baseline: str | None) -> None:
-    """
-    Each variant's scores are ``(n_runs, n_tasks)`` with at least one run and one task, and with a ``baseline`` one
-    number of tasks for all (rliable gives NaN estimates for no run, an IndexError for a 1-D array or none of the
-    baseline's tasks).
-    """
+    # rliable gives NaN estimates for no run, an IndexError for a 1-D array or for none of the baseline's tasks
     tasks = {}
     for name, scores in score_dict.items():
         shape = np.shape(scores)
@@ -77,20 +60,23 @@ def _check_scores(score_dict: dict[str, np.ndarray], baseline: str | None) -> No
     if baseline is not None and len(set(tasks.values())) > 1:
         raise ValueError(f"score_dict's variants must have one number of tasks, got {tasks}")
 
-
-def _estimates(
-    library: Any, metrics: Any, score_dict: dict[str, np.ndarray], reps: int, baseline: str | None
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
     def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
 
-    point, interval = library.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
-    pairs = (
-        {}
-        if baseline is None
-        else {f"{v},{baseline}": (score_dict[v], score_dict[baseline]) for v in score_dict if v != baseline}
-    )
-    poi, poi_ci = library.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
+    others = [] if baseline is None else [(v, baseline) for v in score_dict if v != baseline]
+    pairs = {f"{v},{base}": (score_dict[v], score_dict[base]) for v, base in others}
+    # A fixed bootstrap seed, so the same runs give the same report. rliable 1.2's StratifiedBootstrap draws from
+    # numpy's global generator (its random_state argument is not used for the resampling): seeded here, and the
+    # caller's state restored afterwards
+    state = np.random.get_state()  # noqa: NPY002
+    np.random.seed(0)  # noqa: NPY002  (rliable samples from the global generator)
+    try:
+        point, interval = library.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
+        poi, poi_ci = (
+            library.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
+        )
+    finally:
+        np.random.set_state(state)  # noqa: NPY002
     return point, interval, poi, poi_ci
 
 
@@ -136,13 +122,12 @@ def significance(low: float, high: float, null: float) -> str:
 
 def score_at(times: np.ndarray, scores: np.ndarray, at: float, before_first: float) -> float:
     """
-    A run's score at a time: its last evaluation at or before ``at`` (``before_first`` before its first
-    evaluation, e.g. the untrained policy's score).
+    A run's score at a time: its last evaluation at or before ``at``.
 
     :param times: Time of each evaluation (ascending)
     :param scores: Score of each evaluation
     :param at: The time asked for
-    :param before_first: The score before any evaluation
+    :param before_first: The score before any evaluation (e.g. the untrained policy's)
     """
     index = int(np.searchsorted(times, at, side="right")) - 1
     return before_first if index < 0 else float(scores[index])
@@ -150,11 +135,9 @@ def score_at(times: np.ndarray, scores: np.ndarray, at: float, before_first: flo
 
 def score_at_time(times: np.ndarray, scores: np.ndarray, at: float, final_evaluations: int, before_first: float) -> float:
     """
-    A run's score when it is stopped at ``at`` seconds: the one rule of every equal-wall-clock comparison (the
-    ``compare`` command's and the coverage study's). A run that has stopped by then (its last evaluation at or before
-    ``at``) counts its final score, the mean of its last ``final_evaluations`` evaluations, the same number as the
-    reports' final endpoint; a run still training counts its last evaluation at or before ``at``
-    (:func:`score_at`), ``before_first`` before its first.
+    A run's score when it is stopped at ``at`` seconds, the rule of every equal-wall-clock comparison: a run that has
+    stopped by then counts its final score (the mean of its last ``final_evaluations`` evaluations), a run still
+    training its score then (:func:`score_at`).
 
     :param times: Time of each evaluation (ascending; the last one is when the run stopped)
     :param scores: Score of each evaluation
@@ -176,20 +159,10 @@ def score_at_time(times: np.ndarray, scores: np.ndarray, at: float, final_evalua
 
 def mann_whitney(arm: Sequence[float] | np.ndarray, base: Sequence[float] | np.ndarray) -> tuple[float, str]:
     """
-    The two-sided Mann-Whitney U test of two samples: its p-value and the method that computed it.
-
-    - ``"exact"``: no value occurs twice in the pooled sample: the exact distribution of U (scipy's
-      ``mannwhitneyu(..., method="exact")``, at any sample size; scipy's default would switch to the normal
-      approximation above 8 values per sample).
-    - ``"permutation"``: with ties, the exact permutation distribution of the rank sum (midranks), enumerating
-      every split of the pooled values into samples of the two sizes (at most :data:`PERMUTATIONS` of them, or a
-      sample of one value: one split per pooled value).
-    - ``"permutation (monte carlo)"``: with ties and more splits than that, :data:`PERMUTATIONS` random splits
-      (seeded, so a report is reproducible; p = (hits + 1) / (splits + 1)).
-
-    Two-sided in every case: the probability of a rank sum at least as far from its mean under the null as the
-    observed one. ``(1.0, "undefined")`` when a sample is empty or every value is the same (nothing to test: every
-    split has the same rank sum). Any sizes from one value up give a p-value in ``[0, 1]``.
+    The two-sided Mann-Whitney U test of two samples, exact at every sample size (:doc:`/guide/compare`): ``"exact"``,
+    the distribution of U, without ties; ``"permutation"``, every split of the pooled ranks, with ties; ``"permutation
+    (monte carlo)"``, :data:`PERMUTATIONS` seeded random splits where there are more; ``"undefined"`` (p = 1) when a
+    sample is empty or every value is the same.
 
     :param arm: One sample (a sequence or a 1-D array)
     :param base: The other sample
@@ -222,7 +195,7 @@ def mann_whitney(arm: Sequence[float] | np.ndarray, base: Sequence[float] | np.n
 
 
 def _sample(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
-    """One sample of :func:`mann_whitney` as a 1-D float array (a ``ValueError`` naming it otherwise)."""
+    """One sample of :func:`mann_whitney` as a 1-D float array, checked."""
     sample = np.asarray(values, dtype=float)
     if sample.ndim != 1:
         raise ValueError(f"{name} must be a 1-D sequence of numbers, got shape {sample.shape}")
@@ -232,10 +205,7 @@ def _sample(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
 
 
 def _enumerated_rank_sum_p(ranks: np.ndarray, size: int) -> float:
-    """
-    The two-sided permutation p-value of the rank sum of the first ``size`` of the pooled ``ranks``, every split
-    enumerated: the share of splits whose rank sum is at least as far from its mean as the observed one.
-    """
+    """The share of all splits of ``ranks`` whose rank sum is at least as far from its mean as the first ``size``'s."""
     # Midranks are multiples of 1/2: doubled, every sum and comparison is exact in integers
     doubled = np.rint(2 * ranks).astype(np.int64)
     pooled = len(doubled)
@@ -252,10 +222,7 @@ def _enumerated_rank_sum_p(ranks: np.ndarray, size: int) -> float:
 
 
 def timestamp(text: str) -> float:
-    """
-    Seconds since the epoch of a UTC time as ``run.json`` writes it: ``2026-12-04T10:00:00.123Z`` (runs recorded
-    before milliseconds were: ``2026-12-04T10:00:00Z``).
-    """
+    """Seconds since the epoch of a UTC time as ``run.json`` writes it, with or without milliseconds."""
     layout = "%Y-%m-%dT%H:%M:%S.%fZ" if "." in text else "%Y-%m-%dT%H:%M:%SZ"
     return datetime.datetime.strptime(text, layout).replace(tzinfo=datetime.UTC).timestamp()
 

@@ -1,10 +1,7 @@
 """
-Training curves from a run's log: the tables SB3's logger prints (``rollout/``, ``train/``, ``eval/``, ``time/``
-keys) parsed into rows, written as compressed CSV.
-
-:func:`sb3_reset_ppo.experiments.runner.run_one` writes ``progress.csv.gz`` next to every kept ``log.txt.gz``; the
-reports draw curves and diagnostics from it. For runs kept before the CSV existed:
-``python -m sb3_reset_ppo.experiments.training_log RUN_DIR...`` writes it from the run's ``log.txt.gz``.
+Training curves from a run's log: the tables SB3's logger prints parsed into rows, written as compressed CSV
+(``progress.csv.gz``, beside a kept ``log.txt.gz``). ``python -m sb3_reset_ppo.experiments.training_log RUN_DIR...``
+writes it from a run's ``log.txt.gz``.
 """
 
 import contextlib
@@ -21,12 +18,7 @@ _BORDER = re.compile(r"^-{5,}$")
 
 
 def parse_tables(text: str) -> list[dict[str, float]]:
-    """
-    The logger's tables in order, one dict per table, ``"section/key": value`` (numbers only).
-
-    :param text: The training log (stdout of the run)
-    :return: One row per printed table
-    """
+    """The logger's tables in a run's stdout, one dict per table, ``"section/key": value`` (numbers only)."""
     rows: list[dict[str, float]] = []
     current: dict[str, float] | None = None
     section = ""

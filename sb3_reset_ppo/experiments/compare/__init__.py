@@ -1,14 +1,9 @@
 """
 ``python -m sb3_reset_ppo.compare``: ResetPPO against RecurrentPPO (or any zoo algorithms) on your task, with
-intervals (the command's documentation: :mod:`~sb3_reset_ppo.experiments.compare.cli`).
-
-One :class:`~sb3_reset_ppo.experiments.compare.settings.CompareSettings` passes through its modules:
-:mod:`~sb3_reset_ppo.experiments.compare.settings` (the arms and options, checked on their own),
-:mod:`~sb3_reset_ppo.experiments.compare.planning` (what will train and whether it can, then the settings recorded),
-:mod:`~sb3_reset_ppo.experiments.compare.training` (training what is not recorded yet),
-:mod:`~sb3_reset_ppo.experiments.compare.analysis` (the numbers) and
-:mod:`~sb3_reset_ppo.experiments.compare.reporting` (the verdict in words, the figures and the files), driven by
-:mod:`~sb3_reset_ppo.experiments.compare.cli` (the command line).
+intervals. One :class:`~sb3_reset_ppo.experiments.compare.settings.CompareSettings` passes from the command line
+(:mod:`~sb3_reset_ppo.experiments.compare.cli`) through :mod:`~sb3_reset_ppo.experiments.compare.planning`,
+:mod:`~sb3_reset_ppo.experiments.compare.training`, :mod:`~sb3_reset_ppo.experiments.compare.analysis` and
+:mod:`~sb3_reset_ppo.experiments.compare.reporting`.
 """
 
 from sb3_reset_ppo.experiments.compare.analysis import NothingToCompare, analyse, equal_time, load
@@ -34,28 +29,7 @@ from sb3_reset_ppo.experiments.compare.settings import (
 )
 
 __all__ = [
-    "PACKAGED_CONF",
-    "SETTINGS_FILE",
-    "CompareSettings",
-    "NothingToCompare",
-    "Variant",
-    "analyse",
-    "check",
-    "check_algos",
-    "check_env",
-    "check_env_id",
-    "check_hyperparams",
-    "check_settings",
-    "env_folder",
-    "equal_time",
-    "load",
-    "main",
-    "markdown",
-    "parse_variants",
-    "parser",
-    "plan",
-    "report",
-    "resolve_conf",
-    "settings_from_args",
-    "verdict",
-]
+    "PACKAGED_CONF", "SETTINGS_FILE", "CompareSettings", "NothingToCompare", "Variant", "analyse", "check", "check_algos",
+    "check_env", "check_env_id", "check_hyperparams", "check_settings", "env_folder", "equal_time", "load", "main",
+    "markdown", "parse_variants", "parser", "plan", "report", "resolve_conf", "settings_from_args", "verdict",
+]  # fmt: skip

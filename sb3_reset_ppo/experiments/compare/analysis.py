@@ -31,11 +31,7 @@ def in_comparison(run: dict[str, Any], settings: CompareSettings) -> bool:
 
 
 def load(settings: CompareSettings) -> dict[str, list[dict[str, Any]]]:
-    """
-    Each arm's finished runs, by seed, with ``times`` (``learn()`` seconds at each evaluation, None without a log).
-
-    :param settings: The comparison's settings
-    """
+    """Each arm's finished runs, by seed, with ``times`` (``learn()`` seconds at each evaluation, None without a log)."""
     by_arm: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in settings.arms}
     for run in runner.load_runs(settings.out / "runs", settings.final_evaluations):
         if run["env"] == settings.env and in_comparison(run, settings):
@@ -53,18 +49,16 @@ def _runs_by_task(scores: Sequence[float]) -> np.ndarray:
 
 def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int, final_evaluations: int) -> dict[str, Any]:
     """
-    The report's numbers: per arm the IQM (95% CI) of the final return and of the return over training, and its
-    median ``learn()`` seconds; per arm other than the baseline the probability it beats the baseline (95% CI) at
-    the end, over training and at equal wall-clock time (:func:`equal_time`), each with the two-sided Mann-Whitney
-    test's p-value (``p``), the method that computed it (``p_method``: :func:`stats.mann_whitney`) and its Holm
-    adjustment over all the report's tests (``p_holm``), and its ``learn()`` time over the baseline's in pairs of
-    runs that trained at the same time on one machine.
+    The report's numbers: per arm the IQM (95% CI) of the final return and of the return over training, and the
+    median ``learn()`` seconds; per other arm the probability that it beats the baseline (95% CI) at the end, over
+    training and at equal wall-clock time (:func:`equal_time`), each with the Mann-Whitney p-value (``p``, its
+    ``p_method`` and ``p_holm``, Holm-adjusted over the report's tests), and its ``learn()`` time over the baseline's
+    in runs that trained side by side (:func:`stats.side_by_side`).
 
     :param by_arm: Each arm's finished runs (:func:`load`)
     :param baseline: The arm the others are compared with
     :param reps: Bootstrap resamples
-    :param final_evaluations: The evaluations a run's final return averages, which a run that has stopped by the
-        equal-wall-clock time counts
+    :param final_evaluations: The evaluations a final return averages
     :raises NothingToCompare: the baseline or every other arm has no finished run
     """
     arms = {name: arm_runs for name, arm_runs in by_arm.items() if arm_runs}
@@ -90,24 +84,20 @@ def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int, f
     for name, arm_runs in arms.items():
         summary["arms"][name]["learn_seconds"] = _median_learn_seconds(arm_runs)
         summary["arms"][name]["hosts"] = sorted({str(run.get("host", "?")) for run in arm_runs})
-    for name in arms:
         if name == baseline:
             continue
         comparison = summary["comparisons"][name]
-        # Pairs of runs (any seeds) that trained at the same time on one machine: the only fair time ratios
-        pairs = stats.side_by_side(arms[name], arms[baseline], same_seed=False)
+        pairs = stats.side_by_side(arm_runs, arms[baseline], same_seed=False)
         ratios = [learn_seconds(run) / learn_seconds(other) for run, other in pairs if learn_seconds(other) > 0]
         comparison["time_ratio"] = statistics.median(ratios) if ratios else None
         comparison["time_pairs"] = len(ratios)
-        comparison["equal_time"] = equal_time(arms[name], arms[baseline], reps, final_evaluations)
+        comparison["equal_time"] = equal_time(arm_runs, arms[baseline], reps, final_evaluations)
         if comparison["equal_time"] is not None and comparison["equal_time"]["probability"] is not None:
             tests.append((name, "equal_time", *comparison["equal_time"].pop("scores")))
     results = [stats.mann_whitney(arm, base) for _, _, arm, base in tests]
-    p_values = [p for p, _ in results]
-    for (name, key, _, _), (p, method), p_holm in zip(tests, results, stats.holm(p_values), strict=True):
-        comparison = summary["comparisons"][name]
+    for (name, key, _, _), (p, method), p_holm in zip(tests, results, stats.holm([p for p, _ in results]), strict=True):
         for field, value in (("p", p), ("p_method", method), ("p_holm", p_holm)):
-            comparison.setdefault(field, {})[key] = value
+            summary["comparisons"][name].setdefault(field, {})[key] = value
     summary["tests"] = len(tests)
     return summary
 
@@ -116,10 +106,8 @@ def equal_time(
     arm_runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], reps: int, final_evaluations: int
 ) -> dict[str, Any] | None:
     """
-    The probability that an arm beats the baseline when both stop at the same wall-clock time: the faster arm's
-    median ``learn()`` seconds. Each run is scored by :func:`stats.score_at_time`: a run that has stopped by then
-    counts its final return (the mean of its last ``final_evaluations`` evaluations, as the final endpoint), a run
-    still training its last evaluation by then.
+    The probability that an arm beats the baseline when both stop at the faster arm's median ``learn()`` seconds,
+    each run scored by :func:`stats.score_at_time`.
 
     :param arm_runs: The arm's runs (:func:`load`, with ``times``)
     :param base_runs: The baseline's runs
@@ -133,15 +121,12 @@ def equal_time(
     at = min(_median_learn_seconds(arm_runs), _median_learn_seconds(base_runs))
 
     def scores(group: list[dict[str, Any]]) -> list[float]:
-        return [
-            stats.score_at_time(run["times"], run["eval_mean"], at, final_evaluations, before_first=math.nan) for run in group
-        ]
+        return [stats.score_at_time(run["times"], run["eval_mean"], at, final_evaluations, math.nan) for run in group]
 
     arm_scores, base_scores = scores(arm_runs), scores(base_runs)
     if any(math.isnan(value) for value in [*arm_scores, *base_scores]):
         return {"seconds": at, "probability": None}
-    both = {"arm": _runs_by_task(arm_scores), "base": _runs_by_task(base_scores)}
-    _, _, poi, poi_ci = stats.aggregate(both, reps, "base")
+    _, _, poi, poi_ci = stats.aggregate({"arm": _runs_by_task(arm_scores), "base": _runs_by_task(base_scores)}, reps, "base")
     return {
         "seconds": at,
         "probability": stats.probability_triple(poi, poi_ci, "arm,base"),

@@ -2,21 +2,12 @@
 ``python -m sb3_reset_ppo.compare``: should I switch? ResetPPO against RecurrentPPO (or any zoo algorithms) on
 *your* task, per env step and per second, with intervals.
 
-Every (algorithm, seed) trains through the RL Zoo with the same hyperparameter file and settings (the zoo's
-``--conf-file`` and ``--hyperparams``), one torch thread each, on local worker processes or, with ``--address``,
-as Ray tasks on a cluster. Runs are recorded as they finish, so the command is resumable: run it again and it
-trains only what is missing, then writes the report. Each seed's runs start next to each other, so that runs of two
-algorithms share the machine at the same time and their wall times can be compared.
-
-The report (``REPORT.md``, ``summary.json`` and figures in ``--out``): the return against env steps and against
-seconds of ``learn()``; for each algorithm the final return (mean of the last evaluations) and the return over
-training (mean of all evaluations) as interquartile means with 95% stratified-bootstrap intervals (rliable); the
-probability that each algorithm beats the baseline, at the end, over training, and at equal wall-clock time
-(:func:`sb3_reset_ppo.experiments.stats.score_at_time`), with the two-sided Mann-Whitney test's Holm-adjusted p-value
-(:func:`sb3_reset_ppo.experiments.stats.mann_whitney`: exact without ties, a permutation test with them); ``learn()``
-time ratios of runs that trained at the same time on one machine; and a verdict in words, which says "not
-significant" unless both the interval and the test say otherwise. Evaluations are the zoo's: ``--eval-episodes``
-deterministic episodes on a separate env, ``--evaluations`` times over the budget.
+Every (arm, seed) trains through the RL Zoo with the same hyperparameter file and settings, one torch thread each, on
+local worker processes or, with ``--address``, as Ray tasks on a cluster. Runs are recorded as they finish: run the
+command again and it trains only what is missing, then writes the report (``REPORT.md``, ``summary.json`` and figures
+in ``--out``): the return against env steps and against seconds of ``learn()``, each arm's final return and return
+over training with 95% bootstrap intervals, the probability that it beats the baseline (at the end, over training and
+at equal wall-clock time) with a Holm-adjusted Mann-Whitney p-value, and a verdict in words.
 
 Example::
 
@@ -27,6 +18,7 @@ Example::
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,17 +27,11 @@ from sb3_reset_ppo.experiments import runner, stats
 from sb3_reset_ppo.experiments.compare.analysis import NothingToCompare
 from sb3_reset_ppo.experiments.compare.planning import prepare, start
 from sb3_reset_ppo.experiments.compare.reporting import report
-from sb3_reset_ppo.experiments.compare.settings import (
-    DEFAULT_ALGOS,
-    PROG,
-    CompareSettings,
-    check,
-    default_baseline,
-    default_workers,
-    env_folder,
-    parse_variants,
-)
+from sb3_reset_ppo.experiments.compare.settings import PROG, CompareSettings, check, env_folder, parse_variants
 from sb3_reset_ppo.experiments.compare.training import train
+
+# The arm the others are compared with when --baseline is not given and it is one of the arms
+DEFAULT_BASELINE = "ppo_lstm"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,7 +39,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", required=True, help="the env id (registered by --gym-packages for your own env)")
     p.add_argument("--gym-packages", nargs="+", default=[], help="modules to import first, e.g. the one registering --env")
-    p.add_argument("--algos", nargs="+", default=DEFAULT_ALGOS, help="zoo algorithms compared with their file's settings")
+    p.add_argument("--algos", nargs="+", default=["reset_ppo", DEFAULT_BASELINE],
+                   help="zoo algorithms compared with their file's settings")  # fmt: skip
     p.add_argument("--variant", nargs="+", action="append", metavar="NAME ALGO [KEY:VALUE]",
                    help="one more arm: a name, a zoo algorithm and its own settings (repeatable)")  # fmt: skip
     p.add_argument("--baseline", default=None, help="the arm the others are compared with (default ppo_lstm, else the last)")
@@ -66,12 +53,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-episodes", type=int, default=20)
     p.add_argument("--evaluations", type=int, default=runner.EVALUATIONS_PER_RUN, help="evaluations over each run")
     p.add_argument("--final-evaluations", type=int, default=2, help="the final return: mean of the last N evaluations")
-    p.add_argument(
-        "--num-threads",
-        type=int,
-        default=1,
-        help="torch threads per run (default 1: more stall beside the other runs; -1: torch's default)",
-    )
+    p.add_argument("--num-threads", type=int, default=1, help="torch threads per run (default 1: more stall beside the "
+                   "other runs; -1: torch's default)")  # fmt: skip
     p.add_argument("--workers", type=int, default=None,
                    help="local runs at a time (default: the cores over --num-threads, so one core per thread)")  # fmt: skip
     p.add_argument("--address", default=None, help="a Ray cluster's address: runs train there as tasks of one CPU")
@@ -84,44 +67,29 @@ def parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace) -> CompareSettings:
     """
-    The settings of a parsed command line, with the defaults that depend on other options: the baseline, the
-    workers (the cores over ``--num-threads``) and the folder (``compare/<env>``), made absolute.
+    The settings of :func:`parser`'s result, with the defaults that depend on other options: the baseline (``ppo_lstm``
+    if it is an arm, else the last), the workers (the cores over ``--num-threads``) and the folder (``compare/<env>``).
 
-    :param args: :func:`parser`'s result
     :raises ValueError: a ``--variant`` or the arms are not valid (:func:`parse_variants`)
     """
     arms = parse_variants(args.algos, args.variant)
+    names = [arm.name for arm in arms]
     return CompareSettings(
-        env=args.env,
-        arms=tuple(arms),
-        baseline=default_baseline(arms) if args.baseline is None else args.baseline,
-        seeds=args.seeds,
-        timesteps=args.timesteps,
-        conf_file=args.conf_file,
-        hyperparams=tuple(args.hyperparams),
-        gym_packages=tuple(args.gym_packages),
-        policy=args.policy,
-        n_envs=args.n_envs,
-        eval_episodes=args.eval_episodes,
-        evaluations=args.evaluations,
-        final_evaluations=args.final_evaluations,
-        num_threads=args.num_threads,
-        workers=default_workers(args.num_threads) if args.workers is None else args.workers,
-        address=args.address,
-        out=(args.out or Path("compare") / env_folder(args.env)).resolve(),
-        reps=args.reps,
-        report_only=args.report_only,
-        retry_failed=args.retry_failed,
-    )
+        env=args.env, arms=tuple(arms), seeds=args.seeds, timesteps=args.timesteps, conf_file=args.conf_file,
+        baseline=(DEFAULT_BASELINE if DEFAULT_BASELINE in names else names[-1]) if args.baseline is None else args.baseline,
+        hyperparams=tuple(args.hyperparams), gym_packages=tuple(args.gym_packages), policy=args.policy,
+        n_envs=args.n_envs, eval_episodes=args.eval_episodes, evaluations=args.evaluations,
+        final_evaluations=args.final_evaluations, num_threads=args.num_threads, address=args.address,
+        workers=max((os.cpu_count() or 1) // max(args.num_threads, 1), 1) if args.workers is None else args.workers,
+        out=(args.out or Path("compare") / env_folder(args.env)).resolve(), reps=args.reps,
+        report_only=args.report_only, retry_failed=args.retry_failed,
+    )  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
     """
-    Run the comparison (resumable) and write its report.
-
-    Everything the command needs is checked before anything is written or trains: the options, the installed
-    extras, the env id (registered, with a "did you mean"), the algorithms, the hyperparameter file, the output
-    folder and the runs' folders. A refused command exits with status 2, names the cause and leaves nothing behind.
+    Run the comparison (resumable) and write its report. Everything is checked before anything is written or
+    trains; a refused command exits with status 2 naming the cause.
 
     :param argv: The command line's arguments (None: ``sys.argv[1:]``)
     :return: The report's path

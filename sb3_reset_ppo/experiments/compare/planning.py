@@ -1,6 +1,5 @@
 """
-What a comparison will train, and whether it can: the installed extras, the env, the algorithms, the output folder,
-the hyperparameter file and the runs' folders, all checked before anything is written (:func:`prepare`); then its
+What a comparison will train, and whether it can, checked before anything is written (:func:`prepare`); then its
 settings recorded in its folder, so that a later command resumes only the same comparison (:func:`start`).
 """
 
@@ -23,33 +22,25 @@ from sb3_reset_ppo.experiments.runner import RunSpec
 
 PACKAGED_CONF = Path(__file__).resolve().parents[2] / "zoo" / "reset_ppo.yml"
 SETTINGS_FILE = "compare.json"
-# Settings that comparisons recorded before they existed had at these values
+# Recorded files that lack a setting were written when it had this value
 SETTING_DEFAULTS: dict[str, Any] = {"num_threads": 1}
 # The file written for an env the package's file lacks, in the comparison's folder
 WRITTEN_CONF = "conf.yml"
-
 # What the command imports, and the extra that installs it: to train (the RL Zoo), to report, on a Ray cluster
 TRAIN_MODULES = {"rl_zoo3": "compare", "optuna": "compare"}
 REPORT_MODULES = {"rliable": "compare", "scipy": "compare", "matplotlib": "compare"}
 CLUSTER_MODULES = {"ray": "cluster"}
 
 
-def missing_modules(modules: dict[str, str]) -> dict[str, str]:
-    """The modules of ``modules`` (name: extra) that cannot be imported here."""
-    return {name: extra for name, extra in modules.items() if importlib.util.find_spec(name) is None}
-
-
 def check_requirements(report_only: bool, address: str | None) -> None:
     """
-    Check that what the command will import is installed, so that a missing module is found before hours of
-    training, not by a report that cannot be written or by runs that all fail on it.
+    Check that what the command will import is installed (only the report's modules with ``report_only``, and Ray
+    with an ``address``), so that a missing module is found before hours of training.
 
-    :param report_only: Only the report's modules are needed (``--report-only``)
-    :param address: A Ray cluster's address (``--address``): Ray is needed too
     :raises ValueError: naming the missing modules and the extras that install them
     """
     modules = {**REPORT_MODULES, **({} if report_only else TRAIN_MODULES), **(CLUSTER_MODULES if address else {})}
-    missing = missing_modules(modules)
+    missing = {name: extra for name, extra in modules.items() if importlib.util.find_spec(name) is None}
     if missing:
         extras = ",".join(sorted(set(missing.values())))
         raise ValueError(
@@ -66,13 +57,10 @@ def _closest(name: str, known: Sequence[str]) -> str | None:
 
 def check_env(env_id: str, gym_packages: Sequence[str]) -> None:
     """
-    Check that ``env_id`` is registered where the runs will train: after the imports of the zoo's trainer (the RL
-    Zoo's envs, this package's memory tasks) and of ``--gym-packages``. A missing id is refused with the closest
-    registered one.
+    Check that ``env_id`` is registered once the zoo's trainer's imports and ``gym_packages`` are imported.
 
-    :param env_id: The ``--env`` value
-    :param gym_packages: The modules that register the user's envs (``--gym-packages``)
-    :raises ValueError: a module of ``gym_packages`` cannot be imported, or ``env_id`` is not registered
+    :raises ValueError: a module of ``gym_packages`` cannot be imported, or ``env_id`` is not registered (naming the
+        closest registered id)
     """
     import gymnasium as gym
     import rl_zoo3.import_envs  # noqa: F401  (the envs the zoo's trainer registers)
@@ -98,10 +86,7 @@ def check_env(env_id: str, gym_packages: Sequence[str]) -> None:
 
 
 def check_algos(arms: Sequence[Variant]) -> None:
-    """
-    :param arms: The comparison's arms
-    :raises ValueError: an arm's algorithm the RL Zoo does not know (with the closest known name, as for ``--env``)
-    """
+    """:raises ValueError: an arm's algorithm the RL Zoo does not know (naming the closest known one)"""
     from sb3_reset_ppo.zoo import register
 
     register()
@@ -115,13 +100,7 @@ def check_algos(arms: Sequence[Variant]) -> None:
 
 
 def check_out(out: Path) -> None:
-    """
-    Check that the comparison's folder can be written: it is a folder or does not exist yet, and the folder that
-    holds it (or the nearest one that exists) is writable.
-
-    :param out: The comparison's folder (``--out``)
-    :raises ValueError: ``out`` is a file, or cannot be created or written
-    """
+    """:raises ValueError: ``out`` is a file, or the nearest existing folder on its path is not writable"""
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a folder: give a folder for the comparison")
     existing = next(folder for folder in (out, *out.parents) if folder.exists())
@@ -131,14 +110,11 @@ def check_out(out: Path) -> None:
 
 def resolve_conf(settings: CompareSettings) -> tuple[Path, str]:
     """
-    The hyperparameter file every arm trains with and its text: ``--conf-file``; else the package's
-    (``reset_ppo.yml``: the zoo's ``ppo_lstm`` settings and the memory tasks) if it has the env; else a file for
-    ``--out`` (:data:`WRITTEN_CONF`, written by :func:`start`) with ``--policy``, ``--n-envs`` and ``--timesteps``,
-    every other argument at the algorithms' defaults.
+    The hyperparameter file every arm trains with and its text: ``--conf-file``; else the package's if it has the
+    env; else :data:`WRITTEN_CONF` in ``--out`` (written by :func:`start`) with ``--policy``, ``--n-envs`` and
+    ``--timesteps``.
 
-    :param settings: The comparison's settings
-    :raises ValueError: the file is missing or not the zoo's YAML form, has no entry for the env, or no budget is
-        known (neither ``--timesteps`` nor the entry's ``n_timesteps``)
+    :raises ValueError: the file is missing, not the zoo's YAML form or has no entry for the env, or no budget is known
     """
     env = settings.env
     if settings.conf_file is not None:
@@ -170,11 +146,8 @@ def resolve_conf(settings: CompareSettings) -> tuple[Path, str]:
 
 def plan(settings: CompareSettings, conf: Path) -> list[RunSpec]:
     """
-    Every (arm, seed) run, seed by seed with the arms of a seed next to each other, so that runs of two arms share
-    the machine at the same time and their wall times can be compared.
-
-    :param settings: The comparison's settings
-    :param conf: The hyperparameter file every arm trains with (:func:`resolve_conf`)
+    Every (arm, seed) run trained with the hyperparameter file ``conf``, the arms of a seed next to each other so that
+    they train at the same time (the time ratio's pairs).
     """
     return [
         RunSpec(
@@ -190,13 +163,7 @@ def plan(settings: CompareSettings, conf: Path) -> list[RunSpec]:
 
 
 def record(settings: CompareSettings, conf: Path, text: str) -> dict[str, Any]:
-    """
-    The settings that make two commands the same comparison, as :data:`SETTINGS_FILE` records them.
-
-    :param settings: The comparison's settings
-    :param conf: The hyperparameter file every arm trains with
-    :param text: That file's text
-    """
+    """The settings that make two commands the same comparison (with the hyperparameter file ``conf`` and its ``text``)."""
     return {
         "env": settings.env, "arms": [asdict(arm) for arm in settings.arms], "baseline": settings.baseline,
         "seeds": settings.seeds, "timesteps": settings.timesteps, "conf_file": str(conf),
@@ -209,11 +176,10 @@ def record(settings: CompareSettings, conf: Path, text: str) -> dict[str, Any]:
 
 def check_settings(out: Path, recorded: dict[str, Any]) -> None:
     """
-    Record the comparison's settings in ``out`` on the first call; later calls (resuming) must give the same ones.
+    Record the comparison's settings (:func:`record`) in ``out``'s :data:`SETTINGS_FILE` on the first call; later calls
+    (resuming) must give the same ones.
 
-    :param out: The comparison's folder
-    :param recorded: Its settings as they are recorded (:func:`record`)
-    :raises ValueError: ``out`` holds a comparison with other settings
+    :raises ValueError: ``out`` holds a comparison with other settings (other than ``seeds``)
     """
     path = out / SETTINGS_FILE
     if path.exists():
@@ -233,14 +199,7 @@ def check_settings(out: Path, recorded: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class Plan:
-    """
-    A checked comparison, not started yet.
-
-    :param conf: The hyperparameter file every arm trains with
-    :param conf_text: Its text
-    :param runs: Every (arm, seed) run (:func:`plan`)
-    :param record: The settings its folder records (:func:`record`)
-    """
+    """A checked comparison, not started yet: its hyperparameter file, runs (:func:`plan`) and settings (:func:`record`)."""
 
     conf: Path
     conf_text: str
@@ -250,11 +209,9 @@ class Plan:
 
 def prepare(settings: CompareSettings) -> Plan:
     """
-    Check everything a comparison needs, and write nothing: the installed extras; to train, the env id (registered,
-    with a "did you mean") and the algorithms; the output folder; the hyperparameter file; the runs' folders (one
-    that is not a run's is never replaced).
+    Check everything a comparison needs, writing nothing: the installed extras; to train, the env and the
+    algorithms; the output folder; the hyperparameter file; the runs' folders.
 
-    :param settings: The comparison's settings, checked (:func:`~sb3_reset_ppo.experiments.compare.settings.check`)
     :raises ValueError: naming what is missing or wrong
     :raises FileExistsError: a run's folder exists and is not a run's (:func:`runner.check_run_dir`)
     """
@@ -273,12 +230,8 @@ def prepare(settings: CompareSettings) -> Plan:
 
 def start(out: Path, prepared: Plan) -> None:
     """
-    Record the settings in ``out`` (or check them against the recorded ones) and write the hyperparameter file
-    generated for an env the package's file lacks.
-
-    :param out: The comparison's folder
-    :param prepared: The checked comparison (:func:`prepare`)
-    :raises ValueError: ``out`` holds a comparison with other settings
+    Record the settings in ``out`` (:func:`check_settings`) and write the hyperparameter file generated for an env
+    the package's file lacks.
     """
     check_settings(out, prepared.record)
     if prepared.conf == out / WRITTEN_CONF:

@@ -21,30 +21,20 @@ def _triple(values: Sequence[float], digits: int = 1) -> str:
 
 
 def _probability_sentence(name: str, baseline: str, triple: Sequence[float], when: str, p_holm: float, tests: int) -> str:
-    """
-    A finding in words: better / worse only where the probability's 95% interval excludes 0.5 and the Mann-Whitney
-    test's Holm-adjusted p-value is below 0.05 (with few seeds a bootstrap interval can exclude 0.5 by chance).
-    """
+    """A finding in words: better or worse only where the interval excludes 0.5 and ``p_holm`` is below :data:`ALPHA`."""
     verdict = stats.significance(triple[1], triple[2], 0.5) if p_holm < ALPHA else "not significant"
     test = f"Mann-Whitney p = {p_holm:.3f} (Holm-adjusted over the report's {tests} tests)"
-    better, worse = f"**{name} is better** than {baseline}", f"**{name} is worse** than {baseline}"
+    words = {"better": f"**{name} is better** than {baseline}", "worse": f"**{name} is worse** than {baseline}"}
     if triple[0] in (0.0, 1.0):
-        # Every run of one arm above every run of the other: the bootstrap interval is that one point, and says
-        # nothing more; the test says whether so few runs can show it
+        # Every run of one arm above every run of the other: the interval is that one point and says nothing more
         side = "ahead of" if triple[0] == 1.0 else "behind"
         pairs = f"{name} was {side} {baseline} in every pair of runs (P({name} > {baseline}) = {triple[0]:.0f})"
-        words = {
-            "better": f"{better}: {pairs}",
-            "worse": f"{worse}: {pairs}",
-            "not significant": f"{pairs}, but with so few runs that is **not significant**",
-        }[verdict]
-        return f"{when}, {words}; {test}."
-    words = {
-        "better": better,
-        "worse": worse,
-        "not significant": f"{name} and {baseline} do not differ significantly (**not significant**)",
-    }[verdict]
-    return f"{when}, {words}: P({name} > {baseline}) = {_triple(triple, 2)}; {test}."
+        found = (
+            f"{words[verdict]}: {pairs}" if verdict in words else f"{pairs}, but with so few runs that is **not significant**"
+        )
+        return f"{when}, {found}; {test}."
+    found = words.get(verdict, f"{name} and {baseline} do not differ significantly (**not significant**)")
+    return f"{when}, {found}: P({name} > {baseline}) = {_triple(triple, 2)}; {test}."
 
 
 # The verdict's findings per env step: (the comparison's key, when)
@@ -53,8 +43,7 @@ _PER_STEP = (("final", "Per env step, at the end of training"), ("auc", "Per env
 
 def verdict(summary: dict[str, Any], seeds: int, failed: dict[str, int] | None = None) -> list[str]:
     """
-    The verdict in words, one line per finding; "not significant" unless the probability's interval excludes 0.5
-    and the Holm-adjusted Mann-Whitney p-value is below 0.05.
+    The verdict in words, one line per finding.
 
     :param summary: :func:`~sb3_reset_ppo.experiments.compare.analysis.analyse`'s numbers
     :param seeds: The fewest finished runs of an arm (a warning below :data:`FEW_SEEDS`)
@@ -104,11 +93,9 @@ def verdict(summary: dict[str, Any], seeds: int, failed: dict[str, int] | None =
 
 def figures(by_arm: dict[str, list[dict[str, Any]]], folder: Path, env: str) -> list[Path]:
     """
-    The return against env steps (mean over seeds, shaded: its standard error) and against ``learn()`` seconds.
+    Plot into ``folder`` the return on ``env`` against env steps (mean over seeds, shaded: its standard error) and
+    against ``learn()`` seconds.
 
-    :param by_arm: Each arm's finished runs
-    :param folder: Where the figures are written
-    :param env: The env id, for the titles
     :return: The figures' paths
     """
     try:
@@ -152,6 +139,7 @@ def figures(by_arm: dict[str, list[dict[str, Any]]], folder: Path, env: str) -> 
     return paths
 
 
+# The methods of stats.mann_whitney, in words
 _METHOD_WORDS = {
     "exact": "exact where the scores have no ties",
     "permutation": "an exact permutation test on midranks where they have ties",
@@ -161,35 +149,28 @@ _METHOD_WORDS = {
 }
 
 
-def _methods(summary: dict[str, Any]) -> str:
-    """How the report's Mann-Whitney p-values were computed, in words (the methods it used, in a fixed order)."""
-    used = {method for comparison in summary["comparisons"].values() for method in comparison.get("p_method", {}).values()}
-    return "; ".join(words for method, words in _METHOD_WORDS.items() if method in used) or "none"
-
-
-def _threads(num_threads: int) -> str:
-    return "torch's default number of threads" if num_threads == -1 else f"{num_threads} torch thread{'s' * (num_threads > 1)}"
-
-
 def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str], pictures: list[Path], out: Path) -> str:
     """
     ``REPORT.md``: the verdict first, then the table, the figures, the settings and what failed.
 
     :param summary: :func:`~sb3_reset_ppo.experiments.compare.analysis.analyse`'s numbers
-    :param recorded: The recorded settings (:func:`~sb3_reset_ppo.experiments.compare.planning.record`), with the
+    :param recorded: The recorded settings (:func:`~sb3_reset_ppo.experiments.compare.planning.record`) with the
         ``command`` and the ``failed`` runs
     :param lines: The verdict (:func:`verdict`)
     :param pictures: The figures (:func:`figures`)
     :param out: The comparison's folder, which the figures' links are relative to
     """
-    baseline = summary["baseline"]
+    baseline, threads = summary["baseline"], recorded.get("num_threads", 1)
+    threads_words = "torch's default number of threads" if threads == -1 else f"{threads} torch thread{'s' * (threads > 1)}"
+    used = {method for comparison in summary["comparisons"].values() for method in comparison.get("p_method", {}).values()}
+    methods = "; ".join(words for method, words in _METHOD_WORDS.items() if method in used) or "none"
     text = [f"# {recorded['env']}: {' vs '.join(summary['arms'])}", "", "## Verdict", ""]
     text += [f"- {line}" for line in lines]
     text += [
         "", "## Numbers", "",
         "Interquartile mean over seeds with 95% stratified-bootstrap intervals (rliable, "
         f"{summary['reps']} resamples); P(arm > {baseline}): the probability of improvement with its interval, and p: "
-        f"the two-sided Mann-Whitney test's p-value ({_methods(summary)}), Holm-adjusted over the report's "
+        f"the two-sided Mann-Whitney test's p-value ({methods}), Holm-adjusted over the report's "
         f"{summary['tests']} tests. At equal wall-clock time a run that has stopped counts its final return, one still "
         "training its last evaluation by then.", "",
         f"| arm | runs | final return | return over training | median `learn()` s | P(> {baseline}) final | "
@@ -221,7 +202,7 @@ def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str]
         f"{recorded['evaluations']} evaluations of {recorded['eval_episodes']} deterministic episodes on a separate env; "
         f"final return: the mean of the last {recorded['final_evaluations']}",
         "- `learn()` seconds: SB3's clock (env steps over `time/fps`) at each evaluation, the last update not counted; "
-        f"they include the evaluations; runs trained with {_threads(recorded.get('num_threads', 1))} each",
+        f"they include the evaluations; runs trained with {threads_words} each",
     ]  # fmt: skip
     text += [f"- arm {arm['name']}: `{arm['algo']}` {' '.join(arm['hyperparams'])}".rstrip() for arm in recorded["arms"]]
     failed = recorded.get("failed") or []
@@ -235,8 +216,7 @@ def report(settings: CompareSettings, recorded: dict[str, Any]) -> Path:
     """
     Write ``REPORT.md``, ``summary.json`` and the figures into ``settings.out``.
 
-    :param settings: The comparison's settings
-    :param recorded: Its recorded settings with the ``command`` that ran it, for the report's Settings section
+    :param recorded: The comparison's recorded settings with the ``command`` that ran it
     :return: The report's path
     :raises NothingToCompare: the baseline or every other arm has no finished run
     """
@@ -244,12 +224,7 @@ def report(settings: CompareSettings, recorded: dict[str, Any]) -> Path:
     summary = analyse(by_arm, settings.baseline, settings.reps, settings.final_evaluations)
     pictures = figures(by_arm, settings.out / "figures", settings.env)
     failed = [
-        {
-            "variant": run["variant"],
-            "seed": run["seed"],
-            "returncode": run["returncode"],
-            "log": str(run["dir"] / "log.txt.gz"),
-        }
+        {key: run[key] for key in ("variant", "seed", "returncode")} | {"log": str(run["dir"] / "log.txt.gz")}
         for run in runner.load_failed(settings.out / "runs")
         if in_comparison(run, settings) and not (run["dir"] / runner.RUN_FILE).exists()
     ]

@@ -1,6 +1,5 @@
 """What a comparison is: its arms and settings (:class:`CompareSettings`), and the checks of the options alone."""
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -9,10 +8,6 @@ from pathlib import Path
 from sb3_reset_ppo.experiments import runner
 
 PROG = "python -m sb3_reset_ppo.compare"
-DEFAULT_ALGOS = ["reset_ppo", "ppo_lstm"]
-# The arm the others are compared with when --baseline is not given and it is one of the arms
-DEFAULT_BASELINE = "ppo_lstm"
-
 # Gymnasium's env id grammar ([namespace/]name[-v<version>], gymnasium.envs.registration.ENV_ID_RE)
 _ENV_ID = re.compile(r"(?:(?P<namespace>[\w:-]+)/)?(?P<name>[\w:.-]+?)(?:-v(?P<version>\d+))?")
 # An arm's name names its runs' folder
@@ -37,29 +32,14 @@ class Variant:
 @dataclass(frozen=True, kw_only=True)
 class CompareSettings:
     """
-    One comparison's settings, as the command line gives them (``python -m sb3_reset_ppo.compare --help``), with
-    the defaults that depend on other options filled in; :func:`check` validates them.
+    One comparison's settings: a field per option of ``python -m sb3_reset_ppo.compare`` (its ``--help`` says what
+    each holds), with the defaults that depend on other options filled in; :func:`check` validates them.
 
-    :param env: The env id (``--env``)
-    :param arms: The arms compared (:func:`parse_variants`)
-    :param baseline: The arm the others are compared with
-    :param seeds: Seeds ``0..seeds-1`` train for each arm
+    :param arms: The arms compared (``--algos`` and ``--variant``: :func:`parse_variants`)
     :param timesteps: Env steps per run (None: the hyperparameter file's ``n_timesteps``)
     :param conf_file: The zoo hyperparameter file every arm trains with (None: the package's, or one written for the env)
-    :param hyperparams: Settings for every arm, in the zoo's ``key:value`` form
-    :param gym_packages: Modules to import first, e.g. the one that registers ``env``
-    :param policy: The policy of the file written for an env the package's file lacks
-    :param n_envs: The ``n_envs`` of the file written for an env the package's file lacks
-    :param eval_episodes: Deterministic episodes per evaluation
-    :param evaluations: Evaluations over each run
-    :param final_evaluations: The final return is the mean of this many last evaluations
-    :param num_threads: Torch threads per run (-1: torch's default)
-    :param workers: Local runs at a time
     :param address: A Ray cluster's address (None: local worker processes)
     :param out: The comparison's folder, absolute
-    :param reps: Bootstrap resamples
-    :param report_only: Train nothing and report the runs finished so far
-    :param retry_failed: Train again the runs that failed with an error
     """
 
     env: str
@@ -86,13 +66,11 @@ class CompareSettings:
 
 def parse_variants(algos: Sequence[str], variants: Sequence[Sequence[str]] | None) -> list[Variant]:
     """
-    The arms: each of ``algos`` with its own name, then each ``--variant NAME ALGO [KEY:VALUE ...]``.
+    The arms: each of ``algos`` (``--algos``) under its own name, then each of ``variants`` (``--variant NAME ALGO
+    [KEY:VALUE ...]``).
 
-    :param algos: Zoo algorithms compared with the file's settings (``--algos``)
-    :param variants: Each ``--variant``'s values
-    :raises ValueError: a ``--variant`` without an algorithm, a setting not ``KEY:VALUE`` or setting the budget
-        (``n_timesteps``: ``--timesteps`` sets it for every arm), a name that is not a plain folder name, or two
-        arms with one name
+    :raises ValueError: a ``--variant`` without an algorithm or with a setting that is not ``KEY:VALUE`` or sets
+        ``n_timesteps``, a name that is not a plain folder name, two arms of one name, or fewer than two arms
     """
     arms = [Variant(algo, algo) for algo in algos]
     for values in variants or []:
@@ -116,23 +94,10 @@ def parse_variants(algos: Sequence[str], variants: Sequence[Sequence[str]] | Non
     return arms
 
 
-def default_baseline(arms: Sequence[Variant]) -> str:
-    """The arm compared with when none is given: :data:`DEFAULT_BASELINE` if it is one, else the last."""
-    names = [arm.name for arm in arms]
-    return DEFAULT_BASELINE if DEFAULT_BASELINE in names else names[-1]
-
-
-def default_workers(num_threads: int) -> int:
-    """Local runs at a time when none is given: the cores over ``num_threads``, so one core per torch thread."""
-    return max((os.cpu_count() or 1) // max(num_threads, 1), 1)
-
-
 def check_hyperparams(settings: Sequence[str], option: str) -> None:
     """
-    :param settings: Settings in the zoo's ``key:value`` form
-    :param option: The option that gave them, for the message
-    :raises ValueError: a setting gives ``n_timesteps``: the evaluations are spread over ``--timesteps``, which
-        sets every arm's budget
+    :param settings: Settings in the zoo's ``key:value`` form, given by ``option``
+    :raises ValueError: a setting gives ``n_timesteps``, which only ``--timesteps`` sets (the same for every arm)
     """
     budget_settings = [setting for setting in settings if setting.split(":", 1)[0].strip() == "n_timesteps"]
     if budget_settings:
@@ -141,13 +106,10 @@ def check_hyperparams(settings: Sequence[str], option: str) -> None:
 
 def check_env_id(env_id: str) -> str:
     """
-    An env id as gymnasium writes them, ``[namespace/]name[-v<version>]``, that names one folder (:func:`env_folder`).
-
     :param env_id: The ``--env`` value
-    :return: ``env_id``
+    :return: ``env_id``, an id as gymnasium writes them (``[namespace/]name[-v<version>]``) that names one folder
     :raises TypeError: ``env_id`` is not a str
-    :raises ValueError: ``env_id`` is empty, has a path separator other than the namespace's one ``/``, or a name of
-        dots only (``.``, ``..``: the report's folder would be the current folder or its parent)
+    :raises ValueError: ``env_id`` is empty, has a path separator other than the namespace's ``/``, or a name of dots only
     """
     if not isinstance(env_id, str):
         raise TypeError(f"--env must be a str, got {type(env_id).__name__}")
@@ -165,15 +127,10 @@ def env_folder(env_id: str) -> str:
     return env_id.replace("/", "-")
 
 
-def _option(name: str) -> str:
-    return f"--{name.replace('_', '-')}"
-
-
 def check(settings: CompareSettings) -> CompareSettings:
     """
     Check the options on their own, before anything is imported, read or written.
 
-    :param settings: The comparison's settings
     :return: ``settings``
     :raises TypeError: a count is not an int, or ``env`` is not a str
     :raises ValueError: naming the option, its value and what it may be
@@ -184,11 +141,11 @@ def check(settings: CompareSettings) -> CompareSettings:
     if settings.timesteps is not None:  # None: the hyperparameter file's n_timesteps
         counts.append("timesteps")
     for name in counts:
-        value = getattr(settings, name)
+        value, option = getattr(settings, name), f"--{name.replace('_', '-')}"
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{_option(name)} must be an int, got {value!r}")
+            raise TypeError(f"{option} must be an int, got {value!r}")
         if value < 1:
-            raise ValueError(f"{_option(name)} must be at least 1, got {value}")
+            raise ValueError(f"{option} must be at least 1, got {value}")
     if settings.final_evaluations > settings.evaluations:
         raise ValueError(
             f"--final-evaluations ({settings.final_evaluations}) must be at most --evaluations ({settings.evaluations})"

@@ -15,13 +15,14 @@ def _say(line: str) -> None:
 
 
 class Progress:
-    """Prints each run as it finishes: how many are done, the time so far, and a forecast of the rest."""
+    """
+    Prints each run as it finishes: how many are done, the time so far, and a forecast of the rest.
+
+    :param total: Runs to train
+    :param workers: Runs at a time, for the forecast (None: no forecast, e.g. on a Ray cluster)
+    """
 
     def __init__(self, total: int, workers: int | None) -> None:
-        """
-        :param total: Runs to train
-        :param workers: Runs at a time, for the forecast (None: unknown, e.g. on a Ray cluster: no forecast)
-        """
         self.total, self.workers, self.done = total, workers, 0
         self.start = time.monotonic()
         self.seconds: list[float] = []
@@ -56,12 +57,9 @@ class Progress:
 
 def train(specs: list[RunSpec], settings: CompareSettings) -> None:
     """
-    Train the runs not recorded yet, locally or on the Ray cluster at ``settings.address``.
+    Train the runs of ``specs`` not recorded yet, locally or on the Ray cluster at ``settings.address``.
 
-    :param specs: Every run of the comparison
-    :param settings: The comparison's settings
-    :raises FileExistsError: a run's folder exists and is not a run's (:func:`runner.check_run_dir`), checked before
-        anything trains: it is never deleted
+    :raises FileExistsError: a run's folder exists and is not a run's (checked before anything trains)
     """
     todo = [spec for spec in specs if not runner.recorded(spec.run_dir, settings.retry_failed)]
     for spec in todo:
