@@ -11,27 +11,21 @@ from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, Rec
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
-from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import RecurrentLayerType, critic_variant, memory_state_names, rnn_step_states
-from sb3_reset_ppo.common.windows import (
+from sb3_reset_ppo.common.epochs import plan_epoch, uniform_normaliser
+from sb3_reset_ppo.common.layout import ResetLayout, is_episode_start, plan_reset_steps, slot_resets
+from sb3_reset_ppo.common.settings import (
     Boundary,
     Coverage,
-    ResetLayout,
-    RolloutWindowStats,
     Weighting,
     WindowSettings,
     check_non_negative_int,
     check_positive_int,
     effective_stride,
-    kept_slots,
     n_window_starts,
-    plan_epoch,
-    plan_reset_steps,
-    real_slots,
-    slot_resets,
-    slot_weights,
-    uniform_normaliser,
 )
+from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
+from sb3_reset_ppo.common.unroll import RecurrentLayerType, critic_variant, memory_state_names, rnn_step_states
+from sb3_reset_ppo.common.windows import RolloutWindowStats, kept_slots, real_slots, slot_weights
 
 
 class _WindowSampler:
@@ -96,7 +90,7 @@ class _WindowSampler:
         self.diagnostics = self.stats.diagnostics(per_env_starts)
         # Episode starts up to each flat step (host, inclusive): a row cut from a window knows whether its window
         # reset at or before the row's first step (mask mode drops the row's slots then)
-        self.host_start_count = np.cumsum(self.host_episode_starts > 0.5)
+        self.host_start_count = np.cumsum(is_episode_start(self.host_episode_starts))
 
     def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
         """

@@ -4,7 +4,7 @@ from typing import NamedTuple
 
 import torch as th
 
-from sb3_reset_ppo.common.windows import Weighting
+from sb3_reset_ppo.common.settings import Weighting
 
 
 class WindowLoss(NamedTuple):

@@ -6,7 +6,7 @@ import torch as th
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.type_aliases import PyTorchObs
 
-from sb3_reset_ppo.common.windows import ResetLayout
+from sb3_reset_ppo.common.layout import ResetLayout
 
 
 class BurnIn(NamedTuple):

@@ -13,8 +13,8 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import nn
 from torch.nn import functional as F
 
+from sb3_reset_ppo.common.layout import ResetLayout, plan_reset_steps
 from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
-from sb3_reset_ppo.common.windows import ResetLayout, plan_reset_steps
 
 # Added to the input- and forget-gate pre-activations at a reset step: both gates become exactly 0. The
 # sigmoid of it is exactly 0 in float16, bfloat16, float32 and float64 (exp(1e4) overflows in all four), it is

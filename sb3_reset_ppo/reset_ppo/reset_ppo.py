@@ -21,7 +21,18 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.checkpoints import check_checkpoint, legacy_settings
+from sb3_reset_ppo.common.epochs import epoch_slot_range, minibatch_slots
 from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
+from sb3_reset_ppo.common.settings import (
+    DEFAULT_BOUNDARY,
+    DEFAULT_WEIGHTING,
+    DEFAULT_WINDOW_COVERAGE,
+    DEFAULT_WINDOW_SIZE,
+    DEFAULT_WINDOW_STRIDE,
+    WindowSettings,
+    check_non_negative_int,
+    check_positive_int,
+)
 from sb3_reset_ppo.common.spaces import check_action_space
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import (
@@ -32,18 +43,6 @@ from sb3_reset_ppo.common.unroll import (
     recurrent_layer_type,
 )
 from sb3_reset_ppo.common.utils import ThreadCountWarning, thread_advice, warn_user
-from sb3_reset_ppo.common.windows import (
-    DEFAULT_BOUNDARY,
-    DEFAULT_WEIGHTING,
-    DEFAULT_WINDOW_COVERAGE,
-    DEFAULT_WINDOW_SIZE,
-    DEFAULT_WINDOW_STRIDE,
-    WindowSettings,
-    check_non_negative_int,
-    check_positive_int,
-    epoch_slot_range,
-    minibatch_slots,
-)
 from sb3_reset_ppo.reset_ppo.policies import (
     CnnGruPolicy,
     CnnLstmPolicy,
