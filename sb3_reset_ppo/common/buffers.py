@@ -13,6 +13,8 @@ from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
 from sb3_reset_ppo.common.epochs import plan_epoch, uniform_normaliser
 from sb3_reset_ppo.common.layout import ResetLayout, is_episode_start, plan_reset_steps, slot_resets
+from sb3_reset_ppo.common.memory import rnn_step_states
+from sb3_reset_ppo.common.recurrent import RecurrentLayerType, actor_critic_features, critic_variant, memory_state_names
 from sb3_reset_ppo.common.settings import (
     Boundary,
     Coverage,
@@ -24,7 +26,7 @@ from sb3_reset_ppo.common.settings import (
     n_window_starts,
 )
 from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import RecurrentLayerType, critic_variant, memory_state_names, rnn_step_states
+from sb3_reset_ppo.common.utils import relative_distance
 from sb3_reset_ppo.common.windows import RolloutWindowStats, kept_slots, real_slots, slot_weights
 
 
@@ -96,7 +98,7 @@ class _WindowSampler:
         """
         Recompute the memory entering every step of the rollout with the policy's current parameters (no
         gradient): one pass per env from the memory recorded for its first step, with SB3's episode-start rule,
-        one fused call per layer (:func:`~sb3_reset_ppo.common.unroll.rnn_step_states`). Windows then
+        one fused call per layer (:func:`~sb3_reset_ppo.common.memory.rnn_step_states`). Windows then
         start from it. Before any update it equals the recorded memory (to float rounding).
 
         :param policy: The recurrent policy
@@ -114,8 +116,7 @@ class _WindowSampler:
 
     def _refresh_memory(self, policy: RecurrentActorCriticPolicy, n_steps: int) -> th.Tensor:
         with th.no_grad():
-            features = policy.extract_features(self.observations)
-            pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
+            pi_features, vf_features = actor_critic_features(policy, self.observations)
             # (n_envs * n_steps,) -> (n_envs, n_steps)
             episode_starts = self.data["episode_starts"].reshape(self.n_envs, n_steps)
             # (n_envs * n_steps,) -> (n_envs, n_steps) on the host: nothing is read back from the device
@@ -139,9 +140,7 @@ class _WindowSampler:
                 # sb3-contrib's critic memory is the actor's when the critic has no recurrent layer of its own
                 for name in self.state_names:
                     self.memory[f"{name}_vf"] = self.memory[f"{name}_pi"]
-            difference = sum(((self.memory[k] - self.recorded_memory[k]) ** 2).sum() for k in self.memory)
-            size = sum((self.recorded_memory[k] ** 2).sum() for k in self.memory)
-            return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
+            return relative_distance(self.memory.values(), (self.recorded_memory[key] for key in self.memory))
 
     def _to_device(self, array: np.ndarray) -> th.Tensor:
         return th.as_tensor(array).to(self.device, non_blocking=True)

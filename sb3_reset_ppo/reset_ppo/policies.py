@@ -25,7 +25,7 @@ from sb3_contrib.ppo_recurrent import policies as contrib_policies
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from sb3_reset_ppo.common.unroll import RecurrentLayer, critic_variant
+from sb3_reset_ppo.common.recurrent import RecurrentLayer, recurrent_latents
 
 __all__ = [
     "CnnGruPolicy",
@@ -274,25 +274,14 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         :param deterministic: Whether to sample or use deterministic actions
         :return: action, value and log probability of the action, and the new memory
         """
-        features = self.extract_features(obs)
-        pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
-        latent_pi, states_pi = self._process_sequence(pi_features, lstm_states.pi, episode_starts, self.lstm_actor)
-        critic = critic_variant(self)
-        if critic.rnn is not None:
-            latent_vf, states_vf = self._process_sequence(vf_features, lstm_states.vf, episode_starts, critic.rnn)
-        elif critic.linear is not None:
-            latent_vf, states_vf = critic.linear(vf_features), states_pi
-        else:  # shared: the actor's output and memory, without backpropagation
-            latent_vf, states_vf = latent_pi.detach(), (states_pi[0].detach(),)
-        latent_pi = self.mlp_extractor.forward_actor(latent_pi)
-        latent_vf = self.mlp_extractor.forward_critic(latent_vf)
+        latent_pi, latent_vf, states = recurrent_latents(self, obs, lstm_states, episode_starts)
         values = self.value_net(latent_vf)
         distribution = self._get_action_dist_from_latent(latent_pi)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
         # (n_envs * ..., ) -> (n_envs, *action shape); a Discrete space's shape is ()
         actions = actions.reshape((-1, *(self.action_space.shape or ())))
-        return actions, values, log_prob, RNNStates(states_pi, states_vf)
+        return actions, values, log_prob, states
 
     def _predict(  # type: ignore[override]  # sb3-contrib's recurrent signature, not SB3's _predict(obs, deterministic)
         self,

@@ -22,7 +22,10 @@ from stable_baselines3.common.vec_env import VecEnv
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.checkpoints import check_checkpoint, legacy_settings
 from sb3_reset_ppo.common.epochs import epoch_slot_range, minibatch_slots
-from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
+from sb3_reset_ppo.common.evaluation import evaluate_windows
+from sb3_reset_ppo.common.loss import LossSettings, SlotTargets, WindowLoss, window_ppo_loss
+from sb3_reset_ppo.common.memory import burned_in_memory
+from sb3_reset_ppo.common.recurrent import actor_critic_features, memory_state_names, recurrent_layer_type
 from sb3_reset_ppo.common.settings import (
     DEFAULT_BOUNDARY,
     DEFAULT_WEIGHTING,
@@ -35,14 +38,8 @@ from sb3_reset_ppo.common.settings import (
 )
 from sb3_reset_ppo.common.spaces import check_action_space
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import (
-    burned_in_memory,
-    check_supported_rnn,
-    evaluate_windows,
-    memory_state_names,
-    recurrent_layer_type,
-)
-from sb3_reset_ppo.common.utils import ThreadCountWarning, thread_advice, warn_user
+from sb3_reset_ppo.common.unroll import check_supported_rnn
+from sb3_reset_ppo.common.utils import ThreadCountWarning, relative_distance, thread_advice, warn_user
 from sb3_reset_ppo.reset_ppo.policies import (
     CnnGruPolicy,
     CnnLstmPolicy,
@@ -244,11 +241,6 @@ class ResetPPO(RecurrentPPO):
                 f"policy {policy!r} is unknown to ResetPPO, a recurrent algorithm: use one of "
                 f"{sorted(self.policy_aliases)} (or a RecurrentActorCriticPolicy subclass)"
             )
-        # Checked before the env is built, and again in _setup_model (which load() calls too, after its overrides)
-        WindowSettings.validated(window_size, boundary, weighting, window_stride, window_coverage, n_steps, batch_size)
-        _check_consecutive_windows(consecutive_windows)
-        check_non_negative_int("memory_refresh", memory_refresh)
-        check_non_negative_int("burn_in", burn_in)
         self.memory_refresh = memory_refresh
         self.burn_in = burn_in
         self.window_size = window_size
@@ -257,6 +249,8 @@ class ResetPPO(RecurrentPPO):
         self.window_stride = window_stride
         self.window_coverage = window_coverage
         self.consecutive_windows = consecutive_windows
+        # Before the env is built and before SB3's own checks, so that an error names the window argument
+        self._validate_window_arguments(n_steps, batch_size)
         super().__init__(
             policy,
             env,
@@ -290,20 +284,29 @@ class ResetPPO(RecurrentPPO):
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
         check_action_space(self.action_space)
-        self._window_settings = WindowSettings.validated(
-            self.window_size,
-            self.boundary,
-            self.weighting,
-            self.window_stride,
-            self.window_coverage,
-            self.n_steps,
-            self.batch_size,
-        )
+        # load() sets the saved arguments after __init__: they are validated here if they differ from __init__'s
+        self._validate_window_arguments(self.n_steps, self.batch_size)
+        if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:
+            raise ValueError(f"clip_range_vf must be positive or None (no value clipping), got {self.clip_range_vf!r}")
+
+    def _validate_window_arguments(self, n_steps: int, batch_size: int | None) -> None:
+        """
+        Validate the window arguments into one :class:`WindowSettings` (with the other arguments of this class), once
+        for each set of values.
+
+        :param n_steps: The rollout length per env
+        :param batch_size: The minibatch size in transitions
+        """
+        arguments = (self.window_size, self.boundary, self.weighting, self.window_stride, self.window_coverage)
+        others = (self.consecutive_windows, self.memory_refresh, self.burn_in)
+        key = (*arguments, n_steps, batch_size, *others)
+        if getattr(self, "_validated_arguments", None) == key:
+            return
+        self._window_settings = WindowSettings.validated(*arguments, n_steps, batch_size)
         _check_consecutive_windows(self.consecutive_windows)
         check_non_negative_int("memory_refresh", self.memory_refresh)
         check_non_negative_int("burn_in", self.burn_in)
-        if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:
-            raise ValueError(f"clip_range_vf must be positive or None (no value clipping), got {self.clip_range_vf!r}")
+        self._validated_arguments = key
 
     @property
     def window_settings(self) -> WindowSettings:
@@ -317,7 +320,7 @@ class ResetPPO(RecurrentPPO):
 
     def _excluded_save_params(self) -> list[str]:
         # Rebuilt from the saved arguments by _setup_model; whether this process was told about its threads
-        return [*super()._excluded_save_params(), "_window_settings", "_warned_about_threads"]
+        return [*super()._excluded_save_params(), "_window_settings", "_validated_arguments", "_warned_about_threads"]
 
     def _warn_about_threads(self) -> None:
         """
@@ -553,25 +556,10 @@ class ResetPPO(RecurrentPPO):
     ) -> WindowLoss:
         """Evaluate the policy on a minibatch of windows and return the PPO loss (see docs/design.md)."""
         values, log_prob, entropy = evaluate_windows(self.policy, samples)
-        return window_ppo_loss(
-            log_prob=log_prob,
-            old_log_prob=samples.old_log_prob,
-            advantages=samples.advantages,
-            values=values,
-            old_values=samples.old_values,
-            returns=samples.returns,
-            entropy=entropy,
-            kept=samples.kept,
-            weights=samples.weights,
-            weighting=self.rollout_buffer.weighting,
-            clip_range=clip_range,
-            clip_range_vf=clip_range_vf,
-            ent_coef=self.ent_coef,
-            vf_coef=self.vf_coef,
-            normalize_advantage=self.normalize_advantage,
-            n_real_slots=samples.n_real_slots,
-            uniform_normaliser=samples.loss_normaliser,
+        settings = LossSettings(
+            self.rollout_buffer.weighting, clip_range, clip_range_vf, self.ent_coef, self.vf_coef, self.normalize_advantage
         )
+        return window_ppo_loss(log_prob, values, entropy, SlotTargets.of(samples), settings)
 
     def train(self) -> None:
         """
@@ -641,17 +629,13 @@ class ResetPPO(RecurrentPPO):
         assert samples.burn_in is not None
         self.policy.set_training_mode(False)  # a measurement: no dropout, no batch-norm statistics updated
         with th.no_grad():
-            features = self.policy.extract_features(samples.observations)
-            pi_features = features[0] if isinstance(features, tuple) else features
+            pi_features, _ = actor_critic_features(self.policy, samples.observations)
             burned = burned_in_memory(self.policy.lstm_actor, pi_features, samples.burn_in, samples.burn_in.memory.pi)
             recorded = self.rollout_buffer.sampler().recorded_memory
-            keys = [f"{name}_pi" for name in memory_state_names(self.rollout_buffer.recurrent_layer_type)]
-            difference = sum(
-                ((memory - recorded[key][samples.window_starts]) ** 2).sum() for memory, key in zip(burned, keys, strict=True)
-            )
-            size = sum((recorded[key][samples.window_starts] ** 2).sum() for key in keys)
+            names = memory_state_names(self.rollout_buffer.recurrent_layer_type)
+            staleness = relative_distance(burned, (recorded[f"{name}_pi"][samples.window_starts] for name in names))
         self.policy.set_training_mode(True)
-        return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
+        return staleness
 
     def _check_finite(self, losses: WindowLoss, grad_norm: th.Tensor, kept: th.Tensor, epoch: int, minibatch: int) -> bool:
         """

@@ -38,6 +38,7 @@ from stable_baselines3.common.vec_env import VecEnv
 import sb3_reset_ppo.envs  # noqa: F401  (registers the memory tasks)
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
+from sb3_reset_ppo.common.utils import swapped_names
 
 ALGO_NAME = "reset_ppo"
 MASKABLE_ALGO_NAME = "maskable_reset_ppo"
@@ -46,6 +47,10 @@ ALGO_NAMES = (ALGO_NAME, MASKABLE_ALGO_NAME)
 DEFAULT_CONF_FILE = Path(__file__).with_name("reset_ppo.yml")
 # Window lengths the sampler tries: three fixed lengths and the default, min(batch_size, n_steps)
 WINDOW_SIZES: tuple[int | str, ...] = (8, 16, 32, "batch")
+# Where the zoo's names that masked_evaluation and masked_enjoy replace stop being the zoo's own
+_TO_UPDATE = (
+    "the RL Zoo has changed, and sb3_reset_ppo.zoo's masked evaluation (masked_evaluation, masked_enjoy) must follow it"
+)
 
 
 def _with_window_size(hyperparams: dict[str, Any], window_size: int | str) -> dict[str, Any]:
@@ -124,28 +129,6 @@ class _EnjoyMaskableResetPPO(MaskableResetPPO):
         return super().predict(observation, state, episode_start, deterministic, action_masks)
 
 
-def _check_zoo_name(module: Any, name: str, expected: Any) -> None:
-    """Raise a ``RuntimeError`` unless ``module.name`` is ``expected`` (the zoo still uses the name we replace)."""
-    if getattr(module, name, None) is not expected:
-        raise RuntimeError(
-            f"{module.__name__}.{name} is no longer {expected.__module__}.{expected.__qualname__}: the RL Zoo has changed, "
-            "and sb3_reset_ppo.zoo's masked evaluation (masked_evaluation, masked_enjoy) must follow it"
-        )
-
-
-@contextmanager
-def _replaced(replacements: dict[tuple[Any, str], Any]) -> Iterator[None]:
-    """Set each ``(module, name)`` to its value for the block; restore the originals after it, exceptions included."""
-    originals = {key: getattr(*key) for key in replacements}
-    try:
-        for (module, name), value in replacements.items():
-            setattr(module, name, value)
-        yield
-    finally:
-        for (module, name), value in originals.items():
-            setattr(module, name, value)
-
-
 @contextmanager
 def masked_evaluation() -> Iterator[None]:
     """
@@ -161,14 +144,11 @@ def masked_evaluation() -> Iterator[None]:
     """
     import rl_zoo3.exp_manager as zoo_exp_manager
 
-    _check_zoo_name(zoo_exp_manager, "EvalCallback", EvalCallback)
-    _check_zoo_name(zoo_exp_manager, "TrialEvalCallback", TrialEvalCallback)
-    with _replaced(
-        {
-            (zoo_exp_manager, "EvalCallback"): MaskableEvalCallback,
-            (zoo_exp_manager, "TrialEvalCallback"): MaskableTrialEvalCallback,
-        }
-    ):
+    swaps = {
+        (zoo_exp_manager, "EvalCallback"): (EvalCallback, MaskableEvalCallback),
+        (zoo_exp_manager, "TrialEvalCallback"): (TrialEvalCallback, MaskableTrialEvalCallback),
+    }
+    with swapped_names(swaps, _TO_UPDATE):
         yield
 
 
@@ -187,8 +167,6 @@ def masked_enjoy() -> Iterator[None]:
     import rl_zoo3.enjoy as zoo_enjoy
     from rl_zoo3.utils import create_test_env
 
-    _check_zoo_name(zoo_enjoy, "create_test_env", create_test_env)
-
     def create_and_keep_test_env(*args: Any, **kwargs: Any) -> VecEnv:
         env = create_test_env(*args, **kwargs)
         _EnjoyMaskableResetPPO.enjoy_env = env
@@ -197,7 +175,7 @@ def masked_enjoy() -> Iterator[None]:
     algo = ALGOS.get(MASKABLE_ALGO_NAME, MaskableResetPPO)
     ALGOS[MASKABLE_ALGO_NAME] = _EnjoyMaskableResetPPO
     try:
-        with _replaced({(zoo_enjoy, "create_test_env"): create_and_keep_test_env}):
+        with swapped_names({(zoo_enjoy, "create_test_env"): (create_test_env, create_and_keep_test_env)}, _TO_UPDATE):
             yield
     finally:
         ALGOS[MASKABLE_ALGO_NAME] = algo
