@@ -132,15 +132,9 @@ def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) ->
 
 def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batch_size: int | None) -> float:
     """
-    What every minibatch's loss is divided by under ``weighting="uniform"``: ``min(batch_size, expected real slots of
-    an epoch)`` (:func:`expected_epoch_slots`; ``batch_size=None``: the latter; ``batch_size`` below ``window_size``
-    counts as ``window_size``, :func:`minibatch_slots`), the same number for every minibatch of a rollout, so every
-    trained slot enters the gradient with exactly ``weight / normaliser``. Where an epoch holds at least ``batch_size``
-    slots on average, this is ``batch_size``, the real slots of every minibatch (:func:`plan_epoch`: all full), and a
-    minibatch's loss is their mean. Where it holds fewer on average (``batch_size`` above the expected slots of an
-    epoch, e.g. ``None``), it is that expectation: an epoch is then one minibatch, whose loss is the mean over its
-    slots only when the number of slots does not depend on the epoch's phases (with inside coverage, windows of 16,
-    stride 7 and ``batch_size=400``: 388.57, while some epochs hold 400 slots and more).
+    What every minibatch's loss of a rollout is divided by under ``weighting="uniform"``: ``min(batch_size, expected
+    real slots of an epoch)``, so that every trained slot enters the gradient with exactly ``weight / normaliser``
+    (``docs/design.md``, "Minibatches", works through the cases).
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -209,10 +203,9 @@ def plan_epoch(
     ``window_size``), every one full: the sequence is read cyclically from a random offset and its remainder left out
     (:func:`minibatch_cuts`). A window that a minibatch edge (or the offset) cuts becomes two rows.
 
-    When the epoch's real slots are a multiple of ``batch_size`` and every unit holds a multiple of ``batch_size``
-    slots, or ``batch_size`` is a multiple of every unit's slots (e.g. ``"full"`` coverage, stride ``W``, ``W``
-    dividing ``n_steps`` and ``batch_size``), nothing is left out, no window is cut and the minibatches are runs of
-    whole units of the epoch's order, with the same generator calls as before minibatches were cut by slots.
+    An epoch of fewer real slots than ``batch_size`` is one minibatch of all of them. No window is cut and nothing is
+    left out exactly when every unit holds ``window_size`` slots, ``window_size`` divides ``batch_size`` and
+    ``batch_size`` divides the epoch's slots (``docs/design.md``, "Minibatches").
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs

@@ -281,23 +281,10 @@ def window_weights(
     with probability ``1 / k``. The defaults are ResetPPO's (full coverage, stride ``window_size``: every step once
     per epoch, so every step gets 1 in reset mode).
 
-    **The normaliser.** Under ``weighting="uniform"`` training divides every minibatch's loss by one number per rollout,
-    ``c = min(max(batch_size, window_size), expected real slots of an epoch)`` (:func:`uniform_normaliser`; every
-    minibatch holds exactly ``max(batch_size, window_size)`` real slots and an epoch's remainder is left out, each slot
-    with the same probability, :func:`plan_epoch`). A step's expected gradient weight per epoch is therefore
-    ``window_weights(...) / c`` times the probability of not being left out, the same for every step when every epoch
-    holds the same number of real slots; the weights are then equal for all steps exactly when these are: in reset
-    mode with ``window_coverage="full"`` (``W / k`` each), with a stride that divides the window (the default) or 1.
-    With another stride the share an epoch leaves out depends on its phases, and the steps' weights are close to these
-    (``docs/guide/parameters.md``, "Minibatches"). With ``"importance"`` and ``"kept_mean"``
-    each minibatch is divided by its own sum of slot weights (a self-normalised mean), so the gradient weights equal
-    these up to the variation of that sum between minibatches.
-
-    Closed forms (uniform; divide by ``k``): reset mode, ``"full"``: ``W``; ``"inside"``: ``min(s+1, W, T-s, T-W+1)``
-    for the step at position ``s``. Mask mode, ``"full"``: ``min(j+1, W)`` for a step ``j`` steps into an episode that
-    began inside the rollout (the seed's pattern), ``W`` in the episode the rollout began in; ``"inside"``: at most
-    that, and 0 when the episode began in the last ``W-1`` steps. Importance weighting: ``1 / k`` for every trained
-    step.
+    Under ``weighting="uniform"`` a step's expected gradient weight per epoch is this divided by the rollout's loss
+    normaliser (:func:`~sb3_reset_ppo.common.epochs.uniform_normaliser`), times the probability of not being left out;
+    ``docs/design.md`` ("Expected weights") gives the closed forms and ``docs/guide/parameters.md`` ("Minibatches")
+    when every step weighs the same.
 
     :param episode_starts: SB3's episode-start flags (step ``s`` is the first of an episode),
         shape ``(n_steps,)`` for one env or ``(n_steps, n_envs)`` as in SB3's rollout buffer
