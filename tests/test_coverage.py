@@ -16,9 +16,10 @@ from stable_baselines3.common.env_util import make_vec_env
 from test_oracle import _oracle
 
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer, window_weights
+from sb3_reset_ppo.common.epochs import EpochWindows, epoch_window_starts, window_units
 from sb3_reset_ppo.common.evaluation import evaluate_windows
+from sb3_reset_ppo.common.layout import plan_reset_steps
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.windows import EpochWindows, epoch_window_starts, plan_reset_steps, window_units
 
 
 def _buffer(

@@ -6,8 +6,9 @@ import pytest
 import torch as th
 from helpers import loss_from_fields
 
+from sb3_reset_ppo.common.layout import slot_resets
 from sb3_reset_ppo.common.loss import WindowLoss
-from sb3_reset_ppo.common.windows import kept_slots, slot_resets, slot_weights
+from sb3_reset_ppo.common.windows import kept_slots, slot_weights
 
 
 def _inputs(seed: int, n_windows: int = 6, window_size: int = 5) -> dict[str, th.Tensor]:

@@ -158,7 +158,7 @@ class _WindowSampler:
         self, batch_size: int | None, generator: np.random.Generator
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
-        One epoch, planned by :func:`~sb3_reset_ppo.common.windows.plan_epoch` (the windows at a fresh random phase per
+        One epoch, planned by :func:`~sb3_reset_ppo.common.epochs.plan_epoch` (the windows at a fresh random phase per
         env, in a fresh random order, cut into minibatches of exactly ``batch_size`` real slots, the remainder left out
         at a random place), each minibatch gathered by index (:meth:`samples`).
 
@@ -310,12 +310,20 @@ class _WindowBufferMixin:
     hidden_states_vf: np.ndarray
     cell_states_vf: np.ndarray
 
-    def _set_window_settings(
+    def __init__(
         self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden_state_shape: tuple[int, int, int, int],
+        device: th.device | str = "auto",
+        gae_lambda: float = 1,
+        gamma: float = 0.99,
+        n_envs: int = 1,
+        *,
         window_settings: WindowSettings,
-        consecutive_windows: int,
-        seed: int | None,
-        n_steps: int,
+        consecutive_windows: int = 1,
+        seed: int | None = None,
         burn_in: int = 0,
         recurrent_layer_type: str = "lstm",
     ) -> None:
@@ -325,7 +333,7 @@ class _WindowBufferMixin:
             raise TypeError(
                 f"window_settings must be a WindowSettings (WindowSettings.validated(...)), got {window_settings!r}"
             )
-        window_settings.check_rollout(n_steps)
+        window_settings.check_rollout(buffer_size)
         self.recurrent_layer_type = cast(RecurrentLayerType, recurrent_layer_type)
         self.state_names = memory_state_names(self.recurrent_layer_type)
         check_positive_int("consecutive_windows", consecutive_windows)
@@ -335,6 +343,9 @@ class _WindowBufferMixin:
         self.consecutive_windows = consecutive_windows
         self._sampler: _WindowSampler | None = None
         self.seed(seed)
+        super().__init__(  # type: ignore[call-arg]  # the sb3-contrib base buffer, after this mixin
+            buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs
+        )
 
     @property
     def window_size(self) -> int:
@@ -451,7 +462,7 @@ class _WindowBufferMixin:
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
         One epoch: the windows starting every ``window_stride`` steps from a fresh random phase per env, shuffled and
-        cut into minibatches of ``batch_size`` real transitions (:func:`~sb3_reset_ppo.common.windows.plan_epoch`).
+        cut into minibatches of ``batch_size`` real transitions (:func:`~sb3_reset_ppo.common.epochs.plan_epoch`).
 
         :param batch_size: Transitions (real slots) per minibatch, as in SB3: every minibatch holds exactly
             ``max(batch_size, window_size)`` of them, and the epoch's remainder (fewer than that) is left out at a
@@ -482,7 +493,7 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param gamma: Discount factor
     :param n_envs: Number of parallel environments
     :param window_settings: The window settings (:meth:`WindowSettings.validated
-        <sb3_reset_ppo.common.windows.WindowSettings.validated>`, whose defaults are ResetPPO's)
+        <sb3_reset_ppo.common.settings.WindowSettings.validated>`, whose defaults are ResetPPO's)
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env
         (shuffled as runs); runs share steps, whose features are then computed once
     :param seed: Seed of the generator that orders the windows
@@ -493,33 +504,6 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
 
     observations: np.ndarray
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        hidden_state_shape: tuple[int, int, int, int],
-        device: th.device | str = "auto",
-        gae_lambda: float = 1,
-        gamma: float = 0.99,
-        n_envs: int = 1,
-        *,
-        window_settings: WindowSettings,
-        consecutive_windows: int = 1,
-        seed: int | None = None,
-        burn_in: int = 0,
-        recurrent_layer_type: str = "lstm",
-    ) -> None:
-        self._set_window_settings(
-            window_settings,
-            consecutive_windows,
-            seed,
-            n_steps=buffer_size,
-            burn_in=burn_in,
-            recurrent_layer_type=recurrent_layer_type,
-        )
-        super().__init__(buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs)
-
 
 class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  # type: ignore[misc]  # get yields windows
     """
@@ -529,32 +513,3 @@ class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  
     """
 
     observations: dict[str, np.ndarray]  # type: ignore[assignment]
-
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        hidden_state_shape: tuple[int, int, int, int],
-        device: th.device | str = "auto",
-        gae_lambda: float = 1,
-        gamma: float = 0.99,
-        n_envs: int = 1,
-        *,
-        window_settings: WindowSettings,
-        consecutive_windows: int = 1,
-        seed: int | None = None,
-        burn_in: int = 0,
-        recurrent_layer_type: str = "lstm",
-    ) -> None:
-        self._set_window_settings(
-            window_settings,
-            consecutive_windows,
-            seed,
-            n_steps=buffer_size,
-            burn_in=burn_in,
-            recurrent_layer_type=recurrent_layer_type,
-        )
-        super().__init__(
-            buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs
-        )

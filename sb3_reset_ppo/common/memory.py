@@ -47,18 +47,15 @@ def rnn_step_states(
     rollout buffer records it (before the rule is applied at that step), without gradient and without dropout
     (as during collection).
 
-    Each layer's hidden states come from one fused call over all steps (:func:`unroll_rnn`'s layout, a reset
-    step at every episode start); a GRU's memory is its hidden state. An LSTM's cell states, which a fused call
-    does not return, are recomputed from the gates (one batched product over all steps) and the linear
-    recurrence ``c_t = f_t * (1 - episode_start_t) * c_{t-1} + i_t * g_t``, solved as a parallel scan.
+    Hidden states come from one fused call per layer; an LSTM's cell states, which it does not return, from the
+    gates and a parallel scan (``docs/design.md``, "Fresh memory").
 
     :param rnn: The LSTM or GRU
     :param features: Inputs, ``(B, L, input_size)``
     :param initial: Memory entering step 0 as recorded (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each
         ``(B, n_layers, hidden)``
     :param episode_starts: SB3's episode-start flags, ``(B, L)``
-    :param layout: ``plan_reset_steps`` of the flags on the features' device, when the caller has it (planned on the
-        host from a host copy, it saves reading the flags back from the device)
+    :param layout: ``plan_reset_steps`` of the flags on the features' device, when the caller planned it on the host
     :return: Memory entering every step (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each
         ``(B, L, n_layers, hidden)``; step 0's is ``initial``
     """

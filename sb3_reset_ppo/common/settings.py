@@ -25,14 +25,18 @@ def _check_int(name: str, value: object, minimum: int, what: str) -> None:
         raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
-def check_positive_int(name: str, value: object) -> None:
+def check_positive_int(name: str, value: object, alternatives: str = "") -> None:
     """
     Raise a ``TypeError`` / ``ValueError`` naming the parameter unless ``value`` is a positive int.
 
     :param name: Parameter name, for the message
     :param value: The value given
+    :param alternatives: The other values the parameter takes, appended to the message (e.g. ``"; or 'auto'"``)
     """
-    _check_int(name, value, 1, "a positive int")
+    try:
+        _check_int(name, value, 1, "a positive int")
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{error}{alternatives}") from None
 
 
 def check_non_negative_int(name: str, value: object) -> None:
@@ -101,10 +105,7 @@ class WindowSettings:
         if n_steps is not None:
             check_positive_int("n_steps", n_steps)
         if batch_size is not None:
-            try:
-                check_positive_int("batch_size", batch_size)
-            except (TypeError, ValueError) as error:
-                raise type(error)(f"{error} (transitions per minibatch); or None (the whole epoch)") from None
+            check_positive_int("batch_size", batch_size, " (transitions per minibatch); or None (the whole epoch)")
         if window_coverage not in COVERAGES:
             raise ValueError(f"window_coverage must be one of {COVERAGES}, got {window_coverage!r}")
         check_window_size_setting(window_size)
@@ -115,10 +116,7 @@ class WindowSettings:
         else:
             size = int(cast(int, window_size))
         if window_stride is not None:
-            try:
-                check_positive_int("window_stride", window_stride)
-            except (TypeError, ValueError) as error:
-                raise type(error)(f"{error}; or None (window_size)") from None
+            check_positive_int("window_stride", window_stride, "; or None (window_size)")
         if boundary not in BOUNDARIES:
             raise ValueError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
         if weighting not in WEIGHTINGS:
@@ -163,10 +161,7 @@ def check_window_size_setting(window_size: object) -> None:
                 f"n_steps), got {window_size!r}"
             )
         return
-    try:
-        check_positive_int("window_size", window_size)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"{error}; or one of {DERIVED_WINDOW_SIZES}") from None
+    check_positive_int("window_size", window_size, f"; or one of {DERIVED_WINDOW_SIZES}")
 
 
 def resolve_window_size(window_size: int | str, n_steps: int, batch_size: int | None) -> int:

@@ -95,22 +95,10 @@ def unroll_rnn(
     """
     Run an LSTM or a GRU over the slots of ``B`` windows with reset-and-continue, as one fused call per layer.
 
-    Slot 0 of a window starts from the memory recorded for its step, times ``1 - episode_start`` (SB3's
-    rule). At a slot whose step starts an episode (a reset), the memory is the one recorded for that step
-    times ``1 - episode_start``, i.e. zero; at every other slot it is carried from the previous slot through
-    the graph. The reset is realised as one extra *reset step* just before the reset slot, driven by a
-    constant extra input column (1 at reset steps, 0 elsewhere) whose weights force the step's output to
-    exactly 0 with every gradient path through the step exactly zero, so backpropagation through time stops at
-    the boundary:
-
-    - LSTM: the input and forget gates get ``RESET_PREACTIVATION`` and become exactly 0: the cell is
-      ``0 * c + 0 * g = 0`` and the hidden state ``o * tanh(0) = 0``.
-    - GRU (``r, z, n`` gates): the reset and update gates get ``RESET_PREACTIVATION`` (``r = z = 0``), and the
-      candidate gate gets ``-b_in`` (its input bias, with autograd): ``n = tanh(-b_in + b_in + 0) = 0`` (the sum
-      of ``b_in``, ``-b_in`` and zeros is exactly 0 in any order), so ``h = (1 - z) * n + z * h_prev = 0``.
-
-    Each window then runs as one row of a single fused call per layer (``W`` steps plus its resets; rows are
-    padded at the end).
+    Slot 0 starts from the memory recorded for its step; at a slot whose step starts an episode the memory is reset
+    to zero by one extra *reset step* before it, whose constant input forces the step's output, and every gradient
+    through it, to exactly 0 (``docs/design.md``, "Unroll", derives it for both cells); elsewhere the memory is
+    carried through the graph. Each window is one row of the fused call, rows padded at the end.
 
     :param rnn: The LSTM or GRU (``batch_first=False``, as in sb3-contrib's policies)
     :param slot_features: Inputs of every slot, shape ``(B * W, input_size)``, slots row-major over ``(B, W)``

@@ -14,53 +14,22 @@ from collections.abc import Iterator
 import numpy as np
 import torch as th
 
-# The window API in one import: the settings, the epoch planning and the reset layout are re-exported here, where
-# user code and the benchmarks import them from
-from sb3_reset_ppo.common.epochs import (  # noqa: F401
-    EpochPlan,
-    EpochWindows,
-    epoch_slot_range,
-    epoch_window_starts,
-    expected_epoch_slots,
-    minibatch_cuts,
-    minibatch_slots,
-    plan_epoch,
-    uniform_normaliser,
-    window_order,
-    window_units,
-    windows_per_minibatch,
-)
-from sb3_reset_ppo.common.layout import (  # noqa: F401
-    EPISODE_START_THRESHOLD,
-    ResetLayout,
-    is_episode_start,
-    plan_reset_steps,
-    slot_resets,
-)
+# Re-exported (noqa): plan_epoch, uniform_normaliser, windows_per_minibatch, ResetLayout, plan_reset_steps,
+# effective_stride and resolve_window_size, which the benchmarks and user code import from this module
+from sb3_reset_ppo.common.epochs import plan_epoch, uniform_normaliser, windows_per_minibatch  # noqa: F401
+from sb3_reset_ppo.common.layout import ResetLayout, is_episode_start, plan_reset_steps, slot_resets  # noqa: F401
 from sb3_reset_ppo.common.settings import (  # noqa: F401
-    BOUNDARIES,
-    COVERAGES,
     DEFAULT_BOUNDARY,
     DEFAULT_WEIGHTING,
     DEFAULT_WINDOW_COVERAGE,
-    DEFAULT_WINDOW_SIZE,
     DEFAULT_WINDOW_STRIDE,
-    DERIVED_WINDOW_SIZES,
-    WEIGHTINGS,
     Boundary,
     Coverage,
     Weighting,
     WindowSettings,
-    check_non_negative_int,
-    check_positive_int,
-    check_window_size_setting,
-    clip_windows,
     effective_stride,
     every_window,
-    first_window_start,
-    n_window_starts,
     resolve_window_size,
-    resolve_window_stride,
 )
 
 # Number of windows handled at once when scanning a whole rollout (bounds temporary memory).

@@ -38,29 +38,29 @@ __all__ = [
 ]
 
 
-def _int_features_dim(extractor: BaseFeaturesExtractor) -> BaseFeaturesExtractor:
+class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
     """
-    The extractor with its ``features_dim`` a Python ``int``: SB3 gives a ``MultiDiscrete`` observation space's
-    flattened size as a numpy integer, which ``nn.LSTM``/``nn.GRU`` (torch 2.13) reject as ``input_size``.
+    What every policy here changes in sb3-contrib's recurrent policies (first in their bases): the features size as
+    a Python int, and the recurrent layers' arguments among the saved constructor parameters.
     """
-    extractor._features_dim = int(extractor.features_dim)
-    return extractor
 
+    def make_features_extractor(self) -> BaseFeaturesExtractor:
+        # SB3 sizes a MultiDiscrete observation space with a numpy integer, which nn.LSTM and nn.GRU reject
+        extractor = super().make_features_extractor()
+        extractor._features_dim = int(extractor.features_dim)
+        return extractor
 
-def _with_recurrent_parameters(policy: RecurrentActorCriticPolicy, data: dict[str, Any]) -> dict[str, Any]:
-    """
-    ``data`` (SB3's constructor parameters of an actor-critic policy) with the recurrent layers' arguments added.
-    sb3-contrib's policies do not save them, so ``policy.save`` then ``Policy.load`` rebuilt a policy of the
-    default sizes and failed to load its weights.
-    """
-    data.update(
-        lstm_hidden_size=policy.lstm_actor.hidden_size,
-        n_lstm_layers=policy.lstm_actor.num_layers,
-        shared_lstm=policy.shared_lstm,
-        enable_critic_lstm=policy.enable_critic_lstm,
-        lstm_kwargs=policy.lstm_kwargs,
-    )
-    return data
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        # sb3-contrib's policies do not save them: Policy.load would rebuild the default sizes and fail on the weights
+        data = super()._get_constructor_parameters()
+        data.update(
+            lstm_hidden_size=self.lstm_actor.hidden_size,
+            n_lstm_layers=self.lstm_actor.num_layers,
+            shared_lstm=self.shared_lstm,
+            enable_critic_lstm=self.enable_critic_lstm,
+            lstm_kwargs=self.lstm_kwargs,
+        )
+        return data
 
 
 def n_observations(observation: Any, observation_space: spaces.Space) -> int:
@@ -121,7 +121,7 @@ def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, st
             )
 
 
-class _CheckedLstmPredict(RecurrentActorCriticPolicy):
+class _CheckedLstmPredict(_RecurrentPolicyParts):
     """
     ``predict`` of sb3-contrib's LSTM policies, with the memory checked first (:func:`check_predict_state`). A
     subclass of their base, first in the LSTM policies' bases: ``super().predict`` is then sb3-contrib's.
@@ -150,34 +150,16 @@ class _CheckedLstmPredict(RecurrentActorCriticPolicy):
 class MlpLstmPolicy(_CheckedLstmPredict, contrib_policies.MlpLstmPolicy):
     """sb3-contrib's ``MlpLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` observations)."""
 
-    def make_features_extractor(self) -> BaseFeaturesExtractor:
-        return _int_features_dim(super().make_features_extractor())
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
-
 
 class CnnLstmPolicy(_CheckedLstmPredict, contrib_policies.CnnLstmPolicy):
     """sb3-contrib's ``CnnLstmPolicy``; only its features size is made a Python int."""
-
-    def make_features_extractor(self) -> BaseFeaturesExtractor:
-        return _int_features_dim(super().make_features_extractor())
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
 
 
 class MultiInputLstmPolicy(_CheckedLstmPredict, contrib_policies.MultiInputLstmPolicy):
     """sb3-contrib's ``MultiInputLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` keys)."""
 
-    def make_features_extractor(self) -> BaseFeaturesExtractor:
-        return _int_features_dim(super().make_features_extractor())
 
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
-
-
-class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
+class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
     """
     sb3-contrib's ``RecurrentActorCriticPolicy`` with GRUs instead of LSTMs. Arguments are the LSTM policy's
     (``lstm_hidden_size``, ``n_lstm_layers``, ``shared_lstm``, ``enable_critic_lstm``; ``lstm_kwargs`` go to
@@ -210,12 +192,6 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         # Optimizer, whose constructor takes no lr
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr, **self.optimizer_kwargs)  # type: ignore[call-arg]
-
-    def make_features_extractor(self) -> BaseFeaturesExtractor:
-        return _int_features_dim(super().make_features_extractor())
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
 
     @staticmethod
     def _process_sequence(  # type: ignore[override]  # the memory is (hidden,), sb3-contrib's (hidden, cell)

@@ -57,12 +57,8 @@ class NonFiniteTrainingError(FloatingPointError):
 
 
 def _check_consecutive_windows(value: object) -> None:
-    if value == "auto":
-        return
-    try:
-        check_positive_int("consecutive_windows", value)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"{error}; or 'auto'") from None
+    if value != "auto":
+        check_positive_int("consecutive_windows", value, "; or 'auto'")
 
 
 def _prefer_foreach(optimizer: th.optim.Optimizer) -> None:

@@ -2,21 +2,12 @@
 RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CartPoleNoVel-v1 ...``.
 
 Registers ``reset_ppo`` (:class:`~sb3_reset_ppo.ResetPPO`) and ``maskable_reset_ppo``
-(:class:`~sb3_reset_ppo.MaskableResetPPO`) in ``rl_zoo3.ALGOS`` next to ``ppo_lstm``, their Optuna sampler for
-``-optimize`` (the same for both), and the memory tasks of :mod:`sb3_reset_ppo.envs`, then runs the zoo's own
-command line (``train``, ``enjoy``, ``plot_train``, ...). For both algorithms the hyperparameter file shipped with
-the package (``reset_ppo.yml``, ResetPPO's defaults for ``window_stride`` and the rest) is the default
-``--conf-file``. ``enjoy`` without a display (see :func:`no_display_reason`) runs as with ``--no-render`` and says
-so: a window nobody can see would only pace the steps at the env's ``render_fps``. ``train`` and ``enjoy`` run with
-one torch thread unless the command gives the zoo's ``--num-threads`` (``-1``: torch's default, one thread per core):
-for the small recurrent networks of these algorithms several threads wait for each other at every step and stall
-whenever another process holds a core (``benchmarks/speed/bench_threads.py``; :func:`with_default_threads`).
-
-The zoo knows nothing of action masks: its evaluations call SB3's ``evaluate_policy`` and ``enjoy`` calls
-``model.predict`` without them. For ``--algo maskable_reset_ppo`` they use the env's masks and keep the policy's
-memory: training evaluates with :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback`,
-``-optimize`` with :class:`MaskableTrialEvalCallback`, and ``enjoy`` predicts with the env's masks
-(:func:`masked_evaluation`, :func:`masked_enjoy`).
+(:class:`~sb3_reset_ppo.MaskableResetPPO`) in ``rl_zoo3.ALGOS`` next to ``ppo_lstm``, with their Optuna sampler and
+the memory tasks of :mod:`sb3_reset_ppo.envs`, then runs the zoo's own command line. The package's ``reset_ppo.yml``
+is the default ``--conf-file``; ``enjoy`` without a display runs as with ``--no-render``; ``train`` and ``enjoy`` run
+with one torch thread unless ``--num-threads`` is given (:func:`with_default_threads`). For ``maskable_reset_ppo``
+the zoo's evaluations and ``enjoy`` use the env's action masks and keep the memory (:func:`masked_evaluation`,
+:func:`masked_enjoy`). ``docs/guide/rl_zoo.md`` has the details.
 """
 
 import os
@@ -207,10 +198,8 @@ def with_default_threads(argv: list[str]) -> list[str]:
     """
     Add ``--num-threads 1`` to a ``train`` or ``enjoy`` command that gives no ``--num-threads``.
 
-    The zoo's default (``-1``) leaves torch's thread count, one per core: for these small recurrent networks the
-    threads wait for each other at every step, and beside one other busy process learning took 1.85 to more than 5
-    times as long as with one thread in every setting measured (on an idle machine at most 1.8 times less, with
-    images: ``docs/studies/performance.md``, Threads). ``--num-threads N`` (or ``-1``) on the command line is kept.
+    The zoo's default (``-1``) leaves torch's thread count, one per core, which stalls these small recurrent networks
+    beside any other busy process (``docs/studies/performance.md``, "Threads"); a given ``--num-threads`` is kept.
 
     :param argv: The arguments after the program name, e.g. ``["train", "--algo", "reset_ppo", ...]``
     :return: ``argv``, with ``--num-threads 1`` added where it gives none
@@ -248,9 +237,7 @@ def _without_render_if_no_display(
     """
     Add ``--no-render`` to an ``enjoy`` command that would render where nothing can be seen, and say so on stderr.
 
-    Rendering there shows nothing but still paces every step at the env's ``render_fps`` (the zoo's 1,000 steps
-    of ``CueRecall-v0``, at 4 frames per second, take over 4 minutes); without it the episodes run at full speed
-    and their returns are printed as usual.
+    Rendering there shows nothing but still paces every step at the env's ``render_fps``.
 
     :param argv: The arguments after the program name, e.g. ``["enjoy", "--algo", "reset_ppo", ...]``
     :param environ: The environment variables (default: ``os.environ``)
