@@ -394,3 +394,27 @@ def test_optimizer_steps_with_foreach_kernels_and_the_same_parameters() -> None:
     assert [group["foreach"] for group in models["loop"].policy.optimizer.param_groups] == [False]
     for default, loop in zip(models["default"].policy.parameters(), models["loop"].policy.parameters(), strict=True):
         assert th.equal(default, loop)
+
+
+def test_window_arguments_are_validated_once_and_again_only_when_load_changes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sb3_reset_ppo import WindowSettings
+
+    calls: list[tuple[Any, ...]] = []
+    validated = WindowSettings.validated.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[WindowSettings], *args: Any, **kwargs: Any) -> WindowSettings:
+        calls.append(args)
+        return validated(cls, *args, **kwargs)
+
+    monkeypatch.setattr(WindowSettings, "validated", classmethod(counting))
+    model = ResetPPO("MlpLstmPolicy", _env(), n_steps=16, batch_size=16, window_size=4)
+    assert len(calls) == 1 and model.window_length == 4
+    model.save(tmp_path / "model")
+    calls.clear()
+    # load() builds the model with the defaults, then sets the saved arguments: they are validated once more
+    loaded = ResetPPO.load(tmp_path / "model", env=_env(), window_size=8)
+    assert loaded.window_length == 8 and calls[-1][0] == 8
+    with pytest.raises(ValueError, match="window_size must be at most n_steps=16"):
+        ResetPPO.load(tmp_path / "model", env=_env(), window_size=17)
