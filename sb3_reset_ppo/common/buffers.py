@@ -159,8 +159,7 @@ class _WindowSampler:
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
         One epoch, planned by :func:`~sb3_reset_ppo.common.epochs.plan_epoch` (the windows at a fresh random phase per
-        env, in a fresh random order, cut into minibatches of exactly ``batch_size`` real slots, the remainder left out
-        at a random place), each minibatch gathered by index (:meth:`samples`).
+        env, in a fresh random order, cut into minibatches of ``batch_size`` real slots), each gathered by index.
 
         :param batch_size: Transitions (real slots) per minibatch; ``None`` or more than the epoch holds: one
             minibatch of the whole epoch
