@@ -9,7 +9,8 @@ import torch as th
 from gymnasium import spaces
 
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer, WindowSettings
-from sb3_reset_ppo.common.unroll import evaluate_windows
+from sb3_reset_ppo.common.evaluation import evaluate_windows
+from sb3_reset_ppo.common.loss import LossSettings, SlotTargets, WindowLoss, window_ppo_loss
 
 
 class RandomEpisodeEnv(gym.Env):
@@ -304,3 +305,16 @@ def filled_window_buffer(
         )
     buffer.compute_returns_and_advantage(th.zeros(n_envs), np.zeros(n_envs))
     return buffer
+
+
+def loss_from_fields(**fields: Any) -> WindowLoss:
+    """
+    ``window_ppo_loss`` called with its inputs by name, as the loss tests write them: the current policy's
+    ``log_prob``, ``values`` and ``entropy``, the :class:`SlotTargets` fields (``uniform_normaliser`` for
+    ``loss_normaliser``) and the :class:`LossSettings` fields.
+    """
+    if "uniform_normaliser" in fields:
+        fields["loss_normaliser"] = fields.pop("uniform_normaliser")
+    targets = SlotTargets(**{name: fields.pop(name) for name in SlotTargets._fields if name in fields})
+    settings = LossSettings(**{name: fields.pop(name) for name in LossSettings._fields if name in fields})
+    return window_ppo_loss(fields.pop("log_prob"), fields.pop("values"), fields.pop("entropy"), targets, settings, **fields)

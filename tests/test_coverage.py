@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
-from helpers import RandomEpisodeEnv, assert_close_named, brute_force_step_weights, filled_window_buffer
+from helpers import RandomEpisodeEnv, assert_close_named, brute_force_step_weights, filled_window_buffer, loss_from_fields
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
@@ -16,10 +16,10 @@ from stable_baselines3.common.env_util import make_vec_env
 from test_oracle import _oracle
 
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer, window_weights
-from sb3_reset_ppo.common.loss import window_ppo_loss
+from sb3_reset_ppo.common.epochs import EpochWindows, epoch_window_starts, window_units
+from sb3_reset_ppo.common.evaluation import evaluate_windows
+from sb3_reset_ppo.common.layout import plan_reset_steps
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import evaluate_windows
-from sb3_reset_ppo.common.windows import EpochWindows, epoch_window_starts, plan_reset_steps, window_units
 
 
 def _buffer(
@@ -218,20 +218,20 @@ def test_loss_ignores_padding(weighting: str, mask: bool) -> None:
     weights = kept.float() * (1 + th.rand(3, 6, generator=rng) if weighting == "importance" else 1)
     common = dict(weighting=weighting, clip_range=0.2, clip_range_vf=0.3, ent_coef=0.01, vf_coef=0.5)
     n_real = int(real.sum())
-    padded = window_ppo_loss(**fields, kept=kept, weights=weights, n_real_slots=n_real, **common)  # type: ignore[arg-type]
+    padded = loss_from_fields(**fields, kept=kept, weights=weights, n_real_slots=n_real, **common)
     # The same real slots as one window with no padding
     flat = {name: value[real][None, :] for name, value in fields.items()}
-    reference = window_ppo_loss(**flat, kept=kept[real][None, :], weights=weights[real][None, :], **common)  # type: ignore[arg-type]
+    reference = loss_from_fields(**flat, kept=kept[real][None, :], weights=weights[real][None, :], **common)
     for name, a, b in zip(padded._fields, padded, reference, strict=True):
         assert_close_named(a, b, name, rtol=1e-6, atol=1e-7)
     # Other padding values change nothing
     garbage = {name: th.where(real, value, 1e3 * th.randn(3, 6, generator=rng)) for name, value in fields.items()}
-    again = window_ppo_loss(**garbage, kept=kept, weights=weights, n_real_slots=n_real, **common)  # type: ignore[arg-type]
+    again = loss_from_fields(**garbage, kept=kept, weights=weights, n_real_slots=n_real, **common)
     for name, a, b in zip(padded._fields, padded, again, strict=True):
         assert_close_named(a, b, name, rtol=0, atol=0)
     # The control: counting padding in the normaliser changes the uniform loss
     if weighting == "uniform":
-        wrong = window_ppo_loss(**fields, kept=kept, weights=weights, **common)  # type: ignore[arg-type]
+        wrong = loss_from_fields(**fields, kept=kept, weights=weights, **common)
         assert not th.isclose(wrong.loss, padded.loss)
 
 

@@ -1,6 +1,6 @@
 """
 sb3-contrib's three critics (``enable_critic_lstm``, ``shared_lstm``), read in one place
-(:func:`~sb3_reset_ppo.common.unroll.critic_variant`) by the window evaluation and the GRU policies' ``forward``:
+(:func:`~sb3_reset_ppo.common.recurrent.critic_variant`) by the window evaluation and the GRU policies' ``forward``:
 which case a policy is in, and what each case does to the value's gradient and the critic's memory.
 """
 
@@ -14,7 +14,8 @@ from stable_baselines3.common.env_util import make_vec_env
 from torch import nn
 
 from sb3_reset_ppo import ResetPPO
-from sb3_reset_ppo.common.unroll import critic_variant, evaluate_windows
+from sb3_reset_ppo.common.evaluation import evaluate_windows
+from sb3_reset_ppo.common.recurrent import critic_variant
 
 CRITICS: dict[str, dict[str, Any]] = {
     "separate": {},

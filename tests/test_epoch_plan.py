@@ -8,9 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sb3_reset_ppo.common.windows import (
-    WindowSettings,
-    clip_windows,
+from sb3_reset_ppo.common.epochs import (
     epoch_slot_range,
     epoch_window_starts,
     expected_epoch_slots,
@@ -20,6 +18,7 @@ from sb3_reset_ppo.common.windows import (
     window_order,
     window_units,
 )
+from sb3_reset_ppo.common.settings import WindowSettings, clip_windows
 
 
 def _all_window_lengths(n_steps: int, window_size: int, coverage: str) -> np.ndarray:

@@ -10,8 +10,8 @@ from helpers import RandomEpisodeEnv, check_exact
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_reset_ppo import ResetPPO
-from sb3_reset_ppo.common.unroll import evaluate_windows
-from sb3_reset_ppo.common.windows import plan_epoch
+from sb3_reset_ppo.common.epochs import plan_epoch
+from sb3_reset_ppo.common.evaluation import evaluate_windows
 
 N_STEPS = 16
 # Every window every epoch, and the default (windows every window_size steps from a random phase); windows inside the

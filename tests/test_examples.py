@@ -17,7 +17,7 @@ def _run(script: str, *args: str) -> str:
 
 
 def test_demo(tmp_path: Path) -> None:
-    from sb3_reset_ppo.common.windows import DEFAULT_WINDOW_SIZE
+    from sb3_reset_ppo.common.settings import DEFAULT_WINDOW_SIZE
 
     out = _run("demo.py", "--total-timesteps", "1024", "--eval-episodes", "20", "--output-dir", str(tmp_path))
     assert "ResetPPO" in out and "random policy" in out

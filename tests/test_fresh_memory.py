@@ -12,7 +12,7 @@ from stable_baselines3.common.logger import configure
 from torch import nn
 
 from sb3_reset_ppo import ResetPPO
-from sb3_reset_ppo.common.unroll import rnn_step_states
+from sb3_reset_ppo.common.memory import rnn_step_states
 
 CELLS = pytest.mark.parametrize("cell", ["Lstm", "Gru"])
 
@@ -206,7 +206,7 @@ def test_burn_in_equals_step_by_step_reference_and_stops_at_episode_starts(cell:
     with th.no_grad():
         features = model.policy.extract_features(samples.observations)
         assert isinstance(features, th.Tensor)
-        from sb3_reset_ppo.common.unroll import burned_in_memory
+        from sb3_reset_ppo.common.memory import burned_in_memory
 
         burned = burned_in_memory(model.policy.lstm_actor, features, samples.burn_in, samples.burn_in.memory.pi)
         hidden = burned[0]
@@ -255,7 +255,7 @@ def test_no_gradient_flows_into_burn_in_steps(cell: str) -> None:
     samples = next(model.rollout_buffer.get(2 * 8))
     assert samples.burn_in is not None and isinstance(samples.observations, th.Tensor)
     observations = samples.observations.clone().requires_grad_(True)
-    from sb3_reset_ppo.common.unroll import evaluate_windows
+    from sb3_reset_ppo.common.evaluation import evaluate_windows
 
     values, log_prob, _ = evaluate_windows(model.policy, samples._replace(observations=observations))
     (grad,) = th.autograd.grad(log_prob.sum() + values.sum(), observations)
@@ -292,7 +292,8 @@ def test_windows_start_from_the_burned_in_memory() -> None:
     # unroll from the stored memory: the burn-in is used
     from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
-    from sb3_reset_ppo.common.unroll import burned_in_memory, evaluate_windows
+    from sb3_reset_ppo.common.evaluation import evaluate_windows
+    from sb3_reset_ppo.common.memory import burned_in_memory
 
     model = _burn_in_model(6, 3e-3)
     samples = next(model.rollout_buffer.get(None))

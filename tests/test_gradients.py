@@ -14,9 +14,11 @@ from stable_baselines3.common.env_util import make_vec_env
 from torch import nn
 
 from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo.common.evaluation import evaluate_windows
+from sb3_reset_ppo.common.layout import plan_reset_steps, slot_resets
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import evaluate_windows, unroll_rnn
-from sb3_reset_ppo.common.windows import kept_slots, plan_reset_steps, slot_resets
+from sb3_reset_ppo.common.unroll import unroll_rnn
+from sb3_reset_ppo.common.windows import kept_slots
 
 # Both recurrent layers share the unroll (a reset step each): every unroll test runs for both
 RNNS = pytest.mark.parametrize("rnn_class", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])

@@ -4,9 +4,11 @@ from typing import Any
 
 import pytest
 import torch as th
+from helpers import loss_from_fields
 
-from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
-from sb3_reset_ppo.common.windows import kept_slots, slot_resets, slot_weights
+from sb3_reset_ppo.common.layout import slot_resets
+from sb3_reset_ppo.common.loss import WindowLoss
+from sb3_reset_ppo.common.windows import kept_slots, slot_weights
 
 
 def _inputs(seed: int, n_windows: int = 6, window_size: int = 5) -> dict[str, th.Tensor]:
@@ -32,7 +34,7 @@ def _loss(**arguments: Any) -> WindowLoss:
     coefficient 0.5, no advantage normalisation), any of which ``arguments`` overrides.
     """
     usual: dict[str, Any] = dict(clip_range=0.2, clip_range_vf=None, ent_coef=0.0, vf_coef=0.5, normalize_advantage=False)
-    return window_ppo_loss(**{**usual, **arguments})
+    return loss_from_fields(**{**usual, **arguments})
 
 
 def _terms(inputs: dict[str, th.Tensor], clip: float = 0.2) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
@@ -243,8 +245,8 @@ def test_short_minibatch_is_optimised_at_the_rollouts_scale_and_logged_as_its_ow
     kept = th.ones(shape, dtype=th.bool)
     common = dict(entropy=-fields["log_prob"], kept=kept, weights=kept.float(), weighting="uniform", clip_range=0.2,
                   clip_range_vf=None, ent_coef=0.1, vf_coef=0.5, normalize_advantage=False)  # fmt: skip
-    own = window_ppo_loss(**fields, **common)  # type: ignore[arg-type]
-    short = window_ppo_loss(**fields, **common, uniform_normaliser=8.0)  # type: ignore[arg-type]
+    own = loss_from_fields(**fields, **common)
+    short = loss_from_fields(**fields, **common, uniform_normaliser=8.0)
     th.testing.assert_close(short.loss, own.loss / 2)
     for name in ("policy_loss", "value_loss", "entropy_loss"):
         th.testing.assert_close(getattr(short, name), getattr(own, name))

@@ -18,8 +18,8 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import SubprocVecEnv
 
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
+from sb3_reset_ppo.common.evaluation import evaluate_windows
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import evaluate_windows
 from sb3_reset_ppo.maskable.buffers import mask_dims
 
 

@@ -32,8 +32,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer
+from sb3_reset_ppo.common.epochs import epoch_slot_range
+from sb3_reset_ppo.common.settings import resolve_window_size
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.windows import epoch_slot_range, resolve_window_size
 
 
 def _expected_epoch_slots(n_steps: int, n_envs: int, window_size: int, stride: int, coverage: str) -> float:

@@ -19,8 +19,8 @@ from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo.common.evaluation import evaluate_windows
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import evaluate_windows
 
 BOX = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
 

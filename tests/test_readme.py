@@ -166,7 +166,7 @@ def test_equal_wall_clock_at_recurrent_ppos_finish_is_the_final_endpoint() -> No
 
 
 def test_the_usage_sentence_describes_the_snippets_windows() -> None:
-    from sb3_reset_ppo.common.windows import DEFAULT_WINDOW_SIZE, resolve_window_size
+    from sb3_reset_ppo.common.settings import DEFAULT_WINDOW_SIZE, resolve_window_size
 
     code = _code_block(QUICK_START, "python")
     (call,) = re.findall(r"ResetPPO\(.*\)", code)

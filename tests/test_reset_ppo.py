@@ -250,6 +250,12 @@ def test_batch_size_counts_transitions(batch_size: int) -> None:
         expected.append(f"batch_size={batch_size} is not a multiple of window_size=4: minibatch edges cut windows, and "
                         "the later piece of a cut window starts from the memory stored for its first step (as "
                         "RecurrentPPO cuts sequences at minibatch edges)")  # fmt: skip
+    elif 104 % full:
+        # The remainder left out begins at a random place: minibatch edges then cut windows as well
+        expected.append(f"batch_size={batch_size} is a multiple of window_size=4, but an epoch whose transitions are not "
+                        "a multiple of it is cut into minibatches from a random place: minibatch edges cut windows, and "
+                        "the later piece of a cut window starts from the memory stored for its first step (as "
+                        "RecurrentPPO cuts sequences at minibatch edges)")  # fmt: skip
     if 104 % full:
         expected.append(f"You have specified a mini-batch size of {batch_size}, but because an epoch holds 104 transitions "
                         "(n_envs=2, n_steps=16, window_size=4, window_stride=1, window_coverage='inside'), each epoch "
@@ -264,6 +270,48 @@ def test_batch_size_counts_transitions(batch_size: int) -> None:
                  for batch in model.rollout_buffer.get(model.batch_size)]  # fmt: skip
         # Every minibatch holds `full` transitions; the remainder is left out
         assert sizes == [full] * (104 // full)
+
+
+def _warnings_of(**kwargs: Any) -> list[str]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        ResetPPO("MlpLstmPolicy", _env(n_envs=1), **kwargs)
+    return [str(w.message) for w in record]
+
+
+def test_a_remainder_that_cuts_windows_is_warned_about() -> None:
+    # One env, 64 steps, windows of 16 (a divisor of n_steps and batch_size) and batch_size=48: every epoch holds 64
+    # transitions, trains 48 from a random offset and leaves 16 out, so minibatch edges cut a window in most epochs
+    messages = _warnings_of(n_steps=64, batch_size=48, window_size=16)
+    assert any("batch_size=48 is a multiple of window_size=16" in m and "minibatch edges cut windows" in m for m in messages)
+    model = ResetPPO("MlpLstmPolicy", _env(n_envs=1), n_steps=64, batch_size=48, window_size=16)
+    model.learn(64)
+    rows = [int(batch.slot_steps.shape[0]) for _ in range(30) for batch in model.rollout_buffer.get(48)]
+    assert max(rows) > 48 // 16  # more rows than whole windows: a window was cut
+    # Dividing settings cut nothing and say nothing about it
+    assert not any("cut windows" in m for m in _warnings_of(n_steps=64, batch_size=32, window_size=16))
+
+
+def test_an_epoch_of_fewer_slots_than_batch_size_is_one_minibatch_and_warned_as_such() -> None:
+    # Inside coverage, 10 steps, windows of 4, stride 4: an epoch holds 8 transitions (phases 0 to 2) or 4 (phase 3).
+    # An epoch of 8 trains one minibatch of 6 and leaves 2 out; an epoch of 4 trains its 4 as one minibatch, divided
+    # by the rollout's normaliser, 6, as every minibatch (nothing is left out of it)
+    kwargs: dict[str, Any] = dict(n_steps=10, batch_size=6, window_size=4, window_coverage="inside")
+    messages = [m for m in _warnings_of(**kwargs) if "An epoch holds 4 to 8 transitions" in m]
+    assert len(messages) == 1 and messages[0].endswith(
+        "an epoch of fewer than 6 transitions is trained whole, as one minibatch whose loss is divided by the same number "
+        "as every other minibatch's"
+    )
+    model = ResetPPO("MlpLstmPolicy", _env(n_envs=1), **kwargs)
+    model.learn(10)
+    sizes = set()
+    for _ in range(40):
+        batches = list(model.rollout_buffer.get(6))
+        assert len(batches) == 1 and batches[0].loss_normaliser == 6
+        sizes.add(int(batches[0].kept.sum()))
+    assert sizes == {4, 6}
 
 
 @pytest.mark.parametrize(
@@ -346,3 +394,27 @@ def test_optimizer_steps_with_foreach_kernels_and_the_same_parameters() -> None:
     assert [group["foreach"] for group in models["loop"].policy.optimizer.param_groups] == [False]
     for default, loop in zip(models["default"].policy.parameters(), models["loop"].policy.parameters(), strict=True):
         assert th.equal(default, loop)
+
+
+def test_window_arguments_are_validated_once_and_again_only_when_load_changes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sb3_reset_ppo import WindowSettings
+
+    calls: list[tuple[Any, ...]] = []
+    validated = WindowSettings.validated.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[WindowSettings], *args: Any, **kwargs: Any) -> WindowSettings:
+        calls.append(args)
+        return validated(cls, *args, **kwargs)
+
+    monkeypatch.setattr(WindowSettings, "validated", classmethod(counting))
+    model = ResetPPO("MlpLstmPolicy", _env(), n_steps=16, batch_size=16, window_size=4)
+    assert len(calls) == 1 and model.window_length == 4
+    model.save(tmp_path / "model")
+    calls.clear()
+    # load() builds the model with the defaults, then sets the saved arguments: they are validated once more
+    loaded = ResetPPO.load(tmp_path / "model", env=_env(), window_size=8)
+    assert loaded.window_length == 8 and calls[-1][0] == 8
+    with pytest.raises(ValueError, match="window_size must be at most n_steps=16"):
+        ResetPPO.load(tmp_path / "model", env=_env(), window_size=17)

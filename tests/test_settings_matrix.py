@@ -30,7 +30,7 @@ from test_maskable import RandomMaskEnv
 from update_probe import UpdateRecorder, fill, probe_model, random_episode_starts
 
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
-from sb3_reset_ppo.common.unroll import evaluate_windows
+from sb3_reset_ppo.common.evaluation import evaluate_windows
 
 ACTIONS: dict[str, spaces.Space] = {
     "discrete": spaces.Discrete(3),

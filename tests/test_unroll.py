@@ -5,15 +5,9 @@ import torch as th
 from helpers import reference_unroll
 from torch import nn
 
-from sb3_reset_ppo.common.unroll import (
-    RESET_PREACTIVATION,
-    _reset_weight,
-    categorical_log_prob_entropy,
-    fused_gru_layer,
-    fused_lstm_layer,
-    unroll_rnn,
-)
-from sb3_reset_ppo.common.windows import plan_reset_steps
+from sb3_reset_ppo.common.evaluation import categorical_log_prob_entropy
+from sb3_reset_ppo.common.layout import plan_reset_steps
+from sb3_reset_ppo.common.unroll import RESET_PREACTIVATION, _reset_weight, fused_gru_layer, fused_lstm_layer, unroll_rnn
 
 DTYPES = [th.float16, th.bfloat16, th.float32, th.float64]
 RNNS = pytest.mark.parametrize("rnn_class", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])

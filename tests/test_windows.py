@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sb3_reset_ppo import WindowRolloutBuffer, WindowSettings, window_weights
+from sb3_reset_ppo.common.epochs import epoch_window_starts, plan_epoch, window_order
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.windows import RolloutWindowStats, epoch_window_starts, plan_epoch, window_order
+from sb3_reset_ppo.common.windows import RolloutWindowStats
 
 
 @st.composite

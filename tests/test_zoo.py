@@ -161,7 +161,7 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
     from stable_baselines3.common.env_util import make_vec_env
 
     import sb3_reset_ppo.envs  # noqa: F401
-    from sb3_reset_ppo.common.windows import plan_epoch
+    from sb3_reset_ppo.common.epochs import plan_epoch
 
     n_envs = 2
     env = make_vec_env("CueRecall-v0", n_envs=n_envs)

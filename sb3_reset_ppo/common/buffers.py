@@ -11,27 +11,23 @@ from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, Rec
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
-from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import RecurrentLayerType, critic_variant, memory_state_names, rnn_step_states
-from sb3_reset_ppo.common.windows import (
+from sb3_reset_ppo.common.epochs import plan_epoch, uniform_normaliser
+from sb3_reset_ppo.common.layout import ResetLayout, is_episode_start, plan_reset_steps, slot_resets
+from sb3_reset_ppo.common.memory import rnn_step_states
+from sb3_reset_ppo.common.recurrent import RecurrentLayerType, actor_critic_features, critic_variant, memory_state_names
+from sb3_reset_ppo.common.settings import (
     Boundary,
     Coverage,
-    ResetLayout,
-    RolloutWindowStats,
     Weighting,
     WindowSettings,
     check_non_negative_int,
     check_positive_int,
     effective_stride,
-    kept_slots,
     n_window_starts,
-    plan_epoch,
-    plan_reset_steps,
-    real_slots,
-    slot_resets,
-    slot_weights,
-    uniform_normaliser,
 )
+from sb3_reset_ppo.common.type_aliases import BurnIn, WindowRolloutBufferSamples
+from sb3_reset_ppo.common.utils import relative_distance
+from sb3_reset_ppo.common.windows import RolloutWindowStats, kept_slots, real_slots, slot_weights
 
 
 class _WindowSampler:
@@ -96,13 +92,13 @@ class _WindowSampler:
         self.diagnostics = self.stats.diagnostics(per_env_starts)
         # Episode starts up to each flat step (host, inclusive): a row cut from a window knows whether its window
         # reset at or before the row's first step (mask mode drops the row's slots then)
-        self.host_start_count = np.cumsum(self.host_episode_starts > 0.5)
+        self.host_start_count = np.cumsum(is_episode_start(self.host_episode_starts))
 
     def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
         """
         Recompute the memory entering every step of the rollout with the policy's current parameters (no
         gradient): one pass per env from the memory recorded for its first step, with SB3's episode-start rule,
-        one fused call per layer (:func:`~sb3_reset_ppo.common.unroll.rnn_step_states`). Windows then
+        one fused call per layer (:func:`~sb3_reset_ppo.common.memory.rnn_step_states`). Windows then
         start from it. Before any update it equals the recorded memory (to float rounding).
 
         :param policy: The recurrent policy
@@ -120,8 +116,7 @@ class _WindowSampler:
 
     def _refresh_memory(self, policy: RecurrentActorCriticPolicy, n_steps: int) -> th.Tensor:
         with th.no_grad():
-            features = policy.extract_features(self.observations)
-            pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
+            pi_features, vf_features = actor_critic_features(policy, self.observations)
             # (n_envs * n_steps,) -> (n_envs, n_steps)
             episode_starts = self.data["episode_starts"].reshape(self.n_envs, n_steps)
             # (n_envs * n_steps,) -> (n_envs, n_steps) on the host: nothing is read back from the device
@@ -145,9 +140,7 @@ class _WindowSampler:
                 # sb3-contrib's critic memory is the actor's when the critic has no recurrent layer of its own
                 for name in self.state_names:
                     self.memory[f"{name}_vf"] = self.memory[f"{name}_pi"]
-            difference = sum(((self.memory[k] - self.recorded_memory[k]) ** 2).sum() for k in self.memory)
-            size = sum((self.recorded_memory[k] ** 2).sum() for k in self.memory)
-            return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
+            return relative_distance(self.memory.values(), (self.recorded_memory[key] for key in self.memory))
 
     def _to_device(self, array: np.ndarray) -> th.Tensor:
         return th.as_tensor(array).to(self.device, non_blocking=True)
@@ -165,9 +158,8 @@ class _WindowSampler:
         self, batch_size: int | None, generator: np.random.Generator
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
-        One epoch, planned by :func:`~sb3_reset_ppo.common.windows.plan_epoch` (the windows at a fresh random phase per
-        env, in a fresh random order, cut into minibatches of exactly ``batch_size`` real slots, the remainder left out
-        at a random place), each minibatch gathered by index (:meth:`samples`).
+        One epoch, planned by :func:`~sb3_reset_ppo.common.epochs.plan_epoch` (the windows at a fresh random phase per
+        env, in a fresh random order, cut into minibatches of ``batch_size`` real slots), each gathered by index.
 
         :param batch_size: Transitions (real slots) per minibatch; ``None`` or more than the epoch holds: one
             minibatch of the whole epoch
@@ -317,12 +309,20 @@ class _WindowBufferMixin:
     hidden_states_vf: np.ndarray
     cell_states_vf: np.ndarray
 
-    def _set_window_settings(
+    def __init__(
         self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        hidden_state_shape: tuple[int, int, int, int],
+        device: th.device | str = "auto",
+        gae_lambda: float = 1,
+        gamma: float = 0.99,
+        n_envs: int = 1,
+        *,
         window_settings: WindowSettings,
-        consecutive_windows: int,
-        seed: int | None,
-        n_steps: int,
+        consecutive_windows: int = 1,
+        seed: int | None = None,
         burn_in: int = 0,
         recurrent_layer_type: str = "lstm",
     ) -> None:
@@ -332,7 +332,7 @@ class _WindowBufferMixin:
             raise TypeError(
                 f"window_settings must be a WindowSettings (WindowSettings.validated(...)), got {window_settings!r}"
             )
-        window_settings.check_rollout(n_steps)
+        window_settings.check_rollout(buffer_size)
         self.recurrent_layer_type = cast(RecurrentLayerType, recurrent_layer_type)
         self.state_names = memory_state_names(self.recurrent_layer_type)
         check_positive_int("consecutive_windows", consecutive_windows)
@@ -342,6 +342,9 @@ class _WindowBufferMixin:
         self.consecutive_windows = consecutive_windows
         self._sampler: _WindowSampler | None = None
         self.seed(seed)
+        super().__init__(  # type: ignore[call-arg]  # the sb3-contrib base buffer, after this mixin
+            buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs
+        )
 
     @property
     def window_size(self) -> int:
@@ -458,7 +461,7 @@ class _WindowBufferMixin:
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
         One epoch: the windows starting every ``window_stride`` steps from a fresh random phase per env, shuffled and
-        cut into minibatches of ``batch_size`` real transitions (:func:`~sb3_reset_ppo.common.windows.plan_epoch`).
+        cut into minibatches of ``batch_size`` real transitions (:func:`~sb3_reset_ppo.common.epochs.plan_epoch`).
 
         :param batch_size: Transitions (real slots) per minibatch, as in SB3: every minibatch holds exactly
             ``max(batch_size, window_size)`` of them, and the epoch's remainder (fewer than that) is left out at a
@@ -489,7 +492,7 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param gamma: Discount factor
     :param n_envs: Number of parallel environments
     :param window_settings: The window settings (:meth:`WindowSettings.validated
-        <sb3_reset_ppo.common.windows.WindowSettings.validated>`, whose defaults are ResetPPO's)
+        <sb3_reset_ppo.common.settings.WindowSettings.validated>`, whose defaults are ResetPPO's)
     :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env
         (shuffled as runs); runs share steps, whose features are then computed once
     :param seed: Seed of the generator that orders the windows
@@ -500,33 +503,6 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
 
     observations: np.ndarray
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        hidden_state_shape: tuple[int, int, int, int],
-        device: th.device | str = "auto",
-        gae_lambda: float = 1,
-        gamma: float = 0.99,
-        n_envs: int = 1,
-        *,
-        window_settings: WindowSettings,
-        consecutive_windows: int = 1,
-        seed: int | None = None,
-        burn_in: int = 0,
-        recurrent_layer_type: str = "lstm",
-    ) -> None:
-        self._set_window_settings(
-            window_settings,
-            consecutive_windows,
-            seed,
-            n_steps=buffer_size,
-            burn_in=burn_in,
-            recurrent_layer_type=recurrent_layer_type,
-        )
-        super().__init__(buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs)
-
 
 class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  # type: ignore[misc]  # get yields windows
     """
@@ -536,32 +512,3 @@ class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  
     """
 
     observations: dict[str, np.ndarray]  # type: ignore[assignment]
-
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        hidden_state_shape: tuple[int, int, int, int],
-        device: th.device | str = "auto",
-        gae_lambda: float = 1,
-        gamma: float = 0.99,
-        n_envs: int = 1,
-        *,
-        window_settings: WindowSettings,
-        consecutive_windows: int = 1,
-        seed: int | None = None,
-        burn_in: int = 0,
-        recurrent_layer_type: str = "lstm",
-    ) -> None:
-        self._set_window_settings(
-            window_settings,
-            consecutive_windows,
-            seed,
-            n_steps=buffer_size,
-            burn_in=burn_in,
-            recurrent_layer_type=recurrent_layer_type,
-        )
-        super().__init__(
-            buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs
-        )

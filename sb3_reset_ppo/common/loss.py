@@ -4,7 +4,9 @@ from typing import NamedTuple
 
 import torch as th
 
-from sb3_reset_ppo.common.windows import Weighting
+from sb3_reset_ppo.common.settings import Weighting
+from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
+from sb3_reset_ppo.common.utils import TINY
 
 
 class WindowLoss(NamedTuple):
@@ -12,7 +14,7 @@ class WindowLoss(NamedTuple):
     The loss to minimise and its logged parts (0-d tensors; no host synchronisation). The parts are means over the
     minibatch's real slots (SB3's per-minibatch means); ``loss`` combines them as optimised, which differs only where
     uniform weighting divides by the rollout's normaliser and that is not the minibatch's real slots (an epoch that
-    holds fewer slots than expected, :func:`~sb3_reset_ppo.common.windows.uniform_normaliser`).
+    holds fewer slots than expected, :func:`~sb3_reset_ppo.common.epochs.uniform_normaliser`).
     """
 
     loss: th.Tensor
@@ -23,73 +25,66 @@ class WindowLoss(NamedTuple):
     clip_fraction: th.Tensor
 
 
-# Guards divisions by a sum of weights that can be zero (a minibatch with no kept slot)
-_TINY = 1e-12
+class SlotTargets(NamedTuple):
+    """
+    What the rollout recorded for every slot of a minibatch (each tensor ``(B, W)``), and which slots train with which
+    weight: the fields of :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` the loss reads.
+    """
+
+    old_log_prob: th.Tensor  # log-probabilities recorded in the rollout
+    advantages: th.Tensor  # advantages (GAE)
+    old_values: th.Tensor  # values recorded in the rollout
+    returns: th.Tensor  # returns (value targets)
+    kept: th.Tensor  # whether each slot is trained
+    weights: th.Tensor  # slot weights, zero where not kept
+    n_real_slots: int | None = None  # real slots where some are padding (kept and weights 0 there); None: B * W
+    loss_normaliser: float | None = None  # the divisor of "uniform" weighting; None: the real slots of the minibatch
+
+    @classmethod
+    def of(cls, samples: WindowRolloutBufferSamples) -> "SlotTargets":
+        """The targets of a minibatch of windows."""
+        return cls(*(getattr(samples, field) for field in cls._fields))
+
+
+class LossSettings(NamedTuple):
+    """The model's PPO settings for one update, as the loss uses them."""
+
+    weighting: Weighting  # "uniform", "importance" or "kept_mean"
+    clip_range: float  # PPO clip range
+    clip_range_vf: float | None  # value clip range, None for no value clipping
+    ent_coef: float  # entropy coefficient
+    vf_coef: float  # value coefficient
+    normalize_advantage: bool = True  # normalise advantages with the slot weights' statistics
 
 
 def window_ppo_loss(
-    log_prob: th.Tensor,
-    old_log_prob: th.Tensor,
-    advantages: th.Tensor,
-    values: th.Tensor,
-    old_values: th.Tensor,
-    returns: th.Tensor,
-    entropy: th.Tensor | None,
-    kept: th.Tensor,
-    weights: th.Tensor,
-    weighting: Weighting,
-    clip_range: float,
-    clip_range_vf: float | None,
-    ent_coef: float,
-    vf_coef: float,
-    normalize_advantage: bool = True,
-    n_real_slots: int | None = None,
-    uniform_normaliser: float | None = None,
+    log_prob: th.Tensor, values: th.Tensor, entropy: th.Tensor | None, targets: SlotTargets, settings: LossSettings
 ) -> WindowLoss:
     """
-    PPO's clipped loss over the slots of ``B`` windows of ``W`` slots (every tensor argument ``(B, W)``).
+    PPO's clipped loss over the slots of ``B`` windows of ``W`` slots (every tensor ``(B, W)``).
 
-    Per-slot terms (clipped surrogate, value loss with optional ``clip_range_vf``, entropy) are combined
-    as ``sum(w * term) / n`` for ``"uniform"`` weighting (``n`` the ``uniform_normaliser``, the same for every
-    minibatch of a rollout; without it the number of real slots, ``B * W`` unless windows are clipped) and
-    ``sum(w * term) / sum(w)`` for ``"importance"`` and ``"kept_mean"``. Advantages are normalised with the slot
-    weights' statistics:
-    weighted mean ``sum(w * a) / sum(w)`` and unbiased weighted variance
-    ``sum(w * (a - mean)^2) / (sum(w) - sum(w^2) / sum(w))`` (for weights of 0 and 1: the mean and unbiased
-    variance over kept slots, as ``torch.std``), so that the weighted mean of the normalised advantages is 0;
-    with fewer than two kept slots advantages are left as they are (as SB3 does for a single sample).
-    Dropped slots contribute exactly nothing, even where their terms are not finite.
-    ``approx_kl`` and ``clip_fraction`` are plain means over kept slots.
+    Per-slot terms (clipped surrogate, value loss, entropy) are combined as ``sum(w * term) / n``: under ``"uniform"``
+    weighting ``n`` is ``targets.loss_normaliser``, the same for every minibatch of a rollout
+    (:func:`~sb3_reset_ppo.common.epochs.uniform_normaliser`), else the sum of the weights. Advantages are normalised
+    with the weights' mean and unbiased variance, and dropped slots contribute exactly nothing, even where their terms
+    are not finite (``docs/design.md``, "Weights and loss", derives both).
 
     :param log_prob: Log-probabilities under the current policy
-    :param old_log_prob: Log-probabilities recorded in the rollout
-    :param advantages: Advantages (GAE)
     :param values: Values under the current policy
-    :param old_values: Values recorded in the rollout
-    :param returns: Returns (value targets)
     :param entropy: Entropies, or ``None`` to use ``-log_prob`` as in SB3
-    :param kept: Whether each slot is trained
-    :param weights: Slot weights (zero where not kept)
-    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
-    :param clip_range: PPO clip range
-    :param clip_range_vf: Value clip range, ``None`` for no value clipping
-    :param ent_coef: Entropy coefficient
-    :param vf_coef: Value coefficient
-    :param normalize_advantage: Normalise advantages with the slot weights' statistics
-    :param n_real_slots: Real slots of the minibatch when some are padding of clipped windows (``kept`` and
-        ``weights`` 0 there); ``None``: all ``B * W``
-    :param uniform_normaliser: The divisor of ``"uniform"`` weighting
-        (:func:`~sb3_reset_ppo.common.windows.uniform_normaliser`: ``batch_size``, or an epoch's expected real slots
-        when fewer); ``None``: the real slots of this minibatch
+    :param targets: The minibatch's recorded values, kept flags and weights
+    :param settings: The PPO settings
     :return: The loss and its parts
     """
+    old_log_prob, advantages, old_values, returns, kept, weights, n_real_slots, uniform_normaliser = targets
+    weighting, clip_range, clip_range_vf, ent_coef, vf_coef, normalize_advantage = settings
     kept_f = kept.float()
     n_kept = kept_f.sum()
     if normalize_advantage:
-        total = weights.sum().clamp(min=_TINY)
+        total = weights.sum().clamp(min=TINY)
         mean = (weights * advantages).sum() / total
         # Unbiased weighted variance (reliability weights)
-        denominator = (total - (weights**2).sum() / total).clamp(min=_TINY)
+        denominator = (total - (weights**2).sum() / total).clamp(min=TINY)
         variance = (weights * (advantages - mean) ** 2).sum() / denominator
         # As SB3: a single sample is not normalised (selected on the device: no host read)
         advantages = th.where(n_kept > 1, (advantages - mean) / (variance.sqrt() + 1e-8), advantages)
@@ -114,7 +109,7 @@ def window_ppo_loss(
     # "uniform": the rollout's normaliser, else this minibatch's real slots; the other weightings: the sum of the
     # weights, guarded where no slot is kept (every term is then 0: the loss is 0, not 0 / 0)
     slots = n_real if uniform_normaliser is None else uniform_normaliser
-    normaliser: th.Tensor | float = slots if weighting == "uniform" else weights.sum().clamp(min=_TINY)
+    normaliser: th.Tensor | float = slots if weighting == "uniform" else weights.sum().clamp(min=TINY)
 
     # The three terms combined at once, sum(w * term) / normaliser each: 3 x (B, W) -> (3, B, W) -> (3,)
     terms = th.stack([policy_term, value_term, entropy_term])

@@ -8,8 +8,7 @@ masking on, a recurrent policy starts every step from empty memory. :func:`evalu
 a model whose ``predict`` is given the env's masks; :class:`MaskableEvalCallback` is sb3-contrib's callback using it.
 """
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -23,6 +22,7 @@ from stable_baselines3.common.type_aliases import PolicyPredictor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from sb3_reset_ppo.common.spaces import check_action_masks
+from sb3_reset_ppo.common.utils import swapped_names
 
 __all__ = ["MaskableEvalCallback", "MaskablePredictor", "evaluate_policy"]
 
@@ -150,28 +150,6 @@ def evaluate_policy(
     return mean_reward, std_reward
 
 
-@contextmanager
-def _upstream_callback_evaluates_with(function: Callable[..., Any]) -> Iterator[None]:
-    """
-    Point the name ``evaluate_policy`` that sb3-contrib's ``MaskableEvalCallback._on_step`` calls at ``function``.
-
-    That method calls the module-level name ``sb3_contrib.common.maskable.callbacks.evaluate_policy``; it is
-    swapped for the ``with`` block and restored after it, exceptions included. A ``RuntimeError`` says if
-    sb3-contrib has changed how it looks the function up (tests/test_maskable_evaluation.py fails too).
-    """
-    upstream = getattr(upstream_callbacks, "evaluate_policy", None)
-    if upstream is not upstream_evaluation.evaluate_policy and upstream is not function:
-        raise RuntimeError(
-            "sb3_contrib.common.maskable.callbacks no longer calls sb3_contrib.common.maskable.evaluation.evaluate_policy "
-            f"by that name (found {upstream!r}): sb3_reset_ppo's MaskableEvalCallback must be updated for this sb3-contrib"
-        )
-    setattr(upstream_callbacks, "evaluate_policy", function)  # noqa: B010  (mypy would check it against the old type)
-    try:
-        yield
-    finally:
-        setattr(upstream_callbacks, "evaluate_policy", upstream)  # noqa: B010
-
-
 class MaskableEvalCallback(UpstreamMaskableEvalCallback):
     """
     sb3-contrib's ``MaskableEvalCallback`` evaluating with :func:`evaluate_policy`, which keeps recurrent memory.
@@ -197,5 +175,7 @@ class MaskableEvalCallback(UpstreamMaskableEvalCallback):
     """
 
     def _on_step(self) -> bool:
-        with _upstream_callback_evaluates_with(evaluate_policy):
+        # sb3-contrib's _on_step calls the module-level name evaluate_policy of its callbacks module
+        swap = {(upstream_callbacks, "evaluate_policy"): (upstream_evaluation.evaluate_policy, evaluate_policy)}
+        with swapped_names(swap, "sb3_reset_ppo's MaskableEvalCallback must be updated for this sb3-contrib", reentrant=True):
             return super()._on_step()

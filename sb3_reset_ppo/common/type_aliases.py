@@ -6,7 +6,7 @@ import torch as th
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.type_aliases import PyTorchObs
 
-from sb3_reset_ppo.common.windows import ResetLayout
+from sb3_reset_ppo.common.layout import ResetLayout
 
 
 class BurnIn(NamedTuple):
@@ -53,7 +53,7 @@ class WindowRolloutBufferSamples(NamedTuple):
       slot is real (``B * W``). Every minibatch of an epoch holds ``batch_size`` real slots (or the whole epoch, when it
       holds fewer).
     - ``loss_normaliser``: what the loss is divided by under ``weighting="uniform"``, the same for every minibatch of
-      the rollout (:func:`~sb3_reset_ppo.common.windows.uniform_normaliser`); ``None``: the minibatch's real slots.
+      the rollout (:func:`~sb3_reset_ppo.common.epochs.uniform_normaliser`); ``None``: the minibatch's real slots.
     - ``action_masks``: with invalid-action masking (``MaskableResetPPO``), the mask stored with each slot's step,
       ``(B, W, mask_dims)`` (1.0: valid); else ``None``.
     """

@@ -3,10 +3,17 @@
 import os
 import sys
 import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import sb3_contrib
 import stable_baselines3
+import torch as th
+
+# Guards divisions by a sum that can be zero (a minibatch with no kept slot, a memory of zeros)
+TINY = 1e-12
 
 # Code in these folders is library code: a warning points at the first frame outside them
 _LIBRARY_DIRS = tuple(
@@ -74,3 +81,45 @@ def thread_advice(
         "before training (the RL Zoo: --num-threads 1); to silence this, warnings.filterwarnings('ignore', "
         "category=sb3_reset_ppo.common.utils.ThreadCountWarning)"
     )
+
+
+def relative_distance(new: Iterable[th.Tensor], old: Iterable[th.Tensor]) -> th.Tensor:
+    """
+    ``||new - old|| / ||old||``, the tensors of each side taken together as one vector.
+
+    :param new: The tensors compared
+    :param old: The tensors they are compared with, in the same order and shapes
+    :return: A 0-d tensor on the tensors' device (no host read)
+    """
+    pairs = list(zip(new, old, strict=True))
+    difference = sum(((a - b) ** 2).sum() for a, b in pairs)
+    size = sum((b**2).sum() for _, b in pairs)
+    return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=TINY)).sqrt()
+
+
+@contextmanager
+def swapped_names(swaps: Mapping[tuple[Any, str], tuple[Any, Any]], to_update: str, reentrant: bool = False) -> Iterator[None]:
+    """
+    For the block, point names that a library looks up at module level at values of our own, and restore them after
+    it, exceptions included: the one place where this package replaces a library's names (it has no hook for them).
+
+    :param swaps: ``(module, name) -> (expected, replacement)``; the name must hold ``expected``, the library's own
+    :param to_update: What must follow the library when a name holds anything else, for the error
+    :param reentrant: Accept a name that holds the replacement already (the same block running in another thread)
+    :raises RuntimeError: If a name holds another value: the library has changed how it looks the value up
+    """
+    for (module, name), (expected, replacement) in swaps.items():
+        found = getattr(module, name, None)
+        if found is not expected and not (reentrant and found is replacement):
+            raise RuntimeError(
+                f"{module.__name__}.{name} is no longer {expected.__module__}.{expected.__qualname__} (found {found!r}): "
+                f"{to_update}"
+            )
+    originals = {key: getattr(*key) for key in swaps}
+    try:
+        for (module, name), (_, replacement) in swaps.items():
+            setattr(module, name, replacement)
+        yield
+    finally:
+        for (module, name), original in originals.items():
+            setattr(module, name, original)

@@ -5,7 +5,7 @@ distributions, as ``MaskableActorCriticPolicy`` is SB3's ``ActorCriticPolicy`` w
 One mixin adds the masks to every way a policy is asked for actions: ``forward`` (collection), ``get_distribution``,
 ``_predict`` and ``predict`` (``action_masks=``, as ``MaskableActorCriticPolicy``), ``evaluate_actions``; the window
 trainer applies each slot's stored mask to the distribution it gets from ``_get_action_dist_from_latent``
-(:func:`~sb3_reset_ppo.common.unroll.evaluate_windows`). Without masks every method is the unmasked policy's: for
+(:func:`~sb3_reset_ppo.common.evaluation.evaluate_windows`). Without masks every method is the unmasked policy's: for
 ``Discrete`` and ``MultiDiscrete`` actions the networks and their initialisation are the same as ResetPPO's policies'.
 """
 
@@ -19,11 +19,11 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
+from sb3_reset_ppo.common.recurrent import recurrent_latents
 from sb3_reset_ppo.common.spaces import check_action_masks
-from sb3_reset_ppo.common.unroll import critic_variant
 from sb3_reset_ppo.reset_ppo.policies import (
     CnnGruPolicy,
     CnnLstmPolicy,
@@ -108,28 +108,6 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         distribution.apply_masking(action_masks)
         return distribution
 
-    def _recurrent_latents(
-        self, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
-    ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
-        """Latents of actor and critic and the memory after the steps (sb3-contrib's ``forward``, without the heads)."""
-        features = self.extract_features(obs)
-        pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
-        # An LSTM's (hidden, cell) or a GRU policy's (hidden,): its own _process_sequence
-        process: Any = self._process_sequence
-        latent_pi, states_pi = process(pi_features, lstm_states.pi, episode_starts, self.lstm_actor)
-        states_vf: tuple[th.Tensor, ...]
-        critic = critic_variant(self)
-        if critic.rnn is not None:
-            latent_vf, states_vf = process(vf_features, lstm_states.vf, episode_starts, critic.rnn)
-        elif critic.linear is None:
-            # Shared: the actor's memory, without backpropagation
-            latent_vf, states_vf = latent_pi.detach(), tuple(state.detach() for state in states_pi)
-        else:
-            latent_vf, states_vf = critic.linear(vf_features), states_pi
-        latent_pi = self.mlp_extractor.forward_actor(latent_pi)
-        latent_vf = self.mlp_extractor.forward_critic(latent_vf)
-        return latent_pi, latent_vf, RNNStates(states_pi, states_vf)
-
     def forward(  # type: ignore[override]  # as sb3-contrib's recurrent policies, with the masks
         self,
         obs: th.Tensor,
@@ -148,7 +126,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         :param action_masks: Which actions are valid, ``(n_envs, mask_dims)``; ``None``: all
         :return: action, value and log probability of the action, and the new memory
         """
-        latent_pi, latent_vf, states = self._recurrent_latents(obs, lstm_states, episode_starts)
+        latent_pi, latent_vf, states = recurrent_latents(self, obs, lstm_states, episode_starts)
         values = self.value_net(latent_vf)
         distribution = self._get_action_dist_from_latent(latent_pi, action_masks)
         actions = distribution.get_actions(deterministic=deterministic)
@@ -251,7 +229,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         :param action_masks: Which actions were valid at each step; ``None``: all
         :return: values, log-probabilities and entropies
         """
-        latent_pi, latent_vf, _ = self._recurrent_latents(obs, lstm_states, episode_starts)
+        latent_pi, latent_vf, _ = recurrent_latents(self, obs, lstm_states, episode_starts)
         distribution = self._get_action_dist_from_latent(latent_pi, action_masks)
         return self.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
 

@@ -25,7 +25,7 @@ from sb3_contrib.ppo_recurrent import policies as contrib_policies
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from sb3_reset_ppo.common.unroll import RecurrentLayer, critic_variant
+from sb3_reset_ppo.common.recurrent import RecurrentLayer, recurrent_latents
 
 __all__ = [
     "CnnGruPolicy",
@@ -38,29 +38,29 @@ __all__ = [
 ]
 
 
-def _int_features_dim(extractor: BaseFeaturesExtractor) -> BaseFeaturesExtractor:
+class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
     """
-    The extractor with its ``features_dim`` a Python ``int``: SB3 gives a ``MultiDiscrete`` observation space's
-    flattened size as a numpy integer, which ``nn.LSTM``/``nn.GRU`` (torch 2.13) reject as ``input_size``.
+    What every policy here changes in sb3-contrib's recurrent policies (first in their bases): the features size as
+    a Python int, and the recurrent layers' arguments among the saved constructor parameters.
     """
-    extractor._features_dim = int(extractor.features_dim)
-    return extractor
 
+    def make_features_extractor(self) -> BaseFeaturesExtractor:
+        # SB3 sizes a MultiDiscrete observation space with a numpy integer, which nn.LSTM and nn.GRU reject
+        extractor = super().make_features_extractor()
+        extractor._features_dim = int(extractor.features_dim)
+        return extractor
 
-def _with_recurrent_parameters(policy: RecurrentActorCriticPolicy, data: dict[str, Any]) -> dict[str, Any]:
-    """
-    ``data`` (SB3's constructor parameters of an actor-critic policy) with the recurrent layers' arguments added.
-    sb3-contrib's policies do not save them, so ``policy.save`` then ``Policy.load`` rebuilt a policy of the
-    default sizes and failed to load its weights.
-    """
-    data.update(
-        lstm_hidden_size=policy.lstm_actor.hidden_size,
-        n_lstm_layers=policy.lstm_actor.num_layers,
-        shared_lstm=policy.shared_lstm,
-        enable_critic_lstm=policy.enable_critic_lstm,
-        lstm_kwargs=policy.lstm_kwargs,
-    )
-    return data
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        # sb3-contrib's policies do not save them: Policy.load would rebuild the default sizes and fail on the weights
+        data = super()._get_constructor_parameters()
+        data.update(
+            lstm_hidden_size=self.lstm_actor.hidden_size,
+            n_lstm_layers=self.lstm_actor.num_layers,
+            shared_lstm=self.shared_lstm,
+            enable_critic_lstm=self.enable_critic_lstm,
+            lstm_kwargs=self.lstm_kwargs,
+        )
+        return data
 
 
 def n_observations(observation: Any, observation_space: spaces.Space) -> int:
@@ -121,7 +121,7 @@ def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, st
             )
 
 
-class _CheckedLstmPredict(RecurrentActorCriticPolicy):
+class _CheckedLstmPredict(_RecurrentPolicyParts):
     """
     ``predict`` of sb3-contrib's LSTM policies, with the memory checked first (:func:`check_predict_state`). A
     subclass of their base, first in the LSTM policies' bases: ``super().predict`` is then sb3-contrib's.
@@ -150,34 +150,16 @@ class _CheckedLstmPredict(RecurrentActorCriticPolicy):
 class MlpLstmPolicy(_CheckedLstmPredict, contrib_policies.MlpLstmPolicy):
     """sb3-contrib's ``MlpLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` observations)."""
 
-    def make_features_extractor(self) -> BaseFeaturesExtractor:
-        return _int_features_dim(super().make_features_extractor())
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
-
 
 class CnnLstmPolicy(_CheckedLstmPredict, contrib_policies.CnnLstmPolicy):
     """sb3-contrib's ``CnnLstmPolicy``; only its features size is made a Python int."""
-
-    def make_features_extractor(self) -> BaseFeaturesExtractor:
-        return _int_features_dim(super().make_features_extractor())
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
 
 
 class MultiInputLstmPolicy(_CheckedLstmPredict, contrib_policies.MultiInputLstmPolicy):
     """sb3-contrib's ``MultiInputLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` keys)."""
 
-    def make_features_extractor(self) -> BaseFeaturesExtractor:
-        return _int_features_dim(super().make_features_extractor())
 
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
-
-
-class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
+class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
     """
     sb3-contrib's ``RecurrentActorCriticPolicy`` with GRUs instead of LSTMs. Arguments are the LSTM policy's
     (``lstm_hidden_size``, ``n_lstm_layers``, ``shared_lstm``, ``enable_critic_lstm``; ``lstm_kwargs`` go to
@@ -210,12 +192,6 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         # Optimizer, whose constructor takes no lr
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr, **self.optimizer_kwargs)  # type: ignore[call-arg]
-
-    def make_features_extractor(self) -> BaseFeaturesExtractor:
-        return _int_features_dim(super().make_features_extractor())
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return _with_recurrent_parameters(self, super()._get_constructor_parameters())
 
     @staticmethod
     def _process_sequence(  # type: ignore[override]  # the memory is (hidden,), sb3-contrib's (hidden, cell)
@@ -274,25 +250,14 @@ class RecurrentActorCriticGruPolicy(RecurrentActorCriticPolicy):
         :param deterministic: Whether to sample or use deterministic actions
         :return: action, value and log probability of the action, and the new memory
         """
-        features = self.extract_features(obs)
-        pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
-        latent_pi, states_pi = self._process_sequence(pi_features, lstm_states.pi, episode_starts, self.lstm_actor)
-        critic = critic_variant(self)
-        if critic.rnn is not None:
-            latent_vf, states_vf = self._process_sequence(vf_features, lstm_states.vf, episode_starts, critic.rnn)
-        elif critic.linear is not None:
-            latent_vf, states_vf = critic.linear(vf_features), states_pi
-        else:  # shared: the actor's output and memory, without backpropagation
-            latent_vf, states_vf = latent_pi.detach(), (states_pi[0].detach(),)
-        latent_pi = self.mlp_extractor.forward_actor(latent_pi)
-        latent_vf = self.mlp_extractor.forward_critic(latent_vf)
+        latent_pi, latent_vf, states = recurrent_latents(self, obs, lstm_states, episode_starts)
         values = self.value_net(latent_vf)
         distribution = self._get_action_dist_from_latent(latent_pi)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
         # (n_envs * ..., ) -> (n_envs, *action shape); a Discrete space's shape is ()
         actions = actions.reshape((-1, *(self.action_space.shape or ())))
-        return actions, values, log_prob, RNNStates(states_pi, states_vf)
+        return actions, values, log_prob, states
 
     def _predict(  # type: ignore[override]  # sb3-contrib's recurrent signature, not SB3's _predict(obs, deterministic)
         self,

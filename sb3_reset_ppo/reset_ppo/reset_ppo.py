@@ -21,18 +21,12 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.checkpoints import check_checkpoint, legacy_settings
-from sb3_reset_ppo.common.loss import WindowLoss, window_ppo_loss
-from sb3_reset_ppo.common.spaces import check_action_space
-from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.common.unroll import (
-    burned_in_memory,
-    check_supported_rnn,
-    evaluate_windows,
-    memory_state_names,
-    recurrent_layer_type,
-)
-from sb3_reset_ppo.common.utils import ThreadCountWarning, thread_advice, warn_user
-from sb3_reset_ppo.common.windows import (
+from sb3_reset_ppo.common.epochs import epoch_slot_range, minibatch_slots
+from sb3_reset_ppo.common.evaluation import evaluate_windows
+from sb3_reset_ppo.common.loss import LossSettings, SlotTargets, WindowLoss, window_ppo_loss
+from sb3_reset_ppo.common.memory import burned_in_memory
+from sb3_reset_ppo.common.recurrent import actor_critic_features, memory_state_names, recurrent_layer_type
+from sb3_reset_ppo.common.settings import (
     DEFAULT_BOUNDARY,
     DEFAULT_WEIGHTING,
     DEFAULT_WINDOW_COVERAGE,
@@ -41,9 +35,11 @@ from sb3_reset_ppo.common.windows import (
     WindowSettings,
     check_non_negative_int,
     check_positive_int,
-    epoch_slot_range,
-    minibatch_slots,
 )
+from sb3_reset_ppo.common.spaces import check_action_space
+from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
+from sb3_reset_ppo.common.unroll import check_supported_rnn
+from sb3_reset_ppo.common.utils import ThreadCountWarning, relative_distance, thread_advice, warn_user
 from sb3_reset_ppo.reset_ppo.policies import (
     CnnGruPolicy,
     CnnLstmPolicy,
@@ -61,12 +57,8 @@ class NonFiniteTrainingError(FloatingPointError):
 
 
 def _check_consecutive_windows(value: object) -> None:
-    if value == "auto":
-        return
-    try:
-        check_positive_int("consecutive_windows", value)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"{error}; or 'auto'") from None
+    if value != "auto":
+        check_positive_int("consecutive_windows", value, "; or 'auto'")
 
 
 def _prefer_foreach(optimizer: th.optim.Optimizer) -> None:
@@ -102,15 +94,9 @@ class ResetPPO(RecurrentPPO):
     :param learning_rate: The learning rate, it can be a function
         of the current progress remaining (from 1 to 0)
     :param n_steps: The number of steps to run for each environment per update
-    :param batch_size: Minibatch size in transitions (slots), as in ``RecurrentPPO``: every minibatch of an epoch
-        holds exactly ``batch_size`` real transitions, in every setting: the epoch's shuffled windows are cut at
-        minibatch edges (the later piece of a cut window starting from the memory stored for its first step), and
-        an epoch whose transitions are not a multiple of ``batch_size`` leaves its remainder out, at a random place
-        (warned about, as SB3's PPO warns about its shorter minibatch). Full minibatches keep every transition's
-        weight the same after gradient clipping, which a shorter minibatch would not (see
-        ``docs/guide/parameters.md``, "Minibatches", for exactly when every step weighs the same). Below
-        ``window_size`` it counts as ``window_size`` (with a warning). ``None`` or more than an epoch holds: the
-        whole epoch at once.
+    :param batch_size: Minibatch size in transitions (slots), as in ``RecurrentPPO``: every minibatch holds exactly
+        ``max(batch_size, window_size)`` of them, and an epoch's remainder is left out at a random place; an epoch that
+        holds fewer, and ``None``, train the whole epoch as one minibatch (``docs/guide/parameters.md``, "Minibatches")
     :param n_epochs: Number of epochs; with the default ``window_stride`` an epoch is one pass over the data
     :param gamma: Discount factor
     :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
@@ -134,53 +120,24 @@ class ResetPPO(RecurrentPPO):
     :param verbose: the verbosity level: 0 no output, 1 info, 2 debug
     :param seed: Seed for the pseudo random generators
     :param device: Device (cpu, cuda, ...) on which the code should be run.
-    :param window_size: Steps per training window (``1 <= window_size <= n_steps``); also the longest
-        backpropagation-through-time length. ``"batch"`` (default): ``min(batch_size, n_steps)`` (``n_steps`` when
-        ``batch_size`` is None), the longest sequence ``RecurrentPPO`` trains on with the same arguments, so that
-        a minibatch is one window (or, with ``batch_size > n_steps``, whole rollouts of several envs);
-        ``"rollout"``: ``n_steps``. Derived values follow ``n_steps`` and ``batch_size`` (zoo configs need no edit).
-        The default was 16 before the coverage study (``docs/studies/coverage.md``).
-    :param boundary: ``"reset"`` (reset-and-continue, default) or ``"mask"`` (drop every slot after the first
-        episode end of a window, the baseline)
-    :param weighting: ``"uniform"`` (every kept slot weighs 1, every minibatch's loss divided by the same number:
-        its real slots, ``batch_size``, the seed trainer's convention of averaging over all ``B * W`` slots),
-        ``"kept_mean"`` (every kept slot weighs 1, each minibatch's loss averaged over its own kept slots,
-        sb3-contrib's convention; in reset mode, where every slot is kept, the same as ``"uniform"`` wherever every
-        epoch holds the same number of transitions, as with the default ``window_stride``) or ``"importance"``
-        (a kept slot weighs ``1 / count``, count being the number of windows in which its step is kept, each
-        minibatch's loss normalised by its sum of weights). A minibatch with no kept slot (mask mode) takes no
-        optimizer step. Advantages are normalised with the weights' statistics.
-    :param window_stride: Steps between the starts of the windows of an epoch, counted from a random phase per
-        env drawn anew every epoch. ``None`` (default): ``window_size``, so an epoch trains every step once, at a
-        slot position that changes from epoch to epoch (with ``window_coverage="inside"``, the rollout's first
-        and last ``window_size - 1`` steps only with probability ``count / window_size``). ``1``: every window
-        every epoch (each step ``window_size`` times per epoch, up to that many with ``"inside"``). A stride
-        above the number of window starts per env acts as that number.
-    :param window_coverage: Which windows an epoch holds. ``"full"`` (default): every window that meets the
-        rollout (starts ``-(window_size - 1) .. n_steps - 1``), clipped to it: a window starting before step 0
-        begins at step 0 from the memory recorded for step 0, one reaching past the last step ends there, and the
-        missing slots are padding that no loss term or statistic sees. With the default stride every step,
-        rollout ends included, is then in exactly one window of every epoch, with the same expected weight (an epoch
-        whose transitions are not a multiple of ``batch_size`` leaves its remainder out, at a random place). An env's
-        two clipped end windows follow each other in the epoch's order. ``"inside"``: windows inside the rollout only
-        (starts ``0 .. n_steps - window_size``), the masking baseline's epochs (the default before the coverage
-        study).
-    :param consecutive_windows: Minibatches are made of runs of this many consecutive windows (of an epoch) of
-        one env, the runs shuffled anew every epoch (1: windows fully shuffled). Overlapping windows of a run
-        share steps, whose features (e.g. a CNN's) are computed once per minibatch instead of once per slot, at
-        some cost in shuffling. ``"auto"`` (default): ``ceil(window_size / window_stride)`` when observations
-        hold images and windows overlap, else 1.
-    :param memory_refresh: ``0`` (default): windows start from the memory recorded during the rollout. ``k >= 1``:
-        before every ``k``-th epoch (epochs ``k, 2k, ...``; the first epoch's memory is fresh anyway), recompute
-        the stored memory of the whole rollout with the current parameters (no gradient, one pass per env, one
-        fused LSTM call per layer); windows then start from it. Logs ``train/memory_staleness``: the relative
-        distance between the refreshed and the recorded memory over the whole rollout, averaged over the refreshes.
-    :param burn_in: ``0`` (default): slot 0 of a window starts from the stored memory of its step. ``b >= 1``: from
-        the memory obtained by running the ``b`` steps before the window (fewer at the rollout start) without
-        gradient, from the stored (or refreshed) memory of the first of them, with SB3's episode-start rule.
-        Logs ``train/burn_in_staleness``: the relative distance between the burned-in memory windows start from and
-        the one recorded during the rollout, on the first minibatch of each epoch after the first (its windows, actor
-        memory), averaged over the epochs (a per-minibatch measure, kept apart from ``train/memory_staleness``).
+    :param window_size: Steps per training window, the longest backpropagation through time (at most ``n_steps``):
+        an int, ``"batch"`` for ``min(batch_size, n_steps)``, the longest sequence ``RecurrentPPO`` trains on with the
+        same arguments, or ``"rollout"`` for ``n_steps``
+    :param boundary: ``"reset"`` to reset the memory where an episode starts inside a window and train on
+        (reset-and-continue), or ``"mask"`` to drop every slot after a window's first episode end (the baseline)
+    :param weighting: ``"uniform"`` (every kept slot weighs 1, every minibatch divided by the same number),
+        ``"kept_mean"`` (each minibatch averaged over its kept slots, sb3-contrib's convention) or ``"importance"``
+        (a kept slot weighs one over the number of windows that keep its step)
+    :param window_stride: Steps between the starts of an epoch's windows, from a random phase per env and epoch;
+        ``None``: ``window_size`` (every step once per epoch), ``1``: every window every epoch
+    :param window_coverage: ``"full"`` for every window that meets the rollout, clipped to it (every step in exactly
+        one window per epoch with the default stride), or ``"inside"`` for windows inside the rollout only
+    :param consecutive_windows: Windows per run of one env's consecutive windows in an epoch's shuffled order (runs
+        share their steps' features); ``"auto"``: ``ceil(window_size / window_stride)`` for image observations, else 1
+    :param memory_refresh: Recompute the rollout's stored memory with the current parameters before every
+        ``memory_refresh``-th epoch (logs ``train/memory_staleness``); 0: never
+    :param burn_in: Steps before each window run without gradient to give its first slot's memory (logs
+        ``train/burn_in_staleness``); 0: the memory stored for its step
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -245,11 +202,6 @@ class ResetPPO(RecurrentPPO):
                 f"policy {policy!r} is unknown to ResetPPO, a recurrent algorithm: use one of "
                 f"{sorted(self.policy_aliases)} (or a RecurrentActorCriticPolicy subclass)"
             )
-        # Checked before the env is built, and again in _setup_model (which load() calls too, after its overrides)
-        WindowSettings.validated(window_size, boundary, weighting, window_stride, window_coverage, n_steps, batch_size)
-        _check_consecutive_windows(consecutive_windows)
-        check_non_negative_int("memory_refresh", memory_refresh)
-        check_non_negative_int("burn_in", burn_in)
         self.memory_refresh = memory_refresh
         self.burn_in = burn_in
         self.window_size = window_size
@@ -258,6 +210,8 @@ class ResetPPO(RecurrentPPO):
         self.window_stride = window_stride
         self.window_coverage = window_coverage
         self.consecutive_windows = consecutive_windows
+        # Before the env is built and before SB3's own checks, so that an error names the window argument
+        self._validate_window_arguments(n_steps, batch_size)
         super().__init__(
             policy,
             env,
@@ -291,20 +245,29 @@ class ResetPPO(RecurrentPPO):
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
         check_action_space(self.action_space)
-        self._window_settings = WindowSettings.validated(
-            self.window_size,
-            self.boundary,
-            self.weighting,
-            self.window_stride,
-            self.window_coverage,
-            self.n_steps,
-            self.batch_size,
-        )
+        # load() sets the saved arguments after __init__: they are validated here if they differ from __init__'s
+        self._validate_window_arguments(self.n_steps, self.batch_size)
+        if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:
+            raise ValueError(f"clip_range_vf must be positive or None (no value clipping), got {self.clip_range_vf!r}")
+
+    def _validate_window_arguments(self, n_steps: int, batch_size: int | None) -> None:
+        """
+        Validate the window arguments into one :class:`WindowSettings` (with the other arguments of this class), once
+        for each set of values.
+
+        :param n_steps: The rollout length per env
+        :param batch_size: The minibatch size in transitions
+        """
+        arguments = (self.window_size, self.boundary, self.weighting, self.window_stride, self.window_coverage)
+        others = (self.consecutive_windows, self.memory_refresh, self.burn_in)
+        key = (*arguments, n_steps, batch_size, *others)
+        if getattr(self, "_validated_arguments", None) == key:
+            return
+        self._window_settings = WindowSettings.validated(*arguments, n_steps, batch_size)
         _check_consecutive_windows(self.consecutive_windows)
         check_non_negative_int("memory_refresh", self.memory_refresh)
         check_non_negative_int("burn_in", self.burn_in)
-        if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:
-            raise ValueError(f"clip_range_vf must be positive or None (no value clipping), got {self.clip_range_vf!r}")
+        self._validated_arguments = key
 
     @property
     def window_settings(self) -> WindowSettings:
@@ -318,7 +281,7 @@ class ResetPPO(RecurrentPPO):
 
     def _excluded_save_params(self) -> list[str]:
         # Rebuilt from the saved arguments by _setup_model; whether this process was told about its threads
-        return [*super()._excluded_save_params(), "_window_settings", "_warned_about_threads"]
+        return [*super()._excluded_save_params(), "_window_settings", "_validated_arguments", "_warned_about_threads"]
 
     def _warn_about_threads(self) -> None:
         """
@@ -369,53 +332,69 @@ class ResetPPO(RecurrentPPO):
 
     def _warn_about_batch_size(self) -> None:
         """
-        Say, as SB3's PPO does, when an epoch's minibatches cannot all be full, and when ``batch_size`` is below
-        ``window_size``, not a whole number of windows, or more than an epoch holds.
+        Say, as SB3's PPO does, when an epoch's minibatches cannot all be full, when minibatch edges can cut windows,
+        and when ``batch_size`` is below ``window_size`` or more than an epoch holds.
         """
         if self.batch_size is None:
             return
-        length = self.window_length
+        settings, length = self._window_settings, self.window_length
         full = minibatch_slots(self.batch_size, length)
         assert full is not None
-        fewest, most = epoch_slot_range(self.n_steps, self.n_envs, self._window_settings)
+        fewest, most = epoch_slot_range(self.n_steps, self.n_envs, settings)
+        described = (
+            f"n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={length}, window_stride={settings.window_stride}, "
+            f"window_coverage={settings.window_coverage!r}"
+        )
+        # Every unit of the epoch's order holds window_size transitions: inside coverage, or full coverage whose clipped
+        # end windows pair up into whole ones (docs/design.md, "Units")
+        whole_units = settings.window_coverage == "inside" or (
+            settings.stride(self.n_steps) == length and self.n_steps % length == 0
+        )
+        cut = (
+            "minibatch edges cut windows, and the later piece of a cut window starts from the memory stored for its first "
+            "step (as RecurrentPPO cuts sequences at minibatch edges)"
+        )
         if self.batch_size < length:
             warn_user(
                 f"batch_size={self.batch_size} is smaller than window_size={length}: each minibatch holds {length} "
                 f"transitions (one window's worth), more than batch_size"
             )
-        elif self.batch_size % length != 0 and self.batch_size < most:
-            warn_user(
-                f"batch_size={self.batch_size} is not a multiple of window_size={length}: minibatch edges cut windows, "
-                "and the later piece of a cut window starts from the memory stored for its first step (as RecurrentPPO "
-                "cuts sequences at minibatch edges)"
+        elif full < most and self.batch_size % length != 0:
+            warn_user(f"batch_size={self.batch_size} is not a multiple of window_size={length}: {cut}")
+        elif full < most and (not whole_units or fewest != most or most % full):
+            why = (
+                "the windows clipped at the rollout's ends hold fewer transitions"
+                if not whole_units
+                else "an epoch whose transitions are not a multiple of it is cut into minibatches from a random place"
             )
+            warn_user(f"batch_size={self.batch_size} is a multiple of window_size={length}, but {why}: {cut}")
         if full >= most:
             if full > most:
                 warn_user(
-                    f"batch_size={self.batch_size} is more than an epoch holds ({most} transitions with "
-                    f"n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={length}, "
-                    f"window_stride={self._window_settings.window_stride}, window_coverage="
-                    f"{self._window_settings.window_coverage!r}): every epoch is one minibatch"
+                    f"batch_size={self.batch_size} is more than an epoch holds ({most} transitions with {described}): "
+                    "every epoch is one minibatch"
                 )
             return
         if fewest == most and most % full:
             warn_user(
                 f"You have specified a mini-batch size of {self.batch_size}, but because an epoch holds {most} "
-                f"transitions (n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={length}, "
-                f"window_stride={self._window_settings.window_stride}, window_coverage="
-                f"{self._window_settings.window_coverage!r}), each epoch trains {most // full} minibatch(es) of {full} "
-                f"transitions and leaves {most % full} out, each transition with the same probability (every minibatch "
-                "is full: a shorter one would weigh more after gradient clipping). We recommend a batch_size that is a "
-                "factor of the epoch's transitions."
+                f"transitions ({described}), each epoch trains {most // full} minibatch(es) of {full} transitions and "
+                f"leaves {most % full} out, each transition with the same probability (every minibatch is full: a "
+                "shorter one would weigh more after gradient clipping). We recommend a batch_size that is a factor of "
+                "the epoch's transitions."
             )
         elif fewest != most:
+            short = (
+                f"; an epoch of fewer than {full} transitions is trained whole, as one minibatch whose loss is divided "
+                "by the same number as every other minibatch's"
+                if fewest < full
+                else ""
+            )
             warn_user(
-                f"An epoch holds {fewest} to {most} transitions with these settings (n_envs={self.n_envs}, "
-                f"n_steps={self.n_steps}, window_size={length}, window_stride={self._window_settings.window_stride}, "
-                f"window_coverage={self._window_settings.window_coverage!r}: the number of windows depends on the "
-                f"epoch's phases): an epoch whose transitions are not a multiple of {full} leaves the remainder out, "
-                "each transition with the same probability (every minibatch is full: a shorter one would weigh more "
-                "after gradient clipping)"
+                f"An epoch holds {fewest} to {most} transitions with these settings ({described}: the number of windows "
+                f"depends on the epoch's phases): an epoch of at least {full} transitions that are not a multiple of "
+                f"{full} leaves the remainder out, each transition with the same probability (every minibatch is full: "
+                f"a shorter one would weigh more after gradient clipping){short}"
             )
 
     def _resolved_consecutive_windows(self) -> int:
@@ -554,25 +533,10 @@ class ResetPPO(RecurrentPPO):
     ) -> WindowLoss:
         """Evaluate the policy on a minibatch of windows and return the PPO loss (see docs/design.md)."""
         values, log_prob, entropy = evaluate_windows(self.policy, samples)
-        return window_ppo_loss(
-            log_prob=log_prob,
-            old_log_prob=samples.old_log_prob,
-            advantages=samples.advantages,
-            values=values,
-            old_values=samples.old_values,
-            returns=samples.returns,
-            entropy=entropy,
-            kept=samples.kept,
-            weights=samples.weights,
-            weighting=self.rollout_buffer.weighting,
-            clip_range=clip_range,
-            clip_range_vf=clip_range_vf,
-            ent_coef=self.ent_coef,
-            vf_coef=self.vf_coef,
-            normalize_advantage=self.normalize_advantage,
-            n_real_slots=samples.n_real_slots,
-            uniform_normaliser=samples.loss_normaliser,
+        settings = LossSettings(
+            self.rollout_buffer.weighting, clip_range, clip_range_vf, self.ent_coef, self.vf_coef, self.normalize_advantage
         )
+        return window_ppo_loss(log_prob, values, entropy, SlotTargets.of(samples), settings)
 
     def train(self) -> None:
         """
@@ -642,17 +606,13 @@ class ResetPPO(RecurrentPPO):
         assert samples.burn_in is not None
         self.policy.set_training_mode(False)  # a measurement: no dropout, no batch-norm statistics updated
         with th.no_grad():
-            features = self.policy.extract_features(samples.observations)
-            pi_features = features[0] if isinstance(features, tuple) else features
+            pi_features, _ = actor_critic_features(self.policy, samples.observations)
             burned = burned_in_memory(self.policy.lstm_actor, pi_features, samples.burn_in, samples.burn_in.memory.pi)
             recorded = self.rollout_buffer.sampler().recorded_memory
-            keys = [f"{name}_pi" for name in memory_state_names(self.rollout_buffer.recurrent_layer_type)]
-            difference = sum(
-                ((memory - recorded[key][samples.window_starts]) ** 2).sum() for memory, key in zip(burned, keys, strict=True)
-            )
-            size = sum((recorded[key][samples.window_starts] ** 2).sum() for key in keys)
+            names = memory_state_names(self.rollout_buffer.recurrent_layer_type)
+            staleness = relative_distance(burned, (recorded[f"{name}_pi"][samples.window_starts] for name in names))
         self.policy.set_training_mode(True)
-        return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=1e-12)).sqrt()
+        return staleness
 
     def _check_finite(self, losses: WindowLoss, grad_norm: th.Tensor, kept: th.Tensor, epoch: int, minibatch: int) -> bool:
         """

@@ -2,21 +2,12 @@
 RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CartPoleNoVel-v1 ...``.
 
 Registers ``reset_ppo`` (:class:`~sb3_reset_ppo.ResetPPO`) and ``maskable_reset_ppo``
-(:class:`~sb3_reset_ppo.MaskableResetPPO`) in ``rl_zoo3.ALGOS`` next to ``ppo_lstm``, their Optuna sampler for
-``-optimize`` (the same for both), and the memory tasks of :mod:`sb3_reset_ppo.envs`, then runs the zoo's own
-command line (``train``, ``enjoy``, ``plot_train``, ...). For both algorithms the hyperparameter file shipped with
-the package (``reset_ppo.yml``, ResetPPO's defaults for ``window_stride`` and the rest) is the default
-``--conf-file``. ``enjoy`` without a display (see :func:`no_display_reason`) runs as with ``--no-render`` and says
-so: a window nobody can see would only pace the steps at the env's ``render_fps``. ``train`` and ``enjoy`` run with
-one torch thread unless the command gives the zoo's ``--num-threads`` (``-1``: torch's default, one thread per core):
-for the small recurrent networks of these algorithms several threads wait for each other at every step and stall
-whenever another process holds a core (``benchmarks/speed/bench_threads.py``; :func:`with_default_threads`).
-
-The zoo knows nothing of action masks: its evaluations call SB3's ``evaluate_policy`` and ``enjoy`` calls
-``model.predict`` without them. For ``--algo maskable_reset_ppo`` they use the env's masks and keep the policy's
-memory: training evaluates with :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback`,
-``-optimize`` with :class:`MaskableTrialEvalCallback`, and ``enjoy`` predicts with the env's masks
-(:func:`masked_evaluation`, :func:`masked_enjoy`).
+(:class:`~sb3_reset_ppo.MaskableResetPPO`) in ``rl_zoo3.ALGOS`` next to ``ppo_lstm``, with their Optuna sampler and
+the memory tasks of :mod:`sb3_reset_ppo.envs`, then runs the zoo's own command line. The package's ``reset_ppo.yml``
+is the default ``--conf-file``; ``enjoy`` without a display runs as with ``--no-render``; ``train`` and ``enjoy`` run
+with one torch thread unless ``--num-threads`` is given (:func:`with_default_threads`). For ``maskable_reset_ppo``
+the zoo's evaluations and ``enjoy`` use the env's action masks and keep the memory (:func:`masked_evaluation`,
+:func:`masked_enjoy`). ``docs/guide/rl_zoo.md`` has the details.
 """
 
 import os
@@ -38,6 +29,7 @@ from stable_baselines3.common.vec_env import VecEnv
 import sb3_reset_ppo.envs  # noqa: F401  (registers the memory tasks)
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
+from sb3_reset_ppo.common.utils import swapped_names
 
 ALGO_NAME = "reset_ppo"
 MASKABLE_ALGO_NAME = "maskable_reset_ppo"
@@ -46,6 +38,10 @@ ALGO_NAMES = (ALGO_NAME, MASKABLE_ALGO_NAME)
 DEFAULT_CONF_FILE = Path(__file__).with_name("reset_ppo.yml")
 # Window lengths the sampler tries: three fixed lengths and the default, min(batch_size, n_steps)
 WINDOW_SIZES: tuple[int | str, ...] = (8, 16, 32, "batch")
+# Where the zoo's names that masked_evaluation and masked_enjoy replace stop being the zoo's own
+_TO_UPDATE = (
+    "the RL Zoo has changed, and sb3_reset_ppo.zoo's masked evaluation (masked_evaluation, masked_enjoy) must follow it"
+)
 
 
 def _with_window_size(hyperparams: dict[str, Any], window_size: int | str) -> dict[str, Any]:
@@ -124,28 +120,6 @@ class _EnjoyMaskableResetPPO(MaskableResetPPO):
         return super().predict(observation, state, episode_start, deterministic, action_masks)
 
 
-def _check_zoo_name(module: Any, name: str, expected: Any) -> None:
-    """Raise a ``RuntimeError`` unless ``module.name`` is ``expected`` (the zoo still uses the name we replace)."""
-    if getattr(module, name, None) is not expected:
-        raise RuntimeError(
-            f"{module.__name__}.{name} is no longer {expected.__module__}.{expected.__qualname__}: the RL Zoo has changed, "
-            "and sb3_reset_ppo.zoo's masked evaluation (masked_evaluation, masked_enjoy) must follow it"
-        )
-
-
-@contextmanager
-def _replaced(replacements: dict[tuple[Any, str], Any]) -> Iterator[None]:
-    """Set each ``(module, name)`` to its value for the block; restore the originals after it, exceptions included."""
-    originals = {key: getattr(*key) for key in replacements}
-    try:
-        for (module, name), value in replacements.items():
-            setattr(module, name, value)
-        yield
-    finally:
-        for (module, name), value in originals.items():
-            setattr(module, name, value)
-
-
 @contextmanager
 def masked_evaluation() -> Iterator[None]:
     """
@@ -161,14 +135,11 @@ def masked_evaluation() -> Iterator[None]:
     """
     import rl_zoo3.exp_manager as zoo_exp_manager
 
-    _check_zoo_name(zoo_exp_manager, "EvalCallback", EvalCallback)
-    _check_zoo_name(zoo_exp_manager, "TrialEvalCallback", TrialEvalCallback)
-    with _replaced(
-        {
-            (zoo_exp_manager, "EvalCallback"): MaskableEvalCallback,
-            (zoo_exp_manager, "TrialEvalCallback"): MaskableTrialEvalCallback,
-        }
-    ):
+    swaps = {
+        (zoo_exp_manager, "EvalCallback"): (EvalCallback, MaskableEvalCallback),
+        (zoo_exp_manager, "TrialEvalCallback"): (TrialEvalCallback, MaskableTrialEvalCallback),
+    }
+    with swapped_names(swaps, _TO_UPDATE):
         yield
 
 
@@ -187,8 +158,6 @@ def masked_enjoy() -> Iterator[None]:
     import rl_zoo3.enjoy as zoo_enjoy
     from rl_zoo3.utils import create_test_env
 
-    _check_zoo_name(zoo_enjoy, "create_test_env", create_test_env)
-
     def create_and_keep_test_env(*args: Any, **kwargs: Any) -> VecEnv:
         env = create_test_env(*args, **kwargs)
         _EnjoyMaskableResetPPO.enjoy_env = env
@@ -197,7 +166,7 @@ def masked_enjoy() -> Iterator[None]:
     algo = ALGOS.get(MASKABLE_ALGO_NAME, MaskableResetPPO)
     ALGOS[MASKABLE_ALGO_NAME] = _EnjoyMaskableResetPPO
     try:
-        with _replaced({(zoo_enjoy, "create_test_env"): create_and_keep_test_env}):
+        with swapped_names({(zoo_enjoy, "create_test_env"): (create_test_env, create_and_keep_test_env)}, _TO_UPDATE):
             yield
     finally:
         ALGOS[MASKABLE_ALGO_NAME] = algo
@@ -229,10 +198,8 @@ def with_default_threads(argv: list[str]) -> list[str]:
     """
     Add ``--num-threads 1`` to a ``train`` or ``enjoy`` command that gives no ``--num-threads``.
 
-    The zoo's default (``-1``) leaves torch's thread count, one per core: for these small recurrent networks the
-    threads wait for each other at every step, and beside one other busy process learning took 1.85 to more than 5
-    times as long as with one thread in every setting measured (on an idle machine at most 1.8 times less, with
-    images: ``docs/studies/performance.md``, Threads). ``--num-threads N`` (or ``-1``) on the command line is kept.
+    The zoo's default (``-1``) leaves torch's thread count, one per core, which stalls these small recurrent networks
+    beside any other busy process (``docs/studies/performance.md``, "Threads"); a given ``--num-threads`` is kept.
 
     :param argv: The arguments after the program name, e.g. ``["train", "--algo", "reset_ppo", ...]``
     :return: ``argv``, with ``--num-threads 1`` added where it gives none
@@ -270,9 +237,7 @@ def _without_render_if_no_display(
     """
     Add ``--no-render`` to an ``enjoy`` command that would render where nothing can be seen, and say so on stderr.
 
-    Rendering there shows nothing but still paces every step at the env's ``render_fps`` (the zoo's 1,000 steps
-    of ``CueRecall-v0``, at 4 frames per second, take over 4 minutes); without it the episodes run at full speed
-    and their returns are printed as usual.
+    Rendering there shows nothing but still paces every step at the env's ``render_fps``.
 
     :param argv: The arguments after the program name, e.g. ``["enjoy", "--algo", "reset_ppo", ...]``
     :param environ: The environment variables (default: ``os.environ``)

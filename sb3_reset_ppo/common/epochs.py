@@ -1,0 +1,307 @@
+"""
+Epoch planning: which windows one epoch trains (a fresh random phase per env), in which order, cut into which
+minibatches (:func:`plan_epoch`), and the loss normaliser that follows from them (:func:`uniform_normaliser`).
+Pure functions of the settings and the model's own generator; ``docs/design.md`` ("Windows", "Minibatches") derives
+the probabilities they give.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sb3_reset_ppo.common.settings import (
+    Coverage,
+    WindowSettings,
+    clip_windows,
+    effective_stride,
+    every_window,
+    first_window_start,
+    n_window_starts,
+)
+
+
+class EpochWindows(NamedTuple):
+    """The windows of one epoch (see :func:`epoch_window_starts`), each array of shape ``(n_windows,)``, env-major."""
+
+    starts: np.ndarray  # flat (env-major) index of each window's first real step
+    position: np.ndarray  # position of each window among its env's windows of the epoch
+    lengths: np.ndarray  # real slots of each window (window_size unless clipped)
+
+
+def epoch_window_starts(
+    n_steps: int,
+    n_envs: int,
+    window_size: int,
+    window_stride: int,
+    generator: np.random.Generator,
+    window_coverage: Coverage,
+) -> EpochWindows:
+    """
+    The windows of one epoch: for each env a random phase ``p`` in ``[0, k)``, ``k`` being :func:`effective_stride`,
+    and the windows starting at ``p + j * k``.
+
+    ``"inside"``: every ``j >= 0`` with ``p + j * k <= n_steps - window_size`` (windows inside the rollout).
+    ``"full"``: every ``j`` such that the window meets the rollout (``-(W-1) <= p + j * k <= n_steps - 1``),
+    clipped to it (:func:`clip_windows`): with ``k = W`` every step is in exactly one window of the epoch, with
+    ``k = 1`` in exactly ``W``.
+
+    Every window start is drawn with probability exactly ``1 / k``, so the expected weight of a step over
+    one epoch is its weight over all windows divided by ``k``. ``k = 1``: every window, every epoch.
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param window_size: Steps per window
+    :param window_stride: Steps between the starts of consecutive windows
+    :param generator: Source of the phases
+    :param window_coverage: ``"full"`` or ``"inside"``
+    :return: The epoch's windows in env-major order
+    """
+    stride = effective_stride(n_steps, window_size, window_stride, window_coverage)
+    n_starts = n_window_starts(n_steps, window_size, window_coverage)
+    offset = first_window_start(window_size, window_coverage)
+    phase = generator.integers(stride, size=(n_envs, 1)) if stride > 1 else np.zeros((n_envs, 1), dtype=np.int64)
+    # The first start p + j * k at or after the first start; the same for every env of the same phase
+    first = phase + stride * -((phase - offset) // stride)
+    # (n_envs, most windows per env): start of each candidate window within its env
+    starts = first + stride * np.arange(-(-n_starts // stride))[None, :]
+    valid = starts < offset + n_starts
+    position = np.broadcast_to(np.arange(starts.shape[1])[None, :], starts.shape)
+    clipped, lengths = clip_windows(starts, n_steps, window_size)
+    flat = clipped + n_steps * np.arange(n_envs)[:, None]
+    return EpochWindows(starts=flat[valid], position=position[valid], lengths=lengths[valid])
+
+
+def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
+    """
+    Group an epoch's windows into the units minibatches are made of: every window is a unit of its own, except
+    that an env's first window, clipped at the rollout start, and its last, clipped at the rollout end, form one
+    unit when their real slots add up to at most ``window_size`` (with ``k = W`` they add up to exactly ``W``
+    when ``W`` divides ``n_steps``). A minibatch of ``B`` units then holds at most ``B * W`` real slots, and
+    exactly that many at ``k = W``, as many transitions as a minibatch of ``B`` full windows.
+
+    :param windows: The epoch's windows (env-major, in order within each env)
+    :param window_size: Steps per window
+    :return: Unit of every window, shape ``(n_windows,)``: ``0 .. n_units - 1``, ascending in env-major order
+    """
+    n_windows = windows.starts.shape[0]
+    if n_windows == 0:
+        return np.zeros(0, dtype=np.int64)
+    clipped = windows.lengths < window_size
+    # The last window of each env: the next window belongs to another env (position restarts at 0)
+    is_last = np.append(windows.position[1:] == 0, True)
+    is_first = windows.position == 0
+    # A window whose unit is its env's first window: its env's clipped last window, when the first is clipped too
+    first_index = np.maximum.accumulate(np.where(is_first, np.arange(n_windows), 0))
+    merge = (
+        is_last & ~is_first & clipped & clipped[first_index] & (windows.lengths + windows.lengths[first_index] <= window_size)
+    )
+    new_unit = ~merge
+    unit = np.cumsum(new_unit) - 1
+    unit[merge] = unit[first_index[merge]]
+    return unit
+
+
+def windows_per_minibatch(batch_size: int | None, window_size: int) -> int | None:
+    """
+    Whole windows in ``batch_size`` transitions (slots): ``batch_size // window_size``, at least one. For reports only:
+    minibatches are cut from the epoch by real slots (:func:`plan_epoch`), not by windows.
+
+    :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: all windows of an epoch
+    :param window_size: Steps per window
+    :return: Windows per minibatch, or ``None`` for all windows of an epoch
+    """
+    return None if batch_size is None else max(1, int(batch_size) // window_size)
+
+
+def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) -> float:
+    """
+    Expected number of real slots (transitions) of one epoch: the real slots of all windows of the rollout (one at
+    every start) divided by the stride an epoch uses, ``k``. ``"full"``: ``n_envs * n_steps * W / k`` (every step is
+    in ``W`` windows); ``"inside"``: ``n_envs * (n_steps - W + 1) * W / k``. It is the number of every epoch when the
+    number of windows held does not depend on the phases (``k = 1``, or ``"full"`` with ``k`` dividing ``W``).
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param settings: The window settings
+    :return: Real slots per epoch, on average over the phases
+    """
+    size = settings.window_size
+    steps_in_windows = n_steps if settings.window_coverage == "full" else n_steps - size + 1
+    return n_envs * steps_in_windows * size / settings.stride(n_steps)
+
+
+def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batch_size: int | None) -> float:
+    """
+    What every minibatch's loss of a rollout is divided by under ``weighting="uniform"``: ``min(batch_size, expected
+    real slots of an epoch)``, so that every trained slot enters the gradient with exactly ``weight / normaliser``
+    (``docs/design.md``, "Minibatches", works through the cases).
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param settings: The window settings
+    :param batch_size: Minibatch size in transitions, or ``None`` (the whole epoch)
+    :return: The normaliser
+    """
+    slots = expected_epoch_slots(n_steps, n_envs, settings)
+    full = minibatch_slots(batch_size, settings.window_size)
+    return slots if full is None else min(float(full), slots)
+
+
+def minibatch_cuts(n_slots: int, batch_size: int | None, generator: np.random.Generator) -> tuple[int, int, int]:
+    """
+    How an epoch of ``n_slots`` real slots is cut into minibatches: ``n_minibatches`` of ``size`` slots each, the first
+    starting at slot ``offset`` of the epoch's sequence, which is read cyclically. With ``batch_size`` at most
+    ``n_slots``, every minibatch is full and the remainder, ``n_slots % batch_size`` slots, is left out of the epoch:
+    the ``offset`` is uniform in ``[0, n_slots)``, so every slot of the sequence is left out with probability exactly
+    ``remainder / n_slots``, wherever it stands, and every minibatch holds exactly ``batch_size`` slots (a shorter
+    one would weigh more after gradient clipping). The generator is called only when there is a remainder.
+
+    :param n_slots: Real slots of the epoch (at least 1)
+    :param batch_size: Minibatch size in transitions; ``None`` or more than ``n_slots``: one minibatch of all
+    :param generator: Source of the offset
+    :return: ``(n_minibatches, size, offset)``
+    """
+    if batch_size is None or batch_size >= n_slots:
+        return 1, n_slots, 0
+    n_minibatches, remainder = divmod(n_slots, int(batch_size))
+    return n_minibatches, int(batch_size), int(generator.integers(n_slots)) if remainder else 0
+
+
+class EpochPlan(NamedTuple):
+    """
+    One epoch's minibatches, as *rows*: a row is a window, or the piece of a window that falls in one minibatch when
+    a minibatch edge cuts the window (its later piece starts a row of the next minibatch, from the memory stored for
+    its first step, as ``RecurrentPPO`` cuts sequences at minibatch edges). Rows are in the order they are trained;
+    slots the epoch leaves out (its remainder, :func:`minibatch_cuts`) are in no row. Each array has shape
+    ``(n_rows,)`` except ``minibatch_edges``.
+    """
+
+    starts: np.ndarray  # flat (env-major) index of each row's first step
+    lengths: np.ndarray  # real steps of each row (1 .. W)
+    offsets: np.ndarray  # slot of the row's first step in its window (0 unless the window was cut before it)
+    window_firsts: np.ndarray  # flat index of the first real step of the row's window
+    minibatch_edges: np.ndarray  # (n_minibatches + 1,): minibatch m is rows minibatch_edges[m] .. [m + 1] - 1
+
+    @property
+    def n_minibatches(self) -> int:
+        """Number of minibatches of the epoch."""
+        return self.minibatch_edges.shape[0] - 1
+
+
+def plan_epoch(
+    n_steps: int,
+    n_envs: int,
+    settings: WindowSettings,
+    batch_size: int | None,
+    consecutive_windows: int,
+    generator: np.random.Generator,
+) -> EpochPlan:
+    """
+    Plan one epoch: its windows (:func:`epoch_window_starts`, a fresh phase per env), grouped into units
+    (:func:`window_units`), ordered (:func:`window_order` over the units; a unit's windows in order), and the
+    resulting sequence of real slots cut into minibatches of ``batch_size`` slots (:func:`minibatch_slots`: at least
+    ``window_size``), every one full: the sequence is read cyclically from a random offset and its remainder left out
+    (:func:`minibatch_cuts`). A window that a minibatch edge (or the offset) cuts becomes two rows.
+
+    An epoch of fewer real slots than ``batch_size`` is one minibatch of all of them. No window is cut and nothing is
+    left out exactly when every unit holds ``window_size`` slots, ``window_size`` divides ``batch_size`` and
+    ``batch_size`` divides the epoch's slots (``docs/design.md``, "Minibatches").
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param settings: The window settings
+    :param batch_size: Transitions (real slots) per minibatch; ``None``: the whole epoch
+    :param consecutive_windows: Units per run of one env in the epoch's order (:func:`window_order`)
+    :param generator: Source of the phases, the order and the offset
+    :return: The plan
+    """
+    size = settings.window_size
+    epoch = epoch_window_starts(n_steps, n_envs, size, settings.window_stride, generator, settings.window_coverage)
+    units = window_units(epoch, size)
+    # Index of the first window of every unit (units are numbered in the order of their first windows)
+    unit_first = np.unique(units, return_index=True)[1]
+    unit_order = window_order(epoch.starts[unit_first] // n_steps, epoch.position[unit_first], consecutive_windows, generator)
+    # Rank of every unit in the epoch's order; windows sorted by their unit's rank (a unit's windows in order)
+    unit_rank = np.empty(unit_first.shape[0], dtype=np.int64)
+    unit_rank[unit_order] = np.arange(unit_first.shape[0])
+    sequence = np.argsort(unit_rank[units], kind="stable")
+    lengths = epoch.lengths[sequence]
+    # Where each window of the sequence begins and ends, in the epoch's sequence of real slots
+    window_end = np.cumsum(lengths)
+    window_begin = window_end - lengths
+    n_slots = int(window_end[-1])
+    n_minibatches, minibatch_size, offset = minibatch_cuts(n_slots, minibatch_slots(batch_size, size), generator)
+    # Rows: the pieces between consecutive window or minibatch edges (the sequence read cyclically from the offset)
+    edges = (offset + minibatch_size * np.arange(n_minibatches + 1)) % n_slots
+    row_begin = np.union1d(window_begin, edges)
+    row_end = np.append(row_begin[1:], n_slots)
+    # Each row's place in the cyclic reading, its minibatch; rows past the last minibatch are the left-out remainder
+    place = (row_begin - offset) % n_slots
+    minibatch = place // minibatch_size
+    trained = np.flatnonzero(minibatch < n_minibatches)
+    rows = trained[np.argsort(place[trained], kind="stable")]
+    window = np.searchsorted(window_end, row_begin[rows], side="right")
+    offsets = row_begin[rows] - window_begin[window]
+    window_firsts = epoch.starts[sequence][window]
+    return EpochPlan(
+        starts=window_firsts + offsets,
+        lengths=(row_end - row_begin)[rows],
+        offsets=offsets,
+        window_firsts=window_firsts,
+        minibatch_edges=np.searchsorted(minibatch[rows], np.arange(n_minibatches + 1)),
+    )
+
+
+def minibatch_slots(batch_size: int | None, window_size: int) -> int | None:
+    """
+    Real slots (transitions) of a full minibatch: ``batch_size``, or ``window_size`` when ``batch_size`` is smaller
+    (a minibatch then holds one window's worth of steps, so that windows keep their length).
+
+    :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: the whole epoch
+    :param window_size: Steps per window
+    :return: Slots per full minibatch, or ``None`` for the whole epoch
+    """
+    return None if batch_size is None else max(int(batch_size), window_size)
+
+
+def epoch_slot_range(n_steps: int, n_envs: int, settings: WindowSettings) -> tuple[int, int]:
+    """
+    Fewest and most real slots an epoch can hold (over the phases; equal when the number does not depend on them).
+
+    :param n_steps: Rollout length per env
+    :param n_envs: Number of envs
+    :param settings: The window settings
+    :return: ``(fewest, most)``
+    """
+    stride = settings.stride(n_steps)
+    _, lengths = every_window(n_steps, settings.window_size, settings.window_coverage)
+    # Real slots of one env's epoch for every phase p: the windows starting at p, p + k, ...
+    per_phase = np.bincount(np.arange(lengths.shape[0]) % stride, weights=lengths, minlength=stride)
+    return n_envs * int(per_phase.min()), n_envs * int(per_phase.max())
+
+
+def window_order(
+    env_of: np.ndarray, position: np.ndarray, consecutive_windows: int, generator: np.random.Generator
+) -> np.ndarray:
+    """
+    Order in which one epoch visits its windows: runs of ``consecutive_windows`` consecutive windows of one
+    env, the runs in random order, cut at a random phase per env each epoch. With ``consecutive_windows=1``
+    this is a uniform random permutation.
+
+    :param env_of: Env of every window of the epoch, shape ``(n_windows,)``
+    :param position: Position of every window among its env's windows of the epoch, shape ``(n_windows,)``
+    :param consecutive_windows: Windows per run
+    :param generator: Source of randomness
+    :return: Permutation of ``range(n_windows)``
+    """
+    n_windows = env_of.shape[0]
+    if n_windows == 0:
+        return np.zeros(0, dtype=np.int64)
+    n_envs = int(env_of.max()) + 1
+    phase = generator.integers(consecutive_windows, size=n_envs)
+    # Run of each window within its env; a run id per (env, run)
+    run = (position + phase[env_of]) // consecutive_windows
+    runs_per_env = int(position.max()) // consecutive_windows + 2
+    run_rank = generator.permutation(n_envs * runs_per_env)[env_of * runs_per_env + run]
+    # Sort by run rank, then position in the run
+    return np.lexsort((position, run_rank))

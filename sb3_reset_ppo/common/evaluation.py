@@ -1,0 +1,147 @@
+"""The window evaluation of a policy: values, log-probabilities and entropies of every slot of a minibatch."""
+
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from stable_baselines3.common.distributions import CategoricalDistribution
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.type_aliases import PyTorchObs
+from torch.nn import functional as F
+
+from sb3_reset_ppo.common.masking import masked_distribution
+from sb3_reset_ppo.common.memory import burned_in_memory
+from sb3_reset_ppo.common.recurrent import RecurrentLayer, actor_critic_features, critic_variant
+from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
+from sb3_reset_ppo.common.unroll import row_inputs, unroll_rnn
+
+
+def _step_features(policy: RecurrentActorCriticPolicy, samples: WindowRolloutBufferSamples) -> tuple[th.Tensor, th.Tensor]:
+    """
+    Actor and critic features of a minibatch's distinct steps, ``(U, F)`` each: with gradient for the steps that
+    slots hold, without for the steps that only burn-in rows hold (they come last; see ``BurnIn.slot_steps``).
+    """
+    observations = samples.observations
+    split = -1 if samples.burn_in is None else samples.burn_in.slot_steps
+    n_steps = next(iter(observations.values())).shape[0] if isinstance(observations, dict) else observations.shape[0]
+    if split < 0 or split >= n_steps:
+        return actor_critic_features(policy, observations)
+
+    def part(piece: slice) -> PyTorchObs:
+        if isinstance(observations, dict):
+            return {key: value[piece] for key, value in observations.items()}
+        return observations[piece]
+
+    trained = actor_critic_features(policy, part(slice(0, split)))
+    with th.no_grad():
+        burn_only = actor_critic_features(policy, part(slice(split, None)))
+    # (slot steps, F) and (burn-in-only steps, F) -> (U, F)
+    pi_features = th.cat([trained[0], burn_only[0]])
+    vf_features = pi_features if trained[1] is trained[0] else th.cat([trained[1], burn_only[1]])
+    return pi_features, vf_features
+
+
+def _plain_categorical(policy: RecurrentActorCriticPolicy) -> bool:
+    """
+    Whether the policy's action distribution is SB3's categorical over ``action_net``'s logits, built by SB3's own
+    ``_get_action_dist_from_latent`` (not a maskable policy's, nor a subclass's own).
+    """
+    return (
+        type(policy.action_dist) is CategoricalDistribution
+        and type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
+    )
+
+
+def categorical_log_prob_entropy(logits: th.Tensor, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+    """
+    Log-probabilities of the actions and entropies of categorical distributions, as ``torch.distributions.Categorical``
+    computes them (the same operations, so the same values and gradients: ``tests/test_unroll.py``), without
+    building the distribution object or validating its arguments.
+
+    :param logits: Unnormalised log-probabilities, ``(N, n_actions)``
+    :param actions: Action indices, ``(N,)`` (integers)
+    :return: Log-probabilities ``(N,)`` and entropies ``(N,)``
+    """
+    # Categorical(logits=...): normalised logits
+    log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)
+    # Categorical.log_prob: (N,) -> (N, 1) -> gathered -> (N,)
+    log_prob = log_pmf.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    # Categorical.entropy: the logits clamped to the dtype's smallest, times the probabilities
+    p_log_p = th.clamp(log_pmf, min=th.finfo(log_pmf.dtype).min) * F.softmax(log_pmf, dim=-1)
+    return log_prob, -p_log_p.sum(-1)
+
+
+def evaluate_windows(
+    policy: RecurrentActorCriticPolicy, samples: WindowRolloutBufferSamples
+) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+    """
+    Values, log-probabilities and entropies of the actions of every slot of a minibatch of windows.
+
+    The window counterpart of ``RecurrentActorCriticPolicy.evaluate_actions``: the same networks, critic
+    variants (separate, shared or no critic LSTM: :func:`critic_variant`) and features extractors, with the
+    memory given by :func:`unroll_rnn`. Features are computed once per distinct step of the minibatch, then
+    gathered for every slot that holds the step.
+
+    :param policy: The recurrent policy
+    :param samples: A minibatch of windows from a window rollout buffer; with ``action_masks``, the policy's
+        distribution is a maskable one (``MaskableResetPPO``) and each slot's mask is applied to it
+    :return: values, log-probabilities and entropies (``None`` when the distribution has no closed form),
+        each of shape ``(B, W)``
+    """
+    n_windows, window_size = samples.slot_steps.shape
+    # (B, W) -> (B * W,)
+    slot_steps = samples.slot_steps.reshape(-1)
+    pi_features, vf_features = _step_features(policy, samples)
+    memory_not_start = 1.0 - samples.episode_starts[:, 0]
+    critic = critic_variant(policy)
+    # The memory entering each window's slot 0: stored, or burned in over the steps before the window
+    pi_memory, vf_memory = samples.lstm_states.pi, samples.lstm_states.vf
+    if samples.burn_in is not None:
+        pi_memory = burned_in_memory(policy.lstm_actor, pi_features, samples.burn_in, samples.burn_in.memory.pi)
+        if critic.rnn is not None:
+            vf_memory = burned_in_memory(critic.rnn, vf_features, samples.burn_in, samples.burn_in.memory.vf)
+
+    # (U, F) -> (B * W, F): every slot's features; and their layout for the fused call, shared by actor and critic
+    # when both read the same features (a shared features extractor)
+    pi_slot_features = pi_features[slot_steps]
+    pi_inputs = row_inputs(pi_slot_features, samples.layout)
+    latent_pi = unroll_rnn(policy.lstm_actor, pi_slot_features, pi_memory, memory_not_start, samples.layout, pi_inputs)
+
+    def run_critic_rnn(rnn: RecurrentLayer) -> tuple[th.Tensor, tuple[th.Tensor, ...]]:
+        if vf_features is pi_features:
+            vf_slot_features, vf_inputs = pi_slot_features, pi_inputs
+        else:
+            vf_slot_features = vf_features[slot_steps]
+            vf_inputs = row_inputs(vf_slot_features, samples.layout)
+        return unroll_rnn(rnn, vf_slot_features, vf_memory, memory_not_start, samples.layout, vf_inputs), ()
+
+    # The memory after the windows is not needed here
+    latent_vf, _ = critic.latent(latent_pi, (), run_critic_rnn, lambda linear: linear(vf_features)[slot_steps])
+
+    latent_pi = policy.mlp_extractor.forward_actor(latent_pi)
+    latent_vf = policy.mlp_extractor.forward_critic(latent_vf)
+    # (B, W, action_dim) -> (B * W, action_dim)
+    actions = samples.actions.reshape(n_windows * window_size, -1)
+    if isinstance(policy.action_space, spaces.Discrete):
+        # (B * W, 1) float -> (B * W,) long
+        actions = actions.long().flatten()
+    entropy: th.Tensor | None
+    if samples.action_masks is None and _plain_categorical(policy):
+        log_prob, entropy = categorical_log_prob_entropy(policy.action_net(latent_pi), actions)
+    else:
+        if samples.action_masks is None:
+            distribution = policy._get_action_dist_from_latent(latent_pi)
+        else:
+            # A maskable policy (MaskableResetPPO's): the mask stored with each slot's step,
+            # (B, W, mask_dims) -> (B * W, mask_dims)
+            masks = samples.action_masks.reshape(n_windows * window_size, -1)
+            distribution = masked_distribution(policy, latent_pi, masks)
+        log_prob = distribution.log_prob(actions)
+        entropy = distribution.entropy()
+    values = policy.value_net(latent_vf)
+    # (B * W,) or (B * W, 1) -> (B, W)
+    shape = (n_windows, window_size)
+    return (
+        values.reshape(shape),
+        log_prob.reshape(shape),
+        None if entropy is None else entropy.reshape(shape),
+    )

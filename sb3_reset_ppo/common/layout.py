@@ -1,0 +1,95 @@
+"""
+The reset rule (which slot resets the memory), and the reset layout: where the slots of a minibatch's windows, with a
+reset step before every reset, sit in one fused LSTM or GRU call.
+"""
+
+from typing import NamedTuple, TypeVar
+
+import numpy as np
+import torch as th
+
+# SB3's episode-start flags are 0.0 or 1.0; a step starts an episode where its flag is above this
+EPISODE_START_THRESHOLD = 0.5
+# The flags of a rollout, on the device (torch) or on the host (numpy): the reset rule is the same code for both
+Flags = TypeVar("Flags", th.Tensor, np.ndarray)
+
+
+def is_episode_start(episode_starts: Flags) -> Flags:
+    """
+    Which steps start an episode: SB3 stores the flags as floats 0.0 and 1.0, read here halfway between them.
+
+    :param episode_starts: SB3's episode-start flags, any shape (a tensor or an array)
+    :return: bool flags of the same shape and kind
+    """
+    return episode_starts > EPISODE_START_THRESHOLD
+
+
+def slot_resets(episode_starts: Flags) -> Flags:
+    """
+    Reset flag of every slot: slot ``i >= 1`` resets when its step starts an episode; slot 0 never does (it starts from
+    the memory recorded for its step, to which SB3's rule already applies).
+
+    :param episode_starts: SB3's episode-start flags of the steps held by the slots, shape ``(B, W)`` (a tensor, or an
+        array where the reset layout is planned on the host)
+    :return: bool flags of shape ``(B, W)``, of the input's kind
+    """
+    resets = is_episode_start(episode_starts)
+    resets[:, 0] = False
+    return resets
+
+
+class ResetLayout(NamedTuple):
+    """
+    Where the slots of ``B`` windows sit in one time-major LSTM input of ``row_length`` steps per window.
+
+    Every reset gets one extra step inserted just before its slot (the *reset step*, which brings the
+    memory to zero), so window ``b``'s slot ``i`` sits at step ``i + (resets of window b up to slot i)``.
+    Slots are numbered row-major over ``(B, W)``; positions are ``step * B + window``. The padding slots of a
+    clipped window sit at the position of its last real slot (their outputs repeat it; they are never trained
+    and their inputs are not written).
+    """
+
+    slot_positions: th.Tensor  # (B * W,) position of every slot in the (row_length * B) input
+    reset_steps: th.Tensor  # (row_length, B, 1) float: 1.0 at the reset steps, else 0.0
+    row_length: int  # the longest row: real slots + resets of one window
+    input_slots: th.Tensor | None = None  # (n_real,) the real slots, written into the input; None: every slot
+
+
+def plan_reset_steps(episode_starts: np.ndarray, lengths: np.ndarray | None = None) -> ResetLayout:
+    """
+    Lay out ``B`` windows for one fused LSTM call with a reset step before every reset slot.
+
+    :param episode_starts: Episode-start flags of the slots, shape ``(B, W)``; slot ``i >= 1`` resets
+        where set (slot 0 starts from the recorded memory instead)
+    :param lengths: Real slots of each window, shape ``(B,)``; the slots after them are padding (their flags are
+        ignored, their positions repeat the last real slot's). ``None``: every slot is real.
+    :return: The layout (CPU tensors)
+    """
+    n_windows, window_size = episode_starts.shape
+    resets = slot_resets(episode_starts)
+    real = None
+    if lengths is not None:
+        # (1, W) and (B, 1) -> (B, W)
+        real = np.arange(window_size)[None, :] < lengths[:, None]
+        resets &= real
+    # (B, W): step of every slot within its window's row
+    step = np.arange(window_size)[None, :] + np.cumsum(resets, axis=1)
+    window = np.arange(n_windows)[:, None]
+    if real is None:
+        row_length = window_size + int(resets.sum(axis=1).max(initial=0))
+    else:
+        assert lengths is not None
+        # Padding slots at the step of their window's last real slot
+        step = np.where(real, step, step[np.arange(n_windows), lengths - 1][:, None])
+        row_length = int(step.max(initial=-1)) + 1
+    reset_steps = np.zeros((row_length, n_windows, 1), dtype=np.float32)
+    reset_windows, reset_slots = np.nonzero(resets)
+    reset_steps[step[reset_windows, reset_slots] - 1, reset_windows, 0] = 1.0
+    return ResetLayout(
+        # (B, W) -> (B * W,)
+        slot_positions=th.as_tensor((step * n_windows + window).reshape(-1)),
+        reset_steps=th.as_tensor(reset_steps),
+        row_length=row_length,
+        # (B, W) -> (B * W,) -> indices of the real slots
+        input_slots=None if real is None else th.as_tensor(np.flatnonzero(real.reshape(-1))),
+    )

@@ -1,0 +1,150 @@
+"""
+What the window code reads of a recurrent policy: its layer type and memory, its critic (one of sb3-contrib's three),
+and its actor and critic features.
+"""
+
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, TypeAlias
+
+import torch as th
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
+from stable_baselines3.common.type_aliases import PyTorchObs
+from torch import nn
+
+#: The recurrent layers the unroll supports: sb3-contrib's LSTM and the GRU of the GRU policies
+RecurrentLayer: TypeAlias = nn.LSTM | nn.GRU
+RecurrentLayerType = Literal["lstm", "gru"]
+
+
+def recurrent_layer_type(rnn: nn.Module) -> RecurrentLayerType:
+    """
+    ``"lstm"`` or ``"gru"``: the kind of a policy's recurrent layer.
+
+    :param rnn: The recurrent layer
+    :return: Its type
+    """
+    if isinstance(rnn, nn.LSTM):
+        return "lstm"
+    if isinstance(rnn, nn.GRU):
+        return "gru"
+    raise TypeError(f"the policy's recurrent layer must be an nn.LSTM or an nn.GRU, got {type(rnn).__name__}")
+
+
+CriticKind = Literal["separate", "shared", "none"]
+
+
+class CriticVariant(NamedTuple):
+    """
+    Which of sb3-contrib's three critics a recurrent policy has, and the layer that turns the critic's features into
+    its latent (the input of ``mlp_extractor.forward_critic``), as :func:`critic_variant` reads them:
+
+    - ``"separate"`` (``enable_critic_lstm=True``, sb3-contrib's default): a recurrent layer of its own, ``rnn``
+      (``policy.lstm_critic``), with a memory of its own.
+    - ``"shared"`` (``shared_lstm=True``): the actor's recurrent output, detached (the value loss does not train the
+      actor's layer); its memory is the actor's, detached.
+    - ``"none"`` (neither): no recurrent layer, a linear layer on the features, ``linear`` (``policy.critic``); its
+      memory is unused (sb3-contrib stores the actor's in its place).
+
+    :param kind: ``"separate"``, ``"shared"`` or ``"none"``
+    :param rnn: The critic's own LSTM or GRU (``"separate"``), else ``None``
+    :param linear: The critic's layer on the features (``"none"``), else ``None``
+    """
+
+    kind: CriticKind
+    rnn: RecurrentLayer | None
+    linear: nn.Module | None
+
+    def latent(
+        self,
+        latent_pi: th.Tensor,
+        states_pi: tuple[th.Tensor, ...],
+        run_rnn: Callable[[RecurrentLayer], tuple[th.Tensor, tuple[th.Tensor, ...]]],
+        run_linear: Callable[[nn.Module], th.Tensor],
+    ) -> tuple[th.Tensor, tuple[th.Tensor, ...]]:
+        """
+        The critic's latent and memory: its own layer's (``"separate"``), its linear layer's with the actor's memory
+        (``"none"``), or the actor's, detached (``"shared"``: the value loss does not train the actor's layer).
+
+        :param latent_pi: The actor's recurrent output
+        :param states_pi: The actor's memory after the steps
+        :param run_rnn: Runs the critic's features through its recurrent layer: its output and memory
+        :param run_linear: Runs the critic's features through its linear layer: its output
+        :return: The critic's latent and memory
+        """
+        if self.rnn is not None:
+            return run_rnn(self.rnn)
+        if self.linear is not None:
+            return run_linear(self.linear), states_pi
+        return latent_pi.detach(), tuple(state.detach() for state in states_pi)
+
+
+def critic_variant(policy: RecurrentActorCriticPolicy) -> CriticVariant:
+    """
+    The critic of a recurrent policy (sb3-contrib's LSTM policies, the GRU policies): the one place the three cases
+    of ``enable_critic_lstm`` and ``shared_lstm`` are told apart (the window evaluation, the GRU policies' ``forward``,
+    the maskable policies' latents, the memory refresh).
+
+    :param policy: The recurrent policy
+    :return: Its critic's variant and layer (see :class:`CriticVariant`)
+    """
+    rnn: RecurrentLayer | None = policy.lstm_critic
+    if rnn is not None:
+        return CriticVariant("separate", rnn, None)
+    if policy.shared_lstm:
+        return CriticVariant("shared", None, None)
+    # sb3-contrib builds this layer whenever the critic has no recurrent layer and does not share the actor's
+    assert policy.critic is not None
+    return CriticVariant("none", None, policy.critic)
+
+
+def memory_state_names(layer_type: RecurrentLayerType) -> tuple[str, ...]:
+    """
+    The tensors that make a layer's memory, in the order of its state tuple: an LSTM's ``(hidden, cell)``, a GRU's
+    ``(hidden,)``.
+
+    :param layer_type: ``"lstm"`` or ``"gru"``
+    :return: ``("hidden", "cell")`` or ``("hidden",)``
+    """
+    return ("hidden", "cell") if layer_type == "lstm" else ("hidden",)
+
+
+def actor_critic_features(policy: RecurrentActorCriticPolicy, observations: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+    """
+    The actor's and the critic's features of some observations: the same tensor twice with a shared features
+    extractor, which ``extract_features`` then returns alone.
+
+    :param policy: The recurrent policy
+    :param observations: The observations (a tensor, or a dict of tensors)
+    :return: Actor features and critic features
+    """
+    features = policy.extract_features(observations)
+    return features if isinstance(features, tuple) else (features, features)
+
+
+def recurrent_latents(
+    policy: RecurrentActorCriticPolicy, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
+) -> tuple[th.Tensor, th.Tensor, RNNStates]:
+    """
+    Latents of actor and critic and the memory after the steps: sb3-contrib's ``forward`` without the heads, with the
+    policy's own ``_process_sequence`` (an LSTM's ``(hidden, cell)`` memory, or a GRU policy's ``(hidden,)``).
+
+    :param policy: The recurrent policy
+    :param obs: Observations, sequences one after the other
+    :param lstm_states: The memory of actor and critic entering the sequences
+    :param episode_starts: Whether each step starts an episode (the memory is reset there)
+    :return: The actor's latent, the critic's latent, and the memory after the last step
+    """
+    pi_features, vf_features = actor_critic_features(policy, obs)
+    # Typed by sb3-contrib for an LSTM's (hidden, cell); a GRU policy's takes (hidden,)
+    process: Any = policy._process_sequence
+    latent_pi, states_pi = process(pi_features, lstm_states.pi, episode_starts, policy.lstm_actor)
+    latent_vf, states_vf = critic_variant(policy).latent(
+        latent_pi,
+        states_pi,
+        run_rnn=lambda rnn: process(vf_features, lstm_states.vf, episode_starts, rnn),
+        run_linear=lambda linear: linear(vf_features),
+    )
+    latent_pi = policy.mlp_extractor.forward_actor(latent_pi)
+    latent_vf = policy.mlp_extractor.forward_critic(latent_vf)
+    return latent_pi, latent_vf, RNNStates(states_pi, states_vf)
