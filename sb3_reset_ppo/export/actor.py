@@ -1,9 +1,4 @@
-"""
-The pieces every layout shares: the export's description (:class:`ExportSpec`), one step of the actor on the
-recurrent layer's own tensors (:class:`ActorStep`), the recurrent layer as elementary operators
-(:class:`ElementaryRecurrent`), and the flat memory ``[h | c]`` of the engines' layouts (:func:`split_memory`,
-:func:`join_memory`). A layout (:mod:`sb3_reset_ppo.export.layout`) wraps :class:`ActorStep` behind its tensors.
-"""
+"""What every layout shares: the export's description, one step of the actor, and the flat memory ``[h | c]``."""
 
 from dataclasses import dataclass
 from typing import cast
@@ -31,23 +26,22 @@ __all__ = [
     "split_memory",
 ]
 
-# A masked logit, as sb3-contrib's maskable distributions set it (float16 holds no -1e8: see masked_logit)
+# A masked logit, as sb3-contrib's maskable distributions set it
 MASKED_LOGIT = -1e8
 
 
 @dataclass(frozen=True)
 class ExportSpec:
     """
-    What an exported file holds, derived from the policy (the tests and the example read it back from the metadata).
+    What an exported file holds, derived from the policy.
 
     :param cell: ``"LSTM"`` or ``"GRU"``
-    :param n_layers: Recurrent layers of the actor
+    :param n_layers: Number of recurrent layers of the actor
     :param hidden_size: Hidden size of each layer
-    :param obs_keys: The ``Dict`` observation's keys in input order; ``()`` for a single observation
-    :param with_masks: Whether the graph takes ``action_masks`` (MaskableResetPPO; every discrete action space in
-        the ML-Agents layout)
-    :param mask_dims: Width of ``action_masks`` (sb3-contrib's: the sum of the sub-actions' sizes)
-    :param branches: Sizes of the discrete sub-actions (a ``MultiBinary`` action: 2 each); ``()`` for ``Box``
+    :param obs_keys: The ``Dict`` observation's keys in input order, ``()`` for a single observation
+    :param with_masks: Whether the graph takes ``action_masks``
+    :param mask_dims: Width of ``action_masks``: the sum of the sub-actions' sizes
+    :param branches: Sizes of the discrete sub-actions (2 per ``MultiBinary`` entry), ``()`` for a ``Box``
     """
 
     cell: str
@@ -65,7 +59,7 @@ class ExportSpec:
 
     @property
     def memory_size(self) -> int:
-        """ML-Agents' ``memory_size``: the width of ``recurrent_in`` (``n_memory * n_layers * hidden_size``)."""
+        """Width of the flat memory: ``n_memory * n_layers * hidden_size``."""
         return self.n_memory * self.n_layers * self.hidden_size
 
     @property
@@ -76,9 +70,7 @@ class ExportSpec:
 
 def masked_logit(dtype: th.dtype) -> float:
     """
-    The logit of a masked action: sb3-contrib's -1e8 where ``dtype`` holds it (float32), else the dtype's lowest
-    finite value (float16: -65504, where -1e8 overflowed to an error). No finite logit of the dtype is lower, so the
-    argmax picks an allowed action unless every allowed logit of a sub-action is -65504 or overflowed.
+    The logit of a masked action: sb3-contrib's -1e8, or the dtype's lowest finite value where it cannot hold it.
 
     :param dtype: The float dtype of the logits
     :return: The masked logit
@@ -88,7 +80,7 @@ def masked_logit(dtype: th.dtype) -> float:
 
 def observation_spaces(policy: RecurrentActorCriticPolicy, spec: ExportSpec) -> list[spaces.Space]:
     """
-    The observation inputs' spaces, in input order: a ``Dict``'s subspaces, or the single observation's space.
+    The observation inputs' spaces, in input order.
 
     :param policy: The recurrent policy
     :param spec: The export's description
@@ -100,8 +92,7 @@ def observation_spaces(policy: RecurrentActorCriticPolicy, spec: ExportSpec) -> 
 
 def observation_shapes(policy: RecurrentActorCriticPolicy, spec: ExportSpec, channels_last: bool) -> list[tuple[int, ...]]:
     """
-    The observation inputs' shapes as :class:`ActorStep` takes them, without the batch axis: the spaces' shapes,
-    images ``(H, W, C)`` with ``channels_last``.
+    The observation inputs' shapes as :class:`ActorStep` takes them, without the batch axis.
 
     :param policy: The recurrent policy
     :param spec: The export's description
@@ -119,10 +110,8 @@ def observation_shapes(policy: RecurrentActorCriticPolicy, spec: ExportSpec, cha
 
 class ElementaryRecurrent(nn.Module):
     """
-    ``nn.LSTM`` / ``nn.GRU`` (every layer, unidirectional, no projection) written with matrix products and pointwise
-    operations, PyTorch's own equations, with the same call as the layer it wraps: the exported graph then holds
-    ``Gemm``, ``Add``, ``Sigmoid``, ``Tanh``, ``Mul`` and ``Sub`` instead of ONNX's ``LSTM`` or ``GRU`` operator,
-    which some engines lack (no version of Unity's Sentis or Inference Engine implements ``GRU``).
+    ``nn.LSTM`` / ``nn.GRU`` written as matrix products and pointwise operations, for engines that lack ONNX's
+    ``LSTM`` or ``GRU`` operator; called as the layer it wraps.
 
     :param rnn: The recurrent layer whose weights it uses (not copied)
     """
@@ -167,47 +156,24 @@ class ElementaryRecurrent(nn.Module):
         return output, th.stack(hiddens)
 
 
-def _split_memory(flat: th.Tensor, spec: ExportSpec) -> list[th.Tensor]:
-    """
-    A flat memory ``[h_0 ... h_{L-1} | c_0 ... c_{L-1}]``, ``(batch, memory_size)``, as the recurrent layer's tensors,
-    each ``(n_layers, batch, hidden)``: each layer's slice, stacked. Not a reshape and a transpose: torch's dynamo
-    exporter needs the memory contiguous, and the copy that makes it so is an ``Identity`` node, which its
-    conversion below opset 16 cannot convert.
-    """
-    width, hidden = spec.n_layers * spec.hidden_size, spec.hidden_size
-    parts = [flat[:, index * width : (index + 1) * width] for index in range(spec.n_memory)]  # (batch, L * H) each
-    return [th.stack([part[:, layer * hidden : (layer + 1) * hidden] for layer in range(spec.n_layers)]) for part in parts]
-
-
-def _join_memory(memory: list[th.Tensor]) -> th.Tensor:
-    """
-    :func:`_split_memory`'s inverse: each ``(n_layers, batch, hidden)`` -> ``(batch, memory_size)``, the layers side by
-    side (not a transpose and a reshape, whose copy is an ``Identity`` node: see :func:`_split_memory`).
-    """
-    layers = [layer for tensor in memory for layer in tensor.unbind(0)]  # (batch, hidden) each
-    return th.cat(layers, dim=1) if len(layers) > 1 else layers[0]
-
-
 def split_memory(flat: th.Tensor, spec: ExportSpec) -> list[th.Tensor]:
     """
-    A flat memory ``[h_0 ... h_{L-1} | c_0 ... c_{L-1}]``, ``(batch, memory_size)``, as the recurrent layer's tensors,
-    each ``(n_layers, batch, hidden)``: each layer's slice, stacked. Not a reshape and a transpose: torch's dynamo
-    exporter needs the memory contiguous, and the copy that makes it so is an ``Identity`` node, which its
-    conversion below opset 16 cannot convert.
+    The flat memory ``[h_0 ... h_{L-1} | c_0 ... c_{L-1}]`` as the recurrent layer's tensors.
 
     :param flat: The flat memory, ``(batch, memory_size)``
     :param spec: The export's description
     :return: ``h`` (and ``c``), each ``(n_layers, batch, hidden)``
     """
     width, hidden = spec.n_layers * spec.hidden_size, spec.hidden_size
+    # Slices stacked, not a reshape and a transpose: the contiguous copy that those need is an Identity node, which
+    # the dynamo exporter cannot convert below opset 16
     parts = [flat[:, index * width : (index + 1) * width] for index in range(spec.n_memory)]  # (batch, L * H) each
     return [th.stack([part[:, layer * hidden : (layer + 1) * hidden] for layer in range(spec.n_layers)]) for part in parts]
 
 
 def join_memory(memory: list[th.Tensor]) -> th.Tensor:
     """
-    :func:`split_memory`'s inverse: each ``(n_layers, batch, hidden)`` -> ``(batch, memory_size)``, the layers side by
-    side (not a transpose and a reshape, whose copy is an ``Identity`` node: see :func:`split_memory`).
+    The inverse of :func:`split_memory`.
 
     :param memory: ``h`` (and ``c``), each ``(n_layers, batch, hidden)``
     :return: The flat memory, ``(batch, memory_size)``
@@ -221,11 +187,9 @@ class ActorOutput:
     """
     What one step of the actor gives a layout.
 
-    :param action: The deterministic action: ``(batch, n_branches)`` int64 for a discrete action, else
-        ``(batch, *action_shape)``
+    :param action: The deterministic action, ``(batch, n_branches)`` int64 or ``(batch, *action_shape)``
     :param memory: ``h`` (and ``c``) after the step, each ``(n_layers, batch, hidden)``
-    :param parameters: The (masked) logits ``(batch, sum of branches)`` of a discrete action; the Gaussian's mean and
-        log standard deviation where the step was built with ``distribution=True``; else empty
+    :param parameters: The masked logits, or the Gaussian's mean and log std (with ``distribution``), or nothing
     """
 
     action: th.Tensor
@@ -235,19 +199,15 @@ class ActorOutput:
 
 class ActorStep(nn.Module):
     """
-    One step of the actor of ``policy`` on the recurrent layer's own tensors: the observations (in the shapes of
-    :func:`observation_shapes`), ``h`` (and ``c``) each ``(n_layers, batch, hidden)``, ``episode_start`` and the
-    masks; a layout's module calls it with its own tensors reshaped.
+    One deterministic step of the actor of ``policy``, as ``predict`` computes it, on the recurrent layer's own tensors.
 
-    :param policy: The recurrent policy (a copy, on the CPU, in eval mode, of the export's dtype)
+    :param policy: The recurrent policy (a copy on the CPU, in eval mode, of the graph's dtype)
     :param spec: The export's description
     :param dtype: The float dtype of the graph
-    :param channels_last: Whether image observations arrive ``(batch, H, W, C)`` (transposed in the graph)
-    :param distribution: Whether to give the Gaussian's parameters of a ``Box`` action (a discrete action's logits
-        always come)
-    :param normalizer: ``VecNormalize``'s observation normalisation, applied before SB3's preprocessing, or ``None``
-    :param normalize_images: Whether uint8-bounded images are divided by 255 (``predict``'s rule: the policy's
-        ``normalize_images``; ``False`` for an engine that gives them in [0, 1])
+    :param channels_last: Whether image observations arrive ``(batch, H, W, C)``
+    :param distribution: Whether to give the Gaussian's parameters of a ``Box`` action
+    :param normalizer: ``VecNormalize``'s observation normalisation, or ``None``
+    :param normalize_images: Whether uint8-bounded images are divided by 255
     """
 
     # Buffers: the Box bounds
@@ -325,12 +285,9 @@ class ActorStep(nn.Module):
         masks: th.Tensor | None = None,
     ) -> ActorOutput:
         """
-        One step.
-
         :param observations: One tensor per observation input, ``(batch, *shape)`` (:func:`observation_shapes`)
         :param memory: ``h`` (and ``c``) entering the step, each ``(n_layers, batch, hidden)``
-        :param episode_start: ``(batch,)``: the memory is multiplied by ``1 - episode_start`` (sb3-contrib's rule);
-            ``None``: the caller zeroes the memory at an episode start
+        :param episode_start: ``(batch,)``, or ``None`` where the caller zeroes the memory at an episode start
         :param masks: ``(batch, mask_dims)``, 1 = allowed, or ``None``
         :return: The action, the memory after the step and the distribution's parameters
         """

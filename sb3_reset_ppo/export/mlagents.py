@@ -1,15 +1,6 @@
 """
 The ``"mlagents"`` layout: Unity ML-Agents' contract (model API version 3), so that the file drops into a Unity
-project's ``Behavior Parameters`` as a model.
-
-- inputs: ``obs_0`` ... (a ``Dict``'s keys in order; a ``Discrete`` observation ``(batch, 1)``; images in [0, 1],
-  channel-first), ``action_masks`` (any discrete action: Unity always feeds it), ``recurrent_in``
-  ``(batch, 1, memory_size)``;
-- outputs: ``version_number``, ``memory_size``, ``continuous_actions`` / ``discrete_actions`` with their
-  ``*_output_shape`` and ``deterministic_*`` twins, and ``recurrent_out``.
-
-The memory is ``[h | c]`` on the last axis (layers one after the other in each part). A GRU is written as elementary
-operators by default, as no version of Unity's Sentis or Inference Engine implements ONNX's ``GRU``.
+project's ``Behavior Parameters`` as a model (docs/guide/deploy.md, *The ML-Agents layout*).
 """
 
 from typing import ClassVar
@@ -21,7 +12,7 @@ from torch import nn
 
 from sb3_reset_ppo.common.utils import warn_user
 from sb3_reset_ppo.export.actor import ActorStep, ExportSpec, join_memory, observation_shapes, observation_spaces, split_memory
-from sb3_reset_ppo.export.layout import ExportOptions, Graph, Layout
+from sb3_reset_ppo.export.layout import MASKS, ExportOptions, Graph, Layout
 
 __all__ = ["MLAGENTS_OPSET", "ML_AGENTS_VERSION_NUMBER", "MlAgentsLayout", "MlAgentsStep"]
 
@@ -107,29 +98,27 @@ class MlAgentsLayout(Layout):
             )
         super().check(policy, spec, options)
 
-    def graph(self, actor: ActorStep, options: ExportOptions, batch: int) -> Graph:
-        spec, dtype = actor.spec, options.dtype
-        obs_shapes = [
-            (1,) if isinstance(space, spaces.Discrete) else shape
-            for space, shape in zip(
-                observation_spaces(actor.policy, spec), observation_shapes(actor.policy, spec, False), strict=True
-            )
-        ]
-        names = [f"obs_{index}" for index in range(len(obs_shapes))]
-        shapes: list[tuple[int | str, ...]] = [("batch", *shape) for shape in obs_shapes]
-        example = [th.zeros((batch, *shape), dtype=dtype) for shape in obs_shapes]
+    def graph(self, actor: ActorStep, options: ExportOptions) -> Graph:
+        spec = actor.spec
+        obs_spaces = observation_spaces(actor.policy, spec)
+        obs_shapes = observation_shapes(actor.policy, spec, False)
+        inputs: dict[str, tuple[int | str, ...]] = {
+            f"obs_{index}": ("batch", *((1,) if isinstance(space, spaces.Discrete) else shape))
+            for index, (space, shape) in enumerate(zip(obs_spaces, obs_shapes, strict=True))
+        }
         if spec.with_masks:
-            names.append("action_masks")
-            shapes.append(("batch", spec.mask_dims))
-            example.append(th.ones((batch, spec.mask_dims), dtype=dtype))
-        names.append("recurrent_in")
-        shapes.append(("batch", 1, spec.memory_size))
-        example.append(th.zeros((batch, 1, spec.memory_size), dtype=dtype))
+            inputs[MASKS] = ("batch", spec.mask_dims)
+        inputs["recurrent_in"] = ("batch", 1, spec.memory_size)
         kind = "discrete" if spec.branches else "continuous"
-        actions = [f"{kind}_actions", f"deterministic_{kind}_actions"]
-        outputs = ["version_number", "memory_size", actions[0], f"{kind}_action_output_shape", actions[1], "recurrent_out"]
-        output_axes = {**dict.fromkeys(actions, 0), "recurrent_out": 0}
-        return Graph(MlAgentsStep(actor).eval(), names, outputs, example, shapes, output_axes)
+        outputs = {
+            "version_number": None,
+            "memory_size": None,
+            f"{kind}_actions": 0,
+            f"{kind}_action_output_shape": None,
+            f"deterministic_{kind}_actions": 0,
+            "recurrent_out": 0,
+        }
+        return Graph(MlAgentsStep(actor).eval(), inputs, outputs, options.dtype)
 
     def images_metadata(self, policy: RecurrentActorCriticPolicy) -> str:
         return "uint8-bounded image Box taken in [0, 1], Unity's scale (not divided by 255)"
