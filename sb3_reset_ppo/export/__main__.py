@@ -1,10 +1,6 @@
 """
-The command line of :func:`~sb3_reset_ppo.export.export_onnx`:
-``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx [--layout plain|mlagents|godot] [--opset N] [--algo ...]``.
-
-A file it cannot export (missing, not a zip, not a model, a model without memory) is one line on stderr naming
-what is supported, and exit status 2, as argparse reports a wrong argument; so are an output path it cannot write and
-a ``--vec-normalize`` file that is not a pickle.
+The command line of :func:`~sb3_reset_ppo.export.export_onnx`: ``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx``.
+A model, output or ``--vec-normalize`` file it cannot use is one line on stderr and exit status 2, as argparse's errors.
 """
 
 import argparse
@@ -15,7 +11,7 @@ from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 
-from sb3_reset_ppo.export.normalize import command_line_vec_normalize
+from sb3_reset_ppo.export.normalize import find_vec_normalize, warn_if_unnormalized
 from sb3_reset_ppo.export.onnx_export import CELL_OPS, DTYPES, EXPORTERS, LAYOUTS, export_onnx, read_metadata
 
 ALGOS = ("auto", "reset_ppo", "maskable_reset_ppo", "recurrent_ppo")
@@ -33,7 +29,7 @@ class ModelFileError(ValueError):
 
 def read_model_data(path: str | Path) -> dict[str, Any]:
     """
-    The ``data`` entry (JSON) of a model saved by SB3's ``model.save``; nothing is unpickled.
+    The ``data`` entry (JSON) of a model saved by SB3's ``model.save``, read without unpickling.
 
     :param path: The model's zip
     :return: The decoded ``data``
@@ -72,9 +68,8 @@ def _recurrent(module: str) -> bool | None:
 
 def detect_algo(path: str | Path) -> str:
     """
-    The algorithm of a saved model, read from its zip's ``data`` (JSON; nothing is unpickled): ResetPPO's window
-    settings (``window_size``) tell it from RecurrentPPO, the policy's module tells MaskableResetPPO and models
-    without memory (PPO, MaskablePPO, A2C, ...), which are refused.
+    The algorithm of a saved model, read without unpickling: ``window_size`` tells ResetPPO from RecurrentPPO, the
+    policy's module tells MaskableResetPPO and refuses models without memory.
 
     :param path: The model's zip
     :return: ``"reset_ppo"``, ``"maskable_reset_ppo"`` or ``"recurrent_ppo"``
@@ -136,99 +131,68 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
     parser.add_argument("model", help="the saved model, the .zip that model.save() wrote")
     parser.add_argument("output", help="the ONNX file to write")
-    parser.add_argument(
-        "--algo",
-        choices=ALGOS,
-        default="auto",
-        help="the model's algorithm (default: auto, read from the zip without unpickling it)",
-    )
+    parser.add_argument("--algo", choices=ALGOS, default="auto", help="the model's algorithm (default: read from the zip)")
     parser.add_argument(
         "--layout",
         choices=tuple(LAYOUTS),
         default="plain",
         help="the tensor names: plain (obs, h, c, episode_start -> action, h_out, c_out; the default), mlagents "
-        "(Unity ML-Agents' names and constants) or godot (Godot RL Agents': obs keys, state_ins -> output, state_outs)",
+        "(Unity ML-Agents') or godot (Godot RL Agents': obs keys, state_ins -> output, state_outs)",
     )
-    parser.add_argument(
-        "--opset",
-        type=int,
-        default=None,
-        help="the ONNX opset, 14 to 20 (default: 15 with --layout mlagents, as Unity's Sentis documents opsets 7 to 15; "
-        "else 17)",
-    )
+    parser.add_argument("--opset", type=int, help="the ONNX opset, 14 to 20 (default: 15 with --layout mlagents, else 17)")
     parser.add_argument(
         "--dtype",
         choices=tuple(DTYPES),
         default="float32",
-        help="the float type of the weights, float inputs and outputs (default float32; float16 follows predict "
-        "within 1e-2 per step)",
+        help="the float type of the weights, inputs and outputs (float16 follows predict within 1e-2 per step)",
     )
     parser.add_argument(
         "--exporter",
         choices=EXPORTERS,
         default="torchscript",
-        help="torch's exporter: torchscript (the default; writes the opset asked for) or dynamo (torch.export-based; "
-        "needs onnxscript; an opset it cannot write is an error)",
+        help="torch's exporter: torchscript (the default) or dynamo (torch.export-based; needs onnxscript)",
     )
     parser.add_argument(
         "--cell-ops",
         choices=CELL_OPS,
         default="auto",
-        help="how the LSTM or GRU is written: fused (ONNX's LSTM or GRU operator), elementary (matrix products and "
-        "pointwise operations, for engines without them) or auto (the default: elementary for a GRU with --layout "
-        "mlagents, as Unity has no GRU operator; else fused)",
+        help="the LSTM or GRU as ONNX's operator (fused), as matrix products and pointwise operations (elementary), or "
+        "auto: elementary for a GRU with --layout mlagents (Unity has no GRU operator), else fused",
     )
-    parser.add_argument(
-        "--distribution",
-        action="store_true",
-        help="also output the distribution's parameters: logits, or the Gaussian's mean and log_std (plain layout)",
-    )
-    parser.add_argument(
-        "--channels-last",
-        action="store_true",
-        help="take images as (batch, H, W, C), as the env gives them (the graph transposes them; not with mlagents)",
-    )
+    parser.add_argument("--distribution", action="store_true", help="also output the distribution's parameters (plain layout)")
+    parser.add_argument("--channels-last", action="store_true", help="take images as (batch, H, W, C), as the env gives them")
     normalization = parser.add_mutually_exclusive_group()
     normalization.add_argument(
         "--vec-normalize",
         metavar="PATH",
-        help="the VecNormalize pickle the model was trained with (VecNormalize.save's file, the RL Zoo's "
-        "vecnormalize.pkl): the graph normalises raw observations with it (default: the RL Zoo's "
-        "<run>/<env>/vecnormalize.pkl beside the model, if there is one)",
+        help="the VecNormalize pickle the model was trained with, to normalise raw observations in the graph "
+        "(default: the RL Zoo's vecnormalize.pkl beside the model, if any)",
     )
     normalization.add_argument(
-        "--no-vec-normalize",
-        action="store_true",
-        help="export without a VecNormalize, even where one lies beside the model (the graph then takes observations "
-        "already normalised)",
+        "--no-vec-normalize", action="store_true", help="export without a VecNormalize, even where one lies beside the model"
     )
     return parser
 
 
 def main(argv: list[str] | None = None) -> Path:
     """
-    The command line.
+    Run the command line.
 
-    :param argv: Arguments (``None``: ``sys.argv``)
+    :param argv: The arguments, by default ``sys.argv``
     :return: The ONNX file written
     """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         model = load_model(args.model, args.algo)
-        vec_normalize = command_line_vec_normalize(model, args.model, args.vec_normalize, args.no_vec_normalize)
-        path = export_onnx(
-            model,
-            args.output,
-            layout=args.layout,
-            opset=args.opset,
-            dtype=args.dtype,
-            distribution=args.distribution,
-            channels_last=args.channels_last,
-            exporter=args.exporter,
-            cell_ops=args.cell_ops,
-            vec_normalize=vec_normalize,
-        )
+        # The RL Zoo's statistics beside the model unless a file is given or none is wanted
+        vec_normalize = None if args.vec_normalize is None else Path(args.vec_normalize)
+        if vec_normalize is None and not args.no_vec_normalize:
+            vec_normalize = find_vec_normalize(args.model)
+            if vec_normalize is None:
+                warn_if_unnormalized(model, args.model)
+        options = ("layout", "opset", "dtype", "distribution", "channels_last", "exporter", "cell_ops")
+        path = export_onnx(model, args.output, vec_normalize=vec_normalize, **{name: getattr(args, name) for name in options})
     except (ValueError, TypeError, OSError) as error:  # ModelFileError, export_onnx's checks, an unwritable output
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     opset = read_metadata(path)["opset"]

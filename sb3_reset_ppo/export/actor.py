@@ -13,19 +13,6 @@ from torch import nn
 
 from sb3_reset_ppo.export.normalize import ObservationNormalizer
 
-__all__ = [
-    "MASKED_LOGIT",
-    "ActorOutput",
-    "ActorStep",
-    "ElementaryRecurrent",
-    "ExportSpec",
-    "join_memory",
-    "masked_logit",
-    "observation_shapes",
-    "observation_spaces",
-    "split_memory",
-]
-
 # A masked logit, as sb3-contrib's maskable distributions set it
 MASKED_LOGIT = -1e8
 

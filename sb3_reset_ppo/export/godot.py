@@ -17,15 +17,6 @@ from sb3_reset_ppo.common.utils import warn_user
 from sb3_reset_ppo.export.actor import ActorStep, ExportSpec, join_memory, observation_shapes, split_memory
 from sb3_reset_ppo.export.layout import ExportOptions, Graph, Layout
 
-__all__ = [
-    "GODOT_MEMORY_INPUT",
-    "GODOT_MEMORY_OUTPUT",
-    "GODOT_OUTPUT",
-    "GODOT_SINGLE_OBSERVATION",
-    "GodotLayout",
-    "GodotStep",
-]
-
 GODOT_MEMORY_INPUT = "state_ins"
 GODOT_MEMORY_OUTPUT = "state_outs"
 GODOT_OUTPUT = "output"

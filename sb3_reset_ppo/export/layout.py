@@ -13,8 +13,6 @@ from torch import nn
 
 from sb3_reset_ppo.export.actor import ActorStep, ExportSpec
 
-__all__ = ["DEFAULT_OPSET", "MASKS", "ExportOptions", "Graph", "Layout"]
-
 # The default opset of the layouts whose engines read any recent opset (onnxruntime)
 DEFAULT_OPSET = 17
 # The action masks' input, sb3-contrib's layout: 1 = allowed
@@ -83,6 +81,8 @@ class Layout(ABC):
 
     :cvar name: The public name (``export_onnx(layout=...)``, ``--layout``)
     :cvar default_opset: The opset exported when none is asked for
+    :cvar fused_cells: The cells whose ONNX operator the engine implements; ``cell_ops="auto"`` writes the others
+        as elementary operators
     :cvar images_in_unit_range: Whether the engine gives uint8-bounded images in [0, 1], not divided by 255
     :cvar distribution_outputs: Whether the layout can output the distribution's parameters
     :cvar memory_shape: The memory's shape in the metadata
@@ -91,6 +91,7 @@ class Layout(ABC):
 
     name: ClassVar[str]
     default_opset: ClassVar[int] = DEFAULT_OPSET
+    fused_cells: ClassVar[tuple[str, ...]] = ("LSTM", "GRU")
     images_in_unit_range: ClassVar[bool] = False
     distribution_outputs: ClassVar[bool] = False
     memory_shape: ClassVar[tuple[str | int, ...]] = ("batch", 1, "memory_size")
@@ -102,18 +103,9 @@ class Layout(ABC):
 
         :param maskable: Whether the policy is MaskableResetPPO's
         :param branches: The discrete sub-actions' sizes, ``()`` for a ``Box``
-        :return: Whether the graph takes the masks
+        :return: By default, whether the action is discrete and the policy maskable
         """
         return bool(branches) and maskable
-
-    def elementary_by_default(self, spec: ExportSpec) -> bool:
-        """
-        Whether ``cell_ops="auto"`` writes the recurrent layer as elementary operators.
-
-        :param spec: The export's description
-        :return: Whether the engine lacks ONNX's operator of the cell
-        """
-        return False
 
     def check(self, policy: RecurrentActorCriticPolicy, spec: ExportSpec, options: ExportOptions) -> None:
         """

@@ -14,8 +14,6 @@ from sb3_reset_ppo.common.utils import warn_user
 from sb3_reset_ppo.export.actor import ActorStep, ExportSpec, join_memory, observation_shapes, observation_spaces, split_memory
 from sb3_reset_ppo.export.layout import MASKS, ExportOptions, Graph, Layout
 
-__all__ = ["MLAGENTS_OPSET", "ML_AGENTS_VERSION_NUMBER", "MlAgentsLayout", "MlAgentsStep"]
-
 # Unity ML-Agents' model API version of the files its 2.x and 3.x trainers write (ModelApiVersion.MLAgents2_0)
 ML_AGENTS_VERSION_NUMBER = 3
 # The default opset for Unity: Sentis documents opsets 7 to 15
@@ -70,15 +68,13 @@ class MlAgentsLayout(Layout):
 
     name: ClassVar[str] = "mlagents"
     default_opset: ClassVar[int] = MLAGENTS_OPSET
+    # No Sentis or Inference Engine version implements ONNX's GRU
+    fused_cells: ClassVar[tuple[str, ...]] = ("LSTM",)
     images_in_unit_range: ClassVar[bool] = True
 
     def with_masks(self, maskable: bool, branches: tuple[int, ...]) -> bool:
         # Unity feeds action_masks to every discrete policy
         return bool(branches)
-
-    def elementary_by_default(self, spec: ExportSpec) -> bool:
-        # No Sentis or Inference Engine version implements ONNX's GRU
-        return spec.cell == "GRU"
 
     def check(self, policy: RecurrentActorCriticPolicy, spec: ExportSpec, options: ExportOptions) -> None:
         if options.channels_last:

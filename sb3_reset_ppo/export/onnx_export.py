@@ -264,7 +264,7 @@ def export_onnx(
         raise ValueError(f"exporter must be one of {EXPORTERS}, got {exporter!r}")
     if cell_ops not in CELL_OPS:
         raise ValueError(f"cell_ops must be one of {CELL_OPS}, got {cell_ops!r}")
-    elementary = cell_ops == "elementary" or (cell_ops == "auto" and chosen.elementary_by_default(spec))
+    elementary = cell_ops == "elementary" or (cell_ops == "auto" and spec.cell not in chosen.fused_cells)
     options = ExportOptions(DTYPES[dtype], opset, channels_last, distribution, elementary, exporter)
     trained = _policy_of(model)
     chosen.check(trained, spec, options)

@@ -12,8 +12,6 @@ from torch import nn
 from sb3_reset_ppo.export.actor import ActorStep, observation_shapes
 from sb3_reset_ppo.export.layout import MASKS, ExportOptions, Graph, Layout
 
-__all__ = ["PlainLayout", "PlainStep"]
-
 
 class PlainStep(nn.Module):
     """
