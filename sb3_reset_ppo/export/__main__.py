@@ -52,13 +52,13 @@ def read_model_data(path: str | Path) -> dict[str, Any]:
 
 
 def _policy_module(data: dict[str, Any]) -> str:
-    """The module of the saved policy's class (SB3 stores it beside the pickled class)."""
+    """The module of the saved policy's class."""
     policy_class = data.get("policy_class", {})
     return str(policy_class.get("__module__", "")) if isinstance(policy_class, dict) else ""
 
 
 def _recurrent(module: str) -> bool | None:
-    """Whether a policy of ``module`` has memory: ``True``, ``False``, or ``None`` for a module of the user's own."""
+    """Whether a policy of ``module`` has memory, ``None`` for a module of the user's own."""
     if module.startswith(("sb3_reset_ppo.", "sb3_contrib.common.recurrent.")):
         return True
     if module.startswith(("stable_baselines3.", "sb3_contrib.")):
@@ -68,14 +68,14 @@ def _recurrent(module: str) -> bool | None:
 
 def detect_algo(path: str | Path) -> str:
     """
-    The algorithm of a saved model, read without unpickling: ``window_size`` tells ResetPPO from RecurrentPPO, the
-    policy's module tells MaskableResetPPO and refuses models without memory.
+    The algorithm of a saved model, read without unpickling; models without memory are refused.
 
     :param path: The model's zip
     :return: ``"reset_ppo"``, ``"maskable_reset_ppo"`` or ``"recurrent_ppo"``
     """
     data = read_model_data(path)
     module = _policy_module(data)
+    # ResetPPO saves its window settings, which RecurrentPPO lacks
     if "window_size" in data:
         return "maskable_reset_ppo" if "maskable" in module else "reset_ppo"
     recurrent = _recurrent(module)
@@ -97,7 +97,7 @@ def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
     Load a saved model on the CPU.
 
     :param path: The model's zip
-    :param algo: One of ``ALGOS``; ``"auto"``: :func:`detect_algo`
+    :param algo: One of ``ALGOS``, ``"auto"`` to read it from the zip
     :return: The model
     """
     if algo not in ALGOS:

@@ -13,9 +13,6 @@ from torch import nn
 
 from sb3_reset_ppo.export.normalize import ObservationNormalizer
 
-# A masked logit, as sb3-contrib's maskable distributions set it
-MASKED_LOGIT = -1e8
-
 
 @dataclass(frozen=True)
 class ExportSpec:
@@ -55,16 +52,6 @@ class ExportSpec:
         return ["h", "c"][: self.n_memory]
 
 
-def masked_logit(dtype: th.dtype) -> float:
-    """
-    The logit of a masked action: sb3-contrib's -1e8, or the dtype's lowest finite value where it cannot hold it.
-
-    :param dtype: The float dtype of the logits
-    :return: The masked logit
-    """
-    return max(MASKED_LOGIT, float(th.finfo(dtype).min))
-
-
 def observation_spaces(policy: RecurrentActorCriticPolicy, spec: ExportSpec) -> list[spaces.Space]:
     """
     The observation inputs' spaces, in input order.
@@ -87,12 +74,16 @@ def observation_shapes(policy: RecurrentActorCriticPolicy, spec: ExportSpec, cha
     :return: One shape per observation input
     """
     shapes = []
-    for subspace in observation_spaces(policy, spec):
-        shape = tuple(int(n) for n in (subspace.shape or ()))
-        if channels_last and is_image_space(subspace, check_channels=False) and len(shape) == 3:
-            shape = (shape[1], shape[2], shape[0])  # (C, H, W) -> (H, W, C)
-        shapes.append(shape)
+    for space in observation_spaces(policy, spec):
+        shape = tuple(int(n) for n in (space.shape or ()))
+        # (C, H, W) -> (H, W, C)
+        shapes.append((shape[1], shape[2], shape[0]) if _transposed(space, channels_last) else shape)
     return shapes
+
+
+def _transposed(space: spaces.Space, channels_last: bool) -> bool:
+    """Whether the graph transposes the observation of ``space``: an image taken channels-last."""
+    return channels_last and is_image_space(space, check_channels=False) and len(space.shape or ()) == 3
 
 
 class ElementaryRecurrent(nn.Module):
@@ -230,9 +221,8 @@ class ActorStep(nn.Module):
         keys = self.spec.obs_keys or ("",)
         obs: dict[str, th.Tensor] = {}
         for key, subspace, tensor in zip(keys, observation_spaces(self.policy, self.spec), raw, strict=True):
-            if self.channels_last and is_image_space(subspace, check_channels=False) and len(subspace.shape or ()) == 3:
-                tensor = tensor.permute(0, 3, 1, 2)  # (batch, H, W, C) -> (batch, C, H, W)
-            obs[key] = tensor
+            # (batch, H, W, C) -> (batch, C, H, W)
+            obs[key] = tensor.permute(0, 3, 1, 2) if _transposed(subspace, self.channels_last) else tensor
         if self.normalizer is not None:
             obs = self.normalizer(obs)
         processed = preprocess_obs(obs if self.spec.obs_keys else obs[""], space, normalize_images=self.normalize_images)
@@ -248,7 +238,9 @@ class ActorStep(nn.Module):
             zeros = th.zeros_like(logits)
             logits = th.stack([zeros, logits], dim=2).reshape(logits.shape[0], -1)  # (batch, n) -> (batch, 2 n)
         if masks is not None:
-            logits = th.where(masks > 0.5, logits, th.full_like(logits, masked_logit(logits.dtype)))
+            # sb3-contrib's masked logit, -1e8, or float16's lowest, -65504, as it holds no -1e8
+            masked = max(-1e8, float(th.finfo(logits.dtype).min))
+            logits = th.where(masks > 0.5, logits, th.full_like(logits, masked))
         branches = th.split(logits, list(self.spec.branches), dim=1)
         actions = th.stack([branch.argmax(dim=1) for branch in branches], dim=1)  # (batch, n_branches)
         return actions, logits

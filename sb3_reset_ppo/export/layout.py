@@ -77,7 +77,7 @@ class Graph:
 
 class Layout(ABC):
     """
-    One layout: its name, defaults and checks, its module around the actor's step, and its metadata.
+    A layout: its name, defaults and checks, its module around the actor's step, and its metadata.
 
     :cvar name: The public name (``export_onnx(layout=...)``, ``--layout``)
     :cvar default_opset: The opset exported when none is asked for
@@ -99,11 +99,11 @@ class Layout(ABC):
 
     def with_masks(self, maskable: bool, branches: tuple[int, ...]) -> bool:
         """
-        Whether the graph takes ``action_masks``.
+        Whether the graph takes ``action_masks``, by default those of a maskable policy's discrete action.
 
         :param maskable: Whether the policy is MaskableResetPPO's
         :param branches: The discrete sub-actions' sizes, ``()`` for a ``Box``
-        :return: By default, whether the action is discrete and the policy maskable
+        :return: Whether the graph takes the masks
         """
         return bool(branches) and maskable
 
@@ -122,30 +122,14 @@ class Layout(ABC):
 
     @abstractmethod
     def graph(self, actor: ActorStep, options: ExportOptions) -> Graph:
-        """
-        The layout's module around ``actor``, with its tensors.
-
-        :param actor: One step of the actor
-        :param options: The export's options
-        :return: The graph to export
-        """
+        """The layout's module around ``actor``, with its tensors."""
 
     def images_metadata(self, policy: RecurrentActorCriticPolicy) -> str:
-        """
-        How the graph takes uint8-bounded images, for the metadata's ``preprocessing``.
-
-        :param policy: The policy exported
-        :return: One phrase
-        """
+        """How the graph takes uint8-bounded images: a phrase of the metadata's ``preprocessing``."""
         return f"uint8-bounded image Box divided by 255 when normalize_images={policy.normalize_images}"
 
     def memory_metadata(self, spec: ExportSpec) -> dict[str, Any]:
-        """
-        The metadata's ``memory`` entry, before JSON.
-
-        :param spec: The export's description
-        :return: The cell, tensors, sizes, shape and reset rule
-        """
+        """The metadata's ``memory`` entry: the cell, tensors, sizes, shape and reset rule."""
         return {
             "cell": spec.cell,
             "tensors": spec.memory_names,
@@ -157,10 +141,5 @@ class Layout(ABC):
         }
 
     def extra_metadata(self, spec: ExportSpec) -> dict[str, str]:
-        """
-        The layout's own metadata entries.
-
-        :param spec: The export's description
-        :return: The entries, by default none
-        """
+        """The layout's own metadata entries, by default none."""
         return {}

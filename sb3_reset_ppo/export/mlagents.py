@@ -41,11 +41,9 @@ class MlAgentsStep(nn.Module):
         self.discrete_obs = [isinstance(space, spaces.Discrete) for space in observation_spaces(actor.policy, spec)]
         self.register_buffer("version_number", th.tensor([float(ML_AGENTS_VERSION_NUMBER)]))
         self.register_buffer("memory_size", th.tensor([float(spec.memory_size)]))
-        if spec.branches:
-            self.register_buffer("action_output_shape", th.tensor([[float(n) for n in spec.branches]]))
-        else:
-            # A Box: its flattened size
-            self.register_buffer("action_output_shape", th.tensor([float(spaces.flatdim(actor.policy.action_space))]))
+        # Each branch's size, or a Box's flattened size
+        shape = [[float(n) for n in spec.branches]] if spec.branches else [float(spaces.flatdim(actor.policy.action_space))]
+        self.register_buffer("action_output_shape", th.tensor(shape))
 
     def forward(self, *inputs: th.Tensor) -> tuple[th.Tensor, ...]:
         spec = self.spec

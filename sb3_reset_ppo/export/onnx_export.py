@@ -35,7 +35,7 @@ from torch import nn
 
 from sb3_reset_ppo.export.actor import ActorStep, ElementaryRecurrent, ExportSpec
 from sb3_reset_ppo.export.godot import GODOT
-from sb3_reset_ppo.export.layout import DEFAULT_OPSET, ExportOptions, Graph, Layout
+from sb3_reset_ppo.export.layout import ExportOptions, Graph, Layout
 from sb3_reset_ppo.export.mlagents import ML_AGENTS_VERSION_NUMBER, MLAGENTS, MLAGENTS_OPSET
 from sb3_reset_ppo.export.normalize import (
     load_vec_normalize,
@@ -47,7 +47,6 @@ from sb3_reset_ppo.export.plain import PLAIN
 from sb3_reset_ppo.version import __version__
 
 __all__ = [
-    "DEFAULT_OPSET",
     "LAYOUTS",
     "MLAGENTS_OPSET",
     "ML_AGENTS_VERSION_NUMBER",
@@ -56,7 +55,6 @@ __all__ = [
     "ExportSpec",
     "export_onnx",
     "export_spec",
-    "layout_of",
     "read_metadata",
 ]
 
@@ -80,18 +78,6 @@ _DISCRETE_DISTRIBUTIONS = (
 # The loggers of torch's dynamo exporter and onnxscript, silenced: a failed conversion to the opset asked for is
 # reported as one ValueError instead of their tracebacks
 _DYNAMO_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
-
-
-def layout_of(name: str) -> Layout:
-    """
-    The layout of a public name.
-
-    :param name: ``"plain"``, ``"mlagents"`` or ``"godot"``
-    :return: The layout
-    """
-    if not isinstance(name, str) or name not in LAYOUTS:
-        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {name!r}")
-    return LAYOUTS[name]
 
 
 def _policy_of(model: Any) -> RecurrentActorCriticPolicy:
@@ -128,7 +114,8 @@ def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
     :param layout: ``"plain"``, ``"mlagents"`` or ``"godot"``
     :return: The export's description
     """
-    chosen = layout_of(layout)
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     policy = _policy_of(model)
     rnn = policy.lstm_actor
     if isinstance(rnn, nn.LSTM):
@@ -161,7 +148,7 @@ def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
         branches = tuple(int(n) for n in np.asarray(action_space.nvec).ravel())
     elif isinstance(action_space, spaces.MultiBinary):
         branches = (2,) * int(np.prod(action_space.shape))
-    with_masks = chosen.with_masks(maskable, branches)
+    with_masks = LAYOUTS[layout].with_masks(maskable, branches)
     return ExportSpec(cell, rnn.num_layers, rnn.hidden_size, obs_keys, with_masks, sum(branches), branches)
 
 
@@ -187,6 +174,8 @@ def _metadata(
     model: Any, policy: RecurrentActorCriticPolicy, spec: ExportSpec, layout: Layout, options: ExportOptions, graph: Graph
 ) -> dict[str, str]:
     """The file's ``metadata_props`` but the normalisation's and the layout's own: strings, structured ones as JSON."""
+    kind = "discrete" if spec.branches else "continuous"
+    masks = "action_masks: 1 = allowed, 0 = masked" if spec.with_masks else None
     return {
         "producer": "sb3_reset_ppo.export",
         "sb3_reset_ppo_version": __version__,
@@ -206,14 +195,7 @@ def _metadata(
             "Dict keys through the combined extractor)"
         ),
         "memory": json.dumps(layout.memory_metadata(spec)),
-        "action": json.dumps(
-            {
-                "kind": "discrete" if spec.branches else "continuous",
-                "branches": list(spec.branches),
-                "deterministic": True,
-                "masks": "action_masks: 1 = allowed, 0 = masked" if spec.with_masks else None,
-            }
-        ),
+        "action": json.dumps({"kind": kind, "branches": list(spec.branches), "deterministic": True, "masks": masks}),
         "inputs": json.dumps({name: list(shape) for name, shape in graph.inputs.items()}),
         "outputs": json.dumps(list(graph.outputs)),
         "cell_ops": "elementary" if options.elementary else "fused",
@@ -234,9 +216,8 @@ def export_onnx(
     vec_normalize: VecNormalize | str | Path | None = None,
 ) -> Path:
     """
-    Export one step of a recurrent policy's actor to an ONNX file, the memory as inputs and outputs.
-    The file is written under a temporary name and moved onto ``path`` once complete: a failed or refused export
-    leaves an existing file as it was.
+    Export one step of a recurrent policy's actor to an ONNX file, the memory as inputs and outputs. A failed or
+    refused export leaves an existing file at ``path`` as it was.
 
     :param model: A ResetPPO, MaskableResetPPO or sb3-contrib RecurrentPPO model, or its recurrent policy
     :param path: The ONNX file to write, its missing folders made
@@ -246,10 +227,8 @@ def export_onnx(
     :param distribution: Whether to also output the distribution's parameters (``"plain"`` layout only)
     :param channels_last: Whether to take image observations as ``(batch, H, W, C)``, as the env gives them
     :param exporter: ``"torchscript"`` (torch's TorchScript-based exporter) or ``"dynamo"`` (needs ``onnxscript``)
-    :param cell_ops: The recurrent layer as ONNX's operator (``"fused"``), as ``"elementary"`` operators, or
-        ``"auto"``: elementary where the layout's engine lacks the operator
-    :param vec_normalize: The ``VecNormalize`` the model was trained with, or its pickle's path, to normalise raw
-        observations in the graph
+    :param cell_ops: ``"fused"`` (ONNX's LSTM or GRU), ``"elementary"`` or ``"auto"`` (what the layout's engine runs)
+    :param vec_normalize: The ``VecNormalize`` the model was trained with, or its pickle, to normalise in the graph
     :return: ``path``
     """
     spec = export_spec(model, layout)
