@@ -1,4 +1,4 @@
-"""What every layout shares: the export's description, one step of the actor, and the flat memory ``[h | c]``."""
+"""What every layout shares: the export's description and options, one step of the actor, the flat memory ``[h | c]``."""
 
 from dataclasses import dataclass
 from typing import cast
@@ -50,6 +50,27 @@ class ExportSpec:
     def memory_names(self) -> list[str]:
         """The memory tensors' names: ``["h", "c"]`` (LSTM) or ``["h"]`` (GRU)."""
         return ["h", "c"][: self.n_memory]
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """
+    The checked arguments of ``export_onnx``.
+
+    :param dtype: The float dtype of the graph
+    :param opset: The ONNX opset
+    :param channels_last: Whether image observations arrive ``(batch, H, W, C)``
+    :param distribution: Whether the distribution's parameters are outputs
+    :param elementary: Whether the recurrent layer is written as elementary operators
+    :param exporter: torch's exporter: ``"torchscript"`` or ``"dynamo"``
+    """
+
+    dtype: th.dtype
+    opset: int
+    channels_last: bool
+    distribution: bool
+    elementary: bool
+    exporter: str
 
 
 def observation_spaces(policy: RecurrentActorCriticPolicy, spec: ExportSpec) -> list[spaces.Space]:
@@ -160,30 +181,13 @@ def join_memory(memory: list[th.Tensor]) -> th.Tensor:
     return th.cat(layers, dim=1) if len(layers) > 1 else layers[0]
 
 
-@dataclass
-class ActorOutput:
-    """
-    What one step of the actor gives a layout.
-
-    :param action: The deterministic action, ``(batch, n_branches)`` int64 or ``(batch, *action_shape)``
-    :param memory: ``h`` (and ``c``) after the step, each ``(n_layers, batch, hidden)``
-    :param parameters: The masked logits, or the Gaussian's mean and log std (with ``distribution``), or nothing
-    """
-
-    action: th.Tensor
-    memory: list[th.Tensor]
-    parameters: list[th.Tensor]
-
-
 class ActorStep(nn.Module):
     """
     One deterministic step of the actor of ``policy``, as ``predict`` computes it, on the recurrent layer's own tensors.
 
     :param policy: The recurrent policy (a copy on the CPU, in eval mode, of the graph's dtype)
     :param spec: The export's description
-    :param dtype: The float dtype of the graph
-    :param channels_last: Whether image observations arrive ``(batch, H, W, C)``
-    :param distribution: Whether to give the Gaussian's parameters of a ``Box`` action
+    :param options: The export's options
     :param normalizer: ``VecNormalize``'s observation normalisation, or ``None``
     :param normalize_images: Whether uint8-bounded images are divided by 255
     """
@@ -196,24 +200,20 @@ class ActorStep(nn.Module):
         self,
         policy: RecurrentActorCriticPolicy,
         spec: ExportSpec,
-        dtype: th.dtype,
-        channels_last: bool,
-        distribution: bool,
+        options: ExportOptions,
         normalizer: ObservationNormalizer | None,
         normalize_images: bool,
     ) -> None:
         super().__init__()
         self.policy = policy
         self.spec = spec
-        self.dtype = dtype
-        self.channels_last = channels_last
-        self.distribution = distribution
+        self.options = options
         self.normalizer = normalizer
         self.normalize_images = normalize_images
         action_space = policy.action_space
         if isinstance(action_space, spaces.Box):
-            self.register_buffer("low", th.as_tensor(action_space.low, dtype=dtype).reshape(-1))
-            self.register_buffer("high", th.as_tensor(action_space.high, dtype=dtype).reshape(-1))
+            self.register_buffer("low", th.as_tensor(action_space.low, dtype=options.dtype).reshape(-1))
+            self.register_buffer("high", th.as_tensor(action_space.high, dtype=options.dtype).reshape(-1))
 
     def _observation(self, raw: list[th.Tensor]) -> th.Tensor | dict[str, th.Tensor]:
         """SB3's ``preprocess_obs`` of the observation inputs, then cast to the graph's dtype."""
@@ -222,13 +222,13 @@ class ActorStep(nn.Module):
         obs: dict[str, th.Tensor] = {}
         for key, subspace, tensor in zip(keys, observation_spaces(self.policy, self.spec), raw, strict=True):
             # (batch, H, W, C) -> (batch, C, H, W)
-            obs[key] = tensor.permute(0, 3, 1, 2) if _transposed(subspace, self.channels_last) else tensor
+            obs[key] = tensor.permute(0, 3, 1, 2) if _transposed(subspace, self.options.channels_last) else tensor
         if self.normalizer is not None:
             obs = self.normalizer(obs)
         processed = preprocess_obs(obs if self.spec.obs_keys else obs[""], space, normalize_images=self.normalize_images)
         if isinstance(processed, dict):
-            return {key: value.to(self.dtype) for key, value in processed.items()}
-        return processed.to(self.dtype)
+            return {key: value.to(self.options.dtype) for key, value in processed.items()}
+        return processed.to(self.options.dtype)
 
     def _discrete(self, logits: th.Tensor, masks: th.Tensor | None) -> tuple[th.Tensor, th.Tensor]:
         """The deterministic action (argmax per sub-action, ``(batch, n_branches)``) and the masked logits."""
@@ -262,13 +262,15 @@ class ActorStep(nn.Module):
         memory: list[th.Tensor],
         episode_start: th.Tensor | None = None,
         masks: th.Tensor | None = None,
-    ) -> ActorOutput:
+    ) -> tuple[th.Tensor, list[th.Tensor], list[th.Tensor]]:
         """
         :param observations: One tensor per observation input, ``(batch, *shape)`` (:func:`observation_shapes`)
         :param memory: ``h`` (and ``c``) entering the step, each ``(n_layers, batch, hidden)``
         :param episode_start: ``(batch,)``, or ``None`` where the caller zeroes the memory at an episode start
         :param masks: ``(batch, mask_dims)``, 1 = allowed, or ``None``
-        :return: The action, the memory after the step and the distribution's parameters
+        :return: The deterministic action (``(batch, n_branches)`` int64 for a discrete one, else
+            ``(batch, *action_shape)``), ``h`` (and ``c``) after the step, and the distribution's parameters: the masked
+            logits of a discrete action, the Gaussian's mean and log std with ``distribution``, else none
         """
         spec = self.spec
         policy = self.policy
@@ -288,7 +290,7 @@ class ActorStep(nn.Module):
         logits = policy.action_net(latent_pi)
         if spec.branches:
             actions, masked_logits = self._discrete(logits, masks)
-            return ActorOutput(actions, new_memory, [masked_logits])
+            return actions, new_memory, [masked_logits]
         mean = logits
         if policy.squash_output:
             # SB3's squashed Gaussian mode, then predict's unscale_action: [-1, 1] -> [low, high]
@@ -298,5 +300,5 @@ class ActorStep(nn.Module):
             actions = th.minimum(th.maximum(mean, self.low), self.high)
         shape = cast(tuple[int, ...], policy.action_space.shape)
         actions = actions.reshape(-1, *shape)  # (batch, prod(shape)) -> (batch, *shape)
-        parameters = [mean, self._log_std(mean, latent_pi)] if self.distribution else []
-        return ActorOutput(actions, new_memory, parameters)
+        parameters = [mean, self._log_std(mean, latent_pi)] if self.options.distribution else []
+        return actions, new_memory, parameters

@@ -44,10 +44,10 @@ class GodotStep(nn.Module):
         # (batch, n) -> (batch, *shape); a Discrete index (batch, 1) -> (batch,)
         obs = [tensor.reshape(-1, *shape) for tensor, shape in zip(flat_obs, self.obs_shapes, strict=True)]
         memory = split_memory(state_ins, spec)  # (batch, memory_size) -> each (L, batch, H)
-        step = self.actor(obs, memory)
+        action, new_memory, parameters = self.actor(obs, memory)
         # Discrete: the (batch, sum of branches) logits; Box: the action, (batch, *shape) -> (batch, action_dim)
-        output = step.parameters[0] if spec.branches else step.action.reshape(step.action.shape[0], -1)
-        state_outs = join_memory(step.memory)  # each (L, batch, H) -> [h | c] (batch, memory_size)
+        output = parameters[0] if spec.branches else action.reshape(action.shape[0], -1)
+        state_outs = join_memory(new_memory)  # each (L, batch, H) -> [h | c] (batch, memory_size)
         return output, state_outs
 
 

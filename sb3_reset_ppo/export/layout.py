@@ -11,33 +11,12 @@ import torch as th
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from torch import nn
 
-from sb3_reset_ppo.export.actor import ActorStep, ExportSpec
+from sb3_reset_ppo.export.actor import ActorStep, ExportOptions, ExportSpec
 
 # The default opset of the layouts whose engines read any recent opset (onnxruntime)
 DEFAULT_OPSET = 17
 # The action masks' input, sb3-contrib's layout: 1 = allowed
 MASKS = "action_masks"
-
-
-@dataclass(frozen=True)
-class ExportOptions:
-    """
-    The checked arguments of ``export_onnx``.
-
-    :param dtype: The float dtype of the graph
-    :param opset: The ONNX opset
-    :param channels_last: Whether image observations arrive ``(batch, H, W, C)``
-    :param distribution: Whether the distribution's parameters are outputs
-    :param elementary: Whether the recurrent layer is written as elementary operators
-    :param exporter: torch's exporter: ``"torchscript"`` or ``"dynamo"``
-    """
-
-    dtype: th.dtype
-    opset: int
-    channels_last: bool
-    distribution: bool
-    elementary: bool
-    exporter: str
 
 
 @dataclass

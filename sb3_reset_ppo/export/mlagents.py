@@ -55,10 +55,10 @@ class MlAgentsStep(nn.Module):
         ]
         masks = inputs[n_obs] if spec.with_masks else None
         memory = split_memory(inputs[-1][:, 0], spec)  # (batch, 1, memory_size) -> (batch, memory_size) -> parts
-        step = self.actor(obs, memory, None, masks)
-        recurrent_out = join_memory(step.memory).unsqueeze(1)  # [h | c] (batch, memory_size) -> (batch, 1, memory_size)
+        action, new_memory, _ = self.actor(obs, memory, None, masks)
+        recurrent_out = join_memory(new_memory).unsqueeze(1)  # [h | c] (batch, memory_size) -> (batch, 1, memory_size)
         # ML-Agents' stochastic outputs carry the deterministic action too (no sampling in the graph)
-        return (self.version_number, self.memory_size, step.action, self.action_output_shape, step.action, recurrent_out)
+        return (self.version_number, self.memory_size, action, self.action_output_shape, action, recurrent_out)
 
 
 class MlAgentsLayout(Layout):

@@ -16,10 +16,7 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from sb3_contrib.common.maskable.distributions import (
-    MaskableCategoricalDistribution,
-    MaskableMultiCategoricalDistribution,
-)
+from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution, MaskableMultiCategoricalDistribution
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.distributions import (
@@ -33,9 +30,9 @@ from stable_baselines3.common.distributions import (
 from stable_baselines3.common.vec_env import VecNormalize
 from torch import nn
 
-from sb3_reset_ppo.export.actor import ActorStep, ElementaryRecurrent, ExportSpec
+from sb3_reset_ppo.export.actor import ActorStep, ElementaryRecurrent, ExportOptions, ExportSpec
 from sb3_reset_ppo.export.godot import GODOT
-from sb3_reset_ppo.export.layout import ExportOptions, Graph, Layout
+from sb3_reset_ppo.export.layout import Graph, Layout
 from sb3_reset_ppo.export.mlagents import ML_AGENTS_VERSION_NUMBER, MLAGENTS, MLAGENTS_OPSET
 from sb3_reset_ppo.export.normalize import (
     load_vec_normalize,
@@ -257,7 +254,7 @@ def export_onnx(
     if elementary:
         policy.add_module("lstm_actor", ElementaryRecurrent(policy.lstm_actor))
     normalize_images = policy.normalize_images and not chosen.images_in_unit_range
-    actor = ActorStep(policy, spec, options.dtype, channels_last, distribution, normalizer, normalize_images).eval()
+    actor = ActorStep(policy, spec, options, normalizer, normalize_images).eval()
     graph = chosen.graph(actor, options)
     metadata = _metadata(model, policy, spec, chosen, options, graph)
     source = "" if vec_normalize is None else "object" if isinstance(vec_normalize, VecNormalize) else str(vec_normalize)

@@ -34,10 +34,9 @@ class PlainStep(nn.Module):
         obs, memory = list(inputs[:n_obs]), list(inputs[n_obs : n_obs + spec.n_memory])
         episode_start = inputs[n_obs + spec.n_memory]
         masks = inputs[n_obs + spec.n_memory + 1] if spec.with_masks else None
-        step = self.actor(obs, memory, episode_start, masks)
-        action = step.action[:, 0] if self.squeeze_action else step.action  # (batch, 1) -> (batch,), as predict
-        parameters = step.parameters if self.actor.distribution else []
-        return (action, *step.memory, *parameters)
+        action, new_memory, parameters = self.actor(obs, memory, episode_start, masks)
+        action = action[:, 0] if self.squeeze_action else action  # (batch, 1) -> (batch,), as predict
+        return (action, *new_memory, *(parameters if self.actor.options.distribution else []))
 
 
 class PlainLayout(Layout):
