@@ -51,50 +51,9 @@ def read_model_data(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _policy_module(data: dict[str, Any]) -> str:
-    """The module of the saved policy's class."""
-    policy_class = data.get("policy_class", {})
-    return str(policy_class.get("__module__", "")) if isinstance(policy_class, dict) else ""
-
-
-def _recurrent(module: str) -> bool | None:
-    """Whether a policy of ``module`` has memory, ``None`` for a module of the user's own."""
-    if module.startswith(("sb3_reset_ppo.", "sb3_contrib.common.recurrent.")):
-        return True
-    if module.startswith(("stable_baselines3.", "sb3_contrib.")):
-        return False
-    return None
-
-
-def detect_algo(path: str | Path) -> str:
-    """
-    The algorithm of a saved model, read without unpickling; models without memory are refused.
-
-    :param path: The model's zip
-    :return: ``"reset_ppo"``, ``"maskable_reset_ppo"`` or ``"recurrent_ppo"``
-    """
-    data = read_model_data(path)
-    module = _policy_module(data)
-    # ResetPPO saves its window settings, which RecurrentPPO lacks
-    if "window_size" in data:
-        return "maskable_reset_ppo" if "maskable" in module else "reset_ppo"
-    recurrent = _recurrent(module)
-    if recurrent is None:
-        raise ModelFileError(
-            f"{path}: its policy class comes from {module or 'an unnamed module'}, not one export knows; export "
-            f"supports {SUPPORTED}; for a recurrent policy of your own, name the algorithm with --algo"
-        )
-    if not recurrent:
-        raise ModelFileError(
-            f"{path}: its policy ({module}) has no memory, as PPO's, MaskablePPO's or another feed-forward "
-            f"algorithm's; export supports {SUPPORTED}"
-        )
-    return "recurrent_ppo"
-
-
 def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
     """
-    Load a saved model on the CPU.
+    Load a saved model on the CPU, refusing one without memory (read from its zip without unpickling it).
 
     :param path: The model's zip
     :param algo: One of ``ALGOS``, ``"auto"`` to read it from the zip
@@ -102,14 +61,34 @@ def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
     """
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
-    if algo == "auto":
-        algo = detect_algo(path)
+    data = read_model_data(path)
+    policy_class = data.get("policy_class", {})
+    module = str(policy_class.get("__module__", "")) if isinstance(policy_class, dict) else ""
+    if module.startswith(("sb3_reset_ppo.", "sb3_contrib.common.recurrent.")):
+        recurrent: bool | None = True
+    elif module.startswith(("stable_baselines3.", "sb3_contrib.")):
+        recurrent = False
     else:
-        module = _policy_module(read_model_data(path))
-        if _recurrent(module) is False:
+        recurrent = None  # a policy of the user's own
+    if algo != "auto" and recurrent is False:
+        raise ModelFileError(
+            f"{path}: its policy ({module}) has no memory, so it cannot be loaded as {algo}; export supports {SUPPORTED}"
+        )
+    if algo == "auto":
+        if "window_size" in data:  # ResetPPO saves its window settings, which RecurrentPPO lacks
+            algo = "maskable_reset_ppo" if "maskable" in module else "reset_ppo"
+        elif recurrent is None:
             raise ModelFileError(
-                f"{path}: its policy ({module}) has no memory, so it cannot be loaded as {algo}; export supports {SUPPORTED}"
+                f"{path}: its policy class comes from {module or 'an unnamed module'}, not one export knows; export "
+                f"supports {SUPPORTED}; for a recurrent policy of your own, name the algorithm with --algo"
             )
+        elif not recurrent:
+            raise ModelFileError(
+                f"{path}: its policy ({module}) has no memory, as PPO's, MaskablePPO's or another feed-forward "
+                f"algorithm's; export supports {SUPPORTED}"
+            )
+        else:
+            algo = "recurrent_ppo"
     from sb3_contrib import RecurrentPPO
 
     from sb3_reset_ppo import MaskableResetPPO, ResetPPO

@@ -1,8 +1,4 @@
-"""
-The ``"godot"`` layout: the tensors of Godot RL Agents' ONNX inference (its plugin's ``ONNXInference.cs`` and
-``sync.gd``), with the memory given a width: one flat float32 input per observation key and ``state_ins``, the
-outputs ``output`` and ``state_outs`` (docs/guide/deploy.md, *The Godot RL Agents layout*).
-"""
+"""The ``"godot"`` layout: Godot RL Agents' tensors, with the memory given a width (docs/guide/deploy.md)."""
 
 import json
 from typing import Any, ClassVar

@@ -1,7 +1,4 @@
-"""
-A layout: the tensors an engine feeds and reads around one step of the actor. Each layout is a module with one
-:class:`Layout` subclass, registered in ``sb3_reset_ppo.export.onnx_export.LAYOUTS`` by its name.
-"""
+"""A layout: the tensors an engine feeds and reads around one step of the actor, and its checks and metadata."""
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass

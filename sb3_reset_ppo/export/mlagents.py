@@ -1,7 +1,4 @@
-"""
-The ``"mlagents"`` layout: Unity ML-Agents' contract (model API version 3), so that the file drops into a Unity
-project's ``Behavior Parameters`` as a model (docs/guide/deploy.md, *The ML-Agents layout*).
-"""
+"""The ``"mlagents"`` layout: Unity ML-Agents' tensors and constants, model API version 3 (docs/guide/deploy.md)."""
 
 from typing import ClassVar
 

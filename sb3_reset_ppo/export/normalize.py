@@ -1,10 +1,6 @@
-"""
-SB3's ``VecNormalize`` in the exported graph, and finding the statistics the RL Zoo saved beside a model
-(docs/guide/deploy.md, *VecNormalize in the graph*).
-"""
+"""SB3's ``VecNormalize`` in the graph, and the statistics the RL Zoo saves beside a model (docs/guide/deploy.md)."""
 
 import ast
-import json
 import pickle
 import warnings
 from pathlib import Path
@@ -143,6 +139,22 @@ class ObservationNormalizer(nn.Module):
             std = np.sqrt(np.asarray(var, np.float64) + epsilon)
             self.register_buffer(f"std_{index}", th.as_tensor(std, dtype=th.float32))
 
+    def metadata(self, source: str) -> dict[str, Any]:
+        """
+        The metadata's ``vec_normalize`` entry, before JSON.
+
+        :param source: Where the statistics came from: a path, or ``"object"``
+        :return: The keys normalised, ``clip_obs``, ``epsilon``, the formula and the source
+        """
+        return {
+            "in_graph": True,
+            "source": source,
+            "keys": [key or "obs" for key in self.keys],
+            "clip_obs": self.clip_obs,
+            "epsilon": self.epsilon,
+            "formula": "clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs), before SB3's preprocessing",
+        }
+
     def forward(self, obs: dict[str, th.Tensor]) -> dict[str, th.Tensor]:
         normalised = dict(obs)
         for index, key in enumerate(self.keys):
@@ -198,28 +210,6 @@ def observation_normalizer(vec_normalize: VecNormalize, observation_space: space
         clip_obs=float(vec_normalize.clip_obs),
         epsilon=float(vec_normalize.epsilon),
     )
-
-
-def normalization_metadata(normalizer: ObservationNormalizer | None, source: str) -> dict[str, str]:
-    """
-    The metadata entry ``vec_normalize`` (JSON): whether and how the graph normalises observations.
-
-    :param normalizer: The graph's normaliser, or ``None``
-    :param source: Where the statistics came from (a path, ``"object"``), or ``""``
-    :return: ``{"vec_normalize": ...}``
-    """
-    if normalizer is None:
-        entry: dict[str, Any] = {"in_graph": False}
-    else:
-        entry = {
-            "in_graph": True,
-            "source": source,
-            "keys": [key or "obs" for key in normalizer.keys],
-            "clip_obs": normalizer.clip_obs,
-            "epsilon": normalizer.epsilon,
-            "formula": "clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs), before SB3's preprocessing",
-        }
-    return {"vec_normalize": json.dumps(entry)}
 
 
 def _stats_folder(model_path: Path) -> Path | None:

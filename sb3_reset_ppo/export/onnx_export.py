@@ -34,12 +34,7 @@ from sb3_reset_ppo.export.actor import ActorStep, ElementaryRecurrent, ExportOpt
 from sb3_reset_ppo.export.godot import GODOT
 from sb3_reset_ppo.export.layout import Graph, Layout
 from sb3_reset_ppo.export.mlagents import ML_AGENTS_VERSION_NUMBER, MLAGENTS, MLAGENTS_OPSET
-from sb3_reset_ppo.export.normalize import (
-    load_vec_normalize,
-    normalization_metadata,
-    observation_normalizer,
-    warn_if_unnormalized,
-)
+from sb3_reset_ppo.export.normalize import load_vec_normalize, observation_normalizer, warn_if_unnormalized
 from sb3_reset_ppo.export.plain import PLAIN
 from sb3_reset_ppo.version import __version__
 
@@ -257,8 +252,8 @@ def export_onnx(
     actor = ActorStep(policy, spec, options, normalizer, normalize_images).eval()
     graph = chosen.graph(actor, options)
     metadata = _metadata(model, policy, spec, chosen, options, graph)
-    source = "" if vec_normalize is None else "object" if isinstance(vec_normalize, VecNormalize) else str(vec_normalize)
-    metadata.update(normalization_metadata(normalizer, source))
+    source = "object" if isinstance(vec_normalize, VecNormalize) else str(vec_normalize)
+    metadata["vec_normalize"] = json.dumps({"in_graph": False} if normalizer is None else normalizer.metadata(source))
     metadata.update(chosen.extra_metadata(spec))
     path = Path(path)
     with _replacing(path) as temporary:

@@ -1,7 +1,4 @@
-"""
-The ``"plain"`` layout (the default): the recurrent layer's own tensors, for onnxruntime and robotics stacks
-(docs/guide/deploy.md, *The plain layout*).
-"""
+"""The ``"plain"`` layout (the default): the recurrent layer's own tensors (docs/guide/deploy.md)."""
 
 from typing import ClassVar
 
