@@ -81,7 +81,14 @@ def zoo_config_normalizes(model_path: str | Path) -> bool:
         import yaml
     except ImportError:
         return False
-    config = yaml.load((folder / _ZOO_CONFIG_FILE).read_text(), Loader=_zoo_config_loader())
+
+    class ZooLoader(yaml.SafeLoader):
+        """A safe loader that reads the ``OrderedDict`` the zoo dumps with its Python tag."""
+
+    # !!python/object/apply:collections.OrderedDict [[[key, value], ...]]
+    ordered_dict = "tag:yaml.org,2002:python/object/apply:collections.OrderedDict"
+    ZooLoader.add_constructor(ordered_dict, lambda loader, node: dict(loader.construct_sequence(node, deep=True)[0]))
+    config = yaml.load((folder / _ZOO_CONFIG_FILE).read_text(), Loader=ZooLoader)
     if not isinstance(config, dict):
         return False
     normalize = config.get("normalize", False)
@@ -235,19 +242,3 @@ def _literal_kwargs(source: str) -> dict[str, Any] | bool:
         # Not a literal: the zoo would eval it; assume observations are normalised (the warning errs on that side)
         return True
     return value if isinstance(value, dict | bool) else bool(value)
-
-
-def _zoo_config_loader() -> type:
-    """A safe YAML loader that reads the zoo's ``config.yml`` (an ``OrderedDict`` dumped with its Python tag)."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict[Any, Any]:
-        # !!python/object/apply:collections.OrderedDict [[[key, value], ...]]
-        (pairs,) = loader.construct_sequence(node, deep=True)
-        return dict(pairs)
-
-    Loader.add_constructor("tag:yaml.org,2002:python/object/apply:collections.OrderedDict", ordered_dict)
-    return Loader
