@@ -280,12 +280,8 @@ class ActorStep(nn.Module):
             keep = (1.0 - episode_start).reshape(1, -1, 1)
             memory = [keep * tensor for tensor in memory]
         rnn_input = features.unsqueeze(0)  # (batch, F) -> (1, batch, F): one step
-        if spec.cell == "LSTM":
-            output, (hidden, cell) = policy.lstm_actor(rnn_input, (memory[0], memory[1]))
-            new_memory = [hidden, cell]
-        else:
-            output, hidden = policy.lstm_actor(rnn_input, memory[0])
-            new_memory = [hidden]
+        output, state = policy.lstm_actor(rnn_input, (memory[0], memory[1]) if spec.cell == "LSTM" else memory[0])
+        new_memory = list(state) if spec.cell == "LSTM" else [state]
         latent_pi = policy.mlp_extractor.forward_actor(output[0])
         logits = policy.action_net(latent_pi)
         if spec.branches:

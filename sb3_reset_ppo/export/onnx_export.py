@@ -83,21 +83,6 @@ def _policy_of(model: Any) -> RecurrentActorCriticPolicy:
     return policy
 
 
-def _check_observation_space(space: spaces.Space) -> tuple[str, ...]:
-    """The ``Dict`` keys in input order, ``()`` for a single observation; a ``ValueError`` for other spaces."""
-    supported = "Box (images included), Discrete, MultiDiscrete, MultiBinary, or a Dict of these"
-    if isinstance(space, spaces.Dict):
-        for key, subspace in space.spaces.items():
-            if not isinstance(subspace, SUPPORTED_OBSERVATION_SPACES):
-                raise ValueError(
-                    f"observation space key {key!r} is {subspace}, which export does not support: use {supported}"
-                )
-        return tuple(space.spaces)
-    if not isinstance(space, SUPPORTED_OBSERVATION_SPACES):
-        raise ValueError(f"observation space {space} is not supported by export: use {supported}")
-    return ()
-
-
 def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
     """
     Check that ``model`` can be exported and describe its exported graph.
@@ -120,7 +105,15 @@ def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
         raise TypeError(f"the actor's recurrent layer must be nn.LSTM or nn.GRU, got {type(rnn).__name__}")
     if rnn.batch_first or rnn.bidirectional:
         raise ValueError("recurrent layers with batch_first=True or bidirectional=True are not supported by export")
-    obs_keys = _check_observation_space(policy.observation_space)
+    space = policy.observation_space
+    supported = "Box (images included), Discrete, MultiDiscrete, MultiBinary, or a Dict of these"
+    if not isinstance(space, (spaces.Dict, *SUPPORTED_OBSERVATION_SPACES)):
+        raise ValueError(f"observation space {space} is not supported by export: use {supported}")
+    subspaces = space.spaces if isinstance(space, spaces.Dict) else {}
+    for key, subspace in subspaces.items():
+        if not isinstance(subspace, SUPPORTED_OBSERVATION_SPACES):
+            raise ValueError(f"observation space key {key!r} is {subspace}, which export does not support: use {supported}")
+    obs_keys = tuple(subspaces)
     action_space = policy.action_space
     if not isinstance(action_space, SUPPORTED_ACTION_SPACES):
         raise ValueError(
@@ -149,17 +142,15 @@ def _copy_policy(policy: RecurrentActorCriticPolicy) -> RecurrentActorCriticPoli
     A deep copy of ``policy`` without the tensors its distributions keep from the last call, which ``copy.deepcopy``
     refuses (gSDE's exploration matrices are not graph leaves) and the export does not read.
     """
-    distributions = [value for value in vars(policy).values() if isinstance(value, Distribution)]
-    saved = [dict(vars(distribution)) for distribution in distributions]
-    try:
-        for distribution, attributes in zip(distributions, saved, strict=True):
-            for name, value in attributes.items():
-                if isinstance(value, th.Tensor | th.distributions.Distribution):
-                    setattr(distribution, name, None)
-        return copy.deepcopy(policy)
-    finally:
-        for distribution, attributes in zip(distributions, saved, strict=True):
-            vars(distribution).update(attributes)
+    # deepcopy takes a memo's entries as the copies of those objects: None for each of these tensors
+    memo: dict[int, Any] = {
+        id(value): None
+        for distribution in vars(policy).values()
+        if isinstance(distribution, Distribution)
+        for value in vars(distribution).values()
+        if isinstance(value, th.Tensor | th.distributions.Distribution)
+    }
+    return copy.deepcopy(policy, memo)
 
 
 def _metadata(
