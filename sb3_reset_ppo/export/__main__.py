@@ -115,15 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--layout",
         choices=tuple(LAYOUTS),
         default="plain",
-        help="the tensor names: plain (obs, h, c, episode_start -> action, h_out, c_out; the default), mlagents "
-        "(Unity ML-Agents') or godot (Godot RL Agents': obs keys, state_ins -> output, state_outs)",
+        help="the tensor names: plain (the default), mlagents (Unity ML-Agents') or godot (Godot RL Agents')",
     )
     parser.add_argument("--opset", type=int, help="the ONNX opset, 14 to 20 (default: 15 with --layout mlagents, else 17)")
     parser.add_argument(
-        "--dtype",
-        choices=tuple(DTYPES),
-        default="float32",
-        help="the float type of the weights, inputs and outputs (float16 follows predict within 1e-2 per step)",
+        "--dtype", choices=tuple(DTYPES), default="float32", help="the float type (float16 follows predict within 1e-2)"
     )
     parser.add_argument(
         "--exporter",
@@ -135,8 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--cell-ops",
         choices=CELL_OPS,
         default="auto",
-        help="the LSTM or GRU as ONNX's operator (fused), as matrix products and pointwise operations (elementary), or "
-        "auto: elementary for a GRU with --layout mlagents (Unity has no GRU operator), else fused",
+        help="the LSTM or GRU as ONNX's operator (fused) or as elementary operators; auto: those the layout's engine runs",
     )
     parser.add_argument("--distribution", action="store_true", help="also output the distribution's parameters (plain layout)")
     parser.add_argument("--channels-last", action="store_true", help="take images as (batch, H, W, C), as the env gives them")
@@ -144,8 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     normalization.add_argument(
         "--vec-normalize",
         metavar="PATH",
-        help="the VecNormalize pickle the model was trained with, to normalise raw observations in the graph "
-        "(default: the RL Zoo's vecnormalize.pkl beside the model, if any)",
+        help="the VecNormalize pickle to normalise raw observations with (default: the RL Zoo's one beside the model)",
     )
     normalization.add_argument(
         "--no-vec-normalize", action="store_true", help="export without a VecNormalize, even where one lies beside the model"

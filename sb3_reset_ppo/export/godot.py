@@ -31,11 +31,10 @@ class GodotStep(nn.Module):
     def __init__(self, actor: ActorStep, obs_shapes: list[tuple[int, ...]]) -> None:
         super().__init__()
         self.actor = actor
-        self.spec = actor.spec
         self.obs_shapes = obs_shapes
 
     def forward(self, *inputs: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-        spec = self.spec
+        spec = self.actor.spec
         *flat_obs, state_ins = inputs
         # (batch, n) -> (batch, *shape); a Discrete index (batch, 1) -> (batch,)
         obs = [tensor.reshape(-1, *shape) for tensor, shape in zip(flat_obs, self.obs_shapes, strict=True)]
@@ -114,6 +113,3 @@ class GodotLayout(Layout):
             "plugin_patch": "docs/deploy/godot_plugin_memory.patch",
         }
         return {"godot": json.dumps(godot)}
-
-
-GODOT = GodotLayout()

@@ -33,7 +33,7 @@ class MlAgentsStep(nn.Module):
     def __init__(self, actor: ActorStep) -> None:
         super().__init__()
         self.actor = actor
-        spec = self.spec = actor.spec
+        spec = actor.spec
         # ML-Agents feeds a Discrete observation as (batch, 1)
         self.discrete_obs = [isinstance(space, spaces.Discrete) for space in observation_spaces(actor.policy, spec)]
         self.register_buffer("version_number", th.tensor([float(ML_AGENTS_VERSION_NUMBER)]))
@@ -43,7 +43,7 @@ class MlAgentsStep(nn.Module):
         self.register_buffer("action_output_shape", th.tensor(shape))
 
     def forward(self, *inputs: th.Tensor) -> tuple[th.Tensor, ...]:
-        spec = self.spec
+        spec = self.actor.spec
         n_obs = max(len(spec.obs_keys), 1)
         # (batch, 1) -> (batch,) for a Discrete observation
         obs = [
@@ -113,6 +113,3 @@ class MlAgentsLayout(Layout):
 
     def images_metadata(self, policy: RecurrentActorCriticPolicy) -> str:
         return "uint8-bounded image Box taken in [0, 1], Unity's scale (not divided by 255)"
-
-
-MLAGENTS = MlAgentsLayout()

@@ -31,11 +31,11 @@ from stable_baselines3.common.vec_env import VecNormalize
 from torch import nn
 
 from sb3_reset_ppo.export.actor import ActorStep, ElementaryRecurrent, ExportOptions, ExportSpec
-from sb3_reset_ppo.export.godot import GODOT
+from sb3_reset_ppo.export.godot import GodotLayout
 from sb3_reset_ppo.export.layout import Graph, Layout
-from sb3_reset_ppo.export.mlagents import ML_AGENTS_VERSION_NUMBER, MLAGENTS, MLAGENTS_OPSET
+from sb3_reset_ppo.export.mlagents import ML_AGENTS_VERSION_NUMBER, MLAGENTS_OPSET, MlAgentsLayout
 from sb3_reset_ppo.export.normalize import load_vec_normalize, observation_normalizer, warn_if_unnormalized
-from sb3_reset_ppo.export.plain import PLAIN
+from sb3_reset_ppo.export.plain import PlainLayout
 from sb3_reset_ppo.version import __version__
 
 __all__ = [
@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 # The layouts by their public name: a new layout is a new module and one entry here
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PLAIN, MLAGENTS, GODOT)}
+LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PlainLayout(), MlAgentsLayout(), GodotLayout())}
 DTYPES: dict[str, th.dtype] = {"float32": th.float32, "float16": th.float16}
 EXPORTERS = ("torchscript", "dynamo")
 # The opsets export_onnx accepts

@@ -21,12 +21,11 @@ class PlainStep(nn.Module):
     def __init__(self, actor: ActorStep) -> None:
         super().__init__()
         self.actor = actor
-        self.spec = actor.spec
         # predict returns a Discrete action as (batch,), the other discrete ones as (batch, n_branches)
         self.squeeze_action = isinstance(actor.policy.action_space, spaces.Discrete)
 
     def forward(self, *inputs: th.Tensor) -> tuple[th.Tensor, ...]:
-        spec = self.spec
+        spec = self.actor.spec
         n_obs = max(len(spec.obs_keys), 1)
         obs, memory = list(inputs[:n_obs]), list(inputs[n_obs : n_obs + spec.n_memory])
         episode_start = inputs[n_obs + spec.n_memory]
@@ -59,6 +58,3 @@ class PlainLayout(Layout):
         parameters = (["logits"] if spec.branches else ["mean", "log_std"]) if options.distribution else []
         outputs: dict[str, int | None] = {"action": 0, **dict.fromkeys(memory_out, 1), **dict.fromkeys(parameters, 0)}
         return Graph(PlainStep(actor).eval(), inputs, outputs, options.dtype)
-
-
-PLAIN = PlainLayout()
