@@ -264,6 +264,8 @@ class ActorStep(nn.Module):
         masks: th.Tensor | None = None,
     ) -> tuple[th.Tensor, list[th.Tensor], list[th.Tensor]]:
         """
+        One step of the actor.
+
         :param observations: One tensor per observation input, ``(batch, *shape)`` (:func:`observation_shapes`)
         :param memory: ``h`` (and ``c``) entering the step, each ``(n_layers, batch, hidden)``
         :param episode_start: ``(batch,)``, or ``None`` where the caller zeroes the memory at an episode start

@@ -33,22 +33,10 @@ from torch import nn
 from sb3_reset_ppo.export.actor import ActorStep, ElementaryRecurrent, ExportOptions, ExportSpec
 from sb3_reset_ppo.export.godot import GodotLayout
 from sb3_reset_ppo.export.layout import Graph, Layout
-from sb3_reset_ppo.export.mlagents import ML_AGENTS_VERSION_NUMBER, MLAGENTS_OPSET, MlAgentsLayout
+from sb3_reset_ppo.export.mlagents import MLAGENTS_OPSET, MlAgentsLayout  # noqa: F401 (MLAGENTS_OPSET re-exported)
 from sb3_reset_ppo.export.normalize import load_vec_normalize, observation_normalizer, warn_if_unnormalized
 from sb3_reset_ppo.export.plain import PlainLayout
 from sb3_reset_ppo.version import __version__
-
-__all__ = [
-    "LAYOUTS",
-    "MLAGENTS_OPSET",
-    "ML_AGENTS_VERSION_NUMBER",
-    "SUPPORTED_ACTION_SPACES",
-    "SUPPORTED_OBSERVATION_SPACES",
-    "ExportSpec",
-    "export_onnx",
-    "export_spec",
-    "read_metadata",
-]
 
 # The layouts by their public name: a new layout is a new module and one entry here
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PlainLayout(), MlAgentsLayout(), GodotLayout())}
@@ -216,8 +204,7 @@ def export_onnx(
     """
     spec = export_spec(model, layout)
     chosen = LAYOUTS[layout]
-    if opset is None:
-        opset = chosen.default_opset
+    opset = chosen.default_opset if opset is None else opset
     if not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"opset must be an integer from {MIN_OPSET} to {MAX_OPSET}, got {opset!r}")
     if dtype not in DTYPES:
