@@ -4,11 +4,11 @@ the memory as inputs and outputs (docs/guide/deploy.md). ``python -m sb3_reset_p
 does it from the command line. Needs the ``deploy`` extra (``onnx``, ``onnxruntime``).
 """
 
+from sb3_reset_ppo.export.actor import ExportSpec
+from sb3_reset_ppo.export.mlagents import ML_AGENTS_VERSION_NUMBER
 from sb3_reset_ppo.export.onnx_export import (
-    ML_AGENTS_VERSION_NUMBER,
     SUPPORTED_ACTION_SPACES,
     SUPPORTED_OBSERVATION_SPACES,
-    ExportSpec,
     export_onnx,
     export_spec,
     read_metadata,

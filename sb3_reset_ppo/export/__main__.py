@@ -1,10 +1,6 @@
 """
-The command line of :func:`~sb3_reset_ppo.export.export_onnx`:
-``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx [--layout plain|mlagents|godot] [--opset N] [--algo ...]``.
-
-A file it cannot export (missing, not a zip, not a model, a model without memory) is one line on stderr naming
-what is supported, and exit status 2, as argparse reports a wrong argument; so are an output path it cannot write and
-a ``--vec-normalize`` file that is not a pickle.
+The command line of :func:`~sb3_reset_ppo.export.export_onnx`: ``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx``.
+A model, output or ``--vec-normalize`` file it cannot use is one line on stderr and exit status 2, as argparse's errors.
 """
 
 import argparse
@@ -15,7 +11,7 @@ from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 
-from sb3_reset_ppo.export.normalize import command_line_vec_normalize
+from sb3_reset_ppo.export.normalize import find_vec_normalize, warn_if_unnormalized
 from sb3_reset_ppo.export.onnx_export import CELL_OPS, DTYPES, EXPORTERS, LAYOUTS, export_onnx, read_metadata
 
 ALGOS = ("auto", "reset_ppo", "maskable_reset_ppo", "recurrent_ppo")
@@ -33,7 +29,7 @@ class ModelFileError(ValueError):
 
 def read_model_data(path: str | Path) -> dict[str, Any]:
     """
-    The ``data`` entry (JSON) of a model saved by SB3's ``model.save``; nothing is unpickled.
+    The ``data`` entry (JSON) of a model saved by SB3's ``model.save``, read without unpickling.
 
     :param path: The model's zip
     :return: The decoded ``data``
@@ -55,66 +51,44 @@ def read_model_data(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _policy_module(data: dict[str, Any]) -> str:
-    """The module of the saved policy's class (SB3 stores it beside the pickled class)."""
-    policy_class = data.get("policy_class", {})
-    return str(policy_class.get("__module__", "")) if isinstance(policy_class, dict) else ""
-
-
-def _recurrent(module: str) -> bool | None:
-    """Whether a policy of ``module`` has memory: ``True``, ``False``, or ``None`` for a module of the user's own."""
-    if module.startswith(("sb3_reset_ppo.", "sb3_contrib.common.recurrent.")):
-        return True
-    if module.startswith(("stable_baselines3.", "sb3_contrib.")):
-        return False
-    return None
-
-
-def detect_algo(path: str | Path) -> str:
-    """
-    The algorithm of a saved model, read from its zip's ``data`` (JSON; nothing is unpickled): ResetPPO's window
-    settings (``window_size``) tell it from RecurrentPPO, the policy's module tells MaskableResetPPO and models
-    without memory (PPO, MaskablePPO, A2C, ...), which are refused.
-
-    :param path: The model's zip
-    :return: ``"reset_ppo"``, ``"maskable_reset_ppo"`` or ``"recurrent_ppo"``
-    """
-    data = read_model_data(path)
-    module = _policy_module(data)
-    if "window_size" in data:
-        return "maskable_reset_ppo" if "maskable" in module else "reset_ppo"
-    recurrent = _recurrent(module)
-    if recurrent is None:
-        raise ModelFileError(
-            f"{path}: its policy class comes from {module or 'an unnamed module'}, not one export knows; export "
-            f"supports {SUPPORTED}; for a recurrent policy of your own, name the algorithm with --algo"
-        )
-    if not recurrent:
-        raise ModelFileError(
-            f"{path}: its policy ({module}) has no memory, as PPO's, MaskablePPO's or another feed-forward "
-            f"algorithm's; export supports {SUPPORTED}"
-        )
-    return "recurrent_ppo"
-
-
 def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
     """
-    Load a saved model on the CPU.
+    Load a saved model on the CPU, refusing one without memory (read from its zip without unpickling it).
 
     :param path: The model's zip
-    :param algo: One of ``ALGOS``; ``"auto"``: :func:`detect_algo`
+    :param algo: One of ``ALGOS``, ``"auto"`` to read it from the zip
     :return: The model
     """
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
-    if algo == "auto":
-        algo = detect_algo(path)
+    data = read_model_data(path)
+    policy_class = data.get("policy_class", {})
+    module = str(policy_class.get("__module__", "")) if isinstance(policy_class, dict) else ""
+    if module.startswith(("sb3_reset_ppo.", "sb3_contrib.common.recurrent.")):
+        recurrent: bool | None = True
+    elif module.startswith(("stable_baselines3.", "sb3_contrib.")):
+        recurrent = False
     else:
-        module = _policy_module(read_model_data(path))
-        if _recurrent(module) is False:
+        recurrent = None  # a policy of the user's own
+    if algo != "auto" and recurrent is False:
+        raise ModelFileError(
+            f"{path}: its policy ({module}) has no memory, so it cannot be loaded as {algo}; export supports {SUPPORTED}"
+        )
+    if algo == "auto":
+        if "window_size" in data:  # ResetPPO saves its window settings, which RecurrentPPO lacks
+            algo = "maskable_reset_ppo" if "maskable" in module else "reset_ppo"
+        elif recurrent is None:
             raise ModelFileError(
-                f"{path}: its policy ({module}) has no memory, so it cannot be loaded as {algo}; export supports {SUPPORTED}"
+                f"{path}: its policy class comes from {module or 'an unnamed module'}, not one export knows; export "
+                f"supports {SUPPORTED}; for a recurrent policy of your own, name the algorithm with --algo"
             )
+        elif not recurrent:
+            raise ModelFileError(
+                f"{path}: its policy ({module}) has no memory, as PPO's, MaskablePPO's or another feed-forward "
+                f"algorithm's; export supports {SUPPORTED}"
+            )
+        else:
+            algo = "recurrent_ppo"
     from sb3_contrib import RecurrentPPO
 
     from sb3_reset_ppo import MaskableResetPPO, ResetPPO
@@ -136,99 +110,62 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
     parser.add_argument("model", help="the saved model, the .zip that model.save() wrote")
     parser.add_argument("output", help="the ONNX file to write")
-    parser.add_argument(
-        "--algo",
-        choices=ALGOS,
-        default="auto",
-        help="the model's algorithm (default: auto, read from the zip without unpickling it)",
-    )
+    parser.add_argument("--algo", choices=ALGOS, default="auto", help="the model's algorithm (default: read from the zip)")
     parser.add_argument(
         "--layout",
         choices=tuple(LAYOUTS),
         default="plain",
-        help="the tensor names: plain (obs, h, c, episode_start -> action, h_out, c_out; the default), mlagents "
-        "(Unity ML-Agents' names and constants) or godot (Godot RL Agents': obs keys, state_ins -> output, state_outs)",
+        help="the tensor names: plain (the default), mlagents (Unity ML-Agents') or godot (Godot RL Agents')",
     )
+    parser.add_argument("--opset", type=int, help="the ONNX opset, 14 to 20 (default: 15 with --layout mlagents, else 17)")
     parser.add_argument(
-        "--opset",
-        type=int,
-        default=None,
-        help="the ONNX opset, 14 to 20 (default: 15 with --layout mlagents, as Unity's Sentis documents opsets 7 to 15; "
-        "else 17)",
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=tuple(DTYPES),
-        default="float32",
-        help="the float type of the weights, float inputs and outputs (default float32; float16 follows predict "
-        "within 1e-2 per step)",
+        "--dtype", choices=tuple(DTYPES), default="float32", help="the float type (float16 follows predict within 1e-2)"
     )
     parser.add_argument(
         "--exporter",
         choices=EXPORTERS,
         default="torchscript",
-        help="torch's exporter: torchscript (the default; writes the opset asked for) or dynamo (torch.export-based; "
-        "needs onnxscript; an opset it cannot write is an error)",
+        help="torch's exporter: torchscript (the default) or dynamo (torch.export-based; needs onnxscript)",
     )
     parser.add_argument(
         "--cell-ops",
         choices=CELL_OPS,
         default="auto",
-        help="how the LSTM or GRU is written: fused (ONNX's LSTM or GRU operator), elementary (matrix products and "
-        "pointwise operations, for engines without them) or auto (the default: elementary for a GRU with --layout "
-        "mlagents, as Unity has no GRU operator; else fused)",
+        help="the LSTM or GRU as ONNX's operator (fused) or as elementary operators; auto: those the layout's engine runs",
     )
-    parser.add_argument(
-        "--distribution",
-        action="store_true",
-        help="also output the distribution's parameters: logits, or the Gaussian's mean and log_std (plain layout)",
-    )
-    parser.add_argument(
-        "--channels-last",
-        action="store_true",
-        help="take images as (batch, H, W, C), as the env gives them (the graph transposes them; not with mlagents)",
-    )
+    parser.add_argument("--distribution", action="store_true", help="also output the distribution's parameters (plain layout)")
+    parser.add_argument("--channels-last", action="store_true", help="take images as (batch, H, W, C), as the env gives them")
     normalization = parser.add_mutually_exclusive_group()
     normalization.add_argument(
         "--vec-normalize",
         metavar="PATH",
-        help="the VecNormalize pickle the model was trained with (VecNormalize.save's file, the RL Zoo's "
-        "vecnormalize.pkl): the graph normalises raw observations with it (default: the RL Zoo's "
-        "<run>/<env>/vecnormalize.pkl beside the model, if there is one)",
+        help="the VecNormalize pickle to normalise raw observations with (default: the RL Zoo's one beside the model)",
     )
     normalization.add_argument(
-        "--no-vec-normalize",
-        action="store_true",
-        help="export without a VecNormalize, even where one lies beside the model (the graph then takes observations "
-        "already normalised)",
+        "--no-vec-normalize", action="store_true", help="export without a VecNormalize, even where one lies beside the model"
     )
     return parser
 
 
 def main(argv: list[str] | None = None) -> Path:
     """
-    The command line.
+    Run the command line.
 
-    :param argv: Arguments (``None``: ``sys.argv``)
+    :param argv: The arguments, by default ``sys.argv``
     :return: The ONNX file written
     """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         model = load_model(args.model, args.algo)
-        vec_normalize = command_line_vec_normalize(model, args.model, args.vec_normalize, args.no_vec_normalize)
-        path = export_onnx(
-            model,
-            args.output,
-            layout=args.layout,
-            opset=args.opset,
-            dtype=args.dtype,
-            distribution=args.distribution,
-            channels_last=args.channels_last,
-            exporter=args.exporter,
-            cell_ops=args.cell_ops,
-            vec_normalize=vec_normalize,
-        )
+        # The RL Zoo's statistics beside the model unless a file is given or none is wanted
+        vec_normalize = None if args.vec_normalize is None else Path(args.vec_normalize)
+        if vec_normalize is None and not args.no_vec_normalize:
+            vec_normalize = find_vec_normalize(args.model)
+            if vec_normalize is None:
+                warn_if_unnormalized(model, args.model)
+        options = ("layout", "opset", "dtype", "distribution", "channels_last", "exporter", "cell_ops")
+        path = export_onnx(model, args.output, vec_normalize=vec_normalize, **{name: getattr(args, name) for name in options})
     except (ValueError, TypeError, OSError) as error:  # ModelFileError, export_onnx's checks, an unwritable output
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     opset = read_metadata(path)["opset"]

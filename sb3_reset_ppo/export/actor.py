@@ -1,9 +1,4 @@
-"""
-The pieces every layout shares: the export's description (:class:`ExportSpec`), one step of the actor on the
-recurrent layer's own tensors (:class:`ActorStep`), the recurrent layer as elementary operators
-(:class:`ElementaryRecurrent`), and the flat memory ``[h | c]`` of the engines' layouts (:func:`split_memory`,
-:func:`join_memory`). A layout (:mod:`sb3_reset_ppo.export.layout`) wraps :class:`ActorStep` behind its tensors.
-"""
+"""What every layout shares: the export's description and options, one step of the actor, the flat memory ``[h | c]``."""
 
 from dataclasses import dataclass
 from typing import cast
@@ -18,36 +13,19 @@ from torch import nn
 
 from sb3_reset_ppo.export.normalize import ObservationNormalizer
 
-__all__ = [
-    "MASKED_LOGIT",
-    "ActorOutput",
-    "ActorStep",
-    "ElementaryRecurrent",
-    "ExportSpec",
-    "join_memory",
-    "masked_logit",
-    "observation_shapes",
-    "observation_spaces",
-    "split_memory",
-]
-
-# A masked logit, as sb3-contrib's maskable distributions set it (float16 holds no -1e8: see masked_logit)
-MASKED_LOGIT = -1e8
-
 
 @dataclass(frozen=True)
 class ExportSpec:
     """
-    What an exported file holds, derived from the policy (the tests and the example read it back from the metadata).
+    What an exported file holds, derived from the policy.
 
     :param cell: ``"LSTM"`` or ``"GRU"``
-    :param n_layers: Recurrent layers of the actor
+    :param n_layers: Number of recurrent layers of the actor
     :param hidden_size: Hidden size of each layer
-    :param obs_keys: The ``Dict`` observation's keys in input order; ``()`` for a single observation
-    :param with_masks: Whether the graph takes ``action_masks`` (MaskableResetPPO; every discrete action space in
-        the ML-Agents layout)
-    :param mask_dims: Width of ``action_masks`` (sb3-contrib's: the sum of the sub-actions' sizes)
-    :param branches: Sizes of the discrete sub-actions (a ``MultiBinary`` action: 2 each); ``()`` for ``Box``
+    :param obs_keys: The ``Dict`` observation's keys in input order, ``()`` for a single observation
+    :param with_masks: Whether the graph takes ``action_masks``
+    :param mask_dims: Width of ``action_masks``: the sum of the sub-actions' sizes
+    :param branches: Sizes of the discrete sub-actions (2 per ``MultiBinary`` entry), ``()`` for a ``Box``
     """
 
     cell: str
@@ -65,7 +43,7 @@ class ExportSpec:
 
     @property
     def memory_size(self) -> int:
-        """ML-Agents' ``memory_size``: the width of ``recurrent_in`` (``n_memory * n_layers * hidden_size``)."""
+        """Width of the flat memory: ``n_memory * n_layers * hidden_size``."""
         return self.n_memory * self.n_layers * self.hidden_size
 
     @property
@@ -74,21 +52,30 @@ class ExportSpec:
         return ["h", "c"][: self.n_memory]
 
 
-def masked_logit(dtype: th.dtype) -> float:
+@dataclass(frozen=True)
+class ExportOptions:
     """
-    The logit of a masked action: sb3-contrib's -1e8 where ``dtype`` holds it (float32), else the dtype's lowest
-    finite value (float16: -65504, where -1e8 overflowed to an error). No finite logit of the dtype is lower, so the
-    argmax picks an allowed action unless every allowed logit of a sub-action is -65504 or overflowed.
+    The checked arguments of ``export_onnx``.
 
-    :param dtype: The float dtype of the logits
-    :return: The masked logit
+    :param dtype: The float dtype of the graph
+    :param opset: The ONNX opset
+    :param channels_last: Whether image observations arrive ``(batch, H, W, C)``
+    :param distribution: Whether the distribution's parameters are outputs
+    :param elementary: Whether the recurrent layer is written as elementary operators
+    :param exporter: torch's exporter: ``"torchscript"`` or ``"dynamo"``
     """
-    return max(MASKED_LOGIT, float(th.finfo(dtype).min))
+
+    dtype: th.dtype
+    opset: int
+    channels_last: bool
+    distribution: bool
+    elementary: bool
+    exporter: str
 
 
 def observation_spaces(policy: RecurrentActorCriticPolicy, spec: ExportSpec) -> list[spaces.Space]:
     """
-    The observation inputs' spaces, in input order: a ``Dict``'s subspaces, or the single observation's space.
+    The observation inputs' spaces, in input order.
 
     :param policy: The recurrent policy
     :param spec: The export's description
@@ -100,8 +87,7 @@ def observation_spaces(policy: RecurrentActorCriticPolicy, spec: ExportSpec) -> 
 
 def observation_shapes(policy: RecurrentActorCriticPolicy, spec: ExportSpec, channels_last: bool) -> list[tuple[int, ...]]:
     """
-    The observation inputs' shapes as :class:`ActorStep` takes them, without the batch axis: the spaces' shapes,
-    images ``(H, W, C)`` with ``channels_last``.
+    The observation inputs' shapes as :class:`ActorStep` takes them, without the batch axis.
 
     :param policy: The recurrent policy
     :param spec: The export's description
@@ -109,20 +95,22 @@ def observation_shapes(policy: RecurrentActorCriticPolicy, spec: ExportSpec, cha
     :return: One shape per observation input
     """
     shapes = []
-    for subspace in observation_spaces(policy, spec):
-        shape = tuple(int(n) for n in (subspace.shape or ()))
-        if channels_last and is_image_space(subspace, check_channels=False) and len(shape) == 3:
-            shape = (shape[1], shape[2], shape[0])  # (C, H, W) -> (H, W, C)
-        shapes.append(shape)
+    for space in observation_spaces(policy, spec):
+        shape = tuple(int(n) for n in (space.shape or ()))
+        # (C, H, W) -> (H, W, C)
+        shapes.append((shape[1], shape[2], shape[0]) if _transposed(space, channels_last) else shape)
     return shapes
+
+
+def _transposed(space: spaces.Space, channels_last: bool) -> bool:
+    """Whether the graph transposes the observation of ``space``: an image taken channels-last."""
+    return channels_last and is_image_space(space, check_channels=False) and len(space.shape or ()) == 3
 
 
 class ElementaryRecurrent(nn.Module):
     """
-    ``nn.LSTM`` / ``nn.GRU`` (every layer, unidirectional, no projection) written with matrix products and pointwise
-    operations, PyTorch's own equations, with the same call as the layer it wraps: the exported graph then holds
-    ``Gemm``, ``Add``, ``Sigmoid``, ``Tanh``, ``Mul`` and ``Sub`` instead of ONNX's ``LSTM`` or ``GRU`` operator,
-    which some engines lack (no version of Unity's Sentis or Inference Engine implements ``GRU``).
+    ``nn.LSTM`` / ``nn.GRU`` written as matrix products and pointwise operations, for engines that lack ONNX's
+    ``LSTM`` or ``GRU`` operator; called as the layer it wraps.
 
     :param rnn: The recurrent layer whose weights it uses (not copied)
     """
@@ -167,47 +155,24 @@ class ElementaryRecurrent(nn.Module):
         return output, th.stack(hiddens)
 
 
-def _split_memory(flat: th.Tensor, spec: ExportSpec) -> list[th.Tensor]:
-    """
-    A flat memory ``[h_0 ... h_{L-1} | c_0 ... c_{L-1}]``, ``(batch, memory_size)``, as the recurrent layer's tensors,
-    each ``(n_layers, batch, hidden)``: each layer's slice, stacked. Not a reshape and a transpose: torch's dynamo
-    exporter needs the memory contiguous, and the copy that makes it so is an ``Identity`` node, which its
-    conversion below opset 16 cannot convert.
-    """
-    width, hidden = spec.n_layers * spec.hidden_size, spec.hidden_size
-    parts = [flat[:, index * width : (index + 1) * width] for index in range(spec.n_memory)]  # (batch, L * H) each
-    return [th.stack([part[:, layer * hidden : (layer + 1) * hidden] for layer in range(spec.n_layers)]) for part in parts]
-
-
-def _join_memory(memory: list[th.Tensor]) -> th.Tensor:
-    """
-    :func:`_split_memory`'s inverse: each ``(n_layers, batch, hidden)`` -> ``(batch, memory_size)``, the layers side by
-    side (not a transpose and a reshape, whose copy is an ``Identity`` node: see :func:`_split_memory`).
-    """
-    layers = [layer for tensor in memory for layer in tensor.unbind(0)]  # (batch, hidden) each
-    return th.cat(layers, dim=1) if len(layers) > 1 else layers[0]
-
-
 def split_memory(flat: th.Tensor, spec: ExportSpec) -> list[th.Tensor]:
     """
-    A flat memory ``[h_0 ... h_{L-1} | c_0 ... c_{L-1}]``, ``(batch, memory_size)``, as the recurrent layer's tensors,
-    each ``(n_layers, batch, hidden)``: each layer's slice, stacked. Not a reshape and a transpose: torch's dynamo
-    exporter needs the memory contiguous, and the copy that makes it so is an ``Identity`` node, which its
-    conversion below opset 16 cannot convert.
+    The flat memory ``[h_0 ... h_{L-1} | c_0 ... c_{L-1}]`` as the recurrent layer's tensors.
 
     :param flat: The flat memory, ``(batch, memory_size)``
     :param spec: The export's description
     :return: ``h`` (and ``c``), each ``(n_layers, batch, hidden)``
     """
     width, hidden = spec.n_layers * spec.hidden_size, spec.hidden_size
+    # Slices stacked, not a reshape and a transpose: the contiguous copy that those need is an Identity node, which
+    # the dynamo exporter cannot convert below opset 16
     parts = [flat[:, index * width : (index + 1) * width] for index in range(spec.n_memory)]  # (batch, L * H) each
     return [th.stack([part[:, layer * hidden : (layer + 1) * hidden] for layer in range(spec.n_layers)]) for part in parts]
 
 
 def join_memory(memory: list[th.Tensor]) -> th.Tensor:
     """
-    :func:`split_memory`'s inverse: each ``(n_layers, batch, hidden)`` -> ``(batch, memory_size)``, the layers side by
-    side (not a transpose and a reshape, whose copy is an ``Identity`` node: see :func:`split_memory`).
+    The inverse of :func:`split_memory`.
 
     :param memory: ``h`` (and ``c``), each ``(n_layers, batch, hidden)``
     :return: The flat memory, ``(batch, memory_size)``
@@ -216,38 +181,15 @@ def join_memory(memory: list[th.Tensor]) -> th.Tensor:
     return th.cat(layers, dim=1) if len(layers) > 1 else layers[0]
 
 
-@dataclass
-class ActorOutput:
-    """
-    What one step of the actor gives a layout.
-
-    :param action: The deterministic action: ``(batch, n_branches)`` int64 for a discrete action, else
-        ``(batch, *action_shape)``
-    :param memory: ``h`` (and ``c``) after the step, each ``(n_layers, batch, hidden)``
-    :param parameters: The (masked) logits ``(batch, sum of branches)`` of a discrete action; the Gaussian's mean and
-        log standard deviation where the step was built with ``distribution=True``; else empty
-    """
-
-    action: th.Tensor
-    memory: list[th.Tensor]
-    parameters: list[th.Tensor]
-
-
 class ActorStep(nn.Module):
     """
-    One step of the actor of ``policy`` on the recurrent layer's own tensors: the observations (in the shapes of
-    :func:`observation_shapes`), ``h`` (and ``c``) each ``(n_layers, batch, hidden)``, ``episode_start`` and the
-    masks; a layout's module calls it with its own tensors reshaped.
+    One deterministic step of the actor of ``policy``, as ``predict`` computes it, on the recurrent layer's own tensors.
 
-    :param policy: The recurrent policy (a copy, on the CPU, in eval mode, of the export's dtype)
+    :param policy: The recurrent policy (a copy on the CPU, in eval mode, of the graph's dtype)
     :param spec: The export's description
-    :param dtype: The float dtype of the graph
-    :param channels_last: Whether image observations arrive ``(batch, H, W, C)`` (transposed in the graph)
-    :param distribution: Whether to give the Gaussian's parameters of a ``Box`` action (a discrete action's logits
-        always come)
-    :param normalizer: ``VecNormalize``'s observation normalisation, applied before SB3's preprocessing, or ``None``
-    :param normalize_images: Whether uint8-bounded images are divided by 255 (``predict``'s rule: the policy's
-        ``normalize_images``; ``False`` for an engine that gives them in [0, 1])
+    :param options: The export's options
+    :param normalizer: ``VecNormalize``'s observation normalisation, or ``None``
+    :param normalize_images: Whether uint8-bounded images are divided by 255
     """
 
     # Buffers: the Box bounds
@@ -258,24 +200,20 @@ class ActorStep(nn.Module):
         self,
         policy: RecurrentActorCriticPolicy,
         spec: ExportSpec,
-        dtype: th.dtype,
-        channels_last: bool,
-        distribution: bool,
+        options: ExportOptions,
         normalizer: ObservationNormalizer | None,
         normalize_images: bool,
     ) -> None:
         super().__init__()
         self.policy = policy
         self.spec = spec
-        self.dtype = dtype
-        self.channels_last = channels_last
-        self.distribution = distribution
+        self.options = options
         self.normalizer = normalizer
         self.normalize_images = normalize_images
         action_space = policy.action_space
         if isinstance(action_space, spaces.Box):
-            self.register_buffer("low", th.as_tensor(action_space.low, dtype=dtype).reshape(-1))
-            self.register_buffer("high", th.as_tensor(action_space.high, dtype=dtype).reshape(-1))
+            self.register_buffer("low", th.as_tensor(action_space.low, dtype=options.dtype).reshape(-1))
+            self.register_buffer("high", th.as_tensor(action_space.high, dtype=options.dtype).reshape(-1))
 
     def _observation(self, raw: list[th.Tensor]) -> th.Tensor | dict[str, th.Tensor]:
         """SB3's ``preprocess_obs`` of the observation inputs, then cast to the graph's dtype."""
@@ -283,15 +221,14 @@ class ActorStep(nn.Module):
         keys = self.spec.obs_keys or ("",)
         obs: dict[str, th.Tensor] = {}
         for key, subspace, tensor in zip(keys, observation_spaces(self.policy, self.spec), raw, strict=True):
-            if self.channels_last and is_image_space(subspace, check_channels=False) and len(subspace.shape or ()) == 3:
-                tensor = tensor.permute(0, 3, 1, 2)  # (batch, H, W, C) -> (batch, C, H, W)
-            obs[key] = tensor
+            # (batch, H, W, C) -> (batch, C, H, W)
+            obs[key] = tensor.permute(0, 3, 1, 2) if _transposed(subspace, self.options.channels_last) else tensor
         if self.normalizer is not None:
             obs = self.normalizer(obs)
         processed = preprocess_obs(obs if self.spec.obs_keys else obs[""], space, normalize_images=self.normalize_images)
         if isinstance(processed, dict):
-            return {key: value.to(self.dtype) for key, value in processed.items()}
-        return processed.to(self.dtype)
+            return {key: value.to(self.options.dtype) for key, value in processed.items()}
+        return processed.to(self.options.dtype)
 
     def _discrete(self, logits: th.Tensor, masks: th.Tensor | None) -> tuple[th.Tensor, th.Tensor]:
         """The deterministic action (argmax per sub-action, ``(batch, n_branches)``) and the masked logits."""
@@ -301,7 +238,9 @@ class ActorStep(nn.Module):
             zeros = th.zeros_like(logits)
             logits = th.stack([zeros, logits], dim=2).reshape(logits.shape[0], -1)  # (batch, n) -> (batch, 2 n)
         if masks is not None:
-            logits = th.where(masks > 0.5, logits, th.full_like(logits, masked_logit(logits.dtype)))
+            # sb3-contrib's masked logit, -1e8, or float16's lowest, -65504, as it holds no -1e8
+            masked = max(-1e8, float(th.finfo(logits.dtype).min))
+            logits = th.where(masks > 0.5, logits, th.full_like(logits, masked))
         branches = th.split(logits, list(self.spec.branches), dim=1)
         actions = th.stack([branch.argmax(dim=1) for branch in branches], dim=1)  # (batch, n_branches)
         return actions, logits
@@ -323,16 +262,17 @@ class ActorStep(nn.Module):
         memory: list[th.Tensor],
         episode_start: th.Tensor | None = None,
         masks: th.Tensor | None = None,
-    ) -> ActorOutput:
+    ) -> tuple[th.Tensor, list[th.Tensor], list[th.Tensor]]:
         """
-        One step.
+        One step of the actor.
 
         :param observations: One tensor per observation input, ``(batch, *shape)`` (:func:`observation_shapes`)
         :param memory: ``h`` (and ``c``) entering the step, each ``(n_layers, batch, hidden)``
-        :param episode_start: ``(batch,)``: the memory is multiplied by ``1 - episode_start`` (sb3-contrib's rule);
-            ``None``: the caller zeroes the memory at an episode start
+        :param episode_start: ``(batch,)``, or ``None`` where the caller zeroes the memory at an episode start
         :param masks: ``(batch, mask_dims)``, 1 = allowed, or ``None``
-        :return: The action, the memory after the step and the distribution's parameters
+        :return: The deterministic action (``(batch, n_branches)`` int64 for a discrete one, else
+            ``(batch, *action_shape)``), ``h`` (and ``c``) after the step, and the distribution's parameters: the masked
+            logits of a discrete action, the Gaussian's mean and log std with ``distribution``, else none
         """
         spec = self.spec
         policy = self.policy
@@ -342,17 +282,13 @@ class ActorStep(nn.Module):
             keep = (1.0 - episode_start).reshape(1, -1, 1)
             memory = [keep * tensor for tensor in memory]
         rnn_input = features.unsqueeze(0)  # (batch, F) -> (1, batch, F): one step
-        if spec.cell == "LSTM":
-            output, (hidden, cell) = policy.lstm_actor(rnn_input, (memory[0], memory[1]))
-            new_memory = [hidden, cell]
-        else:
-            output, hidden = policy.lstm_actor(rnn_input, memory[0])
-            new_memory = [hidden]
+        output, state = policy.lstm_actor(rnn_input, (memory[0], memory[1]) if spec.cell == "LSTM" else memory[0])
+        new_memory = list(state) if spec.cell == "LSTM" else [state]
         latent_pi = policy.mlp_extractor.forward_actor(output[0])
         logits = policy.action_net(latent_pi)
         if spec.branches:
             actions, masked_logits = self._discrete(logits, masks)
-            return ActorOutput(actions, new_memory, [masked_logits])
+            return actions, new_memory, [masked_logits]
         mean = logits
         if policy.squash_output:
             # SB3's squashed Gaussian mode, then predict's unscale_action: [-1, 1] -> [low, high]
@@ -362,5 +298,5 @@ class ActorStep(nn.Module):
             actions = th.minimum(th.maximum(mean, self.low), self.high)
         shape = cast(tuple[int, ...], policy.action_space.shape)
         actions = actions.reshape(-1, *shape)  # (batch, prod(shape)) -> (batch, *shape)
-        parameters = [mean, self._log_std(mean, latent_pi)] if self.distribution else []
-        return ActorOutput(actions, new_memory, parameters)
+        parameters = [mean, self._log_std(mean, latent_pi)] if self.options.distribution else []
+        return actions, new_memory, parameters

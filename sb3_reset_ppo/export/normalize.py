@@ -1,22 +1,6 @@
-"""
-SB3's ``VecNormalize`` in the exported graph: the observation statistics a model was trained with live in the
-``VecNormalize`` wrapper (saved as a pickle, the RL Zoo's ``vecnormalize.pkl``), not in the policy, so a file
-exported without them expects observations that no engine produces. With ``export_onnx(..., vec_normalize=...)``
-the graph takes the raw observations and normalises them as ``VecNormalize.normalize_obs`` does:
-``clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs)``, for the keys in ``norm_obs_keys`` of a ``Dict``.
-Rewards play no part in acting: their statistics are not exported.
-
-Where the statistics are found (:func:`find_vec_normalize`): the RL Zoo saves a model as
-``<run>/<env>.zip`` (also ``<run>/best_model.zip`` and ``<run>/rl_model_<n>_steps.zip``) and its ``VecNormalize``
-as ``<run>/<env>/vecnormalize.pkl``, beside the run's ``config.yml`` (rl_zoo3's ``ExperimentManager``: ``save_path``
-and ``params_path``). Whether a model was trained under ``VecNormalize`` cannot be read from its zip (SB3 leaves
-the wrapper out of what it saves), so it is told where it can be: a model in memory whose env is a
-``VecNormalize`` normalising observations, and the zoo's ``config.yml`` beside a zip (its ``normalize`` entry, as
-the zoo's ``enjoy`` reads it). Either without statistics given: a warning (:func:`warn_if_unnormalized`).
-"""
+"""SB3's ``VecNormalize`` in the graph, and the statistics the RL Zoo saves beside a model (docs/guide/deploy.md)."""
 
 import ast
-import json
 import pickle
 import warnings
 from pathlib import Path
@@ -30,18 +14,6 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
 from torch import nn
 
-__all__ = [
-    "VEC_NORMALIZE_FILE",
-    "ObservationNormalizer",
-    "command_line_vec_normalize",
-    "find_vec_normalize",
-    "load_vec_normalize",
-    "normalization_metadata",
-    "observation_normalizer",
-    "warn_if_unnormalized",
-    "zoo_config_normalizes",
-]
-
 # The file name the RL Zoo saves a VecNormalize under (rl_zoo3's ExperimentManager and SaveVecNormalizeCallback)
 VEC_NORMALIZE_FILE = "vecnormalize.pkl"
 # The zoo's saved hyperparameters, beside vecnormalize.pkl
@@ -52,9 +24,7 @@ _SINGLE = ""
 
 def load_vec_normalize(source: VecNormalize | str | Path) -> VecNormalize:
     """
-    A ``VecNormalize`` object, or one read from its pickle (``VecNormalize.save``'s file, the zoo's
-    ``vecnormalize.pkl``) without an env: only its statistics and settings are read. Unpickling runs code: load
-    only files you trust, as with ``VecNormalize.load``.
+    A ``VecNormalize``, or one read without an env from its pickle: unpickling runs code, as ``VecNormalize.load``.
 
     :param source: The object, or the path of its pickle
     :return: The ``VecNormalize``
@@ -85,10 +55,7 @@ def load_vec_normalize(source: VecNormalize | str | Path) -> VecNormalize:
 
 def find_vec_normalize(model_path: str | Path) -> Path | None:
     """
-    The ``VecNormalize`` pickle the RL Zoo saved beside a model, if any: ``<run>/<stem>/vecnormalize.pkl`` for
-    ``<run>/<stem>.zip`` (the zoo's final model), else the one ``<run>/<env>/vecnormalize.pkl`` of the run folder
-    (``best_model.zip`` and checkpoints; the zoo's ``enjoy`` pairs them with the same file), else
-    ``<run>/vecnormalize.pkl``.
+    The ``VecNormalize`` pickle the RL Zoo saved beside a model, if any: in ``<run>/<env>/`` or ``<run>/``.
 
     :param model_path: The model's zip
     :return: The pickle's path, or ``None``
@@ -102,9 +69,7 @@ def find_vec_normalize(model_path: str | Path) -> Path | None:
 
 def zoo_config_normalizes(model_path: str | Path) -> bool:
     """
-    Whether the RL Zoo's ``config.yml`` beside a model says it was trained with observations normalised (its
-    ``normalize`` entry: ``true``, or a dict or its source string without ``norm_obs=False``). ``False`` when there
-    is no such file (or PyYAML is missing).
+    Whether the RL Zoo's ``config.yml`` beside a model says that its observations were normalised.
 
     :param model_path: The model's zip
     :return: Whether the zoo normalised the model's observations
@@ -116,7 +81,14 @@ def zoo_config_normalizes(model_path: str | Path) -> bool:
         import yaml
     except ImportError:
         return False
-    config = yaml.load((folder / _ZOO_CONFIG_FILE).read_text(), Loader=_zoo_config_loader())
+
+    class ZooLoader(yaml.SafeLoader):
+        """A safe loader that reads the ``OrderedDict`` the zoo dumps with its Python tag."""
+
+    # !!python/object/apply:collections.OrderedDict [[[key, value], ...]]
+    ordered_dict = "tag:yaml.org,2002:python/object/apply:collections.OrderedDict"
+    ZooLoader.add_constructor(ordered_dict, lambda loader, node: dict(loader.construct_sequence(node, deep=True)[0]))
+    config = yaml.load((folder / _ZOO_CONFIG_FILE).read_text(), Loader=ZooLoader)
     if not isinstance(config, dict):
         return False
     normalize = config.get("normalize", False)
@@ -129,8 +101,7 @@ def zoo_config_normalizes(model_path: str | Path) -> bool:
 
 def warn_if_unnormalized(model: Any, model_path: str | Path | None = None) -> None:
     """
-    Warn when ``model`` was trained under a ``VecNormalize`` normalising observations and no statistics are exported:
-    its env is one (a model in memory), or the zoo's ``config.yml`` beside ``model_path`` says so.
+    Warn that ``model`` was trained on normalised observations where its env or the zoo's ``config.yml`` says so.
 
     :param model: The model (or policy) exported
     :param model_path: The zip it was loaded from, if any
@@ -154,35 +125,10 @@ def warn_if_unnormalized(model: Any, model_path: str | Path | None = None) -> No
         )
 
 
-def command_line_vec_normalize(
-    model: Any, model_path: str | Path, given: str | Path | None, disabled: bool = False
-) -> Path | None:
-    """
-    The command line's ``VecNormalize``: the pickle given (``--vec-normalize PATH``), else none with
-    ``--no-vec-normalize``, else the one the RL Zoo saved beside the model (:func:`find_vec_normalize`); a warning
-    (:func:`warn_if_unnormalized`) when there is none and the zoo's ``config.yml`` says the model was trained with one.
-
-    :param model: The loaded model
-    :param model_path: Its zip
-    :param given: ``--vec-normalize``'s path, or ``None``
-    :param disabled: ``--no-vec-normalize``
-    :return: The pickle to export into the graph, or ``None``
-    """
-    if given is not None:
-        return Path(given)
-    if disabled:
-        return None
-    found = find_vec_normalize(model_path)
-    if found is None:
-        warn_if_unnormalized(model, model_path)
-    return found
-
-
 class ObservationNormalizer(nn.Module):
     """
-    ``VecNormalize.normalize_obs`` as graph operators, on the observation dict of the export (``""`` for a single
-    observation): ``clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs)`` per normalised key, computed in
-    float32 whatever the graph's dtype (``VecNormalize`` computes in float64 and returns float32).
+    ``VecNormalize.normalize_obs`` on the export's observation dict (key ``""`` for a single observation), in float32
+    whatever the graph's dtype, as ``VecNormalize`` returns float32.
 
     :param stats: Per normalised key, its ``(mean, var)``
     :param clip_obs: ``VecNormalize.clip_obs``
@@ -200,6 +146,22 @@ class ObservationNormalizer(nn.Module):
             std = np.sqrt(np.asarray(var, np.float64) + epsilon)
             self.register_buffer(f"std_{index}", th.as_tensor(std, dtype=th.float32))
 
+    def metadata(self, source: str) -> dict[str, Any]:
+        """
+        The metadata's ``vec_normalize`` entry, before JSON.
+
+        :param source: Where the statistics came from: a path, or ``"object"``
+        :return: The keys normalised, ``clip_obs``, ``epsilon``, the formula and the source
+        """
+        return {
+            "in_graph": True,
+            "source": source,
+            "keys": [key or "obs" for key in self.keys],
+            "clip_obs": self.clip_obs,
+            "epsilon": self.epsilon,
+            "formula": "clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs), before SB3's preprocessing",
+        }
+
     def forward(self, obs: dict[str, th.Tensor]) -> dict[str, th.Tensor]:
         normalised = dict(obs)
         for index, key in enumerate(self.keys):
@@ -211,7 +173,7 @@ class ObservationNormalizer(nn.Module):
 
 def observation_normalizer(vec_normalize: VecNormalize, observation_space: spaces.Space) -> ObservationNormalizer | None:
     """
-    The graph's normaliser for a policy's observation space, checked against the statistics' keys and shapes.
+    The graph's normaliser, checked against the policy's observation space.
 
     :param vec_normalize: The ``VecNormalize`` the model was trained with
     :param observation_space: The policy's observation space
@@ -220,7 +182,7 @@ def observation_normalizer(vec_normalize: VecNormalize, observation_space: space
     if not vec_normalize.norm_obs:
         return None
     obs_rms = vec_normalize.obs_rms
-    stats: dict[str, RunningMeanStd]
+    subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {_SINGLE: observation_space}
     if isinstance(observation_space, spaces.Dict):
         if not isinstance(obs_rms, dict):
             raise ValueError(
@@ -233,16 +195,12 @@ def observation_normalizer(vec_normalize: VecNormalize, observation_space: space
                 f"vec_normalize normalises keys {unknown} that the policy's observation space lacks (its keys: "
                 f"{list(observation_space.spaces)}): use the VecNormalize the model was trained with"
             )
-        stats = dict(obs_rms)
-        subspaces = {key: observation_space.spaces[key] for key in stats}
-    else:
-        if isinstance(obs_rms, dict):
-            raise ValueError(
-                f"vec_normalize holds the statistics of a Dict observation (keys {list(obs_rms)}), but the policy "
-                f"observes {observation_space}: use the VecNormalize the model was trained with"
-            )
-        stats = {_SINGLE: obs_rms}
-        subspaces = {_SINGLE: observation_space}
+    elif isinstance(obs_rms, dict):
+        raise ValueError(
+            f"vec_normalize holds the statistics of a Dict observation (keys {list(obs_rms)}), but the policy "
+            f"observes {observation_space}: use the VecNormalize the model was trained with"
+        )
+    stats: dict[str, RunningMeanStd] = dict(obs_rms) if isinstance(obs_rms, dict) else {_SINGLE: obs_rms}
     for key, rms in stats.items():
         subspace = subspaces[key]
         if not isinstance(subspace, spaces.Box):
@@ -259,29 +217,6 @@ def observation_normalizer(vec_normalize: VecNormalize, observation_space: space
         clip_obs=float(vec_normalize.clip_obs),
         epsilon=float(vec_normalize.epsilon),
     )
-
-
-def normalization_metadata(normalizer: ObservationNormalizer | None, source: str) -> dict[str, str]:
-    """
-    The metadata entry ``vec_normalize`` (JSON): whether the graph normalises observations, which keys, with which
-    ``clip_obs`` and ``epsilon``, from where.
-
-    :param normalizer: The graph's normaliser, or ``None``
-    :param source: Where the statistics came from (a path, ``"object"``), or ``""``
-    :return: ``{"vec_normalize": ...}``
-    """
-    if normalizer is None:
-        entry: dict[str, Any] = {"in_graph": False}
-    else:
-        entry = {
-            "in_graph": True,
-            "source": source,
-            "keys": [key or "obs" for key in normalizer.keys],
-            "clip_obs": normalizer.clip_obs,
-            "epsilon": normalizer.epsilon,
-            "formula": "clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs), before SB3's preprocessing",
-        }
-    return {"vec_normalize": json.dumps(entry)}
 
 
 def _stats_folder(model_path: Path) -> Path | None:
@@ -307,19 +242,3 @@ def _literal_kwargs(source: str) -> dict[str, Any] | bool:
         # Not a literal: the zoo would eval it; assume observations are normalised (the warning errs on that side)
         return True
     return value if isinstance(value, dict | bool) else bool(value)
-
-
-def _zoo_config_loader() -> type:
-    """A safe YAML loader that reads the zoo's ``config.yml`` (an ``OrderedDict`` dumped with its Python tag)."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict[Any, Any]:
-        # !!python/object/apply:collections.OrderedDict [[[key, value], ...]]
-        (pairs,) = loader.construct_sequence(node, deep=True)
-        return dict(pairs)
-
-    Loader.add_constructor("tag:yaml.org,2002:python/object/apply:collections.OrderedDict", ordered_dict)
-    return Loader
