@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
-from helpers import RandomEpisodeEnv, assert_close_named, brute_force_step_weights, filled_window_buffer, loss_from_fields
+from helpers import RandomEpisodeEnv, assert_close_named, filled_window_buffer, loss_from_fields
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.env_util import make_vec_env
 from test_oracle import _oracle
+from window_weights import brute_force_step_weights
 
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer, window_weights
 from sb3_reset_ppo.common.epochs import EpochWindows, epoch_window_starts, window_units

@@ -7,11 +7,12 @@ drops slots), so it is tested once.
 import numpy as np
 import pytest
 import torch as th
-from helpers import RandomEpisodeEnv, assert_close_named, reference_unroll
+from helpers import RandomEpisodeEnv, assert_close_named
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stable_baselines3.common.env_util import make_vec_env
 from torch import nn
+from unroll_reference import reference_unroll
 
 from sb3_reset_ppo import ResetPPO
 from sb3_reset_ppo.common.evaluation import evaluate_windows

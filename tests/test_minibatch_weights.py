@@ -21,15 +21,10 @@ import math
 import numpy as np
 import pytest
 import torch as th
-from helpers import (
-    RandomEpisodeEnv,
-    brute_force_effective_weights,
-    brute_force_step_weights,
-    brute_force_window_starts,
-    filled_window_buffer,
-)
+from helpers import RandomEpisodeEnv, filled_window_buffer
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from window_weights import brute_force_effective_weights, brute_force_step_weights, brute_force_window_starts
 
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer
 from sb3_reset_ppo.common.epochs import epoch_slot_range

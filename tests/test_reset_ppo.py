@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
-from helpers import RandomEpisodeEnv, brute_force_step_weights
+from helpers import RandomEpisodeEnv
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
@@ -17,6 +17,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
+from window_weights import brute_force_step_weights
 
 from sb3_reset_ppo import DictWindowRolloutBuffer, ResetPPO, WindowRolloutBuffer
 

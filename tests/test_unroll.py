@@ -2,8 +2,8 @@
 
 import pytest
 import torch as th
-from helpers import reference_unroll
 from torch import nn
+from unroll_reference import reference_unroll
 
 from sb3_reset_ppo.common.evaluation import categorical_log_prob_entropy
 from sb3_reset_ppo.common.layout import plan_reset_steps

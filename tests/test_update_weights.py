@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
-from helpers import brute_force_effective_weights
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from update_probe import UpdateRecorder, fill, probe_model, random_episode_starts
+from window_weights import brute_force_effective_weights
 
 
 # Settings drawn from the options that decide the weights

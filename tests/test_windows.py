@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
-from helpers import brute_force_step_weights
 from helpers import filled_window_buffer as _filled_buffer
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from window_weights import brute_force_step_weights
 
 from sb3_reset_ppo import WindowRolloutBuffer, WindowSettings, window_weights
 from sb3_reset_ppo.common.epochs import epoch_window_starts, plan_epoch, window_order
