@@ -10,6 +10,7 @@ from gymnasium import spaces
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer, WindowSettings
 from sb3_reset_ppo.common.evaluation import evaluate_windows
 from sb3_reset_ppo.common.loss import LossSettings, SlotTargets, WindowLoss, window_ppo_loss
+from sb3_reset_ppo.maskable.buffers import mask_dims
 
 
 class RandomEpisodeEnv(gym.Env):
@@ -177,3 +178,107 @@ def loss_from_fields(**fields: Any) -> WindowLoss:
     targets = SlotTargets(**{name: fields.pop(name) for name in SlotTargets._fields if name in fields})
     settings = LossSettings(**{name: fields.pop(name) for name in LossSettings._fields if name in fields})
     return window_ppo_loss(fields.pop("log_prob"), fields.pop("values"), fields.pop("entropy"), targets, settings, **fields)
+
+
+class RandomMaskEnv(RandomEpisodeEnv):
+    """
+    ``RandomEpisodeEnv`` whose valid actions change at random every step (at least one valid per sub-action); with
+    ``strict`` an invalid action raises.
+    """
+
+    def __init__(self, strict: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.strict = strict
+        self._mask = np.ones(mask_dims(self.action_space), dtype=bool)
+
+    def _new_mask(self) -> None:
+        space = self.action_space
+        if isinstance(space, spaces.Discrete):
+            sizes = [int(space.n)]
+        elif isinstance(space, spaces.MultiDiscrete):
+            sizes = [int(n) for n in space.nvec]
+        else:
+            assert isinstance(space, spaces.MultiBinary)
+            sizes = [2] * int(np.prod(space.n))
+        parts = []
+        for size in sizes:
+            part = self.np_random.random(size) < 0.5
+            part[self.np_random.integers(size)] = True
+            parts.append(part)
+        self._mask = np.concatenate(parts)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        result = super().reset(seed=seed, options=options)
+        self._new_mask()
+        return result
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if self.strict:
+            check_valid(self.action_space, np.asarray(action)[None], self._mask[None])
+        result = super().step(action)
+        self._new_mask()
+        return result
+
+    def action_masks(self) -> np.ndarray:
+        return self._mask.copy()
+
+
+def check_valid(action_space: spaces.Space, actions: np.ndarray, masks: np.ndarray) -> None:
+    """Raise unless every action of ``actions`` (``(n, ...)``) is allowed by its mask (``(n, mask_dims)``)."""
+    if isinstance(action_space, spaces.Discrete):
+        chosen = masks[np.arange(len(masks)), actions.reshape(-1).astype(int)]
+    else:
+        if isinstance(action_space, spaces.MultiDiscrete):
+            sizes = [int(n) for n in action_space.nvec]
+        else:
+            assert isinstance(action_space, spaces.MultiBinary)
+            sizes = [2] * int(np.prod(action_space.n))
+        offsets = np.cumsum([0, *sizes[:-1]])
+        # (n, n_sub) indices into the flat mask
+        chosen = np.take_along_axis(masks, offsets[None, :] + actions.reshape(len(masks), -1).astype(int), axis=1)
+    assert bool(np.all(chosen)), f"invalid action {actions} under mask {masks}"
+
+
+N_CUES, N_WAIT = 4, 2
+
+
+class CueMemoryFake:
+    """
+    A scripted MaskedCueRecall policy that needs its state: perfect iff the state is carried and reset per episode.
+
+    The state it returns holds, per env, the cue it remembers (-1: none). It reads the cue only at a step flagged by
+    ``episode_start`` (the first observation of an episode shows it) and at the query answers the remembered cue, or
+    0 when it remembers none: so with its state dropped it scores chance. Before the query it takes the valid wait
+    action that ``action_masks`` shows (without masks: the first wait action, valid only when ``n_wait=1``).
+
+    :param expect_masks: Whether every call must get ``action_masks`` (``False``: none may)
+    """
+
+    def __init__(self, expect_masks: bool = True) -> None:
+        self.expect_masks = expect_masks
+        self.calls = 0
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        assert isinstance(observation, np.ndarray)
+        assert episode_start is not None
+        n_envs = observation.shape[0]  # observation: (n_envs, n_cues + 1)
+        if self.expect_masks:
+            assert action_masks is not None, "action_masks missing at a step"
+            assert action_masks.shape == (n_envs, N_CUES + N_WAIT)
+        else:
+            assert action_masks is None
+        self.calls += 1
+        cues = np.full(n_envs, -1) if state is None else state[0].copy()
+        cues[episode_start] = np.argmax(observation[episode_start, :N_CUES], axis=1)
+        is_query = observation[:, -1] == 1
+        # Before the query the only valid action is a wait: the first valid action of the mask
+        waits = np.full(n_envs, N_CUES) if action_masks is None else np.argmax(action_masks, axis=1)
+        actions = np.where(is_query, np.maximum(cues, 0), waits)
+        return actions, (cues,)

@@ -165,7 +165,7 @@ def _prose(path: pathlib.Path) -> str:
 
 
 def test_the_documented_claim_holds_where_it_says_and_only_there() -> None:
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = pathlib.Path(__file__).resolve().parents[2]
     assert CLAIM in _prose(root / "docs" / "guide" / "parameters.md")
     readme = _prose(root / "README.md")
     assert "every step of the rollout gets exactly the same expected gradient weight" in readme

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
-from helpers import RandomEpisodeEnv
+from helpers import RandomEpisodeEnv, RandomMaskEnv, check_valid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sb3_contrib.common.maskable.utils import get_action_masks
@@ -20,67 +20,6 @@ from stable_baselines3.common.vec_env import SubprocVecEnv
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.evaluation import evaluate_windows
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
-from sb3_reset_ppo.maskable.buffers import mask_dims
-
-
-class RandomMaskEnv(RandomEpisodeEnv):
-    """
-    ``RandomEpisodeEnv`` whose valid actions change at random every step (at least one valid per sub-action); with
-    ``strict`` an invalid action raises.
-    """
-
-    def __init__(self, strict: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.strict = strict
-        self._mask = np.ones(mask_dims(self.action_space), dtype=bool)
-
-    def _new_mask(self) -> None:
-        space = self.action_space
-        if isinstance(space, spaces.Discrete):
-            sizes = [int(space.n)]
-        elif isinstance(space, spaces.MultiDiscrete):
-            sizes = [int(n) for n in space.nvec]
-        else:
-            assert isinstance(space, spaces.MultiBinary)
-            sizes = [2] * int(np.prod(space.n))
-        parts = []
-        for size in sizes:
-            part = self.np_random.random(size) < 0.5
-            part[self.np_random.integers(size)] = True
-            parts.append(part)
-        self._mask = np.concatenate(parts)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
-        result = super().reset(seed=seed, options=options)
-        self._new_mask()
-        return result
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        if self.strict:
-            check_valid(self.action_space, np.asarray(action)[None], self._mask[None])
-        result = super().step(action)
-        self._new_mask()
-        return result
-
-    def action_masks(self) -> np.ndarray:
-        return self._mask.copy()
-
-
-def check_valid(action_space: spaces.Space, actions: np.ndarray, masks: np.ndarray) -> None:
-    """Raise unless every action of ``actions`` (``(n, ...)``) is allowed by its mask (``(n, mask_dims)``)."""
-    if isinstance(action_space, spaces.Discrete):
-        chosen = masks[np.arange(len(masks)), actions.reshape(-1).astype(int)]
-    else:
-        if isinstance(action_space, spaces.MultiDiscrete):
-            sizes = [int(n) for n in action_space.nvec]
-        else:
-            assert isinstance(action_space, spaces.MultiBinary)
-            sizes = [2] * int(np.prod(action_space.n))
-        offsets = np.cumsum([0, *sizes[:-1]])
-        # (n, n_sub) indices into the flat mask
-        chosen = np.take_along_axis(masks, offsets[None, :] + actions.reshape(len(masks), -1).astype(int), axis=1)
-    assert bool(np.all(chosen)), f"invalid action {actions} under mask {masks}"
-
 
 ACTION_SPACES = {
     "discrete": spaces.Discrete(4),

@@ -27,7 +27,7 @@ from sb3_reset_ppo.export import export_onnx, export_spec, read_metadata
 
 ort = pytest.importorskip("onnxruntime")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PATCH = ROOT / "docs" / "deploy" / "godot_plugin_memory.patch"
 HIDDEN = 8
 N_AGENTS = 3

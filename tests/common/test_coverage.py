@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.env_util import make_vec_env
-from test_oracle import _oracle
+from test_evaluation import _oracle
 from window_weights import brute_force_step_weights
 
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer, window_weights

@@ -69,7 +69,7 @@ def test_hyperparameter_file_covers_the_benchmark_envs() -> None:
     hyperparams = yaml.safe_load(DEFAULT_CONF_FILE.read_text())
     zoo = yaml.safe_load((Path(rl_zoo3.__file__).parent / "hyperparams" / "ppo_lstm.yml").read_text())
     evidence = yaml.safe_load(
-        (Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "evidence" / "evidence.yml").read_text()
+        (Path(__file__).resolve().parents[2] / "benchmarks" / "studies" / "evidence" / "evidence.yml").read_text()
     )
     for env_id in (
         "CartPoleNoVel-v1",
@@ -276,9 +276,9 @@ def test_masked_evaluation_and_enjoy_replace_the_zoo_names_and_restore_them(monk
 def test_maskable_trial_eval_callback_reports_memory_keeping_masked_evaluations(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from helpers import CueMemoryFake
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import configure
-    from test_maskable_evaluation import CueMemoryFake
 
     # A real model for the callback's bookkeeping, whose predict is a scripted policy that scores 1.0 only when it
     # gets the masks at every step and its state back (tests/test_maskable_evaluation.py)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ray = pytest.importorskip("ray", reason="Ray is not installed (the cluster extra: in the clone, pip install -e '.[cluster]')")
 
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 # What the docs build needs (the `docs` extra); without it the build test is skipped, the snippets still run
 DOCS_REQUIREMENTS = ("sphinx", "myst_parser", "furo")

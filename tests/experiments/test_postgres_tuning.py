@@ -21,7 +21,7 @@ import postgres_server
 import pytest
 from postgres_server import PostgresServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV_ID, ARM = "EarlyChoice-v0", "ev_reset"
 STUDY = f"{ENV_ID}_{ARM}"  # tune.study_name
 TRIALS = 3

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess:

@@ -27,7 +27,7 @@ from upstream_swaps import (
     upstream_source,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The upstream file's tests (16 with parametrization) less the deselected ones
 EXPECTED_PASSED = 16 - len(DESELECTED)
 

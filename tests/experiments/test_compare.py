@@ -16,7 +16,7 @@ from sb3_reset_ppo.experiments import compare, executors, runner, stats
 from sb3_reset_ppo.experiments.compare import reporting
 from sb3_reset_ppo.experiments.runner import RunSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_arms_from_algos_and_variants() -> None:

@@ -32,7 +32,7 @@ from sb3_reset_ppo.export.__main__ import main as export_main
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = 8
 # Steps of each side-by-side rollout: several episodes of 1 to 6 steps per env, starting at different steps
 N_STEPS = 24

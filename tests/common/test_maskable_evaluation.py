@@ -10,6 +10,7 @@ import pytest
 import sb3_contrib.common.maskable.callbacks as upstream_callbacks
 import sb3_contrib.common.maskable.evaluation as upstream_evaluation
 import torch as th
+from helpers import CueMemoryFake
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback as UpstreamMaskableEvalCallback
 from stable_baselines3.common.env_util import make_vec_env
@@ -20,50 +21,6 @@ import sb3_reset_ppo.envs  # noqa: F401  (registers MaskedCueRecall-v0)
 from sb3_reset_ppo import MaskableResetPPO
 from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback, MaskablePredictor, evaluate_policy
 from sb3_reset_ppo.envs.masked_cue_recall import normalised_score
-
-N_CUES, N_WAIT = 4, 2
-
-
-class CueMemoryFake:
-    """
-    A scripted MaskedCueRecall policy that needs its state: perfect iff the state is carried and reset per episode.
-
-    The state it returns holds, per env, the cue it remembers (-1: none). It reads the cue only at a step flagged by
-    ``episode_start`` (the first observation of an episode shows it) and at the query answers the remembered cue, or
-    0 when it remembers none: so with its state dropped it scores chance. Before the query it takes the valid wait
-    action that ``action_masks`` shows (without masks: the first wait action, valid only when ``n_wait=1``).
-
-    :param expect_masks: Whether every call must get ``action_masks`` (``False``: none may)
-    """
-
-    def __init__(self, expect_masks: bool = True) -> None:
-        self.expect_masks = expect_masks
-        self.calls = 0
-
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-        action_masks: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        assert isinstance(observation, np.ndarray)
-        assert episode_start is not None
-        n_envs = observation.shape[0]  # observation: (n_envs, n_cues + 1)
-        if self.expect_masks:
-            assert action_masks is not None, "action_masks missing at a step"
-            assert action_masks.shape == (n_envs, N_CUES + N_WAIT)
-        else:
-            assert action_masks is None
-        self.calls += 1
-        cues = np.full(n_envs, -1) if state is None else state[0].copy()
-        cues[episode_start] = np.argmax(observation[episode_start, :N_CUES], axis=1)
-        is_query = observation[:, -1] == 1
-        # Before the query the only valid action is a wait: the first valid action of the mask
-        waits = np.full(n_envs, N_CUES) if action_masks is None else np.argmax(action_masks, axis=1)
-        actions = np.where(is_query, np.maximum(cues, 0), waits)
-        return actions, (cues,)
 
 
 def _masked_env(n_envs: int, seed: int = 0, **env_kwargs: Any) -> Any:
