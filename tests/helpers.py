@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer, WindowSettings
 from sb3_reset_ppo.common.evaluation import evaluate_windows
@@ -282,3 +283,12 @@ class CueMemoryFake:
         waits = np.full(n_envs, N_CUES) if action_masks is None else np.argmax(action_masks, axis=1)
         actions = np.where(is_query, np.maximum(cues, 0), waits)
         return actions, (cues,)
+
+
+def small_reset_ppo(**kwargs: object) -> ResetPPO:
+    """A small ResetPPO on ``RandomEpisodeEnv``: ``n_envs`` and ``policy`` among ``kwargs``, the rest ResetPPO's."""
+    env = make_vec_env(RandomEpisodeEnv, n_envs=kwargs.pop("n_envs", 2), seed=0)  # type: ignore[arg-type]
+    settings: dict = dict(n_steps=16, batch_size=16, n_epochs=2, window_size=4, seed=0)
+    settings.update(kwargs)
+    settings.setdefault("policy_kwargs", {"lstm_hidden_size": 8, "net_arch": [8]})
+    return ResetPPO(settings.pop("policy", "MlpLstmPolicy"), env, **settings)

@@ -1,4 +1,7 @@
-"""Checkpoints saved before a setting existed load as they trained, not with today's defaults."""
+"""
+Checkpoints saved before a setting existed load as they trained, not with today's defaults; a GRU checkpoint
+loaded by RecurrentPPO and a truncated file say what they are.
+"""
 
 import io
 import json
@@ -6,10 +9,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import small_reset_ppo
 from sb3_contrib import RecurrentPPO
 
 from sb3_reset_ppo import ResetPPO
-from sb3_reset_ppo.common.checkpoints import LEGACY_SETTINGS, legacy_settings
+from sb3_reset_ppo.common.checkpoints import LEGACY_SETTINGS, check_checkpoint, legacy_settings
 
 # Made by tests/data/make_checkpoint_before_window_coverage.py: windows of 4 inside the rollout, CartPole-v1, saved
 # without window_coverage (and the window generator's state), as checkpoints were before window_coverage existed
@@ -83,3 +87,29 @@ def test_a_recurrent_ppo_checkpoint_takes_reset_ppos_defaults(tmp_path: Path) ->
     )
     assert legacy_settings(tmp_path / "recurrent.zip") == {}
     assert ResetPPO.load(tmp_path / "recurrent.zip").window_coverage == "full"
+
+
+def test_a_gru_checkpoint_in_recurrent_ppo_says_to_use_reset_ppo(tmp_path: Path) -> None:
+    model = small_reset_ppo(policy="MlpGruPolicy")
+    model.save(tmp_path / "gru")
+    contrib = RecurrentPPO.load(tmp_path / "gru", env=model.get_env())
+    with pytest.raises(ValueError, match=r"ResetPPO\.load"):
+        contrib.learn(32)
+
+
+def test_a_checkpoint_cut_after_a_nested_archive_is_reported_as_truncated(tmp_path: Path) -> None:
+    import zipfile
+
+    model = small_reset_ppo()
+    path = tmp_path / "model.zip"
+    model.save(path)
+    data = path.read_bytes()
+    with zipfile.ZipFile(path) as archive:
+        nested = next(info for info in archive.infolist() if info.filename == "policy.optimizer.pth")
+    # Cut just after the nested torch archive's own zip directory: zip finds that one
+    end = nested.header_offset + 30 + len(nested.filename) + nested.compress_size
+    cut = tmp_path / "cut.zip"
+    cut.write_bytes(data[: end - 11])
+    with pytest.raises(ValueError, match="truncated") as error:
+        check_checkpoint(cut)
+    assert "data.pkl" not in str(error.value)  # the nested archive's members are not listed as the checkpoint's

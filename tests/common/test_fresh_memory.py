@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 import torch as th
-from helpers import RandomEpisodeEnv
+from helpers import RandomEpisodeEnv, small_reset_ppo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stable_baselines3.common.env_util import make_vec_env
@@ -308,3 +308,54 @@ def test_windows_start_from_the_burned_in_memory() -> None:
         _, stored, _ = evaluate_windows(model.policy, samples._replace(burn_in=None))
     th.testing.assert_close(log_prob, manual)
     assert not th.allclose(log_prob, stored, atol=1e-5)
+
+
+def test_burn_in_only_steps_skip_autograd_in_the_features_extractor() -> None:
+    model = small_reset_ppo(burn_in=6, window_size=4, n_steps=32, batch_size=8)
+    model.learn(64 * 2)
+    calls: list[tuple[bool, int]] = []
+    handle = model.policy.features_extractor.register_forward_hook(
+        lambda module, inputs, output: calls.append((th.is_grad_enabled(), int(output.shape[0])))
+    )
+    try:
+        samples = next(model.rollout_buffer.get(8))
+        assert samples.burn_in is not None
+        model._minibatch_loss(samples, clip_range=0.2, clip_range_vf=None)
+    finally:
+        handle.remove()
+    slot_steps = int(samples.slot_steps.unique().numel())
+    distinct = int(samples.observations.shape[0])  # type: ignore[union-attr]
+    assert distinct > slot_steps  # the burn-in reaches steps no slot holds
+    # One call with gradient over the slots' steps, one without over the burn-in-only steps
+    assert calls == [(True, slot_steps), (False, distinct - slot_steps)]
+
+
+def test_burn_in_features_without_gradient_change_nothing_else() -> None:
+    # The same loss and gradients as computing every feature with autograd (up to float rounding)
+    from sb3_reset_ppo.common import unroll
+
+    model = small_reset_ppo(burn_in=6, window_size=4, n_steps=32, batch_size=8, learning_rate=3e-3)
+    model.learn(64 * 2)
+    samples = next(model.rollout_buffer.get(8))
+    assert samples.burn_in is not None
+
+    def gradients(batch: object) -> list[th.Tensor]:
+        model.policy.zero_grad()
+        model._minibatch_loss(batch, clip_range=0.2, clip_range_vf=None).loss.backward()  # type: ignore[arg-type]
+        return [p.grad.clone() for p in model.policy.parameters() if p.grad is not None]
+
+    split = gradients(samples)
+    # slot_steps=-1: every feature with autograd
+    whole = gradients(samples._replace(burn_in=samples.burn_in._replace(slot_steps=-1)))
+    for a, b in zip(split, whole, strict=True):
+        th.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert unroll is not None
+
+
+def test_refresh_and_burn_in_staleness_have_separate_keys() -> None:
+    model = small_reset_ppo(memory_refresh=1, burn_in=4, learning_rate=3e-3)
+    model.learn(32)
+    model.set_logger(configure(None, []))
+    model.train()
+    logged = model.logger.name_to_value
+    assert "train/memory_staleness" in logged and "train/burn_in_staleness" in logged

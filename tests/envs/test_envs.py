@@ -1,4 +1,4 @@
-"""Memory tasks: gymnasium's checks, their documented optimal and random returns, and their speed."""
+"""Memory tasks: gymnasium's checks, their documented optimal and random returns, their speed, and fresh info dicts."""
 
 import gymnasium as gym
 import numpy as np
@@ -147,3 +147,19 @@ def test_minigrid_memory_task_trains_through_sb3() -> None:
     model = ResetPPO("MlpLstmPolicy", env, n_steps=32, batch_size=64, window_size=8, policy_kwargs={"lstm_hidden_size": 8})
     model.learn(128)
     assert model.num_timesteps == 128
+
+
+@pytest.mark.parametrize("task", POPGYM_TASKS)
+def test_popgym_infos_are_fresh_objects_on_every_call(task: str) -> None:
+    pytest.importorskip("popgym")
+    env = gym.make(f"Popgym{task}-v0")
+    _, reset_info = env.reset(seed=0)
+    kept = {key: np.array(value, copy=True) for key, value in reset_info.items()}
+    step_infos = [env.step(env.action_space.sample())[4] for _ in range(2)]
+    infos = [reset_info, *step_infos]
+    for i, info in enumerate(infos):
+        for other in infos[i + 1 :]:
+            assert info is not other
+            assert all(info[key] is not other[key] for key in info.keys() & other.keys())
+    # What reset returned is not changed by the steps after it (CountRecall's counts were)
+    assert all(np.array_equal(reset_info[key], value) for key, value in kept.items())

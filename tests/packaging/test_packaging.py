@@ -1,8 +1,13 @@
-"""What ships: the wheel holds the package data, and the zoo command works from an installed wheel."""
+"""
+What ships: the wheel holds the package data, and the zoo command works from an installed wheel; the extras never
+install both pygames, and the tests extra holds the build requirements.
+"""
 
+import configparser
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -93,3 +98,42 @@ def test_wheel_holds_package_data_and_runs_the_zoo_from_an_install(tmp_path: Pat
     run = json.loads((out / "runs" / "reset_ppo" / "CueRecall-v0" / "seed0" / "run.json").read_text())
     assert run["returncode"] == 0 and run["commit"] == "" and not run["dirty"]
     assert (out / "REPORT.md").exists() and (out / "figures" / "return_vs_seconds.png").exists()
+
+
+def _extras() -> dict[str, list[str]]:
+    """The extras of setup.cfg: name -> requirement names (lower case, ``_`` as ``-``)."""
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    extras = {}
+    for extra, value in parser["options.extras_require"].items():
+        lines = [line.split("#")[0].strip() for line in value.splitlines()]
+        extras[extra] = [re.split(r"[<>=!~;\[ ]", line)[0].lower().replace("_", "-") for line in lines if line]
+    return extras
+
+
+def test_extras_do_not_mix_pygame_and_pygame_ce() -> None:
+    # minigrid (the evidence extra) requires pygame-ce, which installs into the same `pygame` folder as pygame
+    extras = _extras()
+    assert "minigrid" in extras["evidence"]
+    assert all("pygame" not in names for names in extras.values()), extras
+    assert "pygame-ce" in extras["zoo"]  # enjoy's window
+
+
+def test_installed_distributions_do_not_hold_both_pygames() -> None:
+    names = {str(dist.metadata["Name"]).lower().replace("_", "-") for dist in importlib.metadata.distributions()}
+    assert not {"pygame", "pygame-ce"} <= names, (
+        "pygame and pygame-ce are both installed (one overwrites the other's files): "
+        "pip uninstall -y pygame && pip install --force-reinstall --no-deps pygame-ce"
+    )
+
+
+def test_tests_extra_holds_the_build_requirements() -> None:
+    # The wheel above is built with this environment's build tools (--no-build-isolation)
+    tomllib = pytest.importorskip("tomllib")
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    tests = {line.strip() for line in parser["options.extras_require"]["tests"].splitlines() if line.strip()}
+    assert set(requires) <= tests, (requires, tests)
+    # bdist_wheel is part of setuptools from 70.1 (setuptools 65 of a fresh Python 3.11 venv has none without wheel)
+    assert any(r.startswith("setuptools>=") and tuple(map(int, r.split(">=")[1].split("."))) >= (70, 1) for r in requires)

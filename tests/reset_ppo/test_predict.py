@@ -1,10 +1,13 @@
-"""``predict`` of ResetPPO's policies with ``Dict`` observations: the number of envs is read key by key."""
+"""
+``predict`` of ResetPPO's policies: with ``Dict`` observations the number of envs is read key by key; a state of
+the wrong shape is refused naming the shape expected.
+"""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from helpers import RandomEpisodeEnv
+from helpers import RandomEpisodeEnv, small_reset_ppo
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_reset_ppo import ResetPPO
@@ -74,3 +77,19 @@ def test_predict_refuses_dict_keys_of_different_numbers_of_envs(cell: str) -> No
     }
     with pytest.raises(ValueError, match=r"different numbers of observations \(n_envs\): \{'a_grid': 2, 'b_flag': 3\}"):
         model.predict(observation)
+
+
+@pytest.mark.parametrize("cell,n_states", [("Lstm", 2), ("Gru", 1)])
+def test_predict_rejects_a_wrong_state_with_a_value_error(cell: str, n_states: int) -> None:
+    model = small_reset_ppo(policy=f"Mlp{cell}Policy", n_envs=3)
+    observations = model.get_env().reset()  # type: ignore[union-attr]
+    layers, hidden = 1, 8
+    good = tuple(np.zeros((layers, 3, hidden), dtype=np.float32) for _ in range(n_states))
+    model.predict(observations, state=good)  # type: ignore[arg-type]
+    wrong_envs = tuple(np.zeros((layers, 2, hidden), dtype=np.float32) for _ in range(n_states))
+    wrong_length = tuple(np.zeros((layers, 3, hidden), dtype=np.float32) for _ in range(3 - n_states))
+    for state in (wrong_envs, wrong_length, np.zeros((layers, 3, hidden))):
+        with pytest.raises(ValueError, match=r"state"):
+            model.predict(observations, state=state)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"\(1, 3, 8\) for 3 observation"):
+        model.predict(observations, state=wrong_envs)  # type: ignore[arg-type]

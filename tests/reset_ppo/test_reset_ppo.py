@@ -1,6 +1,7 @@
 """ResetPPO as a drop-in RecurrentPPO: settings, save/load, SB3 integrations, bad input."""
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
-from helpers import RandomEpisodeEnv
+from helpers import RandomEpisodeEnv, small_reset_ppo
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
@@ -419,3 +420,12 @@ def test_window_arguments_are_validated_once_and_again_only_when_load_changes_th
     assert loaded.window_length == 8 and calls[-1][0] == 8
     with pytest.raises(ValueError, match="window_size must be at most n_steps=16"):
         ResetPPO.load(tmp_path / "model", env=_env(), window_size=17)
+
+
+def test_batch_size_below_window_size_says_what_it_uses() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        small_reset_ppo(batch_size=2, window_size=4)
+    messages = [str(w.message) for w in caught]
+    assert any("smaller than window_size=4" in m and "each minibatch holds 4 transitions" in m for m in messages), messages
+    assert not any("not a multiple" in m for m in messages)
