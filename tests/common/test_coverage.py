@@ -108,7 +108,7 @@ def test_every_step_is_trained_at_most_once_per_epoch_at_stride_w(n_steps: int, 
             assert th.equal(batch.weights, real.float())
             assert batch.n_real_slots == (None if bool(real.all()) else int(real.sum()))
             counts.index_add_(0, _step_ids(batch)[real], th.ones(int(real.sum())))
-        # Every step in exactly one window: trained once, but the epoch's remainder (issue 47), which is left out
+        # Every step in exactly one window: trained once, but the epoch's remainder, which is left out
         n_slots = n_envs * n_steps
         left_out = 0 if full >= n_slots else n_slots % full
         assert th.all(counts <= 1) and int(counts.sum()) == n_slots - left_out, counts

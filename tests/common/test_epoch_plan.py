@@ -1,4 +1,4 @@
-"""The pure epoch plan (issue 42): minibatches cut from the epoch's sequence of windows by real slots."""
+"""The pure epoch plan: minibatches cut from the epoch's sequence of windows by real slots."""
 
 import copy
 from collections import Counter
@@ -77,7 +77,7 @@ def test_plan_rows_partition_the_epochs_windows_into_full_minibatches(
 
 
 def test_every_slot_is_left_out_with_the_same_probability() -> None:
-    # n_steps=200, batch_size=64, W=64 (the issue's example): 200 = 3 * 64 + 8, every epoch leaves 8 slots out
+    # n_steps=200, batch_size=64, W=64: 200 = 3 * 64 + 8, every epoch leaves 8 slots out
     n_steps, batch_size = 200, 64
     config = WindowSettings.validated("batch", n_steps=n_steps, batch_size=batch_size)
     generator = np.random.default_rng(0)
@@ -115,8 +115,8 @@ def test_minibatch_cuts() -> None:
 def test_dividing_settings_keep_whole_windows_and_the_previous_minibatches(
     n_steps: int, n_envs: int, window_size: int, batch_size: int | None, consecutive: int
 ) -> None:
-    # Full coverage, stride W, W dividing n_steps and batch_size: no window is cut, the generator is called as before
-    # issue 42 and the minibatches are the runs of batch_size // W units of the epoch's unit order
+    # Full coverage, stride W, W dividing n_steps and batch_size: no window is cut, the generator is called as a plan
+    # of whole windows calls it and the minibatches are the runs of batch_size // W units of the epoch's unit order
     config = WindowSettings.validated(window_size, n_steps=n_steps)
     for seed in range(20):
         generator = np.random.default_rng(seed)

@@ -62,7 +62,7 @@ def _rolled_out_model(
 @pytest.mark.parametrize("window_coverage", ["full", "inside"])
 @pytest.mark.parametrize("burn_in", [0, 3])
 def test_windows_cut_at_minibatch_edges(cell: str, boundary: str, window_coverage: str, burn_in: int) -> None:
-    # Minibatches of 7 transitions cut windows of 6 (issue 42): the later piece of a cut window starts from the memory
+    # Minibatches of 7 transitions cut windows of 6: the later piece of a cut window starts from the memory
     # stored for its first step, which before any update is the memory the unroll carries there
     model = _rolled_out_model(
         f"Mlp{cell}Policy", boundary=boundary, window_stride=None, window_coverage=window_coverage, burn_in=burn_in

@@ -236,7 +236,7 @@ def test_a_single_kept_slot_is_not_normalised() -> None:
 
 
 def test_short_minibatch_is_optimised_at_the_rollouts_scale_and_logged_as_its_own_mean() -> None:
-    # Issue 42: an epoch's short minibatch (4 real slots of a batch_size of 8) is divided by 8 in the optimised loss,
+    # An epoch's short minibatch (4 real slots of a batch_size of 8) is divided by 8 in the optimised loss,
     # so each of its slots weighs what a full minibatch's does, and logged as the mean over its own 4 slots (as SB3)
     generator = th.Generator().manual_seed(0)
     shape = (1, 4)

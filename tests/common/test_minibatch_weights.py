@@ -1,5 +1,5 @@
 """
-Issue 42: every step of the rollout gets the weight the documentation promises, in every setting, computed from the
+Every step of the rollout gets the weight the documentation promises, in every setting, computed from the
 minibatches the buffer actually yields (not from ``window_weights``).
 
 A step's *effective gradient weight* in one epoch is the sum, over the slots that hold it, of the slot's weight divided
@@ -12,8 +12,8 @@ weights divided by ``min(max(batch_size, W), expected real slots per epoch)``. T
 - in mask mode with full coverage: the seed's pattern, ``min(j + 1, W) / k`` for a step ``j`` steps into an episode
   that began inside the rollout (``W / k`` in the episode the rollout began in).
 
-Before issue 42 clipped pieces formed minibatches of their own, each averaged over its own real slots: the table of
-the issue (n_steps=200, batch_size=64: rollout ends 2.36 times the mean) fails ``test_issue_table_settings``.
+A buffer whose clipped pieces form minibatches of their own, each averaged over its own real slots, weighs the
+rollout's ends 2.36 times the mean at n_steps=200, batch_size=64: ``test_rollout_end_table_settings`` fails for it.
 """
 
 import math
@@ -184,12 +184,12 @@ def test_effective_weights_equal_the_documented_expectation(
     _check_average(n_steps, n_envs, window_size, boundary, weighting, stride, coverage, batch_size, density, seed)
 
 
-# The issue's table: settings whose window length does not divide n_steps or whose stride is below the window
+# Settings whose window length does not divide n_steps or whose stride is below the window
 @pytest.mark.parametrize(
     "n_steps,batch_size,window_size,window_stride",
     [(200, 64, "batch", None), (65, 64, "batch", None), (100, 64, "batch", None), (64, 16, 16, 1), (128, 64, "batch", None)],
 )
-def test_issue_table_settings(n_steps: int, batch_size: int, window_size: int | str, window_stride: int | None) -> None:
+def test_rollout_end_table_settings(n_steps: int, batch_size: int, window_size: int | str, window_stride: int | None) -> None:
     # Through the public API: the model's own buffer, defaults otherwise (full coverage, reset, uniform)
     model = ResetPPO(
         "MlpLstmPolicy",
@@ -219,7 +219,7 @@ def test_issue_table_settings(n_steps: int, batch_size: int, window_size: int | 
         total += weights
         assert sizes == [full] * len(sizes), sizes
     relative = total / total.mean()
-    # The same weight for every step, rollout ends included (was 2.36 at the ends for n_steps=200 before issue 42);
+    # The same weight for every step, rollout ends included (2.36 at the ends for n_steps=200 with pieces as minibatches);
     # a step is trained at most once per epoch here, so its count is binomial: 6 standard errors
     trained = int(np.sum(sizes)) / (n_steps * model.window_length / model.window_settings.stride(n_steps))
     np.testing.assert_allclose(relative, 1.0, atol=6 * np.sqrt((1 - trained) / (trained * n_epochs)) + 1e-9)

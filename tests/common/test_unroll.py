@@ -214,7 +214,7 @@ def test_cuda_unroll_takes_weights_without_repacking(rnn_class: type[nn.Module])
 @pytest.mark.parametrize("n_actions", [2, 5])
 def test_categorical_log_prob_entropy_is_torchs_categorical_bitwise(n_actions: int) -> None:
     # evaluate_windows computes a plain categorical policy's log-probabilities and entropies without building the
-    # distribution (issue 52): the same values and gradients as torch's Categorical, bit for bit, large logits included
+    # distribution: the same values and gradients as torch's Categorical, bit for bit, large logits included
     generator = th.Generator().manual_seed(n_actions)
     logits = th.randn(64, n_actions, generator=generator) * th.tensor([1.0] * 60 + [80.0] * 4)[:, None]
     logits.requires_grad_(True)

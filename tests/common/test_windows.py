@@ -67,7 +67,7 @@ def test_design_examples() -> None:
 
 
 def test_window_weights_defaults_are_resetppos() -> None:
-    # One set of defaults (issue 42): full coverage, stride window_size, reset, uniform: every step once per epoch
+    # One set of defaults: full coverage, stride window_size, reset, uniform: every step once per epoch
     episode_starts = np.zeros(40)
     episode_starts[[0, 9, 31]] = 1
     np.testing.assert_array_equal(window_weights(episode_starts, 16), 1.0)

@@ -368,7 +368,7 @@ def test_a_probability_of_0_or_1_reads_as_every_pair() -> None:
 
 
 def test_a_typo_in_the_env_id_is_refused_before_anything_trains(tmp_path: Path) -> None:
-    # The command: the cause on screen ("did you mean"), a non-zero exit, and no folder left behind
+    # A mistyped command: the cause on screen ("did you mean"), a non-zero exit, and no folder left behind
     command = [sys.executable, "-m", "sb3_reset_ppo.compare", "--env", "CueRecal-v0", "--seeds", "2", "--timesteps", "4000"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 2

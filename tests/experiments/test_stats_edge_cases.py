@@ -38,7 +38,7 @@ def _enumerated_p(arm: list[float], base: list[float]) -> float:
 
 
 def test_mann_whitney_of_one_value_against_a_tie() -> None:
-    # The case: scipy's permutation test refuses a sample of one value
+    # One run against tied values: scipy's permutation test refuses a sample of one value
     p, method = stats.mann_whitney([1.0], [1.0, 2.0, 3.0])
     assert method == "permutation" and p == pytest.approx(0.75) and p == pytest.approx(_enumerated_p([1.0], [1.0, 2.0, 3.0]))
     assert stats.mann_whitney([1.0, 2.0, 3.0], [1.0]) == (p, "permutation")

@@ -1,5 +1,5 @@
 """
-ONNX export (issue 44): the exported actor, run by onnxruntime step by step beside ``model.predict(...,
+ONNX export: the exported actor, run by onnxruntime step by step beside ``model.predict(...,
 deterministic=True)`` over multi-episode rollouts of several envs, gives the same actions and the same memory.
 """
 

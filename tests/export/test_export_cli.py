@@ -1,5 +1,5 @@
 """
-The export's command line (issue 48): a file it cannot export is one line naming what is supported (never a
+The export's command line: a file it cannot export is one line naming what is supported (never a
 traceback), ``--help`` is complete and plain, and an exporter that cannot write the opset asked for is refused.
 """
 

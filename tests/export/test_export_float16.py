@@ -1,5 +1,5 @@
 """
-float16 export of every action space, with and without action masks (issue 48): the masked logit is one float16
+float16 export of every action space, with and without action masks: the masked logit is one float16
 holds (sb3-contrib's -1e8 overflowed float16, so every masked float16 export raised), and the file follows
 ``predict`` within the tolerance docs/guide/deploy.md gives (1e-2 per step, fed the same memory).
 """

@@ -1,5 +1,5 @@
 """
-The Godot RL Agents layout (issue 48): a recurrent policy exported with ``layout="godot"`` runs as Godot RL Agents'
+The Godot RL Agents layout: a recurrent policy exported with ``layout="godot"`` runs as Godot RL Agents'
 plugin, patched by ``docs/deploy/godot_plugin_memory.patch``, runs it (:class:`PatchedPlugin`, the plugin's C# and
 GDScript in Python: per agent, batch 1, each ``get_obs()`` key a flat float tensor, ``state_ins`` fed back from
 ``state_outs`` and zeroed at an episode's first step, the action read from ``output`` as ``sync.gd`` reads it), and

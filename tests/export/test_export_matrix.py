@@ -1,5 +1,5 @@
 """
-The export matrix (issue 48): every combination of a covering array of the model's and ``export_onnx``'s settings
+The export matrix: every combination of a covering array of the model's and ``export_onnx``'s settings
 (``tests/export_matrix.py``: every pair of values in ``make test``, every triple in ``make test-matrix``) is exported
 and played through onnxruntime beside ``model.predict(..., deterministic=True)`` over multi-episode rollouts of 2
 envs, each layout fed as its engine feeds it (raw observations where the graph holds the ``VecNormalize``); every

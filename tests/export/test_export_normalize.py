@@ -1,5 +1,5 @@
 """
-VecNormalize in the exported graph (issue 48): a model trained under SB3's ``VecNormalize`` exports with its
+VecNormalize in the exported graph: a model trained under SB3's ``VecNormalize`` exports with its
 observation statistics (the object, or the RL Zoo's ``vecnormalize.pkl``, found beside a zoo model by default), and
 the file, fed the env's raw observations, plays step by step as ``predict`` on the normalised ones (clipping and a
 Dict's ``norm_obs_keys`` included); a model known to be trained under one and exported without it warns.

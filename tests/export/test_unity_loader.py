@@ -1,5 +1,5 @@
 """
-Files Unity loads (issue 48): every ``mlagents`` file passes the checks of Unity ML-Agents' C# loader and of Sentis's
+Files Unity loads: every ``mlagents`` file passes the checks of Unity ML-Agents' C# loader and of Sentis's
 importer, re-implemented in ``tests/unity_loader.py`` (each failure names the C# check it mirrors), then plays as
 Unity plays it (zeros for a new episode, ``recurrent_out`` stored per agent and fed back, images in [0, 1],
 ``action_masks`` 1 = allowed) to ``predict``'s actions and memory, step by step. A GRU is written as elementary

@@ -1,5 +1,5 @@
 """
-Invalid masks and action spaces (issue 47): an error that names the env, the step and the expected shape.
+Invalid masks and action spaces: an error that names the env, the step and the expected shape.
 
 All-False masks (or an all-False piece of a MultiDiscrete or MultiBinary mask) used to sample an invalid action without a
 word, masks of the wrong length to fail with torch's ``RuntimeError: shape '[1, 5]' is invalid``, and ``MultiBinary([2,

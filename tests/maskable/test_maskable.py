@@ -1,4 +1,4 @@
-"""MaskableResetPPO (issue 43): masks stored with each step and applied in every window, exactness, no invalid sample."""
+"""MaskableResetPPO: masks stored with each step and applied in every window, exactness, no invalid sample."""
 
 from pathlib import Path
 from typing import Any

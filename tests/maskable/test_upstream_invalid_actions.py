@@ -69,7 +69,7 @@ def _check_passed(result: subprocess.CompletedProcess) -> None:
 
 
 def test_upstream_maskable_ppo_suite_passes_with_lstm_policies(upstream: str, tmp_path: Path) -> None:
-    # The swaps of the issue (MaskablePPO -> MaskableResetPPO, MlpPolicy -> MlpLstmPolicy, ...) with sb3-contrib's own
+    # The swaps (MaskablePPO -> MaskableResetPPO, MlpPolicy -> MlpLstmPolicy, ...) with sb3-contrib's own
     # masked evaluate_policy and MaskableEvalCallback, as a MaskablePPO user would call them
     _check_passed(_run_upstream(upstream, "Lstm", "sb3_contrib", tmp_path))
 

@@ -1,5 +1,5 @@
 """
-The export matrix (issue 48): every setting of a model and of ``export_onnx`` that changes the exported graph, with
+The export matrix: every setting of a model and of ``export_onnx`` that changes the exported graph, with
 the values worth telling apart, and the combinations the tests run (``tests/test_export_matrix.py``).
 
 The combinations are a covering array built as the settings matrix's (``tests/matrix.py``): every pair of option

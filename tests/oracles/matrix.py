@@ -1,5 +1,5 @@
 """
-The settings matrix (issue 47): every option of ResetPPO and MaskableResetPPO that changes what is trained, with the
+The settings matrix: every option of ResetPPO and MaskableResetPPO that changes what is trained, with the
 values worth telling apart, and the combinations the tests run.
 
 The combinations are a covering array built by covertable: every pair of option values (``strength=2``, the fast

@@ -1,5 +1,5 @@
 """
-Unity ML-Agents' model loader, re-implemented in Python (issue 48): every check of the C# side that would reject an
+Unity ML-Agents' model loader, re-implemented in Python: every check of the C# side that would reject an
 ONNX file, or fail when running it, for files of model API version 3 (ML-Agents 2.x to 4.x), so that a test can say
 that Unity loads a file without a Unity installation.
 

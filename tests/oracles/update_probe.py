@@ -1,5 +1,5 @@
 """
-The update probe of the weight oracle (issue 47): each step's share of the parameter update, after gradient clipping
+The update probe of the weight oracle: each step's share of the parameter update, after gradient clipping
 and the optimizer, read through ResetPPO's own ``train()`` loop (see ``tests/test_update_weights.py``).
 """
 

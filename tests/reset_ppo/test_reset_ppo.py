@@ -333,7 +333,7 @@ def test_an_epoch_of_fewer_slots_than_batch_size_is_one_minibatch_and_warned_as_
         ({"window_stride": 2.0}, TypeError, "window_stride must be a positive int, got 2.0"),
         ({"batch_size": 0}, ValueError, "batch_size must be a positive int"),
         ({"batch_size": 2.5}, TypeError, "batch_size must be a positive int"),
-        # Named as itself, not through the window_size it derives (issue 47)
+        # Named as itself, not through the window_size it derives
         ({"n_steps": 0}, ValueError, "n_steps must be a positive int, got 0"),
         ({"n_steps": 0, "window_size": 4}, ValueError, "n_steps must be a positive int, got 0"),
         ({"n_steps": 8.0}, TypeError, "n_steps must be a positive int, got 8.0"),
@@ -384,7 +384,7 @@ def test_string_env_and_single_env() -> None:
 
 
 def test_optimizer_steps_with_foreach_kernels_and_the_same_parameters() -> None:
-    # train() lets an optimizer left at foreach=None use torch's _foreach kernels on the CPU (issue 52): bitwise the
+    # train() lets an optimizer left at foreach=None use torch's _foreach kernels on the CPU: bitwise the
     # same parameters as the per-parameter loop, and an explicit choice is kept
     models = {}
     for name, optimizer_kwargs in (("default", {}), ("loop", {"foreach": False})):

@@ -1,5 +1,5 @@
 """
-The settings matrix (issue 47): every combination of a covering array of ResetPPO's and MaskableResetPPO's options
+The settings matrix: every combination of a covering array of ResetPPO's and MaskableResetPPO's options
 (``tests/matrix.py``: every pair of option values in ``make test``, every triple in ``make test-matrix``) is checked
 by three oracles:
 

@@ -1,5 +1,5 @@
 """
-Issue 47: each step's share of the parameter *update*, after gradient clipping and the optimizer, measured through
+Each step's share of the parameter *update*, after gradient clipping and the optimizer, measured through
 ResetPPO's own ``train()`` loop.
 
 The oracle gives every slot of a minibatch an identifiable input: the policy gains a probe parameter of one entry per
@@ -13,8 +13,8 @@ every slot (the observations hold each step's flat index) gives each step's shar
 What ``docs/guide/parameters.md`` ("Minibatches") says, checked here:
 
 - every minibatch holds the same number of real slots, so in reset mode under ``"uniform"`` weighting every trained
-  slot of an epoch gets exactly the same share of the update, clipped or not (before issue 47 the epoch's short
-  minibatch got ``sqrt(batch_size / remainder)`` times the others' share once clipped);
+  slot of an epoch gets exactly the same share of the update, clipped or not (a short minibatch averaged over its
+  own slots would get ``sqrt(batch_size / remainder)`` times the others' share once clipped);
 - averaged over epochs, each step's share is the brute-force expectation (window weights times the probability of
   not being left out, over the loss normaliser) up to one factor per setting: equal for every step with full
   coverage in reset mode, the ramp with inside coverage, the seed's ``min(j + 1, W)`` in mask mode without clipping;
@@ -75,7 +75,7 @@ def test_every_trained_slot_of_an_epoch_gets_the_same_share_of_the_clipped_updat
 @pytest.mark.parametrize(
     "n_steps,n_envs,batch_size,window,boundary,coverage,stride,clip",
     [
-        # The issue's example: 200 = 3 * 64 + 8, clipped (was: the 8 transitions weighed sqrt(8) times the others)
+        # 200 = 3 * 64 + 8, clipped (a short minibatch averaged over its own 8 transitions would weigh sqrt(8) times more)
         (200, 1, 64, "batch", "reset", "full", None, True),
         # Non-dividing, two envs, a stride below the window, clipped
         (13, 2, 8, 4, "reset", "full", 3, True),
@@ -123,9 +123,9 @@ def test_mean_update_per_step_is_the_documented_expectation(
 
 
 def test_a_minibatch_without_a_kept_slot_takes_no_optimizer_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    # With full minibatches every minibatch holds some window's slot 0, which is always kept; before issue 47 the short
-    # minibatch could hold only the later piece of a window whose episode had ended (37 of 1400 minibatches in the
-    # issue's run), and the optimizer still stepped, on Adam's momentum alone. The guard is checked here on minibatches
+    # With full minibatches every minibatch holds some window's slot 0, which is always kept; a short
+    # minibatch could hold only the later piece of a window whose episode had ended (37 of 1400 minibatches in one
+    # run), and an optimizer stepped on it moves on Adam's momentum alone. The guard is checked here on minibatches
     # emptied by hand: Adam's step count is the number of minibatches that keep a slot, and nothing is logged for them.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -187,9 +187,9 @@ def test_the_documented_claim_holds_where_it_says_and_only_there() -> None:
 
 
 @pytest.mark.parametrize("weighting", ["kept_mean", "importance"])
-def test_the_issue_example_trains_in_mask_mode(weighting: str) -> None:
-    # The review's example: before issue 47, NonFiniteTrainingError in 5 of 5 seeds (a short minibatch holding only the
-    # later piece of a window whose episode had ended: a weight sum of 0, and 0 / 0)
+def test_short_minibatches_without_a_kept_slot_train_in_mask_mode(weighting: str) -> None:
+    # A short minibatch holding only the later piece of a window whose episode had ended has a weight sum of 0: without
+    # the guard, 0 / 0 raised NonFiniteTrainingError in 5 of 5 seeds of this setting
     from stable_baselines3.common.env_util import make_vec_env
 
     from sb3_reset_ppo import ResetPPO
