@@ -15,7 +15,7 @@ from sb3_contrib import RecurrentPPO
 from sb3_reset_ppo import ResetPPO
 from sb3_reset_ppo.common.checkpoints import LEGACY_SETTINGS, check_checkpoint, legacy_settings
 
-# Made by tests/data/make_checkpoint_before_window_coverage.py: windows of 4 inside the rollout, CartPole-v1, saved
+# Made by tests/common/data/make_checkpoint_before_window_coverage.py: windows of 4 inside the rollout, CartPole-v1, saved
 # without window_coverage (and the window generator's state), as checkpoints were before window_coverage existed
 OLD_CHECKPOINT = Path(__file__).parent / "data" / "checkpoint_before_window_coverage.zip"
 

@@ -219,7 +219,7 @@ def test_average_epoch_weights_converge_to_window_weights(
     boundary: str, weighting: str, n_steps: int, n_envs: int, window_size: int, stride: int
 ) -> None:
     # Many epochs drawn from the real buffer: the mean weight each step gets per epoch is window_weights (each epoch one
-    # minibatch: the remainder a batch_size leaves out is tests/test_minibatch_weights.py's)
+    # minibatch: the remainder a batch_size leaves out is tests/common/test_minibatch_weights.py's)
     buffer = _filled_buffer(n_steps, n_envs, window_size, boundary, weighting, stride)
     buffer.seed(0)
     n_epochs = 2000

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 # What the docs build needs (the `docs` extra); without it the build test is skipped, the snippets still run
 DOCS_REQUIREMENTS = ("sphinx", "myst_parser", "furo")
-# Blocks that tests/test_readme.py runs with their output checked: (file, heading above the block)
+# Blocks that tests/docs/test_readme.py runs with their output checked: (file, heading above the block)
 RUN_BY_TEST_README = {
     ("README.md", "## Quick start"),
     ("docs/guide/usage.md", "## GRU policies"),

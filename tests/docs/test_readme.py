@@ -1,6 +1,6 @@
 """
 Every command of the README and the docs' guide runs the way it is written, with tiny budgets appended, and the
-README says what the reports say. (tests/test_docs.py runs every other Python block and builds the docs.)
+README says what the reports say. (tests/docs/test_docs.py runs every other Python block and builds the docs.)
 """
 
 import json

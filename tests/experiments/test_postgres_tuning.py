@@ -1,6 +1,6 @@
 """
 ``benchmarks/kit/tune.py optimize --storage postgresql+psycopg://...`` (docs/guide/tuning_cluster.md): two workers share
-one study on a real PostgreSQL server that the test starts (tests/postgres_server.py), as workers on several
+one study on a real PostgreSQL server that the test starts (tests/experiments/postgres_server.py), as workers on several
 machines would, the password in a libpq password file, never on a command line or in a file of the output.
 Skipped, saying why, only where the server's programs are not installed (``.ci/run`` installs Debian's
 ``postgresql`` package where apt works).

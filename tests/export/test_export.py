@@ -317,7 +317,7 @@ def test_mlagents_layout(cell: str, layers: int, kind: str, obs_kind: str, actio
     )
     randomise(model)
     path = export_onnx(model, tmp_path / "mlagents.onnx", layout="mlagents", opset=15)
-    # Unity's loader accepts it (tests/unity_loader.py, tests/test_unity_loader.py)
+    # Unity's loader accepts it (tests/oracles/unity_loader.py, tests/export/test_unity_loader.py)
     assert unity_failures(path, behavior_parameters(model.observation_space, model.action_space)) == []
     sess = session(path)
     discrete = not isinstance(action_space, spaces.Box)

@@ -1,9 +1,9 @@
 """
 The export matrix: every combination of a covering array of the model's and ``export_onnx``'s settings
-(``tests/export_matrix.py``: every pair of values in ``make test``, every triple in ``make test-matrix``) is exported
+(``tests/oracles/export_matrix.py``: every pair of values in ``make test``, every triple in ``make test-matrix``) is exported
 and played through onnxruntime beside ``model.predict(..., deterministic=True)`` over multi-episode rollouts of 2
 envs, each layout fed as its engine feeds it (raw observations where the graph holds the ``VecNormalize``); every
-``mlagents`` file first passes Unity's loader checks (``tests/unity_loader.py``):
+``mlagents`` file first passes Unity's loader checks (``tests/oracles/unity_loader.py``):
 
 - float32: the file runs on its own memory, never copied from ``predict``; every step the same actions (continuous
   within 1e-5) and the same memory (within 1e-5);
@@ -78,8 +78,9 @@ def check_combination(combination: Combination, tmp_path: Path) -> None:
     path = export_onnx(model, tmp_path / "model.onnx", vec_normalize=vec_normalize, **combination.export_kwargs())
     assert json.loads(read_metadata(path)["vec_normalize"])["in_graph"] == combination["vec_normalize"]
     if layout == "mlagents":
-        # Every ML-Agents file passes Unity's loader checks (tests/unity_loader.py, each naming its C# check), but where
-        # the combination asks for what Unity cannot load (export_onnx warns then): an opset above 15, ONNX's GRU
+        # Every ML-Agents file passes Unity's loader checks (tests/oracles/unity_loader.py, each naming its C# check),
+        # but where the combination asks for what Unity cannot load (export_onnx warns then): an opset above 15, ONNX's
+        # GRU
         failures = unity_failures(path, behavior_parameters(model.observation_space, model.action_space))
         refused = {
             "opset": combination["opset"] > MLAGENTS_OPSET,

@@ -1,7 +1,7 @@
 """
 A second, independent runtime: ONNX's reference evaluator (``onnx.reference.ReferenceEvaluator``, numpy
 written from the operator specifications, LSTM and GRU included) runs the step-by-step equivalence of
-``tests/test_export.py`` on a sample of its cases, and of the other layouts and options, so that no result rests on
+``tests/export/test_export.py`` on a sample of its cases, and of the other layouts and options, so that no result rests on
 one runtime's quirks (onnxruntime's fused kernels). The reference evaluator is slow: a few small cases.
 """
 

@@ -1,6 +1,6 @@
 """
 Files Unity loads: every ``mlagents`` file passes the checks of Unity ML-Agents' C# loader and of Sentis's
-importer, re-implemented in ``tests/unity_loader.py`` (each failure names the C# check it mirrors), then plays as
+importer, re-implemented in ``tests/oracles/unity_loader.py`` (each failure names the C# check it mirrors), then plays as
 Unity plays it (zeros for a new episode, ``recurrent_out`` stored per agent and fed back, images in [0, 1],
 ``action_masks`` 1 = allowed) to ``predict``'s actions and memory, step by step. A GRU is written as elementary
 operators (no Sentis version implements ONNX's ``GRU``); an LSTM keeps ONNX's ``LSTM``, which Sentis implements.

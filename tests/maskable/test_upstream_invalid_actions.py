@@ -2,7 +2,7 @@
 sb3-contrib's own MaskablePPO tests (tests/test_invalid_actions.py of sb3-contrib 2.9.2) pass for MaskableResetPPO.
 
 The file is downloaded from PyPI at test time (sb3-contrib's sdist, checked against its recorded sha256, cached
-under pytest's cache folder), swapped by tests/upstream_swaps.py (MaskablePPO -> MaskableResetPPO, each feedforward
+under pytest's cache folder), swapped by tests/oracles/upstream_swaps.py (MaskablePPO -> MaskableResetPPO, each feedforward
 policy name -> its recurrent counterpart, the reasons listed there) and run with pytest in a subprocess. Without
 network access to the package index the tests skip.
 """

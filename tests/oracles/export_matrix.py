@@ -1,8 +1,8 @@
 """
 The export matrix: every setting of a model and of ``export_onnx`` that changes the exported graph, with
-the values worth telling apart, and the combinations the tests run (``tests/test_export_matrix.py``).
+the values worth telling apart, and the combinations the tests run (``tests/export/test_export_matrix.py``).
 
-The combinations are a covering array built as the settings matrix's (``tests/matrix.py``): every pair of option
+The combinations are a covering array built as the settings matrix's (``tests/oracles/matrix.py``): every pair of option
 values in ``make test``, every triple in ``make test-matrix`` (``SB3_RESET_PPO_MATRIX=full``), among those the
 constraints allow. :data:`EXPORT_OPTIONS` are ``export_onnx``'s keyword arguments, each value passed as it is:
 adding a value, or another argument of ``export_onnx``, is one line there.

@@ -4,7 +4,7 @@ values worth telling apart, and the combinations the tests run.
 
 The combinations are a covering array built by covertable: every pair of option values (``strength=2``, the fast
 sample that ``make test`` runs) or every triple (``strength=3``, ``make test-matrix``) appears in at least one
-combination, among those the constraints allow (``tests/test_settings_matrix.py`` checks the coverage by brute
+combination, among those the constraints allow (``tests/reset_ppo/test_settings_matrix.py`` checks the coverage by brute
 force). The array is deterministic (covertable's greedy construction with a fixed salt), so a failure names a
 combination that reproduces.
 """

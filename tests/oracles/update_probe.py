@@ -1,6 +1,6 @@
 """
 The update probe of the weight oracle: each step's share of the parameter update, after gradient clipping
-and the optimizer, read through ResetPPO's own ``train()`` loop (see ``tests/test_update_weights.py``).
+and the optimizer, read through ResetPPO's own ``train()`` loop (see ``tests/reset_ppo/test_update_weights.py``).
 """
 
 from collections.abc import Callable

@@ -1,6 +1,6 @@
 """
 The settings matrix: every combination of a covering array of ResetPPO's and MaskableResetPPO's options
-(``tests/matrix.py``: every pair of option values in ``make test``, every triple in ``make test-matrix``) is checked
+(``tests/oracles/matrix.py``: every pair of option values in ``make test``, every triple in ``make test-matrix``) is checked
 by three oracles:
 
 - exactness: before any update, every slot's recomputed log-prob and value equal the rollout's, in every minibatch
@@ -8,7 +8,7 @@ by three oracles:
 - crashes and finiteness: a few updates on episodes that end anywhere (inside minibatches, at the rollout's edges)
   raise nothing and leave every parameter finite; ``save``/``load`` round-trips and the loaded model predicts the
   same actions and memory step by step;
-- weights: through ``train()`` with clipping and the optimizer (``tests/update_probe.py``), every slot's share of the
+- weights: through ``train()`` with clipping and the optimizer (``tests/oracles/update_probe.py``), every slot's share of the
   update is its loss weight over its minibatch's normaliser times the minibatch's clipping factor, and in reset mode
   under ``"uniform"`` and ``"kept_mean"`` weighting every trained slot of an epoch gets the same share.
 """
@@ -154,7 +154,7 @@ def test_the_matrix_covers_every_allowed_pair() -> None:
 
 
 def test_the_docs_state_the_matrix_as_it_is() -> None:
-    # docs/guide/reliability.md states the number of combinations of each strength: kept in step with tests/matrix.py
+    # docs/guide/reliability.md states the number of combinations of each strength: kept in step with tests/oracles/matrix.py
     text = " ".join((pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "reliability.md").read_text().split())
     assert f"{len(OPTIONS)} options" in text
     assert f"one of {len(combinations(2))} combinations" in text

@@ -281,7 +281,7 @@ def test_maskable_trial_eval_callback_reports_memory_keeping_masked_evaluations(
     from stable_baselines3.common.logger import configure
 
     # A real model for the callback's bookkeeping, whose predict is a scripted policy that scores 1.0 only when it
-    # gets the masks at every step and its state back (tests/test_maskable_evaluation.py)
+    # gets the masks at every step and its state back (tests/common/test_maskable_evaluation.py)
     model = MaskableResetPPO("MlpLstmPolicy", make_vec_env("MaskedCueRecall-v0", n_envs=1), n_steps=16, batch_size=16)
     model.set_logger(configure(str(tmp_path), ["csv"]))
     fake = CueMemoryFake()

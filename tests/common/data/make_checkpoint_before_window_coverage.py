@@ -1,10 +1,10 @@
 """
 Write ``checkpoint_before_window_coverage.zip``, a ResetPPO checkpoint as saved before ``window_coverage`` existed,
-for tests/test_checkpoints.py: a tiny model trained with the settings of that time (windows of 4 inside the
+for tests/common/test_checkpoints.py: a tiny model trained with the settings of that time (windows of 4 inside the
 rollout), saved, then the attributes that came later (``window_coverage``, ``_window_generator_state``) removed from
 the checkpoint's ``data`` member (SB3's JSON of the model's attributes).
 
-Run from the repository root: ``python tests/data/make_checkpoint_before_window_coverage.py``
+Run from the repository root: ``python tests/common/data/make_checkpoint_before_window_coverage.py``
 """
 
 import json
