@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat setup.cfg | cksum | cut -d' ' -f1)
 # The Python versions supported (setup.cfg's python_requires is the first, its classifiers all of them; pyproject's
-# mypy python_version and ruff target-version the first; tests/test_python_versions.py checks that they agree)
+# mypy python_version and ruff target-version the first; tests/packaging/test_python_versions.py checks that they agree)
 PYTHON_VERSIONS := 3.11 3.12 3.13
 # What mypy checks (pyproject's [tool.mypy] files), byte-compiled by each interpreter
 SOURCES := sb3_reset_ppo tests examples benchmarks
@@ -57,10 +57,10 @@ pyversions: install
 test: lint type pyversions
 	$(BIN)/python -m pytest -n 2 -rs tests
 
-# The whole settings matrix (tests/matrix.py): every triple of option values in some combination (the default suite
+# The whole settings matrix (tests/oracles/matrix.py): every triple of option values in some combination (the default suite
 # runs every pair); its last result is summarised in docs/guide/reliability.md
 test-matrix: install
-	SB3_RESET_PPO_MATRIX=full $(BIN)/python -m pytest -n 2 -rs tests/test_settings_matrix.py tests/test_export_matrix.py
+	SB3_RESET_PPO_MATRIX=full $(BIN)/python -m pytest -n 2 -rs tests/reset_ppo/test_settings_matrix.py tests/export/test_export_matrix.py
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow tests

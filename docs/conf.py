@@ -2,7 +2,7 @@
 Sphinx configuration of the sb3-reset-ppo documentation.
 
 Build from the repository root with ``make docs``, i.e. ``sphinx-build -W --keep-going -b html docs docs/_build/html``
-(warnings are errors; ``tests/test_docs.py`` builds it the same way). Pages are Markdown (MyST). ``docs/design.md`` is
+(warnings are errors; ``tests/docs/test_docs.py`` builds it the same way). Pages are Markdown (MyST). ``docs/design.md`` is
 a page as it stands; ``CHANGELOG.md``, parts of ``README.md`` and the study reports and protocols of ``benchmarks/``
 are included, not copied.
 """

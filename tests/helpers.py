@@ -1,16 +1,17 @@
 """Small test environments and helpers shared by the tests."""
 
-import itertools
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer, WindowSettings
 from sb3_reset_ppo.common.evaluation import evaluate_windows
 from sb3_reset_ppo.common.loss import LossSettings, SlotTargets, WindowLoss, window_ppo_loss
+from sb3_reset_ppo.maskable.buffers import mask_dims
 
 
 class RandomEpisodeEnv(gym.Env):
@@ -67,146 +68,6 @@ class RandomEpisodeEnv(gym.Env):
         done = self._remaining <= 0
         truncated = done and self.truncate and self._episodes % 2 == 0
         return self._obs(), float(self.np_random.normal()), done and not truncated, truncated, {}
-
-
-def brute_force_window_starts(n_steps: int, window_size: int, window_coverage: str) -> list[int]:
-    """Every window start of one env: ``0 .. T - W`` (``"inside"``) or ``-(W - 1) .. T - 1`` (``"full"``)."""
-    if window_coverage == "full":
-        return list(range(-(window_size - 1), n_steps))
-    return list(range(n_steps - window_size + 1))
-
-
-def brute_force_kept_steps(episode_starts: np.ndarray, start: int, window_size: int, boundary: str) -> list[int]:
-    """
-    The steps a window kept, with an explicit loop: its real steps (clipped to the rollout), in mask mode only those
-    before the first episode start after its first real step. ``episode_starts``: one env's flags, ``(T,)``.
-    """
-    steps, alive = [], True
-    real = [step for step in range(start, start + window_size) if 0 <= step < episode_starts.shape[0]]
-    for slot, step in enumerate(real):
-        if slot >= 1 and episode_starts[step] and boundary == "mask":
-            alive = False
-        if alive:
-            steps.append(step)
-    return steps
-
-
-def brute_force_step_weights(
-    episode_starts: np.ndarray,
-    window_size: int,
-    boundary: str,
-    weighting: str,
-    window_stride: int = 1,
-    window_coverage: str = "inside",
-) -> np.ndarray:
-    """
-    The design document's (docs/design.md) expected per-epoch weights with explicit loops: every phase ``p`` of the epoch's
-    windows (starts ``p + j * k``, ``k = min(stride, number of starts)``) is equally likely, so the expected
-    weight is the mean over phases of the weights of that phase's windows; importance weighting divides by
-    the number of windows (of all, one at every start) in which the step is kept. ``"inside"``: starts ``0 .. T - W``;
-    ``"full"``: starts ``-(W - 1) .. T - 1``, each window's steps clipped to ``0 .. T - 1`` (its first real step
-    never resets). Input and output ``(T, E)``.
-    """
-    n_steps, n_envs = episode_starts.shape
-    all_starts = brute_force_window_starts(n_steps, window_size, window_coverage)
-    stride = min(window_stride, len(all_starts))
-
-    def kept_steps(env: int, start: int) -> list[int]:
-        return brute_force_kept_steps(episode_starts[:, env], start, window_size, boundary)
-
-    counts = np.zeros((n_steps, n_envs))
-    for env in range(n_envs):
-        for start in all_starts:
-            for step in kept_steps(env, start):
-                counts[step, env] += 1
-    totals = np.zeros((n_steps, n_envs))
-    for phase in range(stride):
-        for env in range(n_envs):
-            for start in all_starts:
-                if (start - phase) % stride != 0:
-                    continue
-                for step in kept_steps(env, start):
-                    totals[step, env] += 1.0 if weighting != "importance" else 1.0 / counts[step, env]
-    return totals / stride
-
-
-def brute_force_effective_weights(
-    episode_starts: np.ndarray,
-    window_size: int,
-    boundary: str,
-    window_stride: int,
-    window_coverage: str,
-    batch_size: int | None,
-) -> np.ndarray:
-    """
-    The design document's expected gradient weight per epoch of every step under uniform weighting, with explicit
-    loops: for every combination of the envs' phases (equally likely), each step's kept slots, times the probability
-    that a slot is trained in that epoch (an epoch of ``N`` real slots trains ``floor(N / M) * M`` of them,
-    ``M = max(batch_size, W)``, each slot equally likely to be left out; all of them when ``N <= M``), divided by the
-    loss normaliser ``min(M, mean N)``. Input and output ``(T, E)``.
-    """
-    n_steps, n_envs = episode_starts.shape
-    all_starts = brute_force_window_starts(n_steps, window_size, window_coverage)
-    stride = min(window_stride, len(all_starts))
-    # Per env and phase: each step's kept slots and the epoch's real slots of that env
-    kept = np.zeros((n_envs, stride, n_steps))
-    real = np.zeros((n_envs, stride))
-    for env in range(n_envs):
-        for phase in range(stride):
-            for start in all_starts[phase::stride]:
-                real[env, phase] += min(start + window_size, n_steps) - max(start, 0)
-                for step in brute_force_kept_steps(episode_starts[:, env], start, window_size, boundary):
-                    kept[env, phase, step] += 1
-    full = None if batch_size is None else max(batch_size, window_size)
-    totals = np.zeros((n_steps, n_envs))
-    slot_counts = []
-    for phases in itertools.product(range(stride), repeat=n_envs):
-        n_slots = sum(real[env, phase] for env, phase in enumerate(phases))
-        slot_counts.append(n_slots)
-        trained = 1.0 if full is None or n_slots <= full else (n_slots // full) * full / n_slots
-        for env, phase in enumerate(phases):
-            totals[:, env] += kept[env, phase] * trained
-    mean_slots = float(np.mean(slot_counts))
-    normaliser = mean_slots if full is None else min(full, mean_slots)
-    return totals / stride**n_envs / normaliser
-
-
-def reference_unroll(
-    rnn: "th.nn.Module",
-    features: "th.Tensor",
-    memory: "tuple[th.Tensor, ...]",
-    episode_starts: "th.Tensor",
-    boundary: str,
-) -> "th.Tensor":
-    """
-    The design document's (docs/design.md) unroll written literally, one slot at a time, for an LSTM or a GRU.
-
-    :param features: ``(B, W, input)``
-    :param memory: recorded memory entering every slot's step (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each
-        ``(B, W, n_layers, hidden)``
-    :param episode_starts: ``(B, W)``
-    :param boundary: ``"reset"`` restores recorded memory at reset slots; ``"mask"`` carries it
-    :return: ``(B, W, hidden)``
-    """
-    n_windows, window_size = episode_starts.shape
-    # (B, W, L, H) -> (W, L, B, H)
-    recorded = [m.permute(1, 2, 0, 3) for m in memory]
-    state = [tensor[0] for tensor in recorded]
-    outputs = []
-    for slot in range(window_size):
-        not_start = (1.0 - episode_starts[:, slot]).reshape(1, n_windows, 1)
-        if slot > 0 and boundary == "reset":
-            reset = (episode_starts[:, slot] > 0.5).reshape(1, n_windows, 1)
-            state = [th.where(reset, tensor[slot], current) for tensor, current in zip(recorded, state, strict=True)]
-        entering = [tensor * not_start for tensor in state]
-        if isinstance(rnn, th.nn.LSTM):
-            output, (hidden, cell) = rnn(features[:, slot].unsqueeze(0), (entering[0], entering[1]))
-            state = [hidden, cell]
-        else:
-            output, hidden = rnn(features[:, slot].unsqueeze(0), entering[0])
-            state = [hidden]
-        outputs.append(output[0])
-    return th.stack(outputs, dim=1)
 
 
 def check_exact(model: "ResetPPO", expect_resets: bool = True, epochs: int = 3, batch_size: int | None = None) -> None:
@@ -318,3 +179,116 @@ def loss_from_fields(**fields: Any) -> WindowLoss:
     targets = SlotTargets(**{name: fields.pop(name) for name in SlotTargets._fields if name in fields})
     settings = LossSettings(**{name: fields.pop(name) for name in LossSettings._fields if name in fields})
     return window_ppo_loss(fields.pop("log_prob"), fields.pop("values"), fields.pop("entropy"), targets, settings, **fields)
+
+
+class RandomMaskEnv(RandomEpisodeEnv):
+    """
+    ``RandomEpisodeEnv`` whose valid actions change at random every step (at least one valid per sub-action); with
+    ``strict`` an invalid action raises.
+    """
+
+    def __init__(self, strict: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.strict = strict
+        self._mask = np.ones(mask_dims(self.action_space), dtype=bool)
+
+    def _new_mask(self) -> None:
+        space = self.action_space
+        if isinstance(space, spaces.Discrete):
+            sizes = [int(space.n)]
+        elif isinstance(space, spaces.MultiDiscrete):
+            sizes = [int(n) for n in space.nvec]
+        else:
+            assert isinstance(space, spaces.MultiBinary)
+            sizes = [2] * int(np.prod(space.n))
+        parts = []
+        for size in sizes:
+            part = self.np_random.random(size) < 0.5
+            part[self.np_random.integers(size)] = True
+            parts.append(part)
+        self._mask = np.concatenate(parts)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        result = super().reset(seed=seed, options=options)
+        self._new_mask()
+        return result
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if self.strict:
+            check_valid(self.action_space, np.asarray(action)[None], self._mask[None])
+        result = super().step(action)
+        self._new_mask()
+        return result
+
+    def action_masks(self) -> np.ndarray:
+        return self._mask.copy()
+
+
+def check_valid(action_space: spaces.Space, actions: np.ndarray, masks: np.ndarray) -> None:
+    """Raise unless every action of ``actions`` (``(n, ...)``) is allowed by its mask (``(n, mask_dims)``)."""
+    if isinstance(action_space, spaces.Discrete):
+        chosen = masks[np.arange(len(masks)), actions.reshape(-1).astype(int)]
+    else:
+        if isinstance(action_space, spaces.MultiDiscrete):
+            sizes = [int(n) for n in action_space.nvec]
+        else:
+            assert isinstance(action_space, spaces.MultiBinary)
+            sizes = [2] * int(np.prod(action_space.n))
+        offsets = np.cumsum([0, *sizes[:-1]])
+        # (n, n_sub) indices into the flat mask
+        chosen = np.take_along_axis(masks, offsets[None, :] + actions.reshape(len(masks), -1).astype(int), axis=1)
+    assert bool(np.all(chosen)), f"invalid action {actions} under mask {masks}"
+
+
+N_CUES, N_WAIT = 4, 2
+
+
+class CueMemoryFake:
+    """
+    A scripted MaskedCueRecall policy that needs its state: perfect iff the state is carried and reset per episode.
+
+    The state it returns holds, per env, the cue it remembers (-1: none). It reads the cue only at a step flagged by
+    ``episode_start`` (the first observation of an episode shows it) and at the query answers the remembered cue, or
+    0 when it remembers none: so with its state dropped it scores chance. Before the query it takes the valid wait
+    action that ``action_masks`` shows (without masks: the first wait action, valid only when ``n_wait=1``).
+
+    :param expect_masks: Whether every call must get ``action_masks`` (``False``: none may)
+    """
+
+    def __init__(self, expect_masks: bool = True) -> None:
+        self.expect_masks = expect_masks
+        self.calls = 0
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        assert isinstance(observation, np.ndarray)
+        assert episode_start is not None
+        n_envs = observation.shape[0]  # observation: (n_envs, n_cues + 1)
+        if self.expect_masks:
+            assert action_masks is not None, "action_masks missing at a step"
+            assert action_masks.shape == (n_envs, N_CUES + N_WAIT)
+        else:
+            assert action_masks is None
+        self.calls += 1
+        cues = np.full(n_envs, -1) if state is None else state[0].copy()
+        cues[episode_start] = np.argmax(observation[episode_start, :N_CUES], axis=1)
+        is_query = observation[:, -1] == 1
+        # Before the query the only valid action is a wait: the first valid action of the mask
+        waits = np.full(n_envs, N_CUES) if action_masks is None else np.argmax(action_masks, axis=1)
+        actions = np.where(is_query, np.maximum(cues, 0), waits)
+        return actions, (cues,)
+
+
+def small_reset_ppo(**kwargs: object) -> ResetPPO:
+    """A small ResetPPO on ``RandomEpisodeEnv``: ``n_envs`` and ``policy`` among ``kwargs``, the rest ResetPPO's."""
+    env = make_vec_env(RandomEpisodeEnv, n_envs=kwargs.pop("n_envs", 2), seed=0)  # type: ignore[arg-type]
+    settings: dict = dict(n_steps=16, batch_size=16, n_epochs=2, window_size=4, seed=0)
+    settings.update(kwargs)
+    settings.setdefault("policy_kwargs", {"lstm_hidden_size": 8, "net_arch": [8]})
+    return ResetPPO(settings.pop("policy", "MlpLstmPolicy"), env, **settings)
