@@ -45,6 +45,7 @@ VARIANT_ORDER = ["reset", "reset_importance", "mask", "mask_kept", "ppo_lstm"]
 BASELINE = "mask"
 # Reference (best) returns used for normalisation; random returns are measured by the report itself
 sys.path.insert(0, str(HERE))
+import rundata  # noqa: E402  (benchmarks/kit/rundata.py)
 
 REFERENCE_RETURN = {
     "CueRecall-v0": 1.0,
@@ -831,6 +832,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
+    for grid in args.grid:
+        rundata.ensure(grid)  # a stored study's folder, unpacked from its tables where needed
     args.figures = args.figures or args.out.parent / "figures"
     args.figures.mkdir(parents=True, exist_ok=True)
     report = Report(args, select_runs(args, parser))

@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
 import masking_study  # noqa: E402  (benchmarks/studies/masking/masking_study.py)
+import rundata  # noqa: E402  (benchmarks/kit/rundata.py)
 from report import estimate_text, save_figure, study_opening, versions  # noqa: E402  (benchmarks/kit/report.py)
 
 ARMS = list(masking_study.ARMS)
@@ -328,6 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=stats.REPS)
     parser.add_argument("--notes", type=Path, default=HERE / "NOTES.md", help="hand-written deviations and reading")
     args = parser.parse_args(argv)
+    rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
     runs = load_runs(args.results)
     if not runs:
         parser.error(f"no runs in {args.results}")

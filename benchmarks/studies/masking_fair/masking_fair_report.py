@@ -30,6 +30,7 @@ from sb3_reset_ppo.experiments import stats
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
 sys.path.insert(0, str(BENCHMARKS / "kit"))
+import rundata  # noqa: E402  (benchmarks/kit/rundata.py)
 from report import estimate_text, save_figure, study_opening  # noqa: E402  (benchmarks/kit/report.py)
 
 BASE = "maskable_reset_ppo"
@@ -388,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
     parser.add_argument("--notes", type=Path, default=HERE / "NOTES.md", help="the notes whose deviations the page states")
     args = parser.parse_args(argv)
+    rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
     if args.reps < 1:
         parser.error(f"--reps must be at least 1, got {args.reps}")
     runs = load(args.runs)

@@ -126,7 +126,10 @@ def report() -> tuple[str, dict[str, Any]]:
     from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, mann_whitney, probability_triple
 
     sys.path.insert(0, str(BENCHMARKS / "kit"))
+    import rundata  # benchmarks/kit/rundata.py
     from report import estimate_text  # benchmarks/kit/report.py
+
+    rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
 
     lines = [
         "| task | arm | runs | final IQM (95% CI) | curve mean IQM (95% CI) | learn() CPU s (median) |",
