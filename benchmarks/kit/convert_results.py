@@ -14,7 +14,7 @@ import argparse
 import subprocess
 import sys
 
-import rundata
+from benchmarks.kit import rundata
 
 # The folders of benchmarks/results/ holding runs; bench_floor_paired (13 small files a test and a page read) stays
 FOLDERS = (

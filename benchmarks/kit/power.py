@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import rundata  # benchmarks/kit/rundata.py
 from scipy import stats
 
+from benchmarks.kit import rundata  # benchmarks/kit/rundata.py
 from sb3_reset_ppo.experiments import runner
 
 

@@ -34,14 +34,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.kit import run_grid, rundata
 from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
 ROOT = HERE.parents[2]
-sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
-import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
-import rundata  # noqa: E402  (benchmarks/kit/rundata.py)
 
 PRIMARY = [*run_grid.EVIDENCE_PRIMARY, "ev_rppo"]
 SECONDARY = ["ev_reset", *run_grid.EVIDENCE_SECONDARY]

@@ -18,20 +18,18 @@ Usage: python benchmarks/studies/masking_fair/masking_fair_report.py [--runs DIR
 import argparse
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from benchmarks.kit import rundata
+from benchmarks.kit.report import estimate_text, save_figure, study_opening
 from sb3_reset_ppo.experiments import stats
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
-sys.path.insert(0, str(BENCHMARKS / "kit"))
-import rundata  # noqa: E402  (benchmarks/kit/rundata.py)
-from report import estimate_text, save_figure, study_opening  # noqa: E402  (benchmarks/kit/report.py)
 
 BASE = "maskable_reset_ppo"
 # The arm whose cost is compared with the base's at the same number of training episodes (PROTOCOL.md, Endpoints)

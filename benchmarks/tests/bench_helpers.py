@@ -12,8 +12,12 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import torch as th
 
-ROOT = Path(__file__).resolve().parents[1]
+# Two cores are shared by two pytest workers: one torch thread each (as the package's tests/conftest.py sets)
+th.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def script(name: str) -> Path:
