@@ -112,7 +112,8 @@ def encode(path: Path, diffs: dict[str, str]) -> dict[str, Any]:
 def decode(cell: dict[str, Any], diffs: dict[str, str]) -> bytes:
     """A table cell back as the file's bytes (a gzipped file recompressed; its contents are the stored ones)."""
     if "npz" in cell:
-        arrays = {
+        # str -> Any, not -> ndarray: np.savez's stub types its keyword arrays and its allow_pickle flag alike
+        arrays: dict[str, Any] = {
             array["key"]: np.asarray(array["data"], dtype=array["dtype"]).reshape(array["shape"]) for array in cell["npz"]
         }
         buffer = io.BytesIO()
