@@ -6,8 +6,10 @@ A study's run folder (``benchmarks/results/<name>/``, as the runners write it: `
 run (a folder holding ``run.json`` or ``failed.json``; any other file is a row of its own folder):
 
 - ``benchmarks/results/<name>.runs.jsonl.gz``: ``{"dir": <the run's folder, relative>, "files": {<path>: <content>}}``
-  with every file but the logs, parsed: a JSON file as its value, an ``.npz`` as its arrays
-  (``[{key, dtype, shape, data}]``), a gzipped file as its text (``{"gz": text}``), any other text file as ``{"text": text}``;
+  with every file but the logs, parsed: a JSON file as its value and the style it was written in
+  (``{"json": value, "style": i}``, so that it unpacks byte for byte), an ``.npz`` as its arrays
+  (``[{key, dtype, shape, data}]``), a gzipped file as its text (``{"gz": text}``), any other text file (and a JSON file
+  in no known style) as ``{"text": text}``;
 - ``benchmarks/results/<name>.logs.jsonl.gz``: the same rows with the logs only (``*.log``, ``*log.txt.gz``), which
   no table reads but a person debugging a run does.
 
@@ -46,8 +48,12 @@ CODE_VERSIONS = RESULTS / "code_versions.jsonl.gz"
 STAMP = ".unpacked"
 # The files that mark a run's folder
 RUN_MARKERS = ("run.json", "failed.json")
-# JSON as the runners write it: (indent, trailing newline); a file written otherwise unpacks in the first style
-JSON_STYLES = ((2, False), (None, False), (2, True), (None, True), (1, False), (4, False))
+# JSON as the runners write it: (indent, separators, trailing newline); a stored cell names its style by its index (so
+# a new style is appended), and a file no style reproduces is stored as its text
+JSON_STYLES: tuple[tuple[int | None, tuple[str, str] | None, bool], ...] = (
+    (2, None, False), (None, None, False), (2, None, True), (None, None, True), (1, None, False), (4, None, False),
+    (1, None, True), (None, (",", ":"), False),
+)  # fmt: skip
 
 
 def runs_table(name: str, results: Path = RESULTS) -> Path:
@@ -71,11 +77,15 @@ def is_log(path: str) -> bool:
     return name.endswith((".log", "log.txt.gz", "log.txt"))
 
 
+def _json_text(value: Any, style: int) -> str:
+    """``value`` as JSON written in the style ``JSON_STYLES[style]``."""
+    indent, separators, newline = JSON_STYLES[style]
+    return json.dumps(value, indent=indent, separators=separators) + ("\n" if newline else "")
+
+
 def _json_style(raw: str, value: Any) -> int:
-    for i, (indent, newline) in enumerate(JSON_STYLES):
-        if json.dumps(value, indent=indent) + ("\n" if newline else "") == raw:
-            return i
-    return -1
+    """The style ``raw`` (the text of ``value``) is written in: its index in ``JSON_STYLES``, -1 for none."""
+    return next((i for i in range(len(JSON_STYLES)) if _json_text(value, i) == raw), -1)
 
 
 def encode(path: Path, diffs: dict[str, str]) -> dict[str, Any]:
@@ -101,11 +111,13 @@ def encode(path: Path, diffs: dict[str, str]) -> dict[str, Any]:
     if path.suffix == ".json":
         value = json.loads(text)
         style = _json_style(text, value)
+        if style < 0:
+            return {"text": text}
         if isinstance(value, dict) and isinstance(value.get("package_diff"), str):
             digest = hashlib.sha256(value["package_diff"].encode()).hexdigest()
             diffs[digest] = value["package_diff"]
             value = {**value, "package_diff": {"sha256": digest}}
-        return {"json": value, "style": style} if style >= 0 else {"json": value}
+        return {"json": value, "style": style}
     return {"text": text}
 
 
@@ -127,8 +139,7 @@ def decode(cell: dict[str, Any], diffs: dict[str, str]) -> bytes:
         value = cell["json"]
         if isinstance(value, dict) and isinstance(value.get("package_diff"), dict):
             value = {**value, "package_diff": diffs[value["package_diff"]["sha256"]]}
-        indent, newline = JSON_STYLES[max(cell.get("style", 0), 0)]
-        return (json.dumps(value, indent=indent) + ("\n" if newline else "")).encode()
+        return _json_text(value, cell["style"]).encode()
     return str(cell["text"]).encode()
 
 
@@ -266,7 +277,7 @@ def ensure_all(results: Path = RESULTS) -> None:
 
 
 def _same(stored: bytes, original: bytes, inside: str) -> bool:
-    """Whether an unpacked file holds what the original held (an archive's contents, a JSON file's value)."""
+    """Whether an unpacked file holds what the original held: its bytes, or an archive's contents."""
     if stored == original:
         return True
     if inside.endswith(".npz"):
@@ -276,8 +287,6 @@ def _same(stored: bytes, original: bytes, inside: str) -> bool:
             )
     if inside.endswith(".gz"):
         return gzip.decompress(stored) == gzip.decompress(original)
-    if inside.endswith(".json"):
-        return bool(json.loads(stored) == json.loads(original))
     return False
 
 

@@ -65,6 +65,32 @@ def test_a_packed_folder_unpacks_to_what_it_held(tmp_path: Path) -> None:
     assert rundata.check("s", tmp_path) == ["own/seed_1.json: differs"]
 
 
+def test_json_unpacks_as_it_was_written(tmp_path: Path) -> None:
+    # The runners' styles (the masking_fair runner writes compact records, the coverage notes indent by one) and one
+    # no style reproduces: each file unpacks byte for byte, a record's package diff still stored once
+    folder = tmp_path / "s" / "own"
+    folder.mkdir(parents=True)
+    record = {"arm": "a", "package_diff": "diff --git a/x b/x\n" * 50, "returns": [1.0, 0.1 + 0.2, 1e-05], "e": "\u00e9"}
+    written = {
+        "compact.json": json.dumps(record, separators=(",", ":")),
+        "indent1.json": json.dumps(record, indent=1) + "\n",
+        "indent2.json": json.dumps(record, indent=2),
+        "by_hand.json": '{ "arm" : "b",\n  "returns": [1.50, 2e0] }\n',
+    }
+    for name, text in written.items():
+        (folder / name).write_text(text)
+    rundata.pack("s", tmp_path)
+    assert rundata.check("s", tmp_path) == []
+    assert "diff --git" not in gzip.decompress(rundata.runs_table("s", tmp_path).read_bytes()).decode()
+    for name in written:
+        (folder / name).unlink()
+    rundata.unpack("s", tmp_path)
+    assert {name: (folder / name).read_text() for name in written} == written
+    # check compares a JSON file's text, not only its value
+    (folder / "compact.json").write_text(json.dumps(record))
+    assert rundata.check("s", tmp_path) == ["own/compact.json: differs"]
+
+
 def test_ensure_unpacks_only_when_the_tables_changed(tmp_path: Path) -> None:
     folder = _study(tmp_path)
     rundata.pack("s", tmp_path)
