@@ -4,20 +4,22 @@ PYTHON ?= python3
 TORCH ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat setup.cfg | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat setup.cfg benchmarks/pyproject.toml | cksum | cut -d' ' -f1)
 # The Python versions supported (setup.cfg's python_requires is the first, its classifiers all of them; pyproject's
 # mypy python_version and ruff target-version the first; tests/packaging/test_python_versions.py checks that they agree)
 PYTHON_VERSIONS := 3.11 3.12 3.13
 # What mypy checks (pyproject's [tool.mypy] files), byte-compiled by each interpreter
 SOURCES := sb3_reset_ppo tests examples benchmarks
 
-.PHONY: install lint type pyversions test test-slow test-matrix demo figures docs clean
+.PHONY: install lint type pyversions test test-package test-benchmarks test-slow test-matrix demo figures docs clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml benchmarks/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[tests,plots,zoo,evidence,docs,compare,cluster,deploy,masking-study]"
+	# The benchmarks' own project (benchmarks/pyproject.toml: the package `benchmarks`), on the package installed above
+	$(BIN)/python -m pip install -q -e benchmarks
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -54,8 +56,16 @@ pyversions: install
 	rm -rf $$pycache; \
 	exit $$status
 
-test: lint type pyversions
+test: lint type pyversions test-package test-benchmarks
+
+# The package's tests
+test-package: install
 	$(BIN)/python -m pytest -n 2 -rs tests
+
+# The benchmarks' tests (benchmarks/tests: the study kit, every study's pages regenerated from its stored runs, the
+# speed scripts)
+test-benchmarks: install
+	$(BIN)/python -m pytest -n 2 -rs benchmarks/tests
 
 # The whole settings matrix (tests/oracles/matrix.py): every triple of option values in some combination (the default suite
 # runs every pair); its last result is summarised in docs/guide/reliability.md
@@ -63,7 +73,7 @@ test-matrix: install
 	SB3_RESET_PPO_MATRIX=full $(BIN)/python -m pytest -n 2 -rs tests/reset_ppo/test_settings_matrix.py tests/export/test_export_matrix.py
 
 test-slow: install
-	$(BIN)/python -m pytest -m slow tests
+	$(BIN)/python -m pytest -m slow tests benchmarks/tests
 
 demo: install
 	$(BIN)/python examples/demo.py

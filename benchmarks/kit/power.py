@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from benchmarks.kit import rundata  # benchmarks/kit/rundata.py
 from sb3_reset_ppo.experiments import runner
 
 
@@ -54,6 +55,8 @@ def main() -> None:
     parser.add_argument("--final-evaluations", type=int, default=2, help="the endpoint: mean of the last K evaluations")
     parser.add_argument("--seeds", type=int, nargs="+", default=[10, 20], help="seeds per arm for the detectable effect")
     args = parser.parse_args()
+    for grid in args.grid:
+        rundata.ensure(grid)  # a stored study's folder, unpacked from its tables where needed
     runs = [run for grid in args.grid for run in runner.load_runs(grid, args.final_evaluations)]
     print("command: python " + " ".join(["benchmarks/kit/power.py", *sys.argv[1:]]))
     print()

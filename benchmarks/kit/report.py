@@ -35,6 +35,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from rliable import plot_utils
 
+from benchmarks.kit import rundata
 from sb3_reset_ppo.experiments import runner, training_log
 from sb3_reset_ppo.experiments.runner import load_runs
 from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, probability_text, probability_triple
@@ -44,7 +45,6 @@ BENCHMARKS = HERE.parent
 VARIANT_ORDER = ["reset", "reset_importance", "mask", "mask_kept", "ppo_lstm"]
 BASELINE = "mask"
 # Reference (best) returns used for normalisation; random returns are measured by the report itself
-sys.path.insert(0, str(HERE))
 
 REFERENCE_RETURN = {
     "CueRecall-v0": 1.0,
@@ -831,6 +831,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
+    for grid in args.grid:
+        rundata.ensure(grid)  # a stored study's folder, unpacked from its tables where needed
     args.figures = args.figures or args.out.parent / "figures"
     args.figures.mkdir(parents=True, exist_ok=True)
     report = Report(args, select_runs(args, parser))

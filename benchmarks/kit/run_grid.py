@@ -48,8 +48,6 @@ import yaml
 from sb3_reset_ppo.experiments import executors, runner
 from sb3_reset_ppo.experiments.runner import FAILED_FILE, RunSpec, recorded, status
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parent
 # The published grid's config (window_stride: 1), moved from the package's zoo/reset_ppo.yml, which now keeps the defaults

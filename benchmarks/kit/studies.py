@@ -36,7 +36,10 @@ from typing import Any
 
 import yaml
 
+from benchmarks.kit import rundata
+
 HERE = Path(__file__).resolve().parent
+
 BENCHMARKS = HERE.parent
 ROOT = BENCHMARKS.parent
 STUDIES = BENCHMARKS / "studies"
@@ -262,6 +265,8 @@ def report(study: Study, pages: Path | None = None, summaries: Path = SUMMARIES)
     pages = pages or study.folder
     pages.mkdir(parents=True, exist_ok=True)
     summaries.mkdir(parents=True, exist_ok=True)
+    # The report commands read run folders (their own study's and others'): unpacked from the tables where needed
+    rundata.ensure_all()
     for command in commands(study, "report", pages, summaries):
         subprocess.run([sys.executable, *command], check=True, cwd=ROOT)
     for entry in study.pages():
@@ -271,12 +276,17 @@ def report(study: Study, pages: Path | None = None, summaries: Path = SUMMARIES)
 
 
 def count_runs(study: Study) -> int:
-    """The study's stored runs: files ``run.json`` (the grid's), else ``seed*.json`` (the studies' own runners)."""
+    """
+    The study's stored runs, read from its tables: files ``run.json`` (the grid's), else ``seed*.json`` (the studies'
+    own runners).
+    """
     total = 0
     for folder in study.runs:
-        path = BENCHMARKS / folder
-        found = list(path.rglob("run.json"))
-        total += len(found) if found else len(list(path.rglob("seed*.json")))
+        name, _, inside = Path(folder).relative_to("results").as_posix().partition("/")
+        paths = [path for path in rundata.stored_paths(name) if not inside or path.startswith(inside + "/")]
+        names = [path.rsplit("/", 1)[-1] for path in paths]
+        found = names.count("run.json")
+        total += found if found else sum(1 for n in names if n.startswith("seed") and n.endswith(".json"))
     return total
 
 
@@ -299,6 +309,16 @@ def index() -> str:
         "the equal tuning budget `tune.py`, the power calculation `power.py` and this index, `studies.py`) with the",
         "package's `sb3_reset_ppo.experiments` (runs, statistics); every run is stored under `results/`.",
         "",
+        "A study's runs are stored as two gzipped JSON-lines tables, `results/<name>.runs.jsonl.gz` (records, evaluations,",
+        "configs, training curves: one row per run) and `results/<name>.logs.jsonl.gz` (the logs), with the package diffs",
+        "they were made with stored once in `results/code_versions.jsonl.gz`; the reports unpack them into",
+        "`results/<name>/` (git-ignored) and `python benchmarks/kit/rundata.py pack NAME` stores new runs",
+        "(`kit/rundata.py`).",
+        "",
+        "The benchmarks are a project of their own (`pyproject.toml`: the package `benchmarks`, with the extras of",
+        "sb3-reset-ppo the studies train with): in the clone, after the package, `pip install -e benchmarks` (`make install`",
+        "installs both); then every command here runs from the repository's root as written.",
+        "",
         "## Studies",
         "",
         "| study | question | verdict | runs | rerun |",
@@ -320,7 +340,7 @@ def index() -> str:
         "| script | what it measures | latest result |",
         "|---|---|---|",
     ]
-    for script in sorted((BENCHMARKS / "speed").glob("*.py")):
+    for script in sorted((BENCHMARKS / "speed").glob("[!_]*.py")):  # the scripts, not the package's __init__
         result = SPEED_RESULTS.get(script.stem)
         stored = SUMMARIES / result if result else None
         if stored and stored.exists():

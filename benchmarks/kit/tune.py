@@ -48,12 +48,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from benchmarks.kit import run_grid
 from sb3_reset_ppo.experiments import executors, runner
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parent
-sys.path.insert(0, str(HERE))
-import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 OUT = BENCHMARKS / "results" / "tuning"
 # A worker stops after this many failed trials in a row (a broken setting would otherwise fail until the deadline)

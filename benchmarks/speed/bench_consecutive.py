@@ -35,11 +35,11 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
     import torch as th
-    from bench_train import Curve
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
     import sb3_reset_ppo.envs  # noqa: F401
+    from benchmarks.speed.bench_train import Curve
     from sb3_reset_ppo import ResetPPO
 
     th.set_num_threads(job.get("threads", 1))

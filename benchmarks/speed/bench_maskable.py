@@ -41,7 +41,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import bench_train
 import numpy as np
 import torch as th
 from sb3_contrib import RecurrentPPO
@@ -50,6 +49,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecEnv
 
 import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecall-v0 and MaskedCueRecall-v0)
+from benchmarks.speed import bench_train
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,12 +14,12 @@ import sys
 import time
 from typing import Any
 
-import bench_train
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
 import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecallImage-v0)
+from benchmarks.speed import bench_train
 from sb3_reset_ppo import ResetPPO
 
 

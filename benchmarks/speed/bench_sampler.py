@@ -19,10 +19,10 @@ import statistics
 import sys
 from collections.abc import Callable
 
-import bench_floor
 import numpy as np
 import torch as th
 
+from benchmarks.speed import bench_floor
 from sb3_reset_ppo import ResetPPO
 from sb3_reset_ppo.common.windows import plan_epoch
 

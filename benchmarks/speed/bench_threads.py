@@ -213,9 +213,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         print(json.dumps(child(setting, algo, threads, int(steps), int(seed))), flush=True)
         return []
     args = parse_args(arguments)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch as th
-    from bench_train import Printout
+
+    from benchmarks.speed.bench_train import Printout
 
     printout = Printout("bench_threads.py", arguments)
     say = printout.say

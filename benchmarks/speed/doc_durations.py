@@ -4,7 +4,7 @@ The durations the README and the guides state, measured: each documented command
 Every item runs as a fresh process in a scratch folder, as a user would run it from a clone: ``make demo``'s script,
 the README's quick-start snippet, the masking guide's evaluation snippet, the RL Zoo guide's first ``train`` command
 and the compare guide's first command, each read from its page at run time (so the measured code is the documented
-code; the JSON keeps a hash of it, and ``tests/test_doc_durations.py`` asks for a new measurement when a page's code
+code; the JSON keeps a hash of it, and ``benchmarks/tests/test_doc_durations.py`` asks for a new measurement when a page's code
 changes). Each uses one torch thread, as written on its page (the snippets call ``torch.set_num_threads(1)``, the
 entry points default to one thread).
 
@@ -12,7 +12,7 @@ The figure the docs state is the CPU seconds of the item's processes (``resource
 process with one thread, the time it takes on an idle core, and unlike wall time not stretched by other processes
 on the machine. The compare command trains two runs at a time: its figure is its CPU seconds over the 2 cores of its
 two workers (its time on 2 idle cores, if the runs keep both busy). The wall seconds and the 1-minute load average
-before and after each item are recorded too. ``tests/test_doc_durations.py`` keeps every stated duration within
+before and after each item are recorded too. ``benchmarks/tests/test_doc_durations.py`` keeps every stated duration within
 35% of the stored figure.
 
 Writes ``<out>.json`` and ``<out>.txt`` (what it prints, the exact command first).

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 import torch as th
-from bench_helpers import ROOT, _load
 from stable_baselines3.common.env_util import make_vec_env
 
 import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecall-v0 and MaskedCueRecall-v0)
+from benchmarks.tests.bench_helpers import ROOT, _load
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.utils import ONE_THREAD_MAX_HIDDEN_SIZE, ThreadCountWarning, thread_advice
 from sb3_reset_ppo.zoo import with_default_threads

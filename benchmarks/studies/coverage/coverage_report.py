@@ -18,7 +18,6 @@ Usage: python benchmarks/studies/coverage/coverage_report.py [--reps 2000] [--ou
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,14 +28,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from benchmarks.kit import report, run_grid, rundata
+from benchmarks.studies.coverage import port_case
 from sb3_reset_ppo.experiments import runner, stats
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
-import port_case  # noqa: E402  (benchmarks/studies/coverage/port_case.py)
-import report  # noqa: E402  (benchmarks/kit/report.py)
-import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 PORT_ARMS = [arm for arm in port_case.ARMS if arm != "rppo"]
 # The ResetPPO arms that may become the default (inside_rollout is descriptive only)
@@ -816,6 +813,7 @@ def main() -> None:
     parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help="folder of coverage_summary.json")
     parser.add_argument("--results", type=Path, default=BENCHMARKS / "results", help="folder of the runs")
     args = parser.parse_args()
+    rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
     random = report.random_return(port_case.ENV_ID)
     port_runs = load_port(args.results / "coverage" / "port")
     analysis = port_analysis(port_runs, random, args.reps)

@@ -17,11 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kit import snapshots
 from sb3_reset_ppo.experiments import runner
 
 BENCHMARKS = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(BENCHMARKS / "kit"))
-import snapshots  # noqa: E402  (benchmarks/kit/snapshots.py)
 
 ENV_ID = "CartPoleNoVel-v1"
 N_ENVS = 8

@@ -19,11 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.kit import run_grid
 from sb3_reset_ppo.experiments import runner
 
 BENCHMARKS = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(BENCHMARKS / "kit"))
-import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 
 def parse_run(text: str) -> tuple[str, str, int]:

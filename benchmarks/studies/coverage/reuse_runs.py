@@ -15,14 +15,13 @@ Usage: python benchmarks/studies/coverage/reuse_runs.py --from-study fresh_memor
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import yaml
 
+from benchmarks.kit import run_grid
+
 BENCHMARKS = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(BENCHMARKS / "kit"))
-import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 # Settings that equal ResetPPO's defaults: the same run whether written or not
 DEFAULT_SETTINGS = {"boundary:'reset'", "weighting:'uniform'"}

@@ -28,13 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kit import run_grid
+from benchmarks.studies.coverage import coverage_report
 from sb3_reset_ppo.experiments import executors, runner
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
-import coverage_report  # noqa: E402  (benchmarks/studies/coverage/coverage_report.py)
-import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 RESULTS = BENCHMARKS / "results"
 PAIRS_FOLDER = RESULTS / "coverage_pairs"

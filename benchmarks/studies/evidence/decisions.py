@@ -31,14 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kit import run_grid
+from benchmarks.studies.evidence import evidence_report
+from benchmarks.studies.evidence.readme_tables import env_row_text, estimate, verdict
 from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
-import evidence_report  # noqa: E402  (benchmarks/studies/evidence/evidence_report.py: the reports' arms)
-import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
-from readme_tables import env_row_text, estimate, verdict  # noqa: E402  (benchmarks/studies/evidence/readme_tables.py)
 
 ALPHA = 0.05
 # PROTOCOL.md: the primary endpoint is the mean of the last 2 of 20 evaluations; aggregates pool 10 seeds per env

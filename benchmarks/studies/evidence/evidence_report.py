@@ -34,13 +34,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.kit import run_grid, rundata
 from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
 ROOT = HERE.parents[2]
-sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
-import run_grid  # noqa: E402  (benchmarks/kit/run_grid.py)
 
 PRIMARY = [*run_grid.EVIDENCE_PRIMARY, "ev_rppo"]
 SECONDARY = ["ev_reset", *run_grid.EVIDENCE_SECONDARY]
@@ -123,6 +122,7 @@ def main() -> None:
     parser.add_argument("--evaluations", type=int, default=runner.EVALUATIONS_PER_RUN,
                         help="evaluations of every run within its budget (protocol: 20); others count as failed")  # fmt: skip
     args = parser.parse_args()
+    rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
     if args.min_seeds < 1:
         parser.error(f"--min-seeds must be at least 1, got {args.min_seeds}")
     only = list(args.only)

@@ -12,20 +12,19 @@ Usage: python benchmarks/studies/masking/masking_report.py [--results DIR] [--ou
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.kit import rundata
+from benchmarks.kit.report import estimate_text, save_figure, study_opening, versions
+from benchmarks.studies.masking import masking_study
 from sb3_reset_ppo.envs.masked_cue_recall import normalised_score
 from sb3_reset_ppo.experiments import stats
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
-import masking_study  # noqa: E402  (benchmarks/studies/masking/masking_study.py)
-from report import estimate_text, save_figure, study_opening, versions  # noqa: E402  (benchmarks/kit/report.py)
 
 ARMS = list(masking_study.ARMS)
 FOCUS = "maskable_reset_ppo"
@@ -328,6 +327,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=stats.REPS)
     parser.add_argument("--notes", type=Path, default=HERE / "NOTES.md", help="hand-written deviations and reading")
     args = parser.parse_args(argv)
+    rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
     runs = load_runs(args.results)
     if not runs:
         parser.error(f"no runs in {args.results}")

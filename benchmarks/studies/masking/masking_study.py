@@ -19,11 +19,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kit import snapshots
+from benchmarks.kit.snapshots import COMMON, LSTM_KWARGS, MLP_KWARGS, N_STEPS
+
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(BENCHMARKS / "kit")]
-import snapshots  # noqa: E402  (benchmarks/kit/snapshots.py)
-from snapshots import COMMON, LSTM_KWARGS, MLP_KWARGS, N_STEPS  # noqa: E402
 
 OUT = BENCHMARKS / "results" / "masking"
 

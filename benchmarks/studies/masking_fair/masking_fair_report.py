@@ -18,19 +18,18 @@ Usage: python benchmarks/studies/masking_fair/masking_fair_report.py [--runs DIR
 import argparse
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from benchmarks.kit import rundata
+from benchmarks.kit.report import estimate_text, save_figure, study_opening
 from sb3_reset_ppo.experiments import stats
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parents[1]
-sys.path.insert(0, str(BENCHMARKS / "kit"))
-from report import estimate_text, save_figure, study_opening  # noqa: E402  (benchmarks/kit/report.py)
 
 BASE = "maskable_reset_ppo"
 # The arm whose cost is compared with the base's at the same number of training episodes (PROTOCOL.md, Endpoints)
@@ -388,6 +387,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
     parser.add_argument("--notes", type=Path, default=HERE / "NOTES.md", help="the notes whose deviations the page states")
     args = parser.parse_args(argv)
+    rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
     if args.reps < 1:
         parser.error(f"--reps must be at least 1, got {args.reps}")
     runs = load(args.runs)

@@ -29,10 +29,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from benchmarks.kit import snapshots
+from benchmarks.kit.snapshots import COMMON, LSTM_KWARGS, MLP_KWARGS, N_STEPS
+
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "benchmarks" / "kit"))
-import snapshots  # noqa: E402  (benchmarks/kit/snapshots.py)
-from snapshots import COMMON, LSTM_KWARGS, MLP_KWARGS, N_STEPS  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "masking_fair"
 

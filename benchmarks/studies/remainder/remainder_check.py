@@ -123,10 +123,11 @@ def run(trees: dict[str, pathlib.Path]) -> None:
 
 def report() -> tuple[str, dict[str, Any]]:
     """The tables of the finished runs (Markdown) and their estimates (a summary: per task, each arm's IQMs and P)."""
+    from benchmarks.kit import rundata  # benchmarks/kit/rundata.py
+    from benchmarks.kit.report import estimate_text  # benchmarks/kit/report.py
     from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, mann_whitney, probability_triple
 
-    sys.path.insert(0, str(BENCHMARKS / "kit"))
-    from report import estimate_text  # benchmarks/kit/report.py
+    rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
 
     lines = [
         "| task | arm | runs | final IQM (95% CI) | curve mean IQM (95% CI) | learn() CPU s (median) |",

@@ -1,0 +1,80 @@
+"""
+Helpers shared by the tests of the benchmark scripts (``benchmarks/``): loading a script as a module, a fake
+finished run, and running an interrupt script in a fresh interpreter.
+"""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch as th
+
+# Two cores are shared by two pytest workers: one torch thread each (as the package's tests/conftest.py sets)
+th.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def script(name: str) -> Path:
+    """The benchmark script ``name`` (``benchmarks/kit/``, ``benchmarks/speed/`` or a study's folder): names are unique."""
+    paths = sorted((ROOT / "benchmarks").glob(f"**/{name}.py"))
+    assert len(paths) == 1, f"{name}.py: {paths}"
+    return paths[0]
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, script(name))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_run(
+    grid: Path,
+    variant: str,
+    env_id: str,
+    seed: int,
+    eval_means: list[float],
+    budget: int | None = None,
+    **run_fields: Any,
+) -> None:
+    """
+    A finished run as run_grid.py leaves it: run.json and the zoo's evaluations.npz (an evaluation every 1000
+    steps), with the zoo's saved config.yml when ``budget`` is given.
+    """
+    run_dir = grid / variant / env_id / f"seed{seed}"
+    algo = "ppo_lstm" if variant == "ppo_lstm" else "reset_ppo"
+    zoo_dir = run_dir / algo / f"{env_id}_1"
+    zoo_dir.mkdir(parents=True)
+    n_evaluations, n_episodes = len(eval_means), 4
+    np.savez(
+        zoo_dir / "evaluations.npz",
+        timesteps=1000 * np.arange(1, n_evaluations + 1),
+        # (n_evaluations,) -> (n_evaluations, n_episodes): every episode of an evaluation returns its mean
+        results=np.repeat(np.array(eval_means)[:, None], n_episodes, axis=1),
+        ep_lengths=np.ones((n_evaluations, n_episodes)),
+    )
+    if budget is not None:
+        (zoo_dir / env_id).mkdir()
+        # The zoo's format (an OrderedDict as a list of pairs)
+        (zoo_dir / env_id / "config.yml").write_text(
+            "!!python/object/apply:collections.OrderedDict\n- - - n_envs\n    - 8\n"
+            f"  - - n_timesteps\n    - {float(budget)}\n  - - policy\n    - MlpLstmPolicy\n"
+        )
+    run = {"variant": variant, "env": env_id, "seed": seed, "returncode": 0, "seconds": 10.0 + seed, "command": "x"}
+    (run_dir / "run.json").write_text(json.dumps({**run, **run_fields}))
+
+
+def _interrupted(code: str, *args: str) -> dict[str, Any]:
+    """Run one of the interrupt scripts and return what it printed last (JSON)."""
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "benchmarks" / "kit"), *args],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
