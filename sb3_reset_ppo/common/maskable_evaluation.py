@@ -22,6 +22,7 @@ from stable_baselines3.common.type_aliases import PolicyPredictor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from sb3_reset_ppo.common.spaces import check_action_masks
+from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
 from sb3_reset_ppo.common.utils import swapped_names
 
 __all__ = ["MaskableEvalCallback", "MaskablePredictor", "evaluate_policy"]
@@ -32,12 +33,12 @@ class MaskablePredictor(Protocol):
 
     def predict(
         self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
+        observation: NumpyObs,
+        state: Memory = None,
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]: ...
+    ) -> tuple[np.ndarray, Memory]: ...
 
 
 class _EnvMasksPredictor:
@@ -56,12 +57,8 @@ class _EnvMasksPredictor:
         self.step = 0
 
     def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        self, observation: NumpyObs, state: Memory = None, episode_start: np.ndarray | None = None, deterministic: bool = False
+    ) -> tuple[np.ndarray, Memory]:
         # sb3-contrib's get_action_masks(env) without its np.stack: a wrong shape then names its env
         action_masks = check_action_masks(
             self.env.env_method("action_masks"),
@@ -70,9 +67,7 @@ class _EnvMasksPredictor:
             f"evaluation step {self.step} (counted from 0)",
         )
         self.step += 1
-        return self.model.predict(
-            observation, state=state, episode_start=episode_start, deterministic=deterministic, action_masks=action_masks
-        )
+        return self.model.predict(observation, state, episode_start, deterministic, action_masks)
 
 
 def evaluate_policy(

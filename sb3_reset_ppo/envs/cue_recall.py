@@ -6,13 +6,22 @@ from gymnasium import spaces
 METADATA = {"render_modes": ["rgb_array"], "render_fps": 4}
 
 
-def check_render_mode(render_mode: str | None) -> None:
-    """Raise a ``ValueError`` unless ``render_mode`` is ``None`` or ``"rgb_array"``."""
+def check_render_mode(render_mode: str | None) -> str | None:
+    """Return ``render_mode``, or raise a ``ValueError`` unless it is ``None`` or ``"rgb_array"``."""
     if render_mode not in (None, "rgb_array"):
         raise ValueError(
             f"render_mode must be None or 'rgb_array' (gymnasium.make(..., render_mode='human') wraps the latter "
             f"in a window), got {render_mode!r}"
         )
+    return render_mode
+
+
+def check_invalid_actions(invalid_reward: float, max_invalid: int) -> None:
+    """Raise a ``ValueError`` unless ``invalid_reward`` is at most 0 and ``max_invalid`` at least 1."""
+    if invalid_reward > 0:
+        raise ValueError(f"invalid_reward must be at most 0, got {invalid_reward}")
+    if max_invalid < 1:
+        raise ValueError(f"max_invalid must be at least 1, got {max_invalid}")
 
 
 def row_image(obs: np.ndarray) -> np.ndarray:
@@ -47,8 +56,7 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
             raise ValueError(f"n_cues must be at least 2, got {n_cues}")
         if not 0 <= min_delay <= max_delay:
             raise ValueError(f"need 0 <= min_delay <= max_delay, got min_delay={min_delay}, max_delay={max_delay}")
-        check_render_mode(render_mode)
-        self.render_mode = render_mode
+        self.render_mode = check_render_mode(render_mode)
         self.n_cues = n_cues
         self.min_delay = min_delay
         self.max_delay = max_delay

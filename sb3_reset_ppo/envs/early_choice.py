@@ -42,8 +42,7 @@ class EarlyChoiceEnv(gym.Env[np.ndarray, np.int64]):
                 "need n_choices >= 2, n_decisions >= 1 and 0 <= min_filler <= max_filler, got "
                 f"n_choices={n_choices}, n_decisions={n_decisions}, min_filler={min_filler}, max_filler={max_filler}"
             )
-        check_render_mode(render_mode)
-        self.render_mode = render_mode
+        self.render_mode = check_render_mode(render_mode)
         self.n_choices = n_choices
         self.n_decisions = n_decisions
         self.min_filler = min_filler

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from sb3_reset_ppo.envs.cue_recall import METADATA, check_render_mode, row_image
+from sb3_reset_ppo.envs.cue_recall import METADATA, check_invalid_actions, check_render_mode, row_image
 
 
 def mask_from_observation(obs: np.ndarray, n_cues: int, n_wait: int) -> np.ndarray:
@@ -99,12 +99,8 @@ class FairMaskedCueRecallEnv(gym.Env[np.ndarray, np.int64]):
                 raise ValueError(f"{name} must be (low, high) with 0 <= low <= high, got {(low, high)}")
         if not 0.0 <= long_probability <= 1.0:
             raise ValueError(f"long_probability must be in [0, 1], got {long_probability}")
-        if invalid_reward > 0:
-            raise ValueError(f"invalid_reward must be at most 0, got {invalid_reward}")
-        if max_invalid < 1:
-            raise ValueError(f"max_invalid must be at least 1, got {max_invalid}")
-        check_render_mode(render_mode)
-        self.render_mode = render_mode
+        check_invalid_actions(invalid_reward, max_invalid)
+        self.render_mode = check_render_mode(render_mode)
         self.n_cues, self.n_wait = n_cues, n_wait
         self.short_delays, self.long_delays = (
             (int(short_delays[0]), int(short_delays[1])),

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from sb3_reset_ppo.envs.cue_recall import METADATA, check_render_mode, row_image
+from sb3_reset_ppo.envs.cue_recall import METADATA, check_invalid_actions, check_render_mode, row_image
 
 # The opponent's styles, one drawn uniformly per match
 STYLES = ("honest", "bluffer")
@@ -133,12 +133,8 @@ class LeducMatchEnv(gym.Env[np.ndarray, np.int64]):
     ) -> None:
         if n_hands < 1:
             raise ValueError(f"n_hands must be at least 1, got {n_hands}")
-        if invalid_reward > 0:
-            raise ValueError(f"invalid_reward must be at most 0, got {invalid_reward}")
-        if max_invalid < 1:
-            raise ValueError(f"max_invalid must be at least 1, got {max_invalid}")
-        check_render_mode(render_mode)
-        self.render_mode = render_mode
+        check_invalid_actions(invalid_reward, max_invalid)
+        self.render_mode = check_render_mode(render_mode)
         self.game = _pyspiel().load_game("leduc_poker")
         self.n_hands = n_hands
         self.invalid_reward = float(invalid_reward)

@@ -66,12 +66,7 @@ class MaskedCueRecallEnv(CueRecallEnv):
     invalid_reward = -1.0
 
     def __init__(
-        self,
-        n_cues: int = 4,
-        min_delay: int = 1,
-        max_delay: int = 6,
-        n_wait: int = 2,
-        render_mode: str | None = None,
+        self, n_cues: int = 4, min_delay: int = 1, max_delay: int = 6, n_wait: int = 2, render_mode: str | None = None
     ) -> None:
         if n_wait < 1:
             raise ValueError(f"n_wait must be at least 1, got {n_wait}")

@@ -12,17 +12,10 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, PyTorch
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_reset_ppo.common.spaces import check_action_masks
+from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
+from sb3_reset_ppo.maskable import policies
 from sb3_reset_ppo.maskable.buffers import MaskableDictWindowRolloutBuffer, MaskableWindowRolloutBuffer
-from sb3_reset_ppo.maskable.policies import (
-    MaskableCnnGruPolicy,
-    MaskableCnnLstmPolicy,
-    MaskableMlpGruPolicy,
-    MaskableMlpLstmPolicy,
-    MaskableMultiInputGruPolicy,
-    MaskableMultiInputLstmPolicy,
-    _MaskableRecurrentPolicy,
-    check_maskable_action_space,
-)
+from sb3_reset_ppo.maskable.policies import _MaskableRecurrentPolicy, check_maskable_action_space
 from sb3_reset_ppo.reset_ppo.reset_ppo import ResetPPO
 
 SelfMaskableResetPPO = TypeVar("SelfMaskableResetPPO", bound="MaskableResetPPO")
@@ -52,13 +45,9 @@ class MaskableResetPPO(ResetPPO):
     :param kwargs: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, by name
     """
 
+    # ResetPPO's policy names, each for its maskable version
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        "MlpLstmPolicy": MaskableMlpLstmPolicy,
-        "CnnLstmPolicy": MaskableCnnLstmPolicy,
-        "MultiInputLstmPolicy": MaskableMultiInputLstmPolicy,
-        "MlpGruPolicy": MaskableMlpGruPolicy,
-        "CnnGruPolicy": MaskableCnnGruPolicy,
-        "MultiInputGruPolicy": MaskableMultiInputGruPolicy,
+        name: getattr(policies, f"Maskable{name}") for name in ResetPPO.policy_aliases
     }
     window_buffer_class = MaskableWindowRolloutBuffer
     dict_window_buffer_class = MaskableDictWindowRolloutBuffer
@@ -145,12 +134,12 @@ class MaskableResetPPO(ResetPPO):
 
     def predict(
         self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
+        observation: NumpyObs,
+        state: Memory = None,
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+    ) -> tuple[np.ndarray, Memory]:
         """
         Get the policy action from an observation and the memory, with only the valid actions (``MaskablePPO``'s
         ``predict`` with ResetPPO's memory).

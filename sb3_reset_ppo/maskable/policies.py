@@ -24,14 +24,8 @@ from torch import nn
 
 from sb3_reset_ppo.common.recurrent import recurrent_latents
 from sb3_reset_ppo.common.spaces import check_action_masks
-from sb3_reset_ppo.reset_ppo.policies import (
-    CnnGruPolicy,
-    CnnLstmPolicy,
-    MlpGruPolicy,
-    MlpLstmPolicy,
-    MultiInputGruPolicy,
-    MultiInputLstmPolicy,
-)
+from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
+from sb3_reset_ppo.reset_ppo import policies as reset_ppo_policies
 
 __all__ = [
     "MaskableCnnGruPolicy",
@@ -181,13 +175,13 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
 
     def predict(
         self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
+        observation: NumpyObs,
+        state: Memory = None,
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
         masks_at: str = "policy.predict()",
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+    ) -> tuple[np.ndarray, Memory]:
         """
         Get the policy action from an observation and the memory, as the recurrent policy's ``predict``, with only
         the actions that ``action_masks`` allows (as ``MaskableActorCriticPolicy.predict``).
@@ -234,25 +228,25 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         return self.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
 
 
-class MaskableMlpLstmPolicy(_MaskableRecurrentPolicy, MlpLstmPolicy):
+class MaskableMlpLstmPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MlpLstmPolicy):
     """ResetPPO's ``MlpLstmPolicy`` with invalid-action masking."""
 
 
-class MaskableCnnLstmPolicy(_MaskableRecurrentPolicy, CnnLstmPolicy):
+class MaskableCnnLstmPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.CnnLstmPolicy):
     """ResetPPO's ``CnnLstmPolicy`` with invalid-action masking."""
 
 
-class MaskableMultiInputLstmPolicy(_MaskableRecurrentPolicy, MultiInputLstmPolicy):
+class MaskableMultiInputLstmPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MultiInputLstmPolicy):
     """ResetPPO's ``MultiInputLstmPolicy`` with invalid-action masking."""
 
 
-class MaskableMlpGruPolicy(_MaskableRecurrentPolicy, MlpGruPolicy):
+class MaskableMlpGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MlpGruPolicy):
     """ResetPPO's ``MlpGruPolicy`` with invalid-action masking."""
 
 
-class MaskableCnnGruPolicy(_MaskableRecurrentPolicy, CnnGruPolicy):
+class MaskableCnnGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.CnnGruPolicy):
     """ResetPPO's ``CnnGruPolicy`` with invalid-action masking."""
 
 
-class MaskableMultiInputGruPolicy(_MaskableRecurrentPolicy, MultiInputGruPolicy):
+class MaskableMultiInputGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MultiInputGruPolicy):
     """ResetPPO's ``MultiInputGruPolicy`` with invalid-action masking."""

@@ -26,6 +26,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 from sb3_reset_ppo.common.recurrent import RecurrentLayer, recurrent_latents
+from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
 
 __all__ = [
     "CnnGruPolicy",
@@ -61,6 +62,29 @@ class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
             lstm_kwargs=self.lstm_kwargs,
         )
         return data
+
+    def predict(
+        self, observation: NumpyObs, state: Memory = None, episode_start: np.ndarray | None = None, deterministic: bool = False
+    ) -> tuple[np.ndarray, Memory]:
+        """
+        Get the policy action from an observation and the memory, as sb3-contrib's recurrent policies do.
+
+        :param observation: The input observation
+        :param state: The memory (LSTM: ``(hidden, cell)``, GRU: ``(hidden,)``), each ``(n_layers, n_envs, hidden_size)``;
+            ``None``: zeros
+        :param episode_start: Whether the observations start new episodes (the memory is reset then)
+        :param deterministic: Whether or not to return deterministic actions
+        :return: The action and the next memory
+        """
+        is_gru = isinstance(self.lstm_actor, nn.GRU)
+        check_predict_state(self, observation, state, 1 if is_gru else 2)
+        if not is_gru:
+            return super().predict(observation, state, episode_start, deterministic)
+        # sb3-contrib's predict handles an (hidden, cell) pair: pass the hidden state as both, _predict reads one
+        pair = None if state is None else (state[0], state[0])
+        actions, new_pair = super().predict(observation, pair, episode_start, deterministic)
+        assert new_pair is not None
+        return actions, (new_pair[0],)
 
 
 def n_observations(observation: Any, observation_space: spaces.Space) -> int:
@@ -121,41 +145,15 @@ def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, st
             )
 
 
-class _CheckedLstmPredict(_RecurrentPolicyParts):
-    """
-    ``predict`` of sb3-contrib's LSTM policies, with the memory checked first (:func:`check_predict_state`). A
-    subclass of their base, first in the LSTM policies' bases: ``super().predict`` is then sb3-contrib's.
-    """
-
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """
-        Get the policy action from an observation and the memory, as sb3-contrib's LSTM policies do.
-
-        :param observation: The input observation
-        :param state: The memory ``(hidden, cell)``, each ``(n_layers, n_envs, hidden_size)``; ``None``: zeros
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
-        :return: The action and the next memory ``(hidden, cell)``
-        """
-        check_predict_state(self, observation, state, 2)
-        return super().predict(observation, state, episode_start, deterministic)
-
-
-class MlpLstmPolicy(_CheckedLstmPredict, contrib_policies.MlpLstmPolicy):
+class MlpLstmPolicy(_RecurrentPolicyParts, contrib_policies.MlpLstmPolicy):
     """sb3-contrib's ``MlpLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` observations)."""
 
 
-class CnnLstmPolicy(_CheckedLstmPredict, contrib_policies.CnnLstmPolicy):
+class CnnLstmPolicy(_RecurrentPolicyParts, contrib_policies.CnnLstmPolicy):
     """sb3-contrib's ``CnnLstmPolicy``; only its features size is made a Python int."""
 
 
-class MultiInputLstmPolicy(_CheckedLstmPredict, contrib_policies.MultiInputLstmPolicy):
+class MultiInputLstmPolicy(_RecurrentPolicyParts, contrib_policies.MultiInputLstmPolicy):
     """sb3-contrib's ``MultiInputLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` keys)."""
 
 
@@ -270,29 +268,6 @@ class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
         # get_distribution is typed for (hidden, cell) and passes the memory on to this class's _process_sequence
         distribution, (hidden,) = self.get_distribution(observation, lstm_states[:1], episode_starts)  # type: ignore[arg-type]
         return distribution.get_actions(deterministic=deterministic), (hidden, hidden)
-
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """
-        Get the policy action from an observation and the memory, as for sb3-contrib's LSTM policies.
-
-        :param observation: The input observation
-        :param state: The memory ``(hidden,)``, shape ``(n_layers, n_envs, hidden_size)``; ``None``: zeros
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
-        :return: The action and the next memory ``(hidden,)``
-        """
-        check_predict_state(self, observation, state, 1)
-        # sb3-contrib's predict handles an (hidden, cell) pair: pass the hidden state as both, _predict reads one
-        pair = None if state is None else (state[0], state[0])
-        actions, new_pair = super().predict(observation, pair, episode_start, deterministic)
-        assert new_pair is not None
-        return actions, (new_pair[0],)
 
 
 class RecurrentActorCriticCnnGruPolicy(RecurrentActorCriticGruPolicy, RecurrentActorCriticCnnPolicy):

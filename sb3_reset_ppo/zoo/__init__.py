@@ -29,6 +29,7 @@ from stable_baselines3.common.vec_env import VecEnv
 import sb3_reset_ppo.envs  # noqa: F401  (registers the memory tasks)
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
+from sb3_reset_ppo.common.type_aliases import Memory
 from sb3_reset_ppo.common.utils import swapped_names
 
 ALGO_NAME = "reset_ppo"
@@ -107,17 +108,11 @@ class _EnjoyMaskableResetPPO(MaskableResetPPO):
     # The env that enjoy created (set by masked_enjoy)
     enjoy_env: ClassVar[VecEnv | None] = None
 
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-        action_masks: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        if action_masks is None and self.enjoy_env is not None:
-            action_masks = get_action_masks(self.enjoy_env)  # (n_envs, mask size)
-        return super().predict(observation, state, episode_start, deterministic, action_masks)
+    def predict(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, Memory]:
+        # enjoy passes no action_masks (positionally or by name)
+        if kwargs.get("action_masks") is None and len(args) < 5 and self.enjoy_env is not None:
+            kwargs["action_masks"] = get_action_masks(self.enjoy_env)  # (n_envs, mask size)
+        return super().predict(*args, **kwargs)
 
 
 @contextmanager
