@@ -38,29 +38,19 @@ class _WindowSampler:
     from these tensors by index: windows are never materialised. Index plans (window order, distinct steps,
     segments) are computed on the host from a host copy of the episode starts: building a minibatch reads
     nothing back from the device.
+
+    :param buffer: The full window rollout buffer
     """
 
-    def __init__(
-        self,
-        arrays: dict[str, np.ndarray],
-        observations: np.ndarray | dict[str, np.ndarray],
-        memory: dict[str, np.ndarray],
-        n_envs: int,
-        n_steps: int,
-        settings: WindowSettings,
-        consecutive_windows: int,
-        device: th.device,
-        burn_in: int = 0,
-        state_names: tuple[str, ...] = ("hidden", "cell"),
-    ) -> None:
-        self.n_envs = n_envs
-        self.settings = settings
+    def __init__(self, buffer: "_WindowBufferMixin") -> None:
+        n_envs, n_steps, device = buffer.n_envs, buffer.buffer_size, buffer.device
+        self.n_envs, self.n_steps, self.device = n_envs, n_steps, device
+        self.settings = buffer.window_settings
         # The tensors of the memory: ("hidden", "cell") for an LSTM, ("hidden",) for a GRU
-        self.state_names = state_names
-        self.burn_in = burn_in
-        self.n_steps = n_steps
-        self.consecutive_windows = consecutive_windows
-        self.device = device
+        self.state_names = buffer.state_names
+        self.burn_in = buffer.burn_in
+        self.consecutive_windows = buffer.consecutive_windows
+        arrays = buffer._sampled_arrays()
 
         def flat_host(array: np.ndarray) -> np.ndarray:
             # (n_steps, n_envs, *shape) -> (n_envs, n_steps, *shape) -> (n_envs * n_steps, *shape)
@@ -79,16 +69,20 @@ class _WindowSampler:
         self.data = {key: flat(value) for key, value in arrays.items()}
         self.host_episode_starts = flat_host(arrays["episode_starts"])
         self.observations: th.Tensor | dict[str, th.Tensor]
-        if isinstance(observations, dict):
-            self.observations = {key: flat(value) for key, value in observations.items()}
+        if isinstance(buffer.observations, dict):
+            self.observations = {key: flat(value) for key, value in buffer.observations.items()}
         else:
-            self.observations = flat(observations)
-        self.memory = {key: flat_memory(value) for key, value in memory.items()}
+            self.observations = flat(buffer.observations)
+        self.memory = {
+            f"{name}_{suffix}": flat_memory(getattr(buffer, f"{name}_states_{suffix}"))
+            for name in self.state_names
+            for suffix in ("pi", "vf")
+        }
         # The memory recorded during the rollout; `memory` may be refreshed (see `refresh_memory`)
         self.recorded_memory = dict(self.memory)
         # (n_envs * n_steps,) -> (n_envs, n_steps)
         per_env_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
-        self.stats = RolloutWindowStats(per_env_starts, settings)
+        self.stats = RolloutWindowStats(per_env_starts, self.settings)
         self.diagnostics = self.stats.diagnostics(per_env_starts)
         # Episode starts up to each flat step (host, inclusive): a row cut from a window knows whether its window
         # reset at or before the row's first step (mask mode drops the row's slots then)
@@ -414,22 +408,7 @@ class _WindowBufferMixin:
         if not self.full:
             raise RuntimeError("The rollout buffer must be full before windows can be sampled from it")
         if self._sampler is None:
-            self._sampler = _WindowSampler(
-                arrays=self._sampled_arrays(),
-                observations=self.observations,
-                memory={
-                    f"{name}_{suffix}": getattr(self, f"{name}_states_{suffix}")
-                    for name in self.state_names
-                    for suffix in ("pi", "vf")
-                },
-                n_envs=self.n_envs,
-                n_steps=self.buffer_size,
-                settings=self.window_settings,
-                consecutive_windows=self.consecutive_windows,
-                device=self.device,
-                burn_in=self.burn_in,
-                state_names=self.state_names,
-            )
+            self._sampler = _WindowSampler(self)
         return self._sampler
 
     def _sampled_arrays(self) -> dict[str, np.ndarray]:

@@ -195,14 +195,13 @@ class ResetPPO(RecurrentPPO):
                 f"policy {policy!r} is unknown to ResetPPO, a recurrent algorithm: use one of "
                 f"{sorted(self.policy_aliases)} (or a RecurrentActorCriticPolicy subclass)"
             )
-        self.memory_refresh = memory_refresh
-        self.burn_in = burn_in
         self.window_size = window_size
         self.boundary = boundary
         self.weighting = weighting
         self.window_stride = window_stride
         self.window_coverage = window_coverage
-        self.consecutive_windows = consecutive_windows
+        # Validated with the window settings: consecutive_windows, memory_refresh and burn_in shape each epoch's windows
+        self.consecutive_windows, self.memory_refresh, self.burn_in = consecutive_windows, memory_refresh, burn_in
         # Before the env is built and before SB3's own checks, so that an error names the window argument
         self._validate_window_arguments(n_steps, batch_size)
         super().__init__(
