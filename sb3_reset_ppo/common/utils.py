@@ -12,6 +12,8 @@ import sb3_contrib
 import stable_baselines3
 import torch as th
 
+# The RL Zoo hyperparameters shipped with the package: the zoo's default --conf-file, and compare's
+PACKAGED_CONF = Path(__file__).resolve().parents[1] / "zoo" / "reset_ppo.yml"
 # Guards divisions by a sum that can be zero (a minibatch with no kept slot, a memory of zeros)
 TINY = 1e-12
 

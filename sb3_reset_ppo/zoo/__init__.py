@@ -14,7 +14,6 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
-from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -30,13 +29,13 @@ import sb3_reset_ppo.envs  # noqa: F401  (registers the memory tasks)
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
 from sb3_reset_ppo.common.type_aliases import Memory
+from sb3_reset_ppo.common.utils import PACKAGED_CONF as DEFAULT_CONF_FILE
 from sb3_reset_ppo.common.utils import swapped_names
 
 ALGO_NAME = "reset_ppo"
 MASKABLE_ALGO_NAME = "maskable_reset_ppo"
 # Both take the same hyperparameters: one sampler, one converter, one default --conf-file
 ALGO_NAMES = (ALGO_NAME, MASKABLE_ALGO_NAME)
-DEFAULT_CONF_FILE = Path(__file__).with_name("reset_ppo.yml")
 # Window lengths the sampler tries: three fixed lengths and the default, min(batch_size, n_steps)
 WINDOW_SIZES: tuple[int | str, ...] = (8, 16, 32, "batch")
 # Where the zoo's names that masked_evaluation and masked_enjoy replace stop being the zoo's own
