@@ -39,8 +39,7 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
     component 1) asks for the cue. Naming it (action = cue index) at the query step gives reward 1 and
     ends the episode; actions at other steps have no effect. Episodes last ``delay + 2`` steps.
 
-    - Optimal return: 1.0 (needs memory of the first observation).
-    - Random policy's return: ``1 / n_cues`` (0.25 with the defaults).
+    Optimal return 1.0 (with memory of the first observation), random ``1 / n_cues``.
 
     :param n_cues: Number of distinct cues (and actions)
     :param min_delay: Shortest number of blank steps between cue and query

@@ -114,11 +114,7 @@ class LeducMatchEnv(gym.Env[np.ndarray, np.int64]):
     Why memory matters: a raise from the honest style means a strong hand, from the bluffer a weak one, and only
     the bluffer calls a raise with a weak hand, so the best reply to a raise and whether a bluff pays depend on the
     style. The style shows in the earlier hands of the match (how often the opponent raised, whether a raise made
-    it fold), which the per-step view forgets. Exact bounds per hand (:func:`hand_values`, OpenSpiel's best
-    response, with recall within the hand): a policy that does not remember earlier hands earns at most the best
-    response to the 50/50 mixture of the styles, **1.60 chips per hand** (12.8 per match of 8 hands); one that knows
-    the style at most the mean of the best responses to each, **2.15 per hand** (17.2 per match): the style is
-    worth up to 0.55 chips per hand.
+    it fold), which the per-step view forgets. Bounds per hand (:func:`hand_values`): ``docs/api/envs.md``.
 
     :param n_hands: Hands per match, at least 1
     :param invalid_reward: Reward of an invalid action (the step is then taken again), at most 0

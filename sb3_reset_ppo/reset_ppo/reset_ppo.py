@@ -80,16 +80,14 @@ class ResetPPO(RecurrentPPO):
     training step and backpropagation through time stops at the boundary. ``boundary="mask"`` reproduces the masking
     baseline (every slot after the first episode end of a window is dropped).
 
-    :param policy: The policy model to use: an LSTM policy (MlpLstmPolicy, CnnLstmPolicy, MultiInputLstmPolicy), a
-        GRU policy (MlpGruPolicy, CnnGruPolicy, MultiInputGruPolicy: the same arguments, memory ``(hidden,)``) or a
-        subclass of ``RecurrentActorCriticPolicy`` whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``
+    :param policy: The policy model to use: an LSTM or GRU policy name, or a ``RecurrentActorCriticPolicy`` subclass
+        whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, it can be a function
         of the current progress remaining (from 1 to 0)
     :param n_steps: The number of steps to run for each environment per update
-    :param batch_size: Minibatch size in transitions (slots), as in ``RecurrentPPO``: every minibatch holds exactly
-        ``max(batch_size, window_size)`` of them, and an epoch's remainder is left out at a random place; an epoch that
-        holds fewer, and ``None``, train the whole epoch as one minibatch (``docs/guide/parameters.md``, "Minibatches")
+    :param batch_size: Minibatch size in transitions, as in ``RecurrentPPO`` (``None``: the whole epoch; see
+        ``docs/guide/parameters.md``, "Minibatches")
     :param n_epochs: Number of epochs; with the default ``window_stride`` an epoch is one pass over the data
     :param gamma: Discount factor
     :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
@@ -98,8 +96,7 @@ class ResetPPO(RecurrentPPO):
     :param clip_range_vf: Clipping parameter for the value function,
         it can be a function of the current progress remaining (from 1 to 0).
         If None is passed (default), no clipping will be done on the value function.
-    :param normalize_advantage: Whether to normalize or not the advantage (weighted mean and variance over
-        the slot weights; over kept slots for ``"uniform"`` and ``"kept_mean"``)
+    :param normalize_advantage: Whether to normalize or not the advantage (over the weighted slots)
     :param ent_coef: Entropy coefficient for the loss calculation
     :param vf_coef: Value function coefficient for the loss calculation
     :param max_grad_norm: The maximum value for the gradient clipping
@@ -113,24 +110,17 @@ class ResetPPO(RecurrentPPO):
     :param verbose: the verbosity level: 0 no output, 1 info, 2 debug
     :param seed: Seed for the pseudo random generators
     :param device: Device (cpu, cuda, ...) on which the code should be run.
-    :param window_size: Steps per training window, the longest backpropagation through time (at most ``n_steps``):
-        an int, ``"batch"`` for ``min(batch_size, n_steps)``, the longest sequence ``RecurrentPPO`` trains on with the
-        same arguments, or ``"rollout"`` for ``n_steps``
-    :param boundary: ``"reset"`` to reset the memory where an episode starts inside a window and train on
-        (reset-and-continue), or ``"mask"`` to drop every slot after a window's first episode end (the baseline)
-    :param weighting: ``"uniform"`` (every kept slot weighs 1, every minibatch divided by the same number),
-        ``"kept_mean"`` (each minibatch averaged over its kept slots, sb3-contrib's convention) or ``"importance"``
-        (a kept slot weighs one over the number of windows that keep its step)
-    :param window_stride: Steps between the starts of an epoch's windows, from a random phase per env and epoch;
-        ``None``: ``window_size`` (every step once per epoch), ``1``: every window every epoch
-    :param window_coverage: ``"full"`` for every window that meets the rollout, clipped to it (every step in exactly
-        one window per epoch with the default stride), or ``"inside"`` for windows inside the rollout only
-    :param consecutive_windows: Windows per run of one env's consecutive windows in an epoch's shuffled order (runs
-        share their steps' features); ``"auto"``: ``ceil(window_size / window_stride)`` for image observations, else 1
-    :param memory_refresh: Recompute the rollout's stored memory with the current parameters before every
-        ``memory_refresh``-th epoch (logs ``train/memory_staleness``); 0: never
-    :param burn_in: Steps before each window run without gradient to give its first slot's memory (logs
-        ``train/burn_in_staleness``); 0: the memory stored for its step
+    :param window_size: Steps per training window (at most ``n_steps``), ``"batch"`` for ``min(batch_size, n_steps)``
+        or ``"rollout"`` for ``n_steps``
+    :param boundary: ``"reset"`` to reset the memory at an episode start inside a window and train on, or ``"mask"``
+        to drop every slot after a window's first episode end
+    :param weighting: How slots weigh in the loss: ``"uniform"``, ``"kept_mean"`` (sb3-contrib's) or ``"importance"``
+    :param window_stride: Steps between the starts of an epoch's windows (``None``: ``window_size``)
+    :param window_coverage: ``"full"`` for every window that meets the rollout, clipped to it, or ``"inside"``
+    :param consecutive_windows: Consecutive windows of one env kept together in the shuffled order (``"auto"``: enough
+        to share features for image observations, else 1)
+    :param memory_refresh: Recompute the stored memory with the current parameters every this many epochs (0: never)
+    :param burn_in: Steps run without gradient before each window to give its first memory (0: the stored memory)
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -699,10 +689,9 @@ class ResetPPO(RecurrentPPO):
         Checkpoints are zip files that SB3 unpickles: load only files you trust. For an untrusted file, build
         the model yourself and call ``model.set_parameters(path)``, which reads tensors only.
 
-        A ``ResetPPO`` checkpoint saved before a setting existed loads with the value it trained with, not with
-        today's default (``sb3_reset_ppo.common.checkpoints.LEGACY_SETTINGS``): ``window_coverage="inside"``
-        (the default is ``"full"``), ``consecutive_windows=1``, ``memory_refresh=0``, ``burn_in=0``. ``kwargs``
-        override these too. A ``RecurrentPPO`` checkpoint takes ``ResetPPO``'s defaults.
+        A ``ResetPPO`` checkpoint that lacks a setting loads with the value it trained with
+        (``sb3_reset_ppo.common.checkpoints.LEGACY_SETTINGS``), unless ``kwargs`` set it; a ``RecurrentPPO``
+        checkpoint takes ``ResetPPO``'s defaults.
 
         :param path: Path to the checkpoint (``.zip`` may be omitted) or an open binary file
         :param env: The environment to continue training in (or ``None``)
