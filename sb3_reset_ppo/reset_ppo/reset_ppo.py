@@ -56,10 +56,9 @@ def _check_consecutive_windows(value: object) -> None:
 
 def _prefer_foreach(optimizer: th.optim.Optimizer) -> None:
     """
-    Let the optimizer step all parameters with torch's ``_foreach`` kernels where its ``foreach`` is left at ``None``
-    (torch's default picks them on CUDA only): on the CPU this removes a Python loop over the parameters per step,
-    with the same arithmetic (Adam's parameters are bitwise the same, ``tests/test_reset_ppo.py``). An optimizer that
-    names ``foreach`` or ``fused``, or is ``differentiable``, is left as it is.
+    Step all parameters with torch's ``_foreach`` kernels where the optimizer leaves ``foreach`` at ``None`` (torch
+    picks them on CUDA only): the same arithmetic without a Python loop over the parameters on the CPU. An optimizer
+    that names ``foreach`` or ``fused``, or is ``differentiable``, is left as it is.
 
     :param optimizer: The policy's optimizer
     """
@@ -73,12 +72,9 @@ class ResetPPO(RecurrentPPO):
     Recurrent PPO trained on fixed-length windows of the rollout (starting at a random phase each epoch, so
     that over epochs windows start at every step), with reset-and-continue at episode boundaries inside a window.
 
-    A drop-in for sb3-contrib's ``RecurrentPPO``: same policies, arguments and logged keys. Each window is
-    ``window_size`` consecutive steps of one env. Slot 0 starts from the LSTM memory recorded during the
-    rollout; where a window crosses into a new episode, the memory is zeroed there by SB3's episode-start rule
-    (memory times ``1 - episode_start``) and training continues (``boundary="reset"``), so every slot is a real
-    training step and backpropagation through time stops at the boundary. ``boundary="mask"`` reproduces the masking
-    baseline (every slot after the first episode end of a window is dropped).
+    A drop-in for sb3-contrib's ``RecurrentPPO``: same policies, arguments and logged keys. A window starts from the
+    memory recorded during the rollout; where it crosses into a new episode the memory is zeroed by SB3's
+    episode-start rule and training continues (``docs/algorithm.md``).
 
     :param policy: The policy model to use: an LSTM or GRU policy name, or a ``RecurrentActorCriticPolicy`` subclass
         whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``
@@ -234,8 +230,7 @@ class ResetPPO(RecurrentPPO):
 
     def _validate_window_arguments(self, n_steps: int, batch_size: int | None) -> None:
         """
-        Validate the window arguments into one :class:`WindowSettings` (with the other arguments of this class), once
-        for each set of values.
+        Validate the window arguments into one :class:`WindowSettings` (and the other settings), once per set of values.
 
         :param n_steps: The rollout length per env
         :param batch_size: The minibatch size in transitions
@@ -267,8 +262,8 @@ class ResetPPO(RecurrentPPO):
 
     def _warn_about_threads(self) -> None:
         """
-        Say once per model when ``learn()`` runs with more torch threads than is fastest for the policy's size and
-        kind (:func:`~sb3_reset_ppo.common.utils.thread_advice`); torch's thread count is the user's to set.
+        Warn once per model when ``learn()`` runs with more torch threads than is fastest
+        (:func:`~sb3_reset_ppo.common.utils.thread_advice`).
         """
         if getattr(self, "_warned_about_threads", False):
             return
@@ -317,10 +312,7 @@ class ResetPPO(RecurrentPPO):
         self._warn_about_batch_size()
 
     def _warn_about_batch_size(self) -> None:
-        """
-        Say, as SB3's PPO does, when an epoch's minibatches cannot all be full, when minibatch edges can cut windows,
-        and when ``batch_size`` is below ``window_size`` or more than an epoch holds.
-        """
+        """Warn, as SB3's PPO does, when ``batch_size`` does not fit the epochs (``docs/guide/parameters.md``)."""
         if self.batch_size is None:
             return
         settings, length = self._window_settings, self.window_length
@@ -384,10 +376,7 @@ class ResetPPO(RecurrentPPO):
             )
 
     def _resolved_consecutive_windows(self) -> int:
-        """
-        ``"auto"``: runs of ``ceil(window_size / window_stride)`` windows when observations hold images and
-        windows overlap (their features are then computed once per step), else 1 (fully shuffled).
-        """
+        """``consecutive_windows``, ``"auto"`` resolved: ``ceil(window_size / window_stride)`` for images, else 1."""
         if self.consecutive_windows != "auto":
             return int(self.consecutive_windows)
         subspaces = (
@@ -407,7 +396,6 @@ class ResetPPO(RecurrentPPO):
         :param seed: Seed
         """
         if seed is None:
-            # As SB3: no seed, nothing reseeded (the window generator keeps its state)
             return
         super().set_random_seed(seed)
         if isinstance(getattr(self, "rollout_buffer", None), (WindowRolloutBuffer, DictWindowRolloutBuffer)):
@@ -417,10 +405,8 @@ class ResetPPO(RecurrentPPO):
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
         """
-        Collect experiences with the current policy into the window rollout buffer: ``RecurrentPPO``'s collection,
-        step for step (``tests/test_gru.py`` checks that both fill the buffer identically), with the memory as a
-        tuple of any length (an LSTM's ``(hidden, cell)``, a GRU's ``(hidden,)``). Callbacks see the same locals
-        (``lstm_states``: the memory after the current step).
+        Collect experiences into the window rollout buffer: ``RecurrentPPO``'s collection, step for step, with the
+        memory as a tuple of any length (LSTM ``(hidden, cell)``, GRU ``(hidden,)``) and the same callback locals.
 
         :param env: The training environment
         :param callback: Callback called at each step (and at the start and end of the rollout)
@@ -487,8 +473,7 @@ class ResetPPO(RecurrentPPO):
         self, env: VecEnv, obs_tensor: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates, dict[str, Any]]:
         """
-        One step of the policy during collection: actions, values, log-probs, the new memory, and what the buffer
-        stores with the step besides (nothing here; ``MaskableResetPPO``: the action masks).
+        One step of the policy during collection, with what the buffer stores with the step besides (here nothing).
 
         :param env: The training environment (``MaskableResetPPO`` reads its action masks)
         :param obs_tensor: The observations
@@ -500,10 +485,7 @@ class ResetPPO(RecurrentPPO):
         return actions, values, log_probs, lstm_states, {}
 
     def _bootstrap_truncations(self, rewards: np.ndarray, dones: np.ndarray, infos: list[dict], memory: RNNStates) -> None:
-        """
-        Add ``gamma * V(terminal observation)`` to the reward of every env whose episode was truncated (SB3's
-        timeout handling), the value computed with the critic memory after the step.
-        """
+        """Add ``gamma * V(terminal observation)`` to the reward of each truncated episode (SB3's timeout handling)."""
         for idx, done in enumerate(dones):
             if done and infos[idx].get("terminal_observation") is not None and infos[idx].get("TimeLimit.truncated", False):
                 terminal_obs = self.policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
@@ -584,11 +566,7 @@ class ResetPPO(RecurrentPPO):
         self.rollout_buffer.release()
 
     def _burn_in_staleness(self, samples: WindowRolloutBufferSamples) -> th.Tensor:
-        """
-        ``||burned-in - recorded|| / ||recorded||`` of the actor memory entering the windows of one minibatch (the
-        memory they start from against the one recorded during the rollout), every memory tensor (LSTM: hidden and
-        cell; GRU: hidden).
-        """
+        """``||burned-in - recorded|| / ||recorded||`` of the actor memory entering one minibatch's windows."""
         assert samples.burn_in is not None
         self.policy.set_training_mode(False)  # a measurement: no dropout, no batch-norm statistics updated
         with th.no_grad():
@@ -601,10 +579,7 @@ class ResetPPO(RecurrentPPO):
         return staleness
 
     def _check_finite(self, losses: WindowLoss, grad_norm: th.Tensor, kept: th.Tensor, epoch: int, minibatch: int) -> bool:
-        """
-        Raise :class:`NonFiniteTrainingError` if a loss term or the gradient norm is not finite; else say whether the
-        minibatch keeps any slot (one host read for both).
-        """
+        """Raise :class:`NonFiniteTrainingError` for a non-finite loss or gradient; else whether any slot is kept."""
         terms = {
             "policy_gradient_loss": losses.policy_loss,
             "value_loss": losses.value_loss,
@@ -662,8 +637,7 @@ class ResetPPO(RecurrentPPO):
         include: Iterable[str] | None = None,
     ) -> None:
         """
-        Save the model as SB3 does, with the state of the generator that orders the windows, so that a loaded model
-        continues the window phases and order where this one left them (as the other generators' seeds do not).
+        Save the model as SB3 does, with the state of the generator that orders the windows (a loaded model continues it).
 
         :param path: Path to the file where the model should be saved
         :param exclude: Names of parameters that should be excluded in addition to the default ones
