@@ -90,10 +90,8 @@ class _WindowSampler:
 
     def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
         """
-        Recompute the memory entering every step of the rollout with the policy's current parameters (no
-        gradient): one pass per env from the memory recorded for its first step, with SB3's episode-start rule,
-        one fused call per layer (:func:`~sb3_reset_ppo.common.memory.rnn_step_states`). Windows then
-        start from it. Before any update it equals the recorded memory (to float rounding).
+        Recompute the memory entering every step of the rollout with the policy's current parameters, without
+        gradient (:func:`~sb3_reset_ppo.common.memory.rnn_step_states`); windows then start from it.
 
         :param policy: The recurrent policy
         :return: Staleness of the recorded memory: ``||refreshed - recorded|| / ||recorded||`` over every step,
@@ -455,12 +453,9 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     """
     Rollout buffer that stores the LSTM or GRU memory entering every step and yields minibatches of windows.
 
-    Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch: it yields
-    :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of ``batch_size`` real transitions each
-    (the epoch's remainder left out at a random place), cut from the windows that start every ``window_stride``
-    steps from a random phase per env, drawn and shuffled anew each call (``window_stride=1``: every window); a
-    window that a minibatch edge cuts is yielded as two rows. The rollout is copied once to the buffer's device as
-    tensors; each minibatch gathers its slots from it by index.
+    Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch of
+    :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples`, each minibatch gathered by index from one
+    device copy of the rollout.
 
     :param buffer_size: Steps per env (``n_steps``)
     :param observation_space: Observation space
@@ -472,11 +467,9 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param n_envs: Number of parallel environments
     :param window_settings: The window settings (:meth:`WindowSettings.validated
         <sb3_reset_ppo.common.settings.WindowSettings.validated>`, whose defaults are ResetPPO's)
-    :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env
-        (shuffled as runs); runs share steps, whose features are then computed once
+    :param consecutive_windows: Consecutive windows of one env kept together in the shuffled order
     :param seed: Seed of the generator that orders the windows
-    :param burn_in: Steps before each window run without gradient to obtain the memory of its slot 0 (0: the
-        stored memory of its step)
+    :param burn_in: Steps run without gradient before each window to give its first memory (0: the stored memory)
     :param recurrent_layer_type: ``"lstm"`` (stores hidden and cell states) or ``"gru"`` (hidden states only)
     """
 

@@ -3,11 +3,8 @@ Policies of ResetPPO: sb3-contrib's LSTM policies (subclassed only so that ``Mul
 SB3 sizes them with a numpy integer, which torch's recurrent layers reject) and GRU policies built on them.
 
 The GRU policies are sb3-contrib's recurrent policies with each ``nn.LSTM`` replaced by an ``nn.GRU`` of the same
-size. They take the same arguments, under sb3-contrib's names (``lstm_hidden_size``, ``n_lstm_layers``,
-``shared_lstm``, ``enable_critic_lstm``, ``lstm_kwargs``; the recurrent layers stay in the attributes
-``lstm_actor`` and ``lstm_critic``), so that a script or an RL Zoo config switches cells by changing the policy
-name only. A GRU's memory is its hidden state: the state tuple is ``(hidden,)``, where an LSTM's is
-``(hidden, cell)``.
+size, under the same argument and attribute names (a config switches cells by the policy name only); their memory is
+``(hidden,)``.
 """
 
 from typing import Any
@@ -90,9 +87,7 @@ class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
 def n_observations(observation: Any, observation_space: spaces.Space) -> int:
     """
     The number of observations (envs) in ``predict``'s ``observation``: its first dimension where it has one more
-    than the space's shape, else 1 (a single observation; SB3's ``predict`` adds the batch dimension). A ``Dict``
-    observation is counted key by key against that key's own subspace, whatever the order of its keys (as SB3's
-    ``obs_to_tensor`` does).
+    than the space's shape, else 1; a ``Dict`` observation is counted key by key against its subspaces.
 
     :param observation: ``predict``'s observation (an array, or a dict of arrays)
     :param observation_space: The policy's observation space
@@ -119,8 +114,7 @@ def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, st
     """
     Raise a ``ValueError`` unless ``state`` is ``None`` or a tuple of ``n_states`` arrays of shape
     ``(n_layers, n_envs, hidden_size)`` matching the policy and the observation's batch (sb3-contrib's ``predict``
-    would fail later with a reshape ``RuntimeError`` or an ``IndexError``), or when the keys of a ``Dict``
-    observation hold different numbers of observations (:func:`n_observations`).
+    would fail later with an unclear error).
 
     :param policy: The recurrent policy
     :param observation: ``predict``'s observation (an array, or a dict of arrays)
@@ -159,12 +153,8 @@ class MultiInputLstmPolicy(_RecurrentPolicyParts, contrib_policies.MultiInputLst
 
 class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
     """
-    sb3-contrib's ``RecurrentActorCriticPolicy`` with GRUs instead of LSTMs. Arguments are the LSTM policy's
-    (``lstm_hidden_size``, ``n_lstm_layers``, ``shared_lstm``, ``enable_critic_lstm``; ``lstm_kwargs`` go to
-    ``nn.GRU``). The memory ``state`` of ``predict`` is ``(hidden,)``, shape ``(n_layers, n_envs, hidden_size)``.
-
-    sb3-contrib's constructor builds LSTMs; they are replaced by GRUs of the same sizes (PyTorch's default
-    initialisation, as sb3-contrib's LSTMs) and the optimizer is rebuilt over the new parameters.
+    sb3-contrib's ``RecurrentActorCriticPolicy`` with GRUs of the same sizes instead of LSTMs (``lstm_kwargs`` go to
+    ``nn.GRU``); the memory ``state`` of ``predict`` is ``(hidden,)``.
 
     :param args: Positional arguments of ``RecurrentActorCriticPolicy``
     :param kwargs: Keyword arguments of ``RecurrentActorCriticPolicy``
