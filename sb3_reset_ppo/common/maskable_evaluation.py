@@ -62,7 +62,9 @@ class _EnvMasksPredictor:
             f"evaluation step {self.step} (counted from 0)",
         )
         self.step += 1
-        return self.model.predict(observation, state, episode_start, deterministic, action_masks)
+        return self.model.predict(
+            observation, state=state, episode_start=episode_start, deterministic=deterministic, action_masks=action_masks
+        )
 
 
 def evaluate_policy(

@@ -110,14 +110,7 @@ class MaskableResetPPO(ResetPPO):
                 "ActionMasker (sb3_contrib.common.wrappers.ActionMasker), or learn with use_masking=False"
             )
         self.use_masking = use_masking
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )
+        return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
     def predict(
         self,

@@ -121,11 +121,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         return actions, values, log_prob, states
 
     def get_distribution(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
-        self,
-        obs: th.Tensor,
-        lstm_states: tuple[th.Tensor, ...],
-        episode_starts: th.Tensor,
-        action_masks: MaybeMasks = None,
+        self, obs: th.Tensor, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor, action_masks: MaybeMasks = None
     ) -> tuple[Distribution, tuple[th.Tensor, ...]]:
         """
         The actor's masked action distribution and its new memory (sb3-contrib's ``get_distribution`` with masks).

@@ -15,7 +15,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.preprocessing import is_image_space
-from stable_baselines3.common.type_aliases import GymEnv, PyTorchObs, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, PyTorchObs, Schedule
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
@@ -274,10 +274,6 @@ class ResetPPO(RecurrentPPO):
         if advice is not None:
             self._warned_about_threads = True
             warn_user(advice, ThreadCountWarning)
-
-    def _setup_learn(self, *args: Any, **kwargs: Any) -> tuple[int, BaseCallback]:
-        self._warn_about_threads()
-        return super()._setup_learn(*args, **kwargs)
 
     def _setup_model(self) -> None:
         self._check_settings()
@@ -680,3 +676,22 @@ class ResetPPO(RecurrentPPO):
         # Settings the checkpoint lacks: how it trained, unless kwargs say otherwise
         kwargs = {**legacy_settings(path), **kwargs}
         return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+
+    def learn(
+        self: SelfResetPPO,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "ResetPPO",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfResetPPO:
+        self._warn_about_threads()
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )
