@@ -3,15 +3,14 @@
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.windows import WindowSettings, window_weights
 from sb3_reset_ppo.maskable import MaskableResetPPO
-from sb3_reset_ppo.reset_ppo import (
+from sb3_reset_ppo.reset_ppo import NonFiniteTrainingError, ResetPPO
+from sb3_reset_ppo.reset_ppo.policies import (
     CnnGruPolicy,
     CnnLstmPolicy,
     MlpGruPolicy,
     MlpLstmPolicy,
     MultiInputGruPolicy,
     MultiInputLstmPolicy,
-    NonFiniteTrainingError,
-    ResetPPO,
 )
 from sb3_reset_ppo.version import __version__
 

@@ -38,29 +38,19 @@ class _WindowSampler:
     from these tensors by index: windows are never materialised. Index plans (window order, distinct steps,
     segments) are computed on the host from a host copy of the episode starts: building a minibatch reads
     nothing back from the device.
+
+    :param buffer: The full window rollout buffer
     """
 
-    def __init__(
-        self,
-        arrays: dict[str, np.ndarray],
-        observations: np.ndarray | dict[str, np.ndarray],
-        memory: dict[str, np.ndarray],
-        n_envs: int,
-        n_steps: int,
-        settings: WindowSettings,
-        consecutive_windows: int,
-        device: th.device,
-        burn_in: int = 0,
-        state_names: tuple[str, ...] = ("hidden", "cell"),
-    ) -> None:
-        self.n_envs = n_envs
-        self.settings = settings
+    def __init__(self, buffer: "_WindowBufferMixin") -> None:
+        n_envs, n_steps, device = buffer.n_envs, buffer.buffer_size, buffer.device
+        self.n_envs, self.n_steps, self.device = n_envs, n_steps, device
+        self.settings = buffer.window_settings
         # The tensors of the memory: ("hidden", "cell") for an LSTM, ("hidden",) for a GRU
-        self.state_names = state_names
-        self.burn_in = burn_in
-        self.n_steps = n_steps
-        self.consecutive_windows = consecutive_windows
-        self.device = device
+        self.state_names = buffer.state_names
+        self.burn_in = buffer.burn_in
+        self.consecutive_windows = buffer.consecutive_windows
+        arrays = buffer._sampled_arrays()
 
         def flat_host(array: np.ndarray) -> np.ndarray:
             # (n_steps, n_envs, *shape) -> (n_envs, n_steps, *shape) -> (n_envs * n_steps, *shape)
@@ -79,16 +69,20 @@ class _WindowSampler:
         self.data = {key: flat(value) for key, value in arrays.items()}
         self.host_episode_starts = flat_host(arrays["episode_starts"])
         self.observations: th.Tensor | dict[str, th.Tensor]
-        if isinstance(observations, dict):
-            self.observations = {key: flat(value) for key, value in observations.items()}
+        if isinstance(buffer.observations, dict):
+            self.observations = {key: flat(value) for key, value in buffer.observations.items()}
         else:
-            self.observations = flat(observations)
-        self.memory = {key: flat_memory(value) for key, value in memory.items()}
+            self.observations = flat(buffer.observations)
+        self.memory = {
+            f"{name}_{suffix}": flat_memory(getattr(buffer, f"{name}_states_{suffix}"))
+            for name in self.state_names
+            for suffix in ("pi", "vf")
+        }
         # The memory recorded during the rollout; `memory` may be refreshed (see `refresh_memory`)
         self.recorded_memory = dict(self.memory)
         # (n_envs * n_steps,) -> (n_envs, n_steps)
         per_env_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
-        self.stats = RolloutWindowStats(per_env_starts, settings)
+        self.stats = RolloutWindowStats(per_env_starts, self.settings)
         self.diagnostics = self.stats.diagnostics(per_env_starts)
         # Episode starts up to each flat step (host, inclusive): a row cut from a window knows whether its window
         # reset at or before the row's first step (mask mode drops the row's slots then)
@@ -96,10 +90,8 @@ class _WindowSampler:
 
     def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
         """
-        Recompute the memory entering every step of the rollout with the policy's current parameters (no
-        gradient): one pass per env from the memory recorded for its first step, with SB3's episode-start rule,
-        one fused call per layer (:func:`~sb3_reset_ppo.common.memory.rnn_step_states`). Windows then
-        start from it. Before any update it equals the recorded memory (to float rounding).
+        Recompute the memory entering every step of the rollout with the policy's current parameters, without
+        gradient (:func:`~sb3_reset_ppo.common.memory.rnn_step_states`); windows then start from it.
 
         :param policy: The recurrent policy
         :return: Staleness of the recorded memory: ``||refreshed - recorded|| / ||recorded||`` over every step,
@@ -414,22 +406,7 @@ class _WindowBufferMixin:
         if not self.full:
             raise RuntimeError("The rollout buffer must be full before windows can be sampled from it")
         if self._sampler is None:
-            self._sampler = _WindowSampler(
-                arrays=self._sampled_arrays(),
-                observations=self.observations,
-                memory={
-                    f"{name}_{suffix}": getattr(self, f"{name}_states_{suffix}")
-                    for name in self.state_names
-                    for suffix in ("pi", "vf")
-                },
-                n_envs=self.n_envs,
-                n_steps=self.buffer_size,
-                settings=self.window_settings,
-                consecutive_windows=self.consecutive_windows,
-                device=self.device,
-                burn_in=self.burn_in,
-                state_names=self.state_names,
-            )
+            self._sampler = _WindowSampler(self)
         return self._sampler
 
     def _sampled_arrays(self) -> dict[str, np.ndarray]:
@@ -476,12 +453,9 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     """
     Rollout buffer that stores the LSTM or GRU memory entering every step and yields minibatches of windows.
 
-    Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch: it yields
-    :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` of ``batch_size`` real transitions each
-    (the epoch's remainder left out at a random place), cut from the windows that start every ``window_stride``
-    steps from a random phase per env, drawn and shuffled anew each call (``window_stride=1``: every window); a
-    window that a minibatch edge cuts is yielded as two rows. The rollout is copied once to the buffer's device as
-    tensors; each minibatch gathers its slots from it by index.
+    Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch of
+    :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples`, each minibatch gathered by index from one
+    device copy of the rollout.
 
     :param buffer_size: Steps per env (``n_steps``)
     :param observation_space: Observation space
@@ -493,11 +467,9 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param n_envs: Number of parallel environments
     :param window_settings: The window settings (:meth:`WindowSettings.validated
         <sb3_reset_ppo.common.settings.WindowSettings.validated>`, whose defaults are ResetPPO's)
-    :param consecutive_windows: Minibatches are made of runs of this many consecutive windows of one env
-        (shuffled as runs); runs share steps, whose features are then computed once
+    :param consecutive_windows: Consecutive windows of one env kept together in the shuffled order
     :param seed: Seed of the generator that orders the windows
-    :param burn_in: Steps before each window run without gradient to obtain the memory of its slot 0 (0: the
-        stored memory of its step)
+    :param burn_in: Steps run without gradient before each window to give its first memory (0: the stored memory)
     :param recurrent_layer_type: ``"lstm"`` (stores hidden and cell states) or ``"gru"`` (hidden states only)
     """
 

@@ -15,15 +15,14 @@ _REQUIRED_MEMBERS = ("data", "policy.pth")
 # Settings that ResetPPO checkpoints have stored from the first one on: a checkpoint holding them is ResetPPO's
 _RESET_PPO_SETTINGS = ("window_size", "boundary", "weighting")
 
-# Settings added to ResetPPO after its first checkpoints, each with the value that reproduces how a checkpoint saved
-# before it existed trained (the behaviour of that time, whatever the default now is or becomes)
+# Settings a ResetPPO checkpoint may lack, each with the value that reproduces how such a checkpoint trained
 LEGACY_SETTINGS: dict[str, Any] = {
-    # Windows were fully shuffled before runs of consecutive windows (default "auto" since)
+    # Fully shuffled windows
     "consecutive_windows": 1,
-    # Windows started from the memory recorded during the rollout before memory_refresh and burn_in
+    # Windows start from the memory recorded during the rollout
     "memory_refresh": 0,
     "burn_in": 0,
-    # Windows inside the rollout only: "inside" was the default when window_coverage came, "full" is since
+    # Windows inside the rollout only
     "window_coverage": "inside",
 }
 

@@ -1,8 +1,7 @@
 """
-Epoch planning: which windows one epoch trains (a fresh random phase per env), in which order, cut into which
-minibatches (:func:`plan_epoch`), and the loss normaliser that follows from them (:func:`uniform_normaliser`).
-Pure functions of the settings and the model's own generator; ``docs/design.md`` ("Windows", "Minibatches") derives
-the probabilities they give.
+Epoch planning: which windows one epoch trains, in which order, cut into which minibatches (:func:`plan_epoch`), and
+the loss normaliser that follows (:func:`uniform_normaliser`); pure functions of the settings and the model's own
+generator (``docs/design.md``, "Epochs").
 """
 
 from typing import NamedTuple
@@ -38,15 +37,8 @@ def epoch_window_starts(
 ) -> EpochWindows:
     """
     The windows of one epoch: for each env a random phase ``p`` in ``[0, k)``, ``k`` being :func:`effective_stride`,
-    and the windows starting at ``p + j * k``.
-
-    ``"inside"``: every ``j >= 0`` with ``p + j * k <= n_steps - window_size`` (windows inside the rollout).
-    ``"full"``: every ``j`` such that the window meets the rollout (``-(W-1) <= p + j * k <= n_steps - 1``),
-    clipped to it (:func:`clip_windows`): with ``k = W`` every step is in exactly one window of the epoch, with
-    ``k = 1`` in exactly ``W``.
-
-    Every window start is drawn with probability exactly ``1 / k``, so the expected weight of a step over
-    one epoch is its weight over all windows divided by ``k``. ``k = 1``: every window, every epoch.
+    and the windows starting at ``p + j * k`` that lie inside the rollout (``"inside"``) or meet it, clipped to it
+    (``"full"``, :func:`clip_windows`). Each start is drawn with probability ``1 / k`` (``docs/design.md``, "Epochs").
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -74,10 +66,8 @@ def epoch_window_starts(
 def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
     """
     Group an epoch's windows into the units minibatches are made of: every window is a unit of its own, except
-    that an env's first window, clipped at the rollout start, and its last, clipped at the rollout end, form one
-    unit when their real slots add up to at most ``window_size`` (with ``k = W`` they add up to exactly ``W``
-    when ``W`` divides ``n_steps``). A minibatch of ``B`` units then holds at most ``B * W`` real slots, and
-    exactly that many at ``k = W``, as many transitions as a minibatch of ``B`` full windows.
+    that an env's first and last windows, both clipped, form one unit when their real slots add up to at most
+    ``window_size`` (``docs/design.md``, "Epochs").
 
     :param windows: The epoch's windows (env-major, in order within each env)
     :param window_size: Steps per window
@@ -103,8 +93,7 @@ def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
 
 def windows_per_minibatch(batch_size: int | None, window_size: int) -> int | None:
     """
-    Whole windows in ``batch_size`` transitions (slots): ``batch_size // window_size``, at least one. For reports only:
-    minibatches are cut from the epoch by real slots (:func:`plan_epoch`), not by windows.
+    Whole windows in ``batch_size`` transitions (slots), at least one; for reports only (:func:`plan_epoch` cuts by slots).
 
     :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: all windows of an epoch
     :param window_size: Steps per window
@@ -116,9 +105,7 @@ def windows_per_minibatch(batch_size: int | None, window_size: int) -> int | Non
 def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) -> float:
     """
     Expected number of real slots (transitions) of one epoch: the real slots of all windows of the rollout (one at
-    every start) divided by the stride an epoch uses, ``k``. ``"full"``: ``n_envs * n_steps * W / k`` (every step is
-    in ``W`` windows); ``"inside"``: ``n_envs * (n_steps - W + 1) * W / k``. It is the number of every epoch when the
-    number of windows held does not depend on the phases (``k = 1``, or ``"full"`` with ``k`` dividing ``W``).
+    every start) divided by the stride an epoch uses.
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -133,8 +120,7 @@ def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) ->
 def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batch_size: int | None) -> float:
     """
     What every minibatch's loss of a rollout is divided by under ``weighting="uniform"``: ``min(batch_size, expected
-    real slots of an epoch)``, so that every trained slot enters the gradient with exactly ``weight / normaliser``
-    (``docs/design.md``, "Minibatches", works through the cases).
+    real slots of an epoch)`` (``docs/design.md``, "Epochs").
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -149,12 +135,9 @@ def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batc
 
 def minibatch_cuts(n_slots: int, batch_size: int | None, generator: np.random.Generator) -> tuple[int, int, int]:
     """
-    How an epoch of ``n_slots`` real slots is cut into minibatches: ``n_minibatches`` of ``size`` slots each, the first
-    starting at slot ``offset`` of the epoch's sequence, which is read cyclically. With ``batch_size`` at most
-    ``n_slots``, every minibatch is full and the remainder, ``n_slots % batch_size`` slots, is left out of the epoch:
-    the ``offset`` is uniform in ``[0, n_slots)``, so every slot of the sequence is left out with probability exactly
-    ``remainder / n_slots``, wherever it stands, and every minibatch holds exactly ``batch_size`` slots (a shorter
-    one would weigh more after gradient clipping). The generator is called only when there is a remainder.
+    How an epoch of ``n_slots`` real slots is cut into minibatches: ``n_minibatches`` full ones of ``size`` slots, the
+    first starting at slot ``offset`` of the epoch's sequence, read cyclically; the remainder is left out. The offset
+    is uniform, drawn only when there is a remainder (``docs/design.md``, "Epochs").
 
     :param n_slots: Real slots of the epoch (at least 1)
     :param batch_size: Minibatch size in transitions; ``None`` or more than ``n_slots``: one minibatch of all
@@ -169,11 +152,9 @@ def minibatch_cuts(n_slots: int, batch_size: int | None, generator: np.random.Ge
 
 class EpochPlan(NamedTuple):
     """
-    One epoch's minibatches, as *rows*: a row is a window, or the piece of a window that falls in one minibatch when
-    a minibatch edge cuts the window (its later piece starts a row of the next minibatch, from the memory stored for
-    its first step, as ``RecurrentPPO`` cuts sequences at minibatch edges). Rows are in the order they are trained;
-    slots the epoch leaves out (its remainder, :func:`minibatch_cuts`) are in no row. Each array has shape
-    ``(n_rows,)`` except ``minibatch_edges``.
+    One epoch's minibatches, as *rows* in the order they are trained: a row is a window, or the piece of a window
+    that falls in one minibatch when a minibatch edge cuts it. Each array has shape ``(n_rows,)`` except
+    ``minibatch_edges``.
     """
 
     starts: np.ndarray  # flat (env-major) index of each row's first step
@@ -197,15 +178,10 @@ def plan_epoch(
     generator: np.random.Generator,
 ) -> EpochPlan:
     """
-    Plan one epoch: its windows (:func:`epoch_window_starts`, a fresh phase per env), grouped into units
-    (:func:`window_units`), ordered (:func:`window_order` over the units; a unit's windows in order), and the
-    resulting sequence of real slots cut into minibatches of ``batch_size`` slots (:func:`minibatch_slots`: at least
-    ``window_size``), every one full: the sequence is read cyclically from a random offset and its remainder left out
-    (:func:`minibatch_cuts`). A window that a minibatch edge (or the offset) cuts becomes two rows.
-
-    An epoch of fewer real slots than ``batch_size`` is one minibatch of all of them. No window is cut and nothing is
-    left out exactly when every unit holds ``window_size`` slots, ``window_size`` divides ``batch_size`` and
-    ``batch_size`` divides the epoch's slots (``docs/design.md``, "Minibatches").
+    Plan one epoch: its windows (:func:`epoch_window_starts`) grouped into units (:func:`window_units`), ordered
+    (:func:`window_order`), and the resulting sequence of real slots cut into full minibatches
+    (:func:`minibatch_slots`, :func:`minibatch_cuts`); a window that a minibatch edge cuts becomes two rows
+    (``docs/design.md``, "Epochs").
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -254,8 +230,7 @@ def plan_epoch(
 
 def minibatch_slots(batch_size: int | None, window_size: int) -> int | None:
     """
-    Real slots (transitions) of a full minibatch: ``batch_size``, or ``window_size`` when ``batch_size`` is smaller
-    (a minibatch then holds one window's worth of steps, so that windows keep their length).
+    Real slots (transitions) of a full minibatch: ``batch_size``, at least ``window_size`` (one window's worth).
 
     :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: the whole epoch
     :param window_size: Steps per window

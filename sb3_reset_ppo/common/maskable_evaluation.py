@@ -1,11 +1,7 @@
 """
-Masked evaluation that keeps a recurrent policy's memory.
-
-sb3-contrib's masked ``evaluate_policy`` (``sb3_contrib/common/maskable/evaluation.py``, line 96 in 2.9.2) writes
-the state that ``predict`` returns to ``state`` and passes ``states`` (always ``None``) at the next step, so with
-masking on, a recurrent policy starts every step from empty memory. :func:`evaluate_policy` here is SB3's own
-``evaluate_policy``, which carries the state from step to step and resets it through ``episode_start``, called with
-a model whose ``predict`` is given the env's masks; :class:`MaskableEvalCallback` is sb3-contrib's callback using it.
+Masked evaluation that keeps a recurrent policy's memory: SB3's ``evaluate_policy`` (which carries the state from step
+to step) with the env's masks given to ``predict``, and sb3-contrib's ``MaskableEvalCallback`` using it. sb3-contrib's
+masked ``evaluate_policy`` passes ``None`` as the state at every step (``docs/guide/masking.md``).
 """
 
 from collections.abc import Callable
@@ -22,6 +18,7 @@ from stable_baselines3.common.type_aliases import PolicyPredictor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from sb3_reset_ppo.common.spaces import check_action_masks
+from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
 from sb3_reset_ppo.common.utils import swapped_names
 
 __all__ = ["MaskableEvalCallback", "MaskablePredictor", "evaluate_policy"]
@@ -32,18 +29,17 @@ class MaskablePredictor(Protocol):
 
     def predict(
         self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
+        observation: NumpyObs,
+        state: Memory = None,
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]: ...
+    ) -> tuple[np.ndarray, Memory]: ...
 
 
 class _EnvMasksPredictor:
     """
-    ``model`` as SB3's ``evaluate_policy`` calls it (``predict`` without masks), given the env's action masks at every
-    step, checked by :func:`~sb3_reset_ppo.common.spaces.check_action_masks` (the error names the evaluation step).
+    ``model`` as SB3's ``evaluate_policy`` calls it (``predict`` without masks), given the env's checked action masks.
 
     :param model: The model to evaluate
     :param env: The evaluation env, whose ``action_masks()`` are read at each ``predict``
@@ -56,12 +52,8 @@ class _EnvMasksPredictor:
         self.step = 0
 
     def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        self, observation: NumpyObs, state: Memory = None, episode_start: np.ndarray | None = None, deterministic: bool = False
+    ) -> tuple[np.ndarray, Memory]:
         # sb3-contrib's get_action_masks(env) without its np.stack: a wrong shape then names its env
         action_masks = check_action_masks(
             self.env.env_method("action_masks"),
@@ -90,37 +82,26 @@ def evaluate_policy(
     """
     Run the policy for ``n_eval_episodes`` episodes with invalid-action masks, keeping its recurrent state.
 
-    The signature and return of ``sb3_contrib.common.maskable.evaluation.evaluate_policy``; the difference is that
-    the state returned by ``model.predict`` is passed back at the next step (reset by ``episode_start`` when an
-    episode ends), with or without masks. It is SB3's own ``evaluate_policy`` (which carries the state) with the
-    env's masks handed to ``model.predict`` at every step; for a model without memory (``MaskablePPO``: its
-    ``predict`` returns ``None`` as state) the results are those of sb3-contrib's function. A ``VecEnv``'s episodes
-    are divided among its envs as SB3 does (https://github.com/DLR-RM/stable-baselines3/issues/402). Masks of the
-    wrong shape, or that allow an env no action (of some sub-action), raise a ``ValueError`` naming the env and the
-    evaluation step (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`).
+    sb3-contrib's masked ``evaluate_policy``'s signature and return; the state ``model.predict`` returns is passed back
+    at the next step (reset by ``episode_start``). For a model without memory the results are sb3-contrib's. Invalid
+    masks raise a ``ValueError`` naming the env and the evaluation step
+    (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`).
 
     .. note::
         Without a ``Monitor`` wrapper, rewards and episode lengths are counted as ``env.step`` returns them, after
         any wrapper that changes them; wrap the env with ``Monitor`` first to count the original ones.
 
-    :param model: The agent to evaluate: anything with ``MaskablePPO``'s ``predict`` (``MaskableResetPPO``,
-        ``MaskablePPO``); with ``use_masking=False`` a ``predict`` without ``action_masks`` suffices
-        (``RecurrentPPO``, ``ResetPPO``)
+    :param model: The agent to evaluate: anything with ``MaskablePPO``'s ``predict`` (any ``predict`` without masking)
     :param env: The env, or a ``VecEnv``; with ``use_masking`` it must have an ``action_masks()`` method
-        (sb3-contrib's ``ActionMasker`` wrapper adds one)
     :param n_eval_episodes: Number of episodes to evaluate the agent on
     :param deterministic: Whether to use deterministic or stochastic actions
     :param render: Whether to render the env at each step
-    :param callback: Called after each step of each env that still has episodes to play, with ``locals()`` and
-        ``globals()`` (of SB3's function)
-    :param reward_threshold: If given, an ``AssertionError`` (as sb3-contrib's function) is raised unless the
-        mean return is above it
-    :param return_episode_rewards: Return the list of episode returns and the list of episode lengths instead
-        of their mean and standard deviation
+    :param callback: Called after each step with ``locals()`` and ``globals()`` (of SB3's function)
+    :param reward_threshold: Minimum expected reward per episode, this will raise an error if the performance is not met
+    :param return_episode_rewards: Return the episode returns and lengths instead of their mean and standard deviation
     :param warn: Warn if the env has no ``Monitor`` wrapper
     :param use_masking: Whether to pass the env's action masks to ``predict``
-    :return: Mean and standard deviation of the episode returns, or (with ``return_episode_rewards``) the list
-        of episode returns and the list of episode lengths (in steps)
+    :return: Mean and standard deviation of the episode returns, or the episode returns and lengths (in steps)
     """
     if n_eval_episodes < 1:
         raise ValueError(f"n_eval_episodes must be at least 1, got {n_eval_episodes}")
@@ -152,20 +133,16 @@ def evaluate_policy(
 
 class MaskableEvalCallback(UpstreamMaskableEvalCallback):
     """
-    sb3-contrib's ``MaskableEvalCallback`` evaluating with :func:`evaluate_policy`, which keeps recurrent memory.
-
-    Same arguments, logged keys (``eval/mean_reward``, ``eval/mean_ep_length``, ``eval/success_rate``), saved
-    ``evaluations.npz`` and best model. Its ``_on_step`` is sb3-contrib's, run with the module-level name
-    ``evaluate_policy`` that it calls pointed at this module's function: while it runs, any sb3-contrib
-    ``MaskableEvalCallback`` (in another thread) evaluates with it as well, which for a model without memory gives
-    the same results.
+    sb3-contrib's ``MaskableEvalCallback`` (same arguments, logged keys and saved files) evaluating with
+    :func:`evaluate_policy`, which keeps recurrent memory. Its ``_on_step`` is sb3-contrib's, run with the name
+    ``evaluate_policy`` that it calls pointed at this module's function (for a model without memory, the same results).
 
     :param eval_env: The env to evaluate on; with ``use_masking`` it must have an ``action_masks()`` method
     :param callback_on_new_best: Callback to trigger when there is a new best model according to the mean return
     :param callback_after_eval: Callback to trigger after every evaluation
     :param n_eval_episodes: The number of episodes to test the agent
     :param eval_freq: Evaluate the agent every ``eval_freq`` calls of the callback
-    :param log_path: Folder where the evaluations (``evaluations.npz``) are saved, updated at each evaluation
+    :param log_path: Folder where the evaluations (``evaluations.npz``) are saved
     :param best_model_save_path: Folder where the best model on the eval env is saved
     :param deterministic: Whether the evaluation uses deterministic or stochastic actions
     :param render: Whether to render the env during evaluation

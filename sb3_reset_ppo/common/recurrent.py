@@ -63,8 +63,7 @@ class CriticVariant(NamedTuple):
         run_linear: Callable[[nn.Module], th.Tensor],
     ) -> tuple[th.Tensor, tuple[th.Tensor, ...]]:
         """
-        The critic's latent and memory: its own layer's (``"separate"``), its linear layer's with the actor's memory
-        (``"none"``), or the actor's, detached (``"shared"``: the value loss does not train the actor's layer).
+        The critic's latent and memory, as its kind computes them.
 
         :param latent_pi: The actor's recurrent output
         :param states_pi: The actor's memory after the steps

@@ -166,12 +166,8 @@ def check_window_size_setting(window_size: object) -> None:
 
 def resolve_window_size(window_size: int | str, n_steps: int, batch_size: int | None) -> int:
     """
-    The window length as an int.
-
-    ``"batch"``: ``min(batch_size, n_steps)`` (``n_steps`` when ``batch_size`` is ``None``), the longest
-    sequence sb3-contrib's ``RecurrentPPO`` backpropagates through with the same arguments (its minibatches
-    are contiguous runs of ``batch_size`` transitions, its sequences cut at episode starts, env changes and
-    minibatch edges). ``"rollout"``: ``n_steps``. An int is returned as it is.
+    The window length as an int: ``"batch"`` is ``min(batch_size, n_steps)`` (the longest sequence ``RecurrentPPO``
+    trains on with the same arguments), ``"rollout"`` is ``n_steps``.
 
     :param window_size: The user's ``window_size``
     :param n_steps: Rollout length per env
@@ -217,10 +213,8 @@ def first_window_start(window_size: int, window_coverage: Coverage) -> int:
 
 def effective_stride(n_steps: int, window_size: int, window_stride: int, window_coverage: Coverage) -> int:
     """
-    The stride an epoch uses: ``window_stride``, capped at the number of window starts (:func:`n_window_starts`).
-
-    With a larger stride most epochs would hold no window of an env at all; the cap keeps at least one
-    window per env in every epoch (``"inside"`` with ``n_steps == window_size``: the whole rollout, every epoch).
+    The stride an epoch uses: ``window_stride``, capped at the number of window starts (:func:`n_window_starts`) so
+    that every epoch holds at least one window per env.
 
     :param n_steps: Rollout length per env
     :param window_size: Steps per window

@@ -20,16 +20,9 @@ MasksLike = np.ndarray | th.Tensor | Sequence[Any]
 
 def check_action_space(action_space: spaces.Space) -> None:
     """
-    Raise a ``ValueError`` naming ``action_space`` unless the policies' action distributions can represent it.
-
-    SB3's distributions (``make_proba_distribution``) and sb3-contrib's maskable ones (``MaskableBernoulliDistribution``,
-    ``MaskableMultiCategoricalDistribution``) take a ``MultiBinary`` space only with an int ``n`` and a
-    ``MultiDiscrete`` space only with a flat ``nvec``. For ``MultiBinary([2, 2])`` sb3-contrib 2.9.2's ``RecurrentPPO``
-    and ``MaskablePPO`` (and SB3's ``PPO``) stop with SB3's bare ``AssertionError`` ("Multi-dimensional
-    MultiBinary((2, 2)) action space is not supported. You can flatten it instead.") while building the policy, as
-    they do for ``MultiBinary([3])``; for a two-dimensional ``MultiDiscrete`` torch raises a ``TypeError``. Such
-    spaces are refused here instead, before the policy is built, with the flat space to use. Every other space passes
-    (the algorithm's ``supported_action_spaces`` are checked by SB3 before this).
+    Raise a ``ValueError`` naming ``action_space`` and the flat space to use unless the policies' action
+    distributions can represent it: ``MultiBinary`` needs an int ``n``, ``MultiDiscrete`` a flat ``nvec`` (SB3 and
+    sb3-contrib stop later with a bare ``AssertionError`` or ``TypeError``; ``docs/guide/masking.md``).
 
     :param action_space: The env's action space
     """
@@ -51,9 +44,7 @@ def check_action_space(action_space: spaces.Space) -> None:
 
 def mask_sizes(action_space: spaces.Space) -> list[int]:
     """
-    The pieces of one step's action mask, one per sub-action, as sb3-contrib's maskable distributions split it:
-    ``[n]`` for ``Discrete(n)``, ``nvec`` for ``MultiDiscrete``, ``[2] * n`` for ``MultiBinary(n)`` (one entry per
-    outcome).
+    The pieces of one step's action mask, one per sub-action, as sb3-contrib's maskable distributions split it.
 
     :param action_space: The action space
     :return: The length of each piece, in the mask's order
@@ -71,8 +62,8 @@ def mask_sizes(action_space: spaces.Space) -> list[int]:
 
 def mask_dims(action_space: spaces.Space) -> int:
     """
-    Entries of one step's action mask, as sb3-contrib's ``MaskableRolloutBuffer`` counts them: ``n`` for
-    ``Discrete(n)``, ``sum(nvec)`` for ``MultiDiscrete``, ``2 * n`` for ``MultiBinary(n)`` (one per outcome).
+    Entries of one step's action mask, as sb3-contrib's ``MaskableRolloutBuffer`` counts them (``2 * n`` for
+    ``MultiBinary(n)``: one per outcome).
 
     :param action_space: The action space
     :return: The mask's length

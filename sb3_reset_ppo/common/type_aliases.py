@@ -1,12 +1,17 @@
-"""Sample types yielded by the window rollout buffers."""
+"""Sample types yielded by the window rollout buffers, and the types of ``predict``'s observation and memory."""
 
 from typing import NamedTuple
 
+import numpy as np
 import torch as th
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_reset_ppo.common.layout import ResetLayout
+
+# predict()'s observation (as SB3's) and memory: a tuple of (n_layers, n_envs, hidden_size) arrays, or None for zeros
+NumpyObs = np.ndarray | dict[str, np.ndarray]
+Memory = tuple[np.ndarray, ...] | None
 
 
 class BurnIn(NamedTuple):

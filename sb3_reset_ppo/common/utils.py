@@ -12,6 +12,8 @@ import sb3_contrib
 import stable_baselines3
 import torch as th
 
+# The RL Zoo hyperparameters shipped with the package: the zoo's default --conf-file, and compare's
+PACKAGED_CONF = Path(__file__).resolve().parents[1] / "zoo" / "reset_ppo.yml"
 # Guards divisions by a sum that can be zero (a minibatch with no kept slot, a memory of zeros)
 TINY = 1e-12
 
@@ -45,10 +47,8 @@ class ThreadCountWarning(UserWarning):
     """``learn()`` runs on the CPU with more torch threads than is fastest for the model's size (see :func:`thread_advice`)."""
 
 
-# The largest recurrent hidden size at which benchmarks/speed/bench_threads.py found one torch thread faster than two threads
-# and torch's default in every measurement, on an idle machine and beside a busy process (MLP policies: LSTM 64 and
-# GRU 64; ResetPPO and RecurrentPPO; tests/test_threads.py checks the stored results). With LSTM 256 or convolutional
-# features more threads were faster on the idle machine (and 2 to 5 times slower beside a busy process): no advice
+# The largest recurrent hidden size at which one torch thread was faster than more in every measurement
+# (benchmarks/speed/bench_threads.py; larger and convolutional policies were faster with more threads on an idle machine)
 ONE_THREAD_MAX_HIDDEN_SIZE = 64
 
 
@@ -56,21 +56,15 @@ def thread_advice(
     algorithm: str, num_threads: int, hidden_size: int, device_type: str, convolutional: bool = False
 ) -> str | None:
     """
-    The advice to train with one torch thread, where the measurement says that more are slower; else None.
-
-    Torch's default is one thread per core. For a small recurrent policy each operation is too small to share out:
-    the threads wait for each other at every step, and a thread that another process keeps off its core stalls them
-    all (``benchmarks/results/bench_threads.txt``). The library never changes torch's thread count itself (a global
-    setting of the user's process): it says so, once per model.
+    The advice to train with one torch thread, where the measurement says that more are slower; else None. A small
+    recurrent policy's operations are too small to share out among threads (``docs/guide/install.md``, "Threads").
 
     :param algorithm: The class name, for the message
     :param num_threads: ``torch.get_num_threads()``
     :param hidden_size: The policy's recurrent hidden size
     :param device_type: The model's device type (``"cpu"``, ``"cuda"``, ...): only the CPU's threads are advised on
-    :param convolutional: Whether the policy has convolutional layers (image features): their larger operations
-        use more threads well on an idle machine, so one thread is not always faster there
-    :return: One line saying what was measured and how to change it, or None (one thread, another device, a
-        convolutional policy, or a network larger than any measured)
+    :param convolutional: Whether the policy has convolutional layers (which use more threads well)
+    :return: One line saying what was measured and how to change it, or None
     """
     if device_type != "cpu" or num_threads <= 1 or convolutional or hidden_size > ONE_THREAD_MAX_HIDDEN_SIZE:
         return None
@@ -100,8 +94,7 @@ def relative_distance(new: Iterable[th.Tensor], old: Iterable[th.Tensor]) -> th.
 @contextmanager
 def swapped_names(swaps: Mapping[tuple[Any, str], tuple[Any, Any]], to_update: str, reentrant: bool = False) -> Iterator[None]:
     """
-    For the block, point names that a library looks up at module level at values of our own, and restore them after
-    it, exceptions included: the one place where this package replaces a library's names (it has no hook for them).
+    For the block, point names that a library looks up at module level at values of our own, and restore them after.
 
     :param swaps: ``(module, name) -> (expected, replacement)``; the name must hold ``expected``, the library's own
     :param to_update: What must follow the library when a name holds anything else, for the error

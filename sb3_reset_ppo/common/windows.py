@@ -2,11 +2,8 @@
 Where the windows of a rollout are and what each slot holds: pure functions of the rollout's episode starts, with no
 SB3 state, and the rollout statistics they give (:class:`RolloutWindowStats`, the public :func:`window_weights`).
 
-The rollout is addressed *env-major*: step ``s`` of env ``e`` has the flat index ``e * n_steps + s``
-(the layout of SB3's ``swap_and_flatten``). A window is ``window_size`` consecutive steps of one
-env; slot ``i`` of the window starting at step ``t`` holds step ``t + i``. The buffer, ``train()``
-and the public :func:`window_weights` all use these functions, so the weights a user inspects are
-the weights training applies.
+The rollout is addressed *env-major*: step ``s`` of env ``e`` has the flat index ``e * n_steps + s``; slot ``i`` of
+the window starting at step ``t`` holds step ``t + i``.
 """
 
 from collections.abc import Iterator
@@ -42,10 +39,8 @@ def window_starts(
     """
     Flat (env-major) index of the first step of every window of a rollout (one at every start).
 
-    ``"inside"``: window ``t`` of an env starts at step ``t`` for ``t = 0, 1, ..., n_steps - window_size``.
-    ``"full"``: every window that meets the rollout, starts ``-(W-1) .. n_steps - 1`` clipped to the rollout
-    (:func:`clip_windows`), so several windows start at the env's step 0; see :func:`window_lengths` for their
-    real slots.
+    ``"inside"``: the windows inside the rollout; ``"full"``: every window that meets it, clipped to it
+    (:func:`window_lengths` gives their real slots).
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -182,11 +177,7 @@ def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary,
 
 class RolloutWindowStats:
     """
-    Per-step counts and expected weights of one rollout, computed by a scan over all its windows.
-
-    An epoch draws every window with probability ``1 / k`` (``k`` = :func:`effective_stride`), so the
-    expected weight of a step over one epoch is its total weight over all windows divided by ``k``; the
-    shares below (kept slots, windows with a reset) are the expected shares of an epoch.
+    Per-step counts and expected weights of one rollout over one epoch, computed by a scan over all its windows.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
     :param settings: The window settings
@@ -243,29 +234,15 @@ def window_weights(
     window_coverage: str = DEFAULT_WINDOW_COVERAGE,
 ) -> np.ndarray:
     """
-    Expected total slot weight each step of a rollout receives in one epoch, computed by the code ResetPPO trains with.
+    Expected total slot weight each step of a rollout receives in one epoch, computed by the code ResetPPO trains with
+    (``docs/design.md``, "Expected weights"). With ResetPPO's defaults every step gets 1 in reset mode.
 
-    This is the sum of the slot weight over every slot that holds the step, over all windows of the rollout (one at
-    every start), divided by the stride an epoch uses, ``k`` (:func:`effective_stride`): an epoch draws each window
-    with probability ``1 / k``. The defaults are ResetPPO's (full coverage, stride ``window_size``: every step once
-    per epoch, so every step gets 1 in reset mode).
-
-    Under ``weighting="uniform"`` a step's expected gradient weight per epoch is this divided by the rollout's loss
-    normaliser (:func:`~sb3_reset_ppo.common.epochs.uniform_normaliser`), times the probability of not being left out;
-    ``docs/design.md`` ("Expected weights") gives the closed forms and ``docs/guide/parameters.md`` ("Minibatches")
-    when every step weighs the same.
-
-    :param episode_starts: SB3's episode-start flags (step ``s`` is the first of an episode),
-        shape ``(n_steps,)`` for one env or ``(n_steps, n_envs)`` as in SB3's rollout buffer
-    :param window_size: Steps per window (``1 <= window_size <= n_steps``; ``ResetPPO.window_length`` resolves
-        ``"batch"`` and ``"rollout"``)
+    :param episode_starts: SB3's episode-start flags, shape ``(n_steps,)`` or ``(n_steps, n_envs)``
+    :param window_size: Steps per window, an int (``ResetPPO.window_length``)
     :param boundary: ``"reset"`` (reset-and-continue) or ``"mask"`` (drop slots after an episode end)
-    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"`` (slot weights as ``"uniform"``; it
-        differs in the loss's normaliser only)
+    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
     :param window_stride: Steps between the starts of the windows of an epoch; ``None``: ``window_size``
-        (ResetPPO's default); 1: every window every epoch (the total over all windows)
-    :param window_coverage: ``"full"`` (every window that meets the rollout, clipped to it; ResetPPO's default) or
-        ``"inside"`` (windows inside the rollout); see :func:`epoch_window_starts`
+    :param window_coverage: ``"full"`` or ``"inside"``
     :return: float array of the same shape as ``episode_starts``
     """
     if isinstance(window_size, str):

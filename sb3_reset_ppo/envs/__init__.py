@@ -2,7 +2,7 @@
 Small numpy-only memory tasks, registered with gymnasium on import.
 
 - ``CueRecall-v0``: name a cue shown at the first step, 2 to 7 steps later (:class:`CueRecallEnv`).
-- ``CueRecallLong-v0``: the same, 21 to 41 steps later: longer than the default window of 16.
+- ``CueRecallLong-v0``: the same, 21 to 41 steps later.
 - ``CueRecallImage-v0``: ``CueRecall-v0`` with 64x64 images (:class:`CueRecallImageEnv`).
 - ``MaskedCueRecall-v0``: ``CueRecall-v0`` with invalid actions, to be masked (:class:`MaskedCueRecallEnv`):
   memory and action masks both matter.

@@ -6,13 +6,22 @@ from gymnasium import spaces
 METADATA = {"render_modes": ["rgb_array"], "render_fps": 4}
 
 
-def check_render_mode(render_mode: str | None) -> None:
-    """Raise a ``ValueError`` unless ``render_mode`` is ``None`` or ``"rgb_array"``."""
+def check_render_mode(render_mode: str | None) -> str | None:
+    """Return ``render_mode``, or raise a ``ValueError`` unless it is ``None`` or ``"rgb_array"``."""
     if render_mode not in (None, "rgb_array"):
         raise ValueError(
             f"render_mode must be None or 'rgb_array' (gymnasium.make(..., render_mode='human') wraps the latter "
             f"in a window), got {render_mode!r}"
         )
+    return render_mode
+
+
+def check_invalid_actions(invalid_reward: float, max_invalid: int) -> None:
+    """Raise a ``ValueError`` unless ``invalid_reward`` is at most 0 and ``max_invalid`` at least 1."""
+    if invalid_reward > 0:
+        raise ValueError(f"invalid_reward must be at most 0, got {invalid_reward}")
+    if max_invalid < 1:
+        raise ValueError(f"max_invalid must be at least 1, got {max_invalid}")
 
 
 def row_image(obs: np.ndarray) -> np.ndarray:
@@ -30,8 +39,7 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
     component 1) asks for the cue. Naming it (action = cue index) at the query step gives reward 1 and
     ends the episode; actions at other steps have no effect. Episodes last ``delay + 2`` steps.
 
-    - Optimal return: 1.0 (needs memory of the first observation).
-    - Random policy's return: ``1 / n_cues`` (0.25 with the defaults).
+    Optimal return 1.0 (with memory of the first observation), random ``1 / n_cues``.
 
     :param n_cues: Number of distinct cues (and actions)
     :param min_delay: Shortest number of blank steps between cue and query
@@ -47,8 +55,7 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
             raise ValueError(f"n_cues must be at least 2, got {n_cues}")
         if not 0 <= min_delay <= max_delay:
             raise ValueError(f"need 0 <= min_delay <= max_delay, got min_delay={min_delay}, max_delay={max_delay}")
-        check_render_mode(render_mode)
-        self.render_mode = render_mode
+        self.render_mode = check_render_mode(render_mode)
         self.n_cues = n_cues
         self.min_delay = min_delay
         self.max_delay = max_delay

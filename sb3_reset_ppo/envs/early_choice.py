@@ -12,13 +12,8 @@ class EarlyChoiceEnv(gym.Env[np.ndarray, np.int64]):
     The first ``n_decisions`` steps each show a target (one-hot of ``n_choices``); choosing it gives reward 1.
     Then come ``filler`` steps (drawn uniformly from ``[min_filler, max_filler]`` each episode, observation:
     the last component set) where action 0 gives 0.01 and the others 0. Episodes therefore last
-    ``n_decisions + filler`` steps and most of their return is earned at their first steps: exactly the
-    steps that masking under-weights (a step ``k`` steps into its episode is trained in at most ``k + 1``
-    windows).
-
-    - Optimal expected return: ``n_decisions + 0.01 * (min_filler + max_filler) / 2`` (3.25 with the defaults).
-    - Random policy's expected return: ``(n_decisions + 0.01 * (min_filler + max_filler) / 2) / n_choices``
-      (0.8125 with the defaults).
+    ``n_decisions + filler`` steps and most of their return is earned at their first steps, the steps that
+    masking under-weights. Optimal expected return: :attr:`optimal_return`; random: that over ``n_choices``.
 
     :param n_choices: Number of targets (and actions)
     :param n_decisions: Decision steps at the start of each episode
@@ -42,8 +37,7 @@ class EarlyChoiceEnv(gym.Env[np.ndarray, np.int64]):
                 "need n_choices >= 2, n_decisions >= 1 and 0 <= min_filler <= max_filler, got "
                 f"n_choices={n_choices}, n_decisions={n_decisions}, min_filler={min_filler}, max_filler={max_filler}"
             )
-        check_render_mode(render_mode)
-        self.render_mode = render_mode
+        self.render_mode = check_render_mode(render_mode)
         self.n_choices = n_choices
         self.n_decisions = n_decisions
         self.min_filler = min_filler

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from sb3_reset_ppo.envs.cue_recall import METADATA, check_render_mode, row_image
+from sb3_reset_ppo.envs.cue_recall import METADATA, check_invalid_actions, check_render_mode, row_image
 
 
 def mask_from_observation(obs: np.ndarray, n_cues: int, n_wait: int) -> np.ndarray:
@@ -44,9 +44,8 @@ class FairMaskedCueRecallEnv(gym.Env[np.ndarray, np.int64]):
 
     An episode: the cue step (``t = 0``), ``delay`` blank steps, the query (``t = delay + 1``). ``delay`` is drawn
     each episode: with probability ``long_probability`` uniformly from ``long_delays`` (both ends included), else
-    from ``short_delays``. With the defaults, 1 to 12 or 130 to 140 blank steps: a long delay puts the cue more
-    than 128 steps (the default ``window_size="batch"`` of ResetPPO with ``n_steps=128``, and the longest sequence
-    RecurrentPPO trains on with it) before the query. At the query the candidates are the cue and a distractor
+    from ``short_delays``; a long delay (the default) puts the cue more than ResetPPO's default window before
+    the query. At the query the candidates are the cue and a distractor
     drawn uniformly from the other cues; naming the cue gives reward 1, the distractor 0, and either ends the
     episode (``info["is_success"]`` says which). The valid wait gives reward 0 and the episode goes on (the wait
     shown at the next step is drawn anew).
@@ -54,18 +53,10 @@ class FairMaskedCueRecallEnv(gym.Env[np.ndarray, np.int64]):
     An invalid action (one the mask excludes) gives reward ``invalid_reward`` and changes nothing else: the same
     observation and mask come back and the step is taken again (``info["invalid_action"]`` is ``True``); the
     ``max_invalid``-th invalid action of an episode ends it, so a return is at least
-    ``max_invalid * invalid_reward`` (-1 with the defaults) and a policy stuck on an invalid action does not play
-    on until the time limit (``max_episode_steps=600`` for ``MaskedCueRecallFair-v0``).
+    ``max_invalid * invalid_reward``.
 
-    Returns (exact; the tests check them by enumeration and by brute force over memoryless policies):
-
-    - Optimal: 1.0 (valid actions only, and memory of the first observation up to the query).
-    - **Memoryless optimum: 1/2.** Before the query a memoryless policy can take the shown wait; at the query its
-      observation shows the two candidates, and given them the cue is either one with probability 1/2 (the cue
-      is uniform and the distractor uniform among the others), whatever the delay. Invalid actions only lower it.
-    - A policy that sees the last ``k`` observations (``VecFrameStack`` of ``k`` frames):
-      ``P(delay <= k - 2) + P(delay > k - 2) / 2`` at best (:meth:`frame_stack_optimum`): 0.875 for
-      ``12 <= k - 2 < 130`` with the defaults (the short delays only), 0.5 for ``k < 3``.
+    Optimal return 1.0, memoryless optimum 1/2, with the last ``k`` observations :meth:`frame_stack_optimum`
+    (derivations: ``docs/api/envs.md``).
 
     :param n_cues: Number of distinct cues (and answer actions), at least 2
     :param n_wait: Number of wait actions, one of which is valid (and shown) at each step before the query
@@ -99,12 +90,8 @@ class FairMaskedCueRecallEnv(gym.Env[np.ndarray, np.int64]):
                 raise ValueError(f"{name} must be (low, high) with 0 <= low <= high, got {(low, high)}")
         if not 0.0 <= long_probability <= 1.0:
             raise ValueError(f"long_probability must be in [0, 1], got {long_probability}")
-        if invalid_reward > 0:
-            raise ValueError(f"invalid_reward must be at most 0, got {invalid_reward}")
-        if max_invalid < 1:
-            raise ValueError(f"max_invalid must be at least 1, got {max_invalid}")
-        check_render_mode(render_mode)
-        self.render_mode = render_mode
+        check_invalid_actions(invalid_reward, max_invalid)
+        self.render_mode = check_render_mode(render_mode)
         self.n_cues, self.n_wait = n_cues, n_wait
         self.short_delays, self.long_delays = (
             (int(short_delays[0]), int(short_delays[1])),

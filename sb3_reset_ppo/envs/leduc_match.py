@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from sb3_reset_ppo.envs.cue_recall import METADATA, check_render_mode, row_image
+from sb3_reset_ppo.envs.cue_recall import METADATA, check_invalid_actions, check_render_mode, row_image
 
 # The opponent's styles, one drawn uniformly per match
 STYLES = ("honest", "bluffer")
@@ -114,11 +114,7 @@ class LeducMatchEnv(gym.Env[np.ndarray, np.int64]):
     Why memory matters: a raise from the honest style means a strong hand, from the bluffer a weak one, and only
     the bluffer calls a raise with a weak hand, so the best reply to a raise and whether a bluff pays depend on the
     style. The style shows in the earlier hands of the match (how often the opponent raised, whether a raise made
-    it fold), which the per-step view forgets. Exact bounds per hand (:func:`hand_values`, OpenSpiel's best
-    response, with recall within the hand): a policy that does not remember earlier hands earns at most the best
-    response to the 50/50 mixture of the styles, **1.60 chips per hand** (12.8 per match of 8 hands); one that knows
-    the style at most the mean of the best responses to each, **2.15 per hand** (17.2 per match): the style is
-    worth up to 0.55 chips per hand.
+    it fold), which the per-step view forgets. Bounds per hand (:func:`hand_values`): ``docs/api/envs.md``.
 
     :param n_hands: Hands per match, at least 1
     :param invalid_reward: Reward of an invalid action (the step is then taken again), at most 0
@@ -133,12 +129,8 @@ class LeducMatchEnv(gym.Env[np.ndarray, np.int64]):
     ) -> None:
         if n_hands < 1:
             raise ValueError(f"n_hands must be at least 1, got {n_hands}")
-        if invalid_reward > 0:
-            raise ValueError(f"invalid_reward must be at most 0, got {invalid_reward}")
-        if max_invalid < 1:
-            raise ValueError(f"max_invalid must be at least 1, got {max_invalid}")
-        check_render_mode(render_mode)
-        self.render_mode = render_mode
+        check_invalid_actions(invalid_reward, max_invalid)
+        self.render_mode = check_render_mode(render_mode)
         self.game = _pyspiel().load_game("leduc_poker")
         self.n_hands = n_hands
         self.invalid_reward = float(invalid_reward)

@@ -41,18 +41,8 @@ class MaskedCueRecallEnv(CueRecallEnv):
       episode (``info["is_success"]`` says which).
     - an invalid action gives reward -1 and ends the episode (``info["invalid_action"]`` is ``True``).
 
-    A policy that takes only valid actions plays ``delay + 2`` steps (3 to 8 with the defaults).
-
-    - Optimal return: 1.0 (needs the mask at every step and memory of the first observation).
-    - A policy that takes only valid actions but has no memory (such as ``MaskablePPO``): ``1 / n_cues`` in
-      expectation (the query observation is the same for every cue).
-    - A policy that ignores the masks: with ``n_wait >= 2`` it survives a blank step with probability at most
-      ``1 / n_wait``, and most of its episodes end at -1.
-
-    The normalised score (:func:`normalised_score`) maps the return so that chance (``1 / n_cues``) is 0 and
-    1.0 is 1: "solved" means a normalised mean return of at least 0.9, which is a success rate of at least
-    ``0.9 + 0.1 / n_cues`` without invalid actions (0.925 with 4 cues). With ``n_wait=1`` the valid action
-    can be read from the observation, and masks only help exploration.
+    Optimal return 1.0 (with the masks and memory of the first observation); without memory ``1 / n_cues``
+    (:func:`normalised_score` maps that to 0). Returns and bounds: ``docs/api/envs.md``.
 
     :param n_cues: Number of distinct cues (and answer actions)
     :param min_delay: Shortest number of blank steps between cue and query
@@ -66,12 +56,7 @@ class MaskedCueRecallEnv(CueRecallEnv):
     invalid_reward = -1.0
 
     def __init__(
-        self,
-        n_cues: int = 4,
-        min_delay: int = 1,
-        max_delay: int = 6,
-        n_wait: int = 2,
-        render_mode: str | None = None,
+        self, n_cues: int = 4, min_delay: int = 1, max_delay: int = 6, n_wait: int = 2, render_mode: str | None = None
     ) -> None:
         if n_wait < 1:
             raise ValueError(f"n_wait must be at least 1, got {n_wait}")

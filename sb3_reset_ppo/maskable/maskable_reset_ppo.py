@@ -12,17 +12,10 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, PyTorch
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_reset_ppo.common.spaces import check_action_masks
+from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
+from sb3_reset_ppo.maskable import policies
 from sb3_reset_ppo.maskable.buffers import MaskableDictWindowRolloutBuffer, MaskableWindowRolloutBuffer
-from sb3_reset_ppo.maskable.policies import (
-    MaskableCnnGruPolicy,
-    MaskableCnnLstmPolicy,
-    MaskableMlpGruPolicy,
-    MaskableMlpLstmPolicy,
-    MaskableMultiInputGruPolicy,
-    MaskableMultiInputLstmPolicy,
-    _MaskableRecurrentPolicy,
-    check_maskable_action_space,
-)
+from sb3_reset_ppo.maskable.policies import _MaskableRecurrentPolicy, check_maskable_action_space
 from sb3_reset_ppo.reset_ppo.reset_ppo import ResetPPO
 
 SelfMaskableResetPPO = TypeVar("SelfMaskableResetPPO", bound="MaskableResetPPO")
@@ -33,17 +26,10 @@ class MaskableResetPPO(ResetPPO):
     ResetPPO with invalid-action masking: recurrent PPO on windows with reset-and-continue, where the env says which
     actions are valid at every step (sb3-contrib's ``MaskablePPO`` conventions).
 
-    Masks come from the env's ``action_masks()`` method (sb3-contrib's ``ActionMasker`` wrapper and
-    ``get_action_masks`` work unchanged). Each step's mask is stored with the step and applied to that step's
-    distribution in every window that holds it, for its log-probability and entropy; actions are only ever sampled
-    among the valid ones. ``learn(..., use_masking=False)`` trains exactly as ``ResetPPO`` would (for ``Discrete`` and
-    ``MultiDiscrete`` actions, the same networks and the same updates; ``MultiBinary`` actions have two logits each, as
-    in ``MaskablePPO``). ``predict(..., action_masks=...)`` restricts the actions as ``MaskablePPO.predict`` does.
-
-    Supports ``Discrete``, ``MultiDiscrete`` and ``MultiBinary`` actions (others raise a ``ValueError``), the policies
-    ``MlpLstmPolicy``, ``CnnLstmPolicy``, ``MultiInputLstmPolicy`` and their GRU counterparts (maskable versions of
-    ResetPPO's), and every argument of :class:`~sb3_reset_ppo.ResetPPO` (windows, coverage, boundary, fresh memory).
-    Evaluate with :func:`sb3_reset_ppo.common.maskable_evaluation.evaluate_policy`, which keeps the memory between steps.
+    Masks come from the env's ``action_masks()`` method (sb3-contrib's ``ActionMasker``); each step's mask is stored
+    with the step and applied to its distribution in every window that holds it. ``learn(..., use_masking=False)``
+    trains as ``ResetPPO`` would. Supports ``Discrete``, ``MultiDiscrete`` and ``MultiBinary`` actions and ResetPPO's
+    policy names; evaluate with :func:`sb3_reset_ppo.common.maskable_evaluation.evaluate_policy` (``docs/guide/masking.md``).
 
     :param policy: A policy name (``"MlpLstmPolicy"``, ..., ``"MultiInputGruPolicy"``) or a maskable recurrent policy class
     :param env: The environment to learn from (if registered in Gym, can be str); it must provide ``action_masks()``
@@ -52,13 +38,9 @@ class MaskableResetPPO(ResetPPO):
     :param kwargs: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, by name
     """
 
+    # ResetPPO's policy names, each for its maskable version
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        "MlpLstmPolicy": MaskableMlpLstmPolicy,
-        "CnnLstmPolicy": MaskableCnnLstmPolicy,
-        "MultiInputLstmPolicy": MaskableMultiInputLstmPolicy,
-        "MlpGruPolicy": MaskableMlpGruPolicy,
-        "CnnGruPolicy": MaskableCnnGruPolicy,
-        "MultiInputGruPolicy": MaskableMultiInputGruPolicy,
+        name: getattr(policies, f"Maskable{name}") for name in ResetPPO.policy_aliases
     }
     window_buffer_class = MaskableWindowRolloutBuffer
     dict_window_buffer_class = MaskableDictWindowRolloutBuffer
@@ -83,12 +65,7 @@ class MaskableResetPPO(ResetPPO):
     def _act(
         self, env: VecEnv, obs_tensor: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates, dict[str, Any]]:
-        """
-        One step of the policy during collection with the env's current action masks (when ``use_masking``), which
-        the buffer stores with the step. The masks are checked first (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`:
-        a ``ValueError`` for a wrong shape or an env without a valid action, naming the env, the rollout step and
-        ``num_timesteps``).
-        """
+        """One step of the policy during collection with the env's checked action masks, stored with the step."""
         if not self.use_masking:
             return super()._act(env, obs_tensor, lstm_states, episode_starts)
         # sb3-contrib's get_action_masks(env) without its np.stack: a wrong shape then names its env
@@ -121,8 +98,7 @@ class MaskableResetPPO(ResetPPO):
         :param log_interval: Log every this many rollouts
         :param tb_log_name: The name of the run for TensorBoard logging
         :param reset_num_timesteps: Whether or not to reset the current timestep number (used in logging)
-        :param use_masking: Whether to collect the env's action masks and train with them (the env must then provide
-            ``action_masks()``); ``False``: train as ``ResetPPO``
+        :param use_masking: Whether to collect the env's action masks and train with them
         :param progress_bar: Display a progress bar using tqdm and rich
         :return: The trained model
         """
@@ -134,23 +110,16 @@ class MaskableResetPPO(ResetPPO):
                 "ActionMasker (sb3_contrib.common.wrappers.ActionMasker), or learn with use_masking=False"
             )
         self.use_masking = use_masking
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )
+        return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
     def predict(
         self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
+        observation: NumpyObs,
+        state: Memory = None,
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+    ) -> tuple[np.ndarray, Memory]:
         """
         Get the policy action from an observation and the memory, with only the valid actions (``MaskablePPO``'s
         ``predict`` with ResetPPO's memory).
@@ -159,9 +128,7 @@ class MaskableResetPPO(ResetPPO):
         :param state: The memory returned by the previous call (``None``: zeros)
         :param episode_start: Whether the observations start new episodes (the memory is reset then)
         :param deterministic: Whether or not to return deterministic actions
-        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` (e.g. ``get_action_masks(env)``; or
-            ``(mask_dims,)`` for one observation); ``None``: every action. A ``ValueError`` names the env and the model's
-            ``num_timesteps`` if their shape is wrong or an env's mask allows no action (of some sub-action).
+        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` or ``(mask_dims,)``; ``None``: every action
         :return: The action and the next memory
         """
         return self.policy.predict(

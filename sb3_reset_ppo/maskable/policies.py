@@ -1,12 +1,7 @@
 """
 Policies of MaskableResetPPO: ResetPPO's recurrent policies (LSTM and GRU) with sb3-contrib's maskable action
-distributions, as ``MaskableActorCriticPolicy`` is SB3's ``ActorCriticPolicy`` with them.
-
-One mixin adds the masks to every way a policy is asked for actions: ``forward`` (collection), ``get_distribution``,
-``_predict`` and ``predict`` (``action_masks=``, as ``MaskableActorCriticPolicy``), ``evaluate_actions``; the window
-trainer applies each slot's stored mask to the distribution it gets from ``_get_action_dist_from_latent``
-(:func:`~sb3_reset_ppo.common.evaluation.evaluate_windows`). Without masks every method is the unmasked policy's: for
-``Discrete`` and ``MultiDiscrete`` actions the networks and their initialisation are the same as ResetPPO's policies'.
+distributions, as ``MaskableActorCriticPolicy`` is SB3's ``ActorCriticPolicy`` with them. Without masks every method
+is the unmasked policy's.
 """
 
 from typing import Any
@@ -24,14 +19,8 @@ from torch import nn
 
 from sb3_reset_ppo.common.recurrent import recurrent_latents
 from sb3_reset_ppo.common.spaces import check_action_masks
-from sb3_reset_ppo.reset_ppo.policies import (
-    CnnGruPolicy,
-    CnnLstmPolicy,
-    MlpGruPolicy,
-    MlpLstmPolicy,
-    MultiInputGruPolicy,
-    MultiInputLstmPolicy,
-)
+from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
+from sb3_reset_ppo.reset_ppo import policies as reset_ppo_policies
 
 __all__ = [
     "MaskableCnnGruPolicy",
@@ -62,10 +51,7 @@ def check_maskable_action_space(action_space: spaces.Space) -> None:
 
 
 class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
-    """
-    Invalid-action masks for a recurrent policy of ResetPPO (placed before the policy class). See the module's
-    docstring.
-    """
+    """Invalid-action masks for every way a recurrent policy of ResetPPO is asked for actions (before its class)."""
 
     action_dist: Any
     # The masks of the current ``predict`` call, for ``_predict`` (sb3-contrib's ``predict`` does not pass them)
@@ -92,8 +78,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
 
     def _get_action_dist_from_latent(self, latent_pi: th.Tensor, action_masks: MaybeMasks = None) -> Distribution:
         """
-        The action distribution of the actor's latent: without masks the unmasked policy's, with masks the maskable
-        one (as ``MaskableActorCriticPolicy``'s) with the masks applied.
+        The action distribution of the actor's latent: the unmasked policy's, or the maskable one with the masks applied.
 
         :param latent_pi: The actor's latent, ``(n, latent_dim)``
         :param action_masks: Which actions are valid, ``(n, mask_dims)``; ``None``: all (the unmasked distribution)
@@ -136,11 +121,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         return actions, values, log_prob, states
 
     def get_distribution(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
-        self,
-        obs: th.Tensor,
-        lstm_states: tuple[th.Tensor, ...],
-        episode_starts: th.Tensor,
-        action_masks: MaybeMasks = None,
+        self, obs: th.Tensor, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor, action_masks: MaybeMasks = None
     ) -> tuple[Distribution, tuple[th.Tensor, ...]]:
         """
         The actor's masked action distribution and its new memory (sb3-contrib's ``get_distribution`` with masks).
@@ -181,27 +162,23 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
 
     def predict(
         self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
+        observation: NumpyObs,
+        state: Memory = None,
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
         masks_at: str = "policy.predict()",
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+    ) -> tuple[np.ndarray, Memory]:
         """
-        Get the policy action from an observation and the memory, as the recurrent policy's ``predict``, with only
-        the actions that ``action_masks`` allows (as ``MaskableActorCriticPolicy.predict``).
+        Get the policy action from an observation and the memory, with only the actions that ``action_masks`` allows
+        (as ``MaskableActorCriticPolicy.predict``).
 
         :param observation: The input observation
-        :param state: The memory (LSTM: ``(hidden, cell)``, GRU: ``(hidden,)``), each ``(n_layers, n_envs, hidden)``;
-            ``None``: zeros
+        :param state: The memory, as the recurrent policy's ``predict``; ``None``: zeros
         :param episode_start: Whether the observations start new episodes (the memory is reset then)
         :param deterministic: Whether or not to return deterministic actions
-        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` (or ``(mask_dims,)`` for one
-            observation); ``None``: every action. A wrong shape, or a mask that allows no action (of some sub-action),
-            raises a ``ValueError`` naming the env (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`)
-        :param masks_at: Where the call comes from, named by that error (``MaskableResetPPO.predict``: the model's
-            ``num_timesteps``)
+        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` or ``(mask_dims,)``; ``None``: every action
+        :param masks_at: Where the call comes from, named by the error of an invalid mask
         :return: The action and the next memory
         """
         self._predict_action_masks, self._predict_masks_at = action_masks, masks_at
@@ -219,8 +196,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         action_masks: MaybeMasks = None,
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
         """
-        Values, log-probabilities and entropies of the actions under the masked distribution, over sequences (as
-        sb3-contrib's ``evaluate_actions`` and ``MaskableActorCriticPolicy.evaluate_actions``).
+        Values, log-probabilities and entropies of the actions under the masked distribution, over sequences.
 
         :param obs: Observations, sequences one after the other
         :param actions: The actions taken
@@ -234,25 +210,25 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         return self.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
 
 
-class MaskableMlpLstmPolicy(_MaskableRecurrentPolicy, MlpLstmPolicy):
+class MaskableMlpLstmPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MlpLstmPolicy):
     """ResetPPO's ``MlpLstmPolicy`` with invalid-action masking."""
 
 
-class MaskableCnnLstmPolicy(_MaskableRecurrentPolicy, CnnLstmPolicy):
+class MaskableCnnLstmPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.CnnLstmPolicy):
     """ResetPPO's ``CnnLstmPolicy`` with invalid-action masking."""
 
 
-class MaskableMultiInputLstmPolicy(_MaskableRecurrentPolicy, MultiInputLstmPolicy):
+class MaskableMultiInputLstmPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MultiInputLstmPolicy):
     """ResetPPO's ``MultiInputLstmPolicy`` with invalid-action masking."""
 
 
-class MaskableMlpGruPolicy(_MaskableRecurrentPolicy, MlpGruPolicy):
+class MaskableMlpGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MlpGruPolicy):
     """ResetPPO's ``MlpGruPolicy`` with invalid-action masking."""
 
 
-class MaskableCnnGruPolicy(_MaskableRecurrentPolicy, CnnGruPolicy):
+class MaskableCnnGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.CnnGruPolicy):
     """ResetPPO's ``CnnGruPolicy`` with invalid-action masking."""
 
 
-class MaskableMultiInputGruPolicy(_MaskableRecurrentPolicy, MultiInputGruPolicy):
+class MaskableMultiInputGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MultiInputGruPolicy):
     """ResetPPO's ``MultiInputGruPolicy`` with invalid-action masking."""

@@ -1,20 +1,5 @@
-from sb3_reset_ppo.reset_ppo.policies import (
-    CnnGruPolicy,
-    CnnLstmPolicy,
-    MlpGruPolicy,
-    MlpLstmPolicy,
-    MultiInputGruPolicy,
-    MultiInputLstmPolicy,
-)
+"""ResetPPO; its recurrent policies are in :mod:`sb3_reset_ppo.reset_ppo.policies`."""
+
 from sb3_reset_ppo.reset_ppo.reset_ppo import NonFiniteTrainingError, ResetPPO
 
-__all__ = [
-    "CnnGruPolicy",
-    "CnnLstmPolicy",
-    "MlpGruPolicy",
-    "MlpLstmPolicy",
-    "MultiInputGruPolicy",
-    "MultiInputLstmPolicy",
-    "NonFiniteTrainingError",
-    "ResetPPO",
-]
+__all__ = ["NonFiniteTrainingError", "ResetPPO"]

@@ -3,11 +3,8 @@ Policies of ResetPPO: sb3-contrib's LSTM policies (subclassed only so that ``Mul
 SB3 sizes them with a numpy integer, which torch's recurrent layers reject) and GRU policies built on them.
 
 The GRU policies are sb3-contrib's recurrent policies with each ``nn.LSTM`` replaced by an ``nn.GRU`` of the same
-size. They take the same arguments, under sb3-contrib's names (``lstm_hidden_size``, ``n_lstm_layers``,
-``shared_lstm``, ``enable_critic_lstm``, ``lstm_kwargs``; the recurrent layers stay in the attributes
-``lstm_actor`` and ``lstm_critic``), so that a script or an RL Zoo config switches cells by changing the policy
-name only. A GRU's memory is its hidden state: the state tuple is ``(hidden,)``, where an LSTM's is
-``(hidden, cell)``.
+size, under the same argument and attribute names (a config switches cells by the policy name only); their memory is
+``(hidden,)``.
 """
 
 from typing import Any
@@ -26,6 +23,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 from sb3_reset_ppo.common.recurrent import RecurrentLayer, recurrent_latents
+from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
 
 __all__ = [
     "CnnGruPolicy",
@@ -62,13 +60,34 @@ class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
         )
         return data
 
+    def predict(
+        self, observation: NumpyObs, state: Memory = None, episode_start: np.ndarray | None = None, deterministic: bool = False
+    ) -> tuple[np.ndarray, Memory]:
+        """
+        Get the policy action from an observation and the memory, as sb3-contrib's recurrent policies do.
+
+        :param observation: The input observation
+        :param state: The memory (LSTM: ``(hidden, cell)``, GRU: ``(hidden,)``), each ``(n_layers, n_envs, hidden_size)``;
+            ``None``: zeros
+        :param episode_start: Whether the observations start new episodes (the memory is reset then)
+        :param deterministic: Whether or not to return deterministic actions
+        :return: The action and the next memory
+        """
+        is_gru = isinstance(self.lstm_actor, nn.GRU)
+        check_predict_state(self, observation, state, 1 if is_gru else 2)
+        if not is_gru:
+            return super().predict(observation, state, episode_start, deterministic)
+        # sb3-contrib's predict handles an (hidden, cell) pair: pass the hidden state as both, _predict reads one
+        pair = None if state is None else (state[0], state[0])
+        actions, new_pair = super().predict(observation, pair, episode_start, deterministic)
+        assert new_pair is not None
+        return actions, (new_pair[0],)
+
 
 def n_observations(observation: Any, observation_space: spaces.Space) -> int:
     """
     The number of observations (envs) in ``predict``'s ``observation``: its first dimension where it has one more
-    than the space's shape, else 1 (a single observation; SB3's ``predict`` adds the batch dimension). A ``Dict``
-    observation is counted key by key against that key's own subspace, whatever the order of its keys (as SB3's
-    ``obs_to_tensor`` does).
+    than the space's shape, else 1; a ``Dict`` observation is counted key by key against its subspaces.
 
     :param observation: ``predict``'s observation (an array, or a dict of arrays)
     :param observation_space: The policy's observation space
@@ -95,8 +114,7 @@ def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, st
     """
     Raise a ``ValueError`` unless ``state`` is ``None`` or a tuple of ``n_states`` arrays of shape
     ``(n_layers, n_envs, hidden_size)`` matching the policy and the observation's batch (sb3-contrib's ``predict``
-    would fail later with a reshape ``RuntimeError`` or an ``IndexError``), or when the keys of a ``Dict``
-    observation hold different numbers of observations (:func:`n_observations`).
+    would fail later with an unclear error).
 
     :param policy: The recurrent policy
     :param observation: ``predict``'s observation (an array, or a dict of arrays)
@@ -121,52 +139,22 @@ def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, st
             )
 
 
-class _CheckedLstmPredict(_RecurrentPolicyParts):
-    """
-    ``predict`` of sb3-contrib's LSTM policies, with the memory checked first (:func:`check_predict_state`). A
-    subclass of their base, first in the LSTM policies' bases: ``super().predict`` is then sb3-contrib's.
-    """
-
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """
-        Get the policy action from an observation and the memory, as sb3-contrib's LSTM policies do.
-
-        :param observation: The input observation
-        :param state: The memory ``(hidden, cell)``, each ``(n_layers, n_envs, hidden_size)``; ``None``: zeros
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
-        :return: The action and the next memory ``(hidden, cell)``
-        """
-        check_predict_state(self, observation, state, 2)
-        return super().predict(observation, state, episode_start, deterministic)
-
-
-class MlpLstmPolicy(_CheckedLstmPredict, contrib_policies.MlpLstmPolicy):
+class MlpLstmPolicy(_RecurrentPolicyParts, contrib_policies.MlpLstmPolicy):
     """sb3-contrib's ``MlpLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` observations)."""
 
 
-class CnnLstmPolicy(_CheckedLstmPredict, contrib_policies.CnnLstmPolicy):
+class CnnLstmPolicy(_RecurrentPolicyParts, contrib_policies.CnnLstmPolicy):
     """sb3-contrib's ``CnnLstmPolicy``; only its features size is made a Python int."""
 
 
-class MultiInputLstmPolicy(_CheckedLstmPredict, contrib_policies.MultiInputLstmPolicy):
+class MultiInputLstmPolicy(_RecurrentPolicyParts, contrib_policies.MultiInputLstmPolicy):
     """sb3-contrib's ``MultiInputLstmPolicy``; only its features size is made a Python int (``MultiDiscrete`` keys)."""
 
 
 class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
     """
-    sb3-contrib's ``RecurrentActorCriticPolicy`` with GRUs instead of LSTMs. Arguments are the LSTM policy's
-    (``lstm_hidden_size``, ``n_lstm_layers``, ``shared_lstm``, ``enable_critic_lstm``; ``lstm_kwargs`` go to
-    ``nn.GRU``). The memory ``state`` of ``predict`` is ``(hidden,)``, shape ``(n_layers, n_envs, hidden_size)``.
-
-    sb3-contrib's constructor builds LSTMs; they are replaced by GRUs of the same sizes (PyTorch's default
-    initialisation, as sb3-contrib's LSTMs) and the optimizer is rebuilt over the new parameters.
+    sb3-contrib's ``RecurrentActorCriticPolicy`` with GRUs of the same sizes instead of LSTMs (``lstm_kwargs`` go to
+    ``nn.GRU``); the memory ``state`` of ``predict`` is ``(hidden,)``.
 
     :param args: Positional arguments of ``RecurrentActorCriticPolicy``
     :param kwargs: Keyword arguments of ``RecurrentActorCriticPolicy``
@@ -270,29 +258,6 @@ class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
         # get_distribution is typed for (hidden, cell) and passes the memory on to this class's _process_sequence
         distribution, (hidden,) = self.get_distribution(observation, lstm_states[:1], episode_starts)  # type: ignore[arg-type]
         return distribution.get_actions(deterministic=deterministic), (hidden, hidden)
-
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """
-        Get the policy action from an observation and the memory, as for sb3-contrib's LSTM policies.
-
-        :param observation: The input observation
-        :param state: The memory ``(hidden,)``, shape ``(n_layers, n_envs, hidden_size)``; ``None``: zeros
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
-        :return: The action and the next memory ``(hidden,)``
-        """
-        check_predict_state(self, observation, state, 1)
-        # sb3-contrib's predict handles an (hidden, cell) pair: pass the hidden state as both, _predict reads one
-        pair = None if state is None else (state[0], state[0])
-        actions, new_pair = super().predict(observation, pair, episode_start, deterministic)
-        assert new_pair is not None
-        return actions, (new_pair[0],)
 
 
 class RecurrentActorCriticCnnGruPolicy(RecurrentActorCriticGruPolicy, RecurrentActorCriticCnnPolicy):

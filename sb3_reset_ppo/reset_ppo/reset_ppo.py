@@ -40,14 +40,7 @@ from sb3_reset_ppo.common.spaces import check_action_space
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import check_supported_rnn
 from sb3_reset_ppo.common.utils import ThreadCountWarning, relative_distance, thread_advice, warn_user
-from sb3_reset_ppo.reset_ppo.policies import (
-    CnnGruPolicy,
-    CnnLstmPolicy,
-    MlpGruPolicy,
-    MlpLstmPolicy,
-    MultiInputGruPolicy,
-    MultiInputLstmPolicy,
-)
+from sb3_reset_ppo.reset_ppo import policies
 
 SelfResetPPO = TypeVar("SelfResetPPO", bound="ResetPPO")
 
@@ -63,10 +56,9 @@ def _check_consecutive_windows(value: object) -> None:
 
 def _prefer_foreach(optimizer: th.optim.Optimizer) -> None:
     """
-    Let the optimizer step all parameters with torch's ``_foreach`` kernels where its ``foreach`` is left at ``None``
-    (torch's default picks them on CUDA only): on the CPU this removes a Python loop over the parameters per step,
-    with the same arithmetic (Adam's parameters are bitwise the same, ``tests/test_reset_ppo.py``). An optimizer that
-    names ``foreach`` or ``fused``, or is ``differentiable``, is left as it is.
+    Step all parameters with torch's ``_foreach`` kernels where the optimizer leaves ``foreach`` at ``None`` (torch
+    picks them on CUDA only): the same arithmetic without a Python loop over the parameters on the CPU. An optimizer
+    that names ``foreach`` or ``fused``, or is ``differentiable``, is left as it is.
 
     :param optimizer: The policy's optimizer
     """
@@ -80,23 +72,18 @@ class ResetPPO(RecurrentPPO):
     Recurrent PPO trained on fixed-length windows of the rollout (starting at a random phase each epoch, so
     that over epochs windows start at every step), with reset-and-continue at episode boundaries inside a window.
 
-    A drop-in for sb3-contrib's ``RecurrentPPO``: same policies, arguments and logged keys. Each window is
-    ``window_size`` consecutive steps of one env. Slot 0 starts from the LSTM memory recorded during the
-    rollout; where a window crosses into a new episode, the memory is zeroed there by SB3's episode-start rule
-    (memory times ``1 - episode_start``) and training continues (``boundary="reset"``), so every slot is a real
-    training step and backpropagation through time stops at the boundary. ``boundary="mask"`` reproduces the masking
-    baseline (every slot after the first episode end of a window is dropped).
+    A drop-in for sb3-contrib's ``RecurrentPPO``: same policies, arguments and logged keys. A window starts from the
+    memory recorded during the rollout; where it crosses into a new episode the memory is zeroed by SB3's
+    episode-start rule and training continues (``docs/algorithm.md``).
 
-    :param policy: The policy model to use: an LSTM policy (MlpLstmPolicy, CnnLstmPolicy, MultiInputLstmPolicy), a
-        GRU policy (MlpGruPolicy, CnnGruPolicy, MultiInputGruPolicy: the same arguments, memory ``(hidden,)``) or a
-        subclass of ``RecurrentActorCriticPolicy`` whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``
+    :param policy: The policy model to use: an LSTM or GRU policy name, or a ``RecurrentActorCriticPolicy`` subclass
+        whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, it can be a function
         of the current progress remaining (from 1 to 0)
     :param n_steps: The number of steps to run for each environment per update
-    :param batch_size: Minibatch size in transitions (slots), as in ``RecurrentPPO``: every minibatch holds exactly
-        ``max(batch_size, window_size)`` of them, and an epoch's remainder is left out at a random place; an epoch that
-        holds fewer, and ``None``, train the whole epoch as one minibatch (``docs/guide/parameters.md``, "Minibatches")
+    :param batch_size: Minibatch size in transitions, as in ``RecurrentPPO`` (``None``: the whole epoch; see
+        ``docs/guide/parameters.md``, "Minibatches")
     :param n_epochs: Number of epochs; with the default ``window_stride`` an epoch is one pass over the data
     :param gamma: Discount factor
     :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
@@ -105,8 +92,7 @@ class ResetPPO(RecurrentPPO):
     :param clip_range_vf: Clipping parameter for the value function,
         it can be a function of the current progress remaining (from 1 to 0).
         If None is passed (default), no clipping will be done on the value function.
-    :param normalize_advantage: Whether to normalize or not the advantage (weighted mean and variance over
-        the slot weights; over kept slots for ``"uniform"`` and ``"kept_mean"``)
+    :param normalize_advantage: Whether to normalize or not the advantage (over the weighted slots)
     :param ent_coef: Entropy coefficient for the loss calculation
     :param vf_coef: Value function coefficient for the loss calculation
     :param max_grad_norm: The maximum value for the gradient clipping
@@ -120,34 +106,27 @@ class ResetPPO(RecurrentPPO):
     :param verbose: the verbosity level: 0 no output, 1 info, 2 debug
     :param seed: Seed for the pseudo random generators
     :param device: Device (cpu, cuda, ...) on which the code should be run.
-    :param window_size: Steps per training window, the longest backpropagation through time (at most ``n_steps``):
-        an int, ``"batch"`` for ``min(batch_size, n_steps)``, the longest sequence ``RecurrentPPO`` trains on with the
-        same arguments, or ``"rollout"`` for ``n_steps``
-    :param boundary: ``"reset"`` to reset the memory where an episode starts inside a window and train on
-        (reset-and-continue), or ``"mask"`` to drop every slot after a window's first episode end (the baseline)
-    :param weighting: ``"uniform"`` (every kept slot weighs 1, every minibatch divided by the same number),
-        ``"kept_mean"`` (each minibatch averaged over its kept slots, sb3-contrib's convention) or ``"importance"``
-        (a kept slot weighs one over the number of windows that keep its step)
-    :param window_stride: Steps between the starts of an epoch's windows, from a random phase per env and epoch;
-        ``None``: ``window_size`` (every step once per epoch), ``1``: every window every epoch
-    :param window_coverage: ``"full"`` for every window that meets the rollout, clipped to it (every step in exactly
-        one window per epoch with the default stride), or ``"inside"`` for windows inside the rollout only
-    :param consecutive_windows: Windows per run of one env's consecutive windows in an epoch's shuffled order (runs
-        share their steps' features); ``"auto"``: ``ceil(window_size / window_stride)`` for image observations, else 1
-    :param memory_refresh: Recompute the rollout's stored memory with the current parameters before every
-        ``memory_refresh``-th epoch (logs ``train/memory_staleness``); 0: never
-    :param burn_in: Steps before each window run without gradient to give its first slot's memory (logs
-        ``train/burn_in_staleness``); 0: the memory stored for its step
+    :param window_size: Steps per training window (at most ``n_steps``), ``"batch"`` for ``min(batch_size, n_steps)``
+        or ``"rollout"`` for ``n_steps``
+    :param boundary: ``"reset"`` to reset the memory at an episode start inside a window and train on, or ``"mask"``
+        to drop every slot after a window's first episode end
+    :param weighting: How slots weigh in the loss: ``"uniform"``, ``"kept_mean"`` (sb3-contrib's) or ``"importance"``
+    :param window_stride: Steps between the starts of an epoch's windows (``None``: ``window_size``)
+    :param window_coverage: ``"full"`` for every window that meets the rollout, clipped to it, or ``"inside"``
+    :param consecutive_windows: Consecutive windows of one env kept together in the shuffled order (``"auto"``: enough
+        to share features for image observations, else 1)
+    :param memory_refresh: Recompute the stored memory with the current parameters every this many epochs (0: never)
+    :param burn_in: Steps run without gradient before each window to give its first memory (0: the stored memory)
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        "MlpLstmPolicy": MlpLstmPolicy,
-        "CnnLstmPolicy": CnnLstmPolicy,
-        "MultiInputLstmPolicy": MultiInputLstmPolicy,
-        "MlpGruPolicy": MlpGruPolicy,
-        "CnnGruPolicy": CnnGruPolicy,
-        "MultiInputGruPolicy": MultiInputGruPolicy,
+        "MlpLstmPolicy": policies.MlpLstmPolicy,
+        "CnnLstmPolicy": policies.CnnLstmPolicy,
+        "MultiInputLstmPolicy": policies.MultiInputLstmPolicy,
+        "MlpGruPolicy": policies.MlpGruPolicy,
+        "CnnGruPolicy": policies.CnnGruPolicy,
+        "MultiInputGruPolicy": policies.MultiInputGruPolicy,
     }
     rollout_buffer: WindowRolloutBuffer | DictWindowRolloutBuffer
     policy: RecurrentActorCriticPolicy
@@ -202,14 +181,13 @@ class ResetPPO(RecurrentPPO):
                 f"policy {policy!r} is unknown to ResetPPO, a recurrent algorithm: use one of "
                 f"{sorted(self.policy_aliases)} (or a RecurrentActorCriticPolicy subclass)"
             )
-        self.memory_refresh = memory_refresh
-        self.burn_in = burn_in
         self.window_size = window_size
         self.boundary = boundary
         self.weighting = weighting
         self.window_stride = window_stride
         self.window_coverage = window_coverage
-        self.consecutive_windows = consecutive_windows
+        # Validated with the window settings: consecutive_windows, memory_refresh and burn_in shape each epoch's windows
+        self.consecutive_windows, self.memory_refresh, self.burn_in = consecutive_windows, memory_refresh, burn_in
         # Before the env is built and before SB3's own checks, so that an error names the window argument
         self._validate_window_arguments(n_steps, batch_size)
         super().__init__(
@@ -252,8 +230,7 @@ class ResetPPO(RecurrentPPO):
 
     def _validate_window_arguments(self, n_steps: int, batch_size: int | None) -> None:
         """
-        Validate the window arguments into one :class:`WindowSettings` (with the other arguments of this class), once
-        for each set of values.
+        Validate the window arguments into one :class:`WindowSettings` (and the other settings), once per set of values.
 
         :param n_steps: The rollout length per env
         :param batch_size: The minibatch size in transitions
@@ -285,8 +262,8 @@ class ResetPPO(RecurrentPPO):
 
     def _warn_about_threads(self) -> None:
         """
-        Say once per model when ``learn()`` runs with more torch threads than is fastest for the policy's size and
-        kind (:func:`~sb3_reset_ppo.common.utils.thread_advice`); torch's thread count is the user's to set.
+        Warn once per model when ``learn()`` runs with more torch threads than is fastest
+        (:func:`~sb3_reset_ppo.common.utils.thread_advice`).
         """
         if getattr(self, "_warned_about_threads", False):
             return
@@ -331,10 +308,7 @@ class ResetPPO(RecurrentPPO):
         self._warn_about_batch_size()
 
     def _warn_about_batch_size(self) -> None:
-        """
-        Say, as SB3's PPO does, when an epoch's minibatches cannot all be full, when minibatch edges can cut windows,
-        and when ``batch_size`` is below ``window_size`` or more than an epoch holds.
-        """
+        """Warn, as SB3's PPO does, when ``batch_size`` does not fit the epochs (``docs/guide/parameters.md``)."""
         if self.batch_size is None:
             return
         settings, length = self._window_settings, self.window_length
@@ -398,10 +372,7 @@ class ResetPPO(RecurrentPPO):
             )
 
     def _resolved_consecutive_windows(self) -> int:
-        """
-        ``"auto"``: runs of ``ceil(window_size / window_stride)`` windows when observations hold images and
-        windows overlap (their features are then computed once per step), else 1 (fully shuffled).
-        """
+        """``consecutive_windows``, ``"auto"`` resolved: ``ceil(window_size / window_stride)`` for images, else 1."""
         if self.consecutive_windows != "auto":
             return int(self.consecutive_windows)
         subspaces = (
@@ -421,7 +392,6 @@ class ResetPPO(RecurrentPPO):
         :param seed: Seed
         """
         if seed is None:
-            # As SB3: no seed, nothing reseeded (the window generator keeps its state)
             return
         super().set_random_seed(seed)
         if isinstance(getattr(self, "rollout_buffer", None), (WindowRolloutBuffer, DictWindowRolloutBuffer)):
@@ -431,10 +401,8 @@ class ResetPPO(RecurrentPPO):
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
         """
-        Collect experiences with the current policy into the window rollout buffer: ``RecurrentPPO``'s collection,
-        step for step (``tests/test_gru.py`` checks that both fill the buffer identically), with the memory as a
-        tuple of any length (an LSTM's ``(hidden, cell)``, a GRU's ``(hidden,)``). Callbacks see the same locals
-        (``lstm_states``: the memory after the current step).
+        Collect experiences into the window rollout buffer: ``RecurrentPPO``'s collection, step for step, with the
+        memory as a tuple of any length (LSTM ``(hidden, cell)``, GRU ``(hidden,)``) and the same callback locals.
 
         :param env: The training environment
         :param callback: Callback called at each step (and at the start and end of the rollout)
@@ -501,8 +469,7 @@ class ResetPPO(RecurrentPPO):
         self, env: VecEnv, obs_tensor: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates, dict[str, Any]]:
         """
-        One step of the policy during collection: actions, values, log-probs, the new memory, and what the buffer
-        stores with the step besides (nothing here; ``MaskableResetPPO``: the action masks).
+        One step of the policy during collection, with what the buffer stores with the step besides (here nothing).
 
         :param env: The training environment (``MaskableResetPPO`` reads its action masks)
         :param obs_tensor: The observations
@@ -514,10 +481,7 @@ class ResetPPO(RecurrentPPO):
         return actions, values, log_probs, lstm_states, {}
 
     def _bootstrap_truncations(self, rewards: np.ndarray, dones: np.ndarray, infos: list[dict], memory: RNNStates) -> None:
-        """
-        Add ``gamma * V(terminal observation)`` to the reward of every env whose episode was truncated (SB3's
-        timeout handling), the value computed with the critic memory after the step.
-        """
+        """Add ``gamma * V(terminal observation)`` to the reward of each truncated episode (SB3's timeout handling)."""
         for idx, done in enumerate(dones):
             if done and infos[idx].get("terminal_observation") is not None and infos[idx].get("TimeLimit.truncated", False):
                 terminal_obs = self.policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
@@ -598,11 +562,7 @@ class ResetPPO(RecurrentPPO):
         self.rollout_buffer.release()
 
     def _burn_in_staleness(self, samples: WindowRolloutBufferSamples) -> th.Tensor:
-        """
-        ``||burned-in - recorded|| / ||recorded||`` of the actor memory entering the windows of one minibatch (the
-        memory they start from against the one recorded during the rollout), every memory tensor (LSTM: hidden and
-        cell; GRU: hidden).
-        """
+        """``||burned-in - recorded|| / ||recorded||`` of the actor memory entering one minibatch's windows."""
         assert samples.burn_in is not None
         self.policy.set_training_mode(False)  # a measurement: no dropout, no batch-norm statistics updated
         with th.no_grad():
@@ -615,10 +575,7 @@ class ResetPPO(RecurrentPPO):
         return staleness
 
     def _check_finite(self, losses: WindowLoss, grad_norm: th.Tensor, kept: th.Tensor, epoch: int, minibatch: int) -> bool:
-        """
-        Raise :class:`NonFiniteTrainingError` if a loss term or the gradient norm is not finite; else say whether the
-        minibatch keeps any slot (one host read for both).
-        """
+        """Raise :class:`NonFiniteTrainingError` for a non-finite loss or gradient; else whether any slot is kept."""
         terms = {
             "policy_gradient_loss": losses.policy_loss,
             "value_loss": losses.value_loss,
@@ -676,8 +633,7 @@ class ResetPPO(RecurrentPPO):
         include: Iterable[str] | None = None,
     ) -> None:
         """
-        Save the model as SB3 does, with the state of the generator that orders the windows, so that a loaded model
-        continues the window phases and order where this one left them (as the other generators' seeds do not).
+        Save the model as SB3 does, with the state of the generator that orders the windows (a loaded model continues it).
 
         :param path: Path to the file where the model should be saved
         :param exclude: Names of parameters that should be excluded in addition to the default ones
@@ -703,10 +659,9 @@ class ResetPPO(RecurrentPPO):
         Checkpoints are zip files that SB3 unpickles: load only files you trust. For an untrusted file, build
         the model yourself and call ``model.set_parameters(path)``, which reads tensors only.
 
-        A ``ResetPPO`` checkpoint saved before a setting existed loads with the value it trained with, not with
-        today's default (``sb3_reset_ppo.common.checkpoints.LEGACY_SETTINGS``): ``window_coverage="inside"``
-        (the default is ``"full"``), ``consecutive_windows=1``, ``memory_refresh=0``, ``burn_in=0``. ``kwargs``
-        override these too. A ``RecurrentPPO`` checkpoint takes ``ResetPPO``'s defaults.
+        A ``ResetPPO`` checkpoint that lacks a setting loads with the value it trained with
+        (``sb3_reset_ppo.common.checkpoints.LEGACY_SETTINGS``), unless ``kwargs`` set it; a ``RecurrentPPO``
+        checkpoint takes ``ResetPPO``'s defaults.
 
         :param path: Path to the checkpoint (``.zip`` may be omitted) or an open binary file
         :param env: The environment to continue training in (or ``None``)

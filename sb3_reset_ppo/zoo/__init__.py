@@ -1,20 +1,13 @@
 """
-RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CartPoleNoVel-v1 ...``.
-
-Registers ``reset_ppo`` (:class:`~sb3_reset_ppo.ResetPPO`) and ``maskable_reset_ppo``
-(:class:`~sb3_reset_ppo.MaskableResetPPO`) in ``rl_zoo3.ALGOS`` next to ``ppo_lstm``, with their Optuna sampler and
-the memory tasks of :mod:`sb3_reset_ppo.envs`, then runs the zoo's own command line. The package's ``reset_ppo.yml``
-is the default ``--conf-file``; ``enjoy`` without a display runs as with ``--no-render``; ``train`` and ``enjoy`` run
-with one torch thread unless ``--num-threads`` is given (:func:`with_default_threads`). For ``maskable_reset_ppo``
-the zoo's evaluations and ``enjoy`` use the env's action masks and keep the memory (:func:`masked_evaluation`,
-:func:`masked_enjoy`). ``docs/guide/rl_zoo.md`` has the details.
+RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CartPoleNoVel-v1 ...`` runs the zoo's
+command line with ``reset_ppo`` and ``maskable_reset_ppo`` registered in ``rl_zoo3.ALGOS``, with their Optuna sampler,
+the memory tasks and the package's ``reset_ppo.yml`` as the default ``--conf-file`` (``docs/guide/rl_zoo.md``).
 """
 
 import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
-from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -29,13 +22,14 @@ from stable_baselines3.common.vec_env import VecEnv
 import sb3_reset_ppo.envs  # noqa: F401  (registers the memory tasks)
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
+from sb3_reset_ppo.common.type_aliases import Memory
+from sb3_reset_ppo.common.utils import PACKAGED_CONF as DEFAULT_CONF_FILE
 from sb3_reset_ppo.common.utils import swapped_names
 
 ALGO_NAME = "reset_ppo"
 MASKABLE_ALGO_NAME = "maskable_reset_ppo"
 # Both take the same hyperparameters: one sampler, one converter, one default --conf-file
 ALGO_NAMES = (ALGO_NAME, MASKABLE_ALGO_NAME)
-DEFAULT_CONF_FILE = Path(__file__).with_name("reset_ppo.yml")
 # Window lengths the sampler tries: three fixed lengths and the default, min(batch_size, n_steps)
 WINDOW_SIZES: tuple[int | str, ...] = (8, 16, 32, "batch")
 # Where the zoo's names that masked_evaluation and masked_enjoy replace stop being the zoo's own
@@ -46,10 +40,8 @@ _TO_UPDATE = (
 
 def _with_window_size(hyperparams: dict[str, Any], window_size: int | str) -> dict[str, Any]:
     """
-    Add ``window_size`` to ppo_lstm's parameters (an int at most ``n_steps``, or ``"batch"``; ``batch_size`` counts
-    transitions in both) and
-    ResetPPO's default ``window_stride`` (one pass over the data per epoch), which overrides a config's: a trial
-    then costs no more than the same ppo_lstm trial.
+    Add ``window_size`` (an int at most ``n_steps``, or ``"batch"``) and ResetPPO's default ``window_stride`` to
+    ppo_lstm's parameters, so that a trial costs what the same ppo_lstm trial costs.
     """
     n_steps = int(hyperparams.get("n_steps", 128))
     hyperparams["window_size"] = window_size if isinstance(window_size, str) else min(int(window_size), n_steps)
@@ -60,10 +52,6 @@ def _with_window_size(hyperparams: dict[str, Any], window_size: int | str) -> di
 def sample_reset_ppo_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
     """
     Optuna sampler for ResetPPO: the zoo's ``ppo_lstm`` search space plus ``window_size``.
-
-    ``batch_size`` and ``n_epochs`` mean what they mean for ``ppo_lstm`` (transitions per minibatch, passes
-    over the data), and the default ``window_stride`` trains each step once per epoch, so a trial costs
-    about what the same ``ppo_lstm`` trial costs.
 
     :param trial: The Optuna trial
     :param n_actions: Number of actions (unused, as for ppo_lstm)
@@ -94,10 +82,8 @@ def register() -> None:
 
 class MaskableTrialEvalCallback(TrialEvalCallback, MaskableEvalCallback):
     """
-    The zoo's ``TrialEvalCallback`` (each evaluation reported to the Optuna trial, which may prune it) evaluating as
-    :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback`: with the env's action masks, keeping the
-    memory. ``TrialEvalCallback._on_step`` evaluates through ``super()._on_step()``, which this class's method
-    resolution order makes ``MaskableEvalCallback``'s; the arguments are ``TrialEvalCallback``'s.
+    The zoo's ``TrialEvalCallback`` evaluating as :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback`
+    (its ``super()._on_step()`` is ``MaskableEvalCallback``'s by this class's method resolution order).
     """
 
 
@@ -107,29 +93,19 @@ class _EnjoyMaskableResetPPO(MaskableResetPPO):
     # The env that enjoy created (set by masked_enjoy)
     enjoy_env: ClassVar[VecEnv | None] = None
 
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-        action_masks: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        if action_masks is None and self.enjoy_env is not None:
-            action_masks = get_action_masks(self.enjoy_env)  # (n_envs, mask size)
-        return super().predict(observation, state, episode_start, deterministic, action_masks)
+    def predict(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, Memory]:
+        # enjoy passes no action_masks (positionally or by name)
+        if kwargs.get("action_masks") is None and len(args) < 5 and self.enjoy_env is not None:
+            kwargs["action_masks"] = get_action_masks(self.enjoy_env)  # (n_envs, mask size)
+        return super().predict(*args, **kwargs)
 
 
 @contextmanager
 def masked_evaluation() -> Iterator[None]:
     """
-    Within the block, the zoo's evaluations during ``train`` use the env's action masks and keep the memory.
-
-    The zoo has no hook for its evaluation callbacks: its ``ExperimentManager`` builds them by the module-level names
-    ``EvalCallback`` (``--eval-freq``) and ``TrialEvalCallback`` (``-optimize``) of ``rl_zoo3.exp_manager``, which
-    evaluate with SB3's ``evaluate_policy`` (no masks). For the block those names are
-    :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback` and :class:`MaskableTrialEvalCallback`
-    (the same arguments).
+    Within the block, the zoo's evaluations during ``train`` use the env's action masks and keep the memory: the
+    names ``EvalCallback`` and ``TrialEvalCallback`` that ``rl_zoo3.exp_manager`` builds its callbacks by are
+    :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback` and :class:`MaskableTrialEvalCallback`.
 
     :raises RuntimeError: If the zoo no longer builds its callbacks by those names
     """
@@ -146,12 +122,9 @@ def masked_evaluation() -> Iterator[None]:
 @contextmanager
 def masked_enjoy() -> Iterator[None]:
     """
-    Within the block, ``enjoy --algo maskable_reset_ppo`` predicts with the env's action masks.
-
-    The zoo's ``enjoy`` creates its env with ``rl_zoo3.enjoy.create_test_env``, loads the model with
-    ``ALGOS[algo].load`` and calls ``model.predict`` without masks (it keeps the memory itself). For the block,
-    ``create_test_env`` keeps the env it returns and ``ALGOS["maskable_reset_ppo"]`` is a ``MaskableResetPPO`` whose
-    ``predict`` takes that env's masks when given none.
+    Within the block, ``enjoy --algo maskable_reset_ppo`` predicts with the env's action masks: ``create_test_env``
+    keeps the env it returns, and ``ALGOS["maskable_reset_ppo"]`` is a ``MaskableResetPPO`` whose ``predict`` takes
+    that env's masks when given none.
 
     :raises RuntimeError: If the zoo's ``enjoy`` no longer creates its env by that name
     """
@@ -196,10 +169,8 @@ DEFAULT_NUM_THREADS = 1
 
 def with_default_threads(argv: list[str]) -> list[str]:
     """
-    Add ``--num-threads 1`` to a ``train`` or ``enjoy`` command that gives no ``--num-threads``.
-
-    The zoo's default (``-1``) leaves torch's thread count, one per core, which stalls these small recurrent networks
-    beside any other busy process (``docs/studies/performance.md``, "Threads"); a given ``--num-threads`` is kept.
+    Add ``--num-threads 1`` to a ``train`` or ``enjoy`` command that gives no ``--num-threads`` (the zoo's default
+    leaves torch's thread count, which stalls small recurrent networks: ``docs/guide/install.md``, "Threads").
 
     :param argv: The arguments after the program name, e.g. ``["train", "--algo", "reset_ppo", ...]``
     :return: ``argv``, with ``--num-threads 1`` added where it gives none
@@ -236,8 +207,6 @@ def _without_render_if_no_display(
 ) -> list[str]:
     """
     Add ``--no-render`` to an ``enjoy`` command that would render where nothing can be seen, and say so on stderr.
-
-    Rendering there shows nothing but still paces every step at the env's ``render_fps``.
 
     :param argv: The arguments after the program name, e.g. ``["enjoy", "--algo", "reset_ppo", ...]``
     :param environ: The environment variables (default: ``os.environ``)

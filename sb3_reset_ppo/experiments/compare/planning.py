@@ -16,11 +16,11 @@ from typing import Any
 
 import yaml
 
+from sb3_reset_ppo.common.utils import PACKAGED_CONF
 from sb3_reset_ppo.experiments import runner
 from sb3_reset_ppo.experiments.compare.settings import PROG, CompareSettings, Variant, env_folder
 from sb3_reset_ppo.experiments.runner import RunSpec
 
-PACKAGED_CONF = Path(__file__).resolve().parents[2] / "zoo" / "reset_ppo.yml"
 SETTINGS_FILE = "compare.json"
 # Recorded files that lack a setting were written when it had this value
 SETTING_DEFAULTS: dict[str, Any] = {"num_threads": 1}
