@@ -54,7 +54,7 @@ def _plain_categorical(policy: RecurrentActorCriticPolicy) -> bool:
 def categorical_log_prob_entropy(logits: th.Tensor, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
     """
     Log-probabilities of the actions and entropies of categorical distributions, as ``torch.distributions.Categorical``
-    computes them (the same operations, so the same values and gradients: ``tests/test_unroll.py``), without
+    computes them (the same operations, so the same values and gradients: ``tests/common/test_unroll.py``), without
     building the distribution object or validating its arguments.
 
     :param logits: Unnormalised log-probabilities, ``(N, n_actions)``

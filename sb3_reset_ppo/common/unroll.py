@@ -26,7 +26,7 @@ def fused_lstm_layer(
     The weights are first copied into one contiguous buffer, in ``nn.LSTM``'s order (``w_ih, w_hh[, b_ih,
     b_hh]``), and passed as views of it: the form ``nn.LSTM.flatten_parameters`` gives them, so cuDNN uses
     them without re-packing (and without its "not part of single contiguous chunk of memory" warning).
-    ``tests/test_unroll.py`` checks this function against ``nn.LSTM`` so that a change in torch fails loudly.
+    ``tests/common/test_unroll.py`` checks this function against ``nn.LSTM`` so that a change in torch fails loudly.
 
     :param inputs: Sequence, shape ``(steps, batch, input_size)``
     :param state: ``(hidden, cell)`` entering the first step, each ``(1, batch, hidden_size)``
@@ -41,7 +41,7 @@ def fused_lstm_layer(
 def fused_gru_layer(inputs: th.Tensor, hidden: th.Tensor, weights: Sequence[th.Tensor], training: bool) -> th.Tensor:
     """
     One layer of torch's fused GRU over a whole sequence: ``torch.gru``, the call ``nn.GRU.forward`` makes, with
-    the weights passed as in :func:`fused_lstm_layer`. ``tests/test_gru.py`` checks it against ``nn.GRU``.
+    the weights passed as in :func:`fused_lstm_layer`. ``tests/reset_ppo/test_gru.py`` checks it against ``nn.GRU``.
 
     :param inputs: Sequence, shape ``(steps, batch, input_size)``
     :param hidden: Hidden state entering the first step, ``(1, batch, hidden_size)``

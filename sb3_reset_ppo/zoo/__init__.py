@@ -228,7 +228,7 @@ def _without_render_if_no_display(
     return [*argv, "--no-render"]
 
 
-# rl_zoo3.cli.main's scripts (tests/test_zoo.py checks each is known to it)
+# rl_zoo3.cli.main's scripts (tests/zoo/test_zoo.py checks each is known to it)
 SCRIPTS = ("train", "enjoy", "plot_train", "plot_from_file", "all_plots")
 USAGE = f"""usage: python -m sb3_reset_ppo.zoo {{{",".join(SCRIPTS)}}} [options]
 
