@@ -253,6 +253,21 @@ def sample_std(values: np.ndarray) -> float:
     return float(values.std(ddof=1)) if len(values) > 1 else 0.0
 
 
+def iqm_triple(values: Sequence[float], reps: int) -> list[float] | None:
+    """``[IQM, low, high]`` of one arm's values over its runs, with a 95% bootstrap interval (``None`` for none)."""
+    if len(values) == 0:
+        return None
+    point, interval, _, _ = aggregate({"arm": np.asarray(values, dtype=float)[:, None]}, reps=reps)  # (runs, 1 task)
+    return interval_triple(point["arm"][0], interval["arm"][0, 0], interval["arm"][1, 0])
+
+
+def improvement_triple(arm: Sequence[float], other: Sequence[float], reps: int) -> list[float]:
+    """``[P, low, high]``: the probability that a run of ``arm`` scores above a run of ``other`` (higher is better)."""
+    scores = {"arm": np.asarray(arm, dtype=float)[:, None], "other": np.asarray(other, dtype=float)[:, None]}
+    _, _, poi, poi_ci = aggregate(scores, reps=reps, baseline="other")  # scores: (runs, 1 task)
+    return probability_triple(poi, poi_ci, "arm,other")
+
+
 def paired_time_ratio(runs: list[dict[str, Any]], baseline_runs: list[dict[str, Any]]) -> tuple[float, int]:
     """
     The median over seeds of a run's wall time over the baseline's run of the same seed, counting only pairs that

@@ -278,10 +278,13 @@ def report(study: Study, pages: Path | None = None, summaries: Path = SUMMARIES)
 def count_runs(study: Study) -> int:
     """
     The study's stored runs, read from its tables: files ``run.json`` (the grid's), else ``seed*.json`` (the studies'
-    own runners).
+    own runners); a ``.jsonl.gz`` file of run records (a runner that appends one record a run): its finished runs.
     """
     total = 0
     for folder in study.runs:
+        if folder.endswith(".jsonl.gz"):
+            total += sum(row.get("status") == "ok" for row in rundata.read_rows(BENCHMARKS / folder))
+            continue
         name, _, inside = Path(folder).relative_to("results").as_posix().partition("/")
         paths = [path for path in rundata.stored_paths(name) if not inside or path.startswith(inside + "/")]
         names = [path.rsplit("/", 1)[-1] for path in paths]
