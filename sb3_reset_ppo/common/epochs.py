@@ -91,17 +91,6 @@ def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
     return unit
 
 
-def windows_per_minibatch(batch_size: int | None, window_size: int) -> int | None:
-    """
-    Whole windows in ``batch_size`` transitions (slots), at least one; for reports only (:func:`plan_epoch` cuts by slots).
-
-    :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: all windows of an epoch
-    :param window_size: Steps per window
-    :return: Windows per minibatch, or ``None`` for all windows of an epoch
-    """
-    return None if batch_size is None else max(1, int(batch_size) // window_size)
-
-
 def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) -> float:
     """
     Expected number of real slots (transitions) of one epoch: the real slots of all windows of the rollout (one at

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import numpy as np
 import torch as th
 
-# Re-exported (noqa): plan_epoch, uniform_normaliser, windows_per_minibatch, ResetLayout, plan_reset_steps,
-# effective_stride and resolve_window_size, which the benchmarks and user code import from this module
-from sb3_reset_ppo.common.epochs import plan_epoch, uniform_normaliser, windows_per_minibatch  # noqa: F401
+# Re-exported (noqa): plan_epoch, uniform_normaliser, ResetLayout, plan_reset_steps, effective_stride and
+# resolve_window_size, which the benchmarks and user code import from this module
+from sb3_reset_ppo.common.epochs import plan_epoch, uniform_normaliser  # noqa: F401
 from sb3_reset_ppo.common.layout import ResetLayout, is_episode_start, plan_reset_steps, slot_resets  # noqa: F401
 from sb3_reset_ppo.common.settings import (  # noqa: F401
     DEFAULT_BOUNDARY,

@@ -87,12 +87,6 @@ def probability_triple(poi: dict[str, Any], poi_ci: dict[str, Any], pair: str) -
     return [float(np.asarray(poi[pair]).reshape(-1)[0]), float(low), float(high)]
 
 
-def probability_text(poi: dict[str, Any], poi_ci: dict[str, Any], pair: str) -> str:
-    """``"P (low to high)"`` for one pair of rliable's probability-of-improvement estimates."""
-    probability, low, high = probability_triple(poi, poi_ci, pair)
-    return f"{probability:.3f} ({low:.3f} to {high:.3f})"
-
-
 def holm(p_values: list[float]) -> list[float]:
     """
     Holm's step-down adjustment of a family of p-values (same order as given).
