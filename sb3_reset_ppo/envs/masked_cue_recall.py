@@ -27,9 +27,7 @@ class MaskedCueRecallEnv(CueRecallEnv):
     """
     :class:`~sb3_reset_ppo.envs.cue_recall.CueRecallEnv` with invalid actions: memory and action masks both matter.
 
-    Observations are those of ``CueRecall``: the first shows one of ``n_cues`` cues (one-hot over the first
-    ``n_cues`` components), the next ``delay`` are blank (``delay`` drawn uniformly from
-    ``[min_delay, max_delay]`` each episode), then a query observation (last component 1).
+    Observations are :class:`~sb3_reset_ppo.envs.cue_recall.CueRecallEnv`'s: the cue, ``delay`` blank steps, the query.
 
     The actions are ``0 .. n_cues - 1`` (answers) and ``n_cues .. n_cues + n_wait - 1`` (waits), and at each
     step :meth:`action_masks` says which are valid:
