@@ -40,12 +40,7 @@ def check_positive_int(name: str, value: object, alternatives: str = "") -> None
 
 
 def check_non_negative_int(name: str, value: object) -> None:
-    """
-    Raise a ``TypeError`` / ``ValueError`` naming the parameter unless ``value`` is an int ``>= 0``.
-
-    :param name: Parameter name, for the message
-    :param value: The value given
-    """
+    """Raise a ``TypeError`` / ``ValueError`` naming the parameter ``name`` unless ``value`` is an int ``>= 0``."""
     _check_int(name, value, 0, "a non-negative int")
 
 

@@ -9,9 +9,7 @@ def normalised_score(episode_return: float, n_cues: int = 4) -> float:
     A :class:`MaskedCueRecallEnv` return (or mean return) on a scale where chance is 0 and perfect recall is 1.
 
     ``(episode_return - 1 / n_cues) / (1 - 1 / n_cues)``: 1.0 for a policy that always names the cue, 0.0 in
-    expectation for any policy that takes only valid actions but does not use the cue (a policy without
-    memory), negative for a policy that takes invalid actions (an episode ended by one scores
-    ``(-1 - 1 / n_cues) / (1 - 1 / n_cues)``, -5/3 with 4 cues).
+    expectation for one that takes only valid actions without memory, negative with invalid actions.
 
     :param episode_return: The return of an episode, or a mean of returns
     :param n_cues: The env's number of cues

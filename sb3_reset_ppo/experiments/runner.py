@@ -53,8 +53,7 @@ class RunSpec:
     :param keep_log: Log every update and keep the training log (``log.txt.gz``) and its curves (``progress.csv.gz``)
     :param label: The name recorded as the run's ``variant`` (default: ``algo``)
     :param extra: More fields for ``run.json``
-    :param num_threads: The trainer's torch threads (``--num-threads``; -1: torch's default), one by default since
-        runs share the cores (:doc:`/guide/install`, Threads)
+    :param num_threads: The trainer's torch threads (``--num-threads``; -1: torch's default; :doc:`/guide/install`)
     """
 
     algo: str

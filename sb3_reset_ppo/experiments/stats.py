@@ -1,8 +1,7 @@
 """
-The statistics of the reports: rliable's interquartile mean and probability of improvement with stratified
-bootstrap intervals, the two-sided Mann-Whitney test (:func:`mann_whitney`), Holm's adjustment, a run's score at a
-wall-clock time (:func:`score_at_time`), and the pairing of runs that trained side by side on one machine (the only
-wall-time ratios a report may print: machines differ in speed).
+The reports' statistics: rliable's IQM and probability of improvement with stratified bootstrap intervals, the
+Mann-Whitney test, Holm's adjustment, a run's score at a wall-clock time, and the pairing of runs that trained side by
+side on one machine (the only wall-time ratios a report may print: machines differ in speed).
 """
 
 import datetime
