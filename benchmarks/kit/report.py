@@ -38,7 +38,7 @@ from rliable import plot_utils
 from benchmarks.kit import rundata
 from sb3_reset_ppo.experiments import runner, training_log
 from sb3_reset_ppo.experiments.runner import load_runs
-from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, probability_text, probability_triple
+from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, probability_triple
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parent
@@ -231,6 +231,12 @@ def difference_tests(
         {"env": env, "variant": v, "difference": [diff, low, high], "p": None if np.isnan(p) else p, "p_holm": p_holm}
         for (env, v, diff, low, high, p), p_holm in zip(rows, adjusted, strict=True)
     ]
+
+
+def probability_text(poi: dict[str, Any], poi_ci: dict[str, Any], pair: str) -> str:
+    """``"P (low to high)"`` for one pair of rliable's probability-of-improvement estimates."""
+    probability, low, high = probability_triple(poi, poi_ci, pair)
+    return f"{probability:.3f} ({low:.3f} to {high:.3f})"
 
 
 def estimate_text(triple: Sequence[float], digits: int = 3) -> str:

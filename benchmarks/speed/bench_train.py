@@ -67,7 +67,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 
 import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecallImage-v0)
 from sb3_reset_ppo import ResetPPO
-from sb3_reset_ppo.common.windows import effective_stride, windows_per_minibatch
+from sb3_reset_ppo.common.windows import effective_stride
 
 TASKS: dict[str, dict[str, Any]] = {
     "mlp": dict(env_id="CartPoleNoVel-v1", policy="MlpLstmPolicy", env_kwargs={}, n_envs=8),
@@ -368,7 +368,8 @@ def bench_setting(
             "updates_per_second": slots * model.n_epochs / medians["train_cpu"],
         }
         if isinstance(model, ResetPPO):
-            windows = windows_per_minibatch(model.batch_size, model.window_length)
+            # Whole windows in a minibatch of batch_size transitions, at least one (None: all windows of an epoch)
+            windows = None if model.batch_size is None else max(1, int(model.batch_size) // model.window_length)
             result[variant]["windows_per_minibatch"] = windows
             result[variant]["window_stride"] = model.rollout_buffer.window_stride
             result[variant]["roofline_train_cpu"] = roofline(model, repeats=args.repeats)

@@ -3,6 +3,7 @@ The benchmark report (``benchmarks/kit/report.py``) on synthetic grids (no train
 collapses, training diagnostics), the power calculation and the README tables.
 """
 
+import gzip
 import json
 import subprocess
 import sys
@@ -291,6 +292,17 @@ def test_training_log_tables_to_csv_and_back(tmp_path: Path) -> None:
     training_log.write_csv(rows, tmp_path / "progress.csv.gz")
     assert training_log.read_csv(tmp_path / "progress.csv.gz") == rows
     assert training_log.training_rows(tmp_path) == rows
+
+
+def test_progress_csv_writes_the_curves_of_stored_runs_from_their_logs(tmp_path: Path) -> None:
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run_dir in runs:
+        run_dir.mkdir()
+        with gzip.open(run_dir / "log.txt.gz", "wt") as log:
+            log.write(LOG)
+    _load("progress_csv").main([str(run_dir) for run_dir in runs])
+    for run_dir in runs:
+        assert training_log.read_csv(run_dir / "progress.csv.gz") == training_log.parse_tables(LOG)
 
 
 def test_collapse_statistics() -> None:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from bench_helpers import _load
 
-import sb3_reset_ppo.envs  # noqa: F401  (registers the tasks)
+import benchmarks.envs  # noqa: F401  (registers the tasks)
+import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecallImage-v0)
 
 study = _load("masking_fair_study")
 

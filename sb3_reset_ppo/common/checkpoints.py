@@ -31,10 +31,9 @@ def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
     """
     Raise a ``ValueError`` with a clear reason when ``path`` is not an intact SB3 checkpoint.
 
-    Reads every member of the zip archive and checks its CRC, so a truncated or corrupt file is reported
-    here rather than by a traceback from deep inside zip or pickle handling. This does not make a file safe:
-    SB3 checkpoints are unpickled when loaded; load only files you trust (the
-    documentation's *Reliability* page, docs/guide/reliability.md).
+    Reads every member of the zip archive and checks its CRC, so that a truncated or corrupt file is reported here,
+    not by a traceback from inside zip or pickle. It does not make a file safe: SB3 unpickles checkpoints when it
+    loads them; load only files you trust (docs/guide/reliability.md).
 
     :param path: Path (``.zip`` may be omitted, as with SB3's ``load``) or an open binary file
     """
@@ -96,10 +95,8 @@ def _saved_attributes(path: str | pathlib.Path | io.BufferedIOBase) -> set[str]:
 def legacy_settings(path: str | pathlib.Path | io.BufferedIOBase) -> dict[str, Any]:
     """
     The settings a ``ResetPPO`` checkpoint lacks because it was saved before they existed, each with the value it
-    trained with (:data:`LEGACY_SETTINGS`), so that it loads as it was trained rather than with today's defaults
-    (a checkpoint saved before ``window_coverage`` existed loads with ``"inside"``, not the default ``"full"``).
-    Empty for a checkpoint of another algorithm (``RecurrentPPO``'s take ``ResetPPO``'s defaults) and for one that
-    stores them all.
+    trained with (:data:`LEGACY_SETTINGS`), so that it loads as it was trained, not with today's defaults. Empty for
+    another algorithm's checkpoint (``RecurrentPPO``'s take ``ResetPPO``'s defaults) and for one that stores them all.
 
     :param path: A checkpoint that :func:`check_checkpoint` accepted (a path, ``.zip`` may be omitted, or an open
         binary file, left at its start)

@@ -36,9 +36,8 @@ def epoch_window_starts(
     window_coverage: Coverage,
 ) -> EpochWindows:
     """
-    The windows of one epoch: for each env a random phase ``p`` in ``[0, k)``, ``k`` being :func:`effective_stride`,
-    and the windows starting at ``p + j * k`` that lie inside the rollout (``"inside"``) or meet it, clipped to it
-    (``"full"``, :func:`clip_windows`). Each start is drawn with probability ``1 / k`` (``docs/design.md``, "Epochs").
+    The windows of one epoch: per env a random phase ``p`` in ``[0, k)`` (``k``: :func:`effective_stride`) and the
+    windows starting at ``p + j * k``, clipped to the rollout (:func:`clip_windows`; ``docs/design.md``, "Epochs").
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -91,21 +90,9 @@ def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
     return unit
 
 
-def windows_per_minibatch(batch_size: int | None, window_size: int) -> int | None:
-    """
-    Whole windows in ``batch_size`` transitions (slots), at least one; for reports only (:func:`plan_epoch` cuts by slots).
-
-    :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: all windows of an epoch
-    :param window_size: Steps per window
-    :return: Windows per minibatch, or ``None`` for all windows of an epoch
-    """
-    return None if batch_size is None else max(1, int(batch_size) // window_size)
-
-
 def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) -> float:
     """
-    Expected number of real slots (transitions) of one epoch: the real slots of all windows of the rollout (one at
-    every start) divided by the stride an epoch uses.
+    Expected real slots (transitions) of one epoch: those of every window of the rollout over the epoch's stride.
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -178,10 +165,8 @@ def plan_epoch(
     generator: np.random.Generator,
 ) -> EpochPlan:
     """
-    Plan one epoch: its windows (:func:`epoch_window_starts`) grouped into units (:func:`window_units`), ordered
-    (:func:`window_order`), and the resulting sequence of real slots cut into full minibatches
-    (:func:`minibatch_slots`, :func:`minibatch_cuts`); a window that a minibatch edge cuts becomes two rows
-    (``docs/design.md``, "Epochs").
+    Plan one epoch: its windows grouped into units, ordered, and their real slots cut into full minibatches; a window
+    that a minibatch edge cuts becomes two rows (``docs/design.md``, "Epochs").
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -259,9 +244,8 @@ def window_order(
     env_of: np.ndarray, position: np.ndarray, consecutive_windows: int, generator: np.random.Generator
 ) -> np.ndarray:
     """
-    Order in which one epoch visits its windows: runs of ``consecutive_windows`` consecutive windows of one
-    env, the runs in random order, cut at a random phase per env each epoch. With ``consecutive_windows=1``
-    this is a uniform random permutation.
+    Order in which one epoch visits its windows: runs of ``consecutive_windows`` consecutive windows of one env, cut
+    at a random phase per env, in random order (a uniform permutation with ``consecutive_windows=1``).
 
     :param env_of: Env of every window of the epoch, shape ``(n_windows,)``
     :param position: Position of every window among its env's windows of the epoch, shape ``(n_windows,)``

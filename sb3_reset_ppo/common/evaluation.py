@@ -76,10 +76,8 @@ def evaluate_windows(
     """
     Values, log-probabilities and entropies of the actions of every slot of a minibatch of windows.
 
-    The window counterpart of ``RecurrentActorCriticPolicy.evaluate_actions``: the same networks, critic
-    variants (separate, shared or no critic LSTM: :func:`critic_variant`) and features extractors, with the
-    memory given by :func:`unroll_rnn`. Features are computed once per distinct step of the minibatch, then
-    gathered for every slot that holds the step.
+    The window counterpart of ``RecurrentActorCriticPolicy.evaluate_actions``: the same networks, critic variants
+    (:func:`critic_variant`) and features extractors, with the memory given by :func:`unroll_rnn`.
 
     :param policy: The recurrent policy
     :param samples: A minibatch of windows from a window rollout buffer; with ``action_masks``, the policy's

@@ -83,9 +83,8 @@ def evaluate_policy(
     Run the policy for ``n_eval_episodes`` episodes with invalid-action masks, keeping its recurrent state.
 
     sb3-contrib's masked ``evaluate_policy``'s signature and return; the state ``model.predict`` returns is passed back
-    at the next step (reset by ``episode_start``). For a model without memory the results are sb3-contrib's. Invalid
-    masks raise a ``ValueError`` naming the env and the evaluation step
-    (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`).
+    at the next step (reset by ``episode_start``): for a model without memory the results are sb3-contrib's. Invalid
+    masks raise a ``ValueError`` naming the env and the step (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`).
 
     .. note::
         Without a ``Monitor`` wrapper, rewards and episode lengths are counted as ``env.step`` returns them, after

@@ -43,12 +43,9 @@ def rnn_step_states(
     layout: ResetLayout | None = None,
 ) -> tuple[th.Tensor, ...]:
     """
-    The memory entering every step of ``B`` sequences of ``L`` steps under SB3's episode-start rule, as the
-    rollout buffer records it (before the rule is applied at that step), without gradient and without dropout
-    (as during collection).
-
-    Hidden states come from one fused call per layer; an LSTM's cell states, which it does not return, from the
-    gates and a parallel scan (``docs/design.md``, "Fresh memory").
+    The memory entering every step of ``B`` sequences of ``L`` steps as the rollout buffer records it (before SB3's
+    episode-start rule applies at that step), without gradient or dropout: hidden states from one fused call per layer,
+    an LSTM's cell states from the gates and a parallel scan (``docs/design.md``, "Fresh memory").
 
     :param rnn: The LSTM or GRU
     :param features: Inputs, ``(B, L, input_size)``

@@ -40,12 +40,7 @@ def check_positive_int(name: str, value: object, alternatives: str = "") -> None
 
 
 def check_non_negative_int(name: str, value: object) -> None:
-    """
-    Raise a ``TypeError`` / ``ValueError`` naming the parameter unless ``value`` is an int ``>= 0``.
-
-    :param name: Parameter name, for the message
-    :param value: The value given
-    """
+    """Raise a ``TypeError`` / ``ValueError`` naming the parameter ``name`` unless ``value`` is an int ``>= 0``."""
     _check_int(name, value, 0, "a non-negative int")
 
 
@@ -88,11 +83,9 @@ class WindowSettings:
         batch_size: int | None = None,
     ) -> "WindowSettings":
         """
-        Check the settings, raising an error that names the parameter, its value and what is allowed, and return
-        them typed, with the window length and the stride resolved.
+        The settings checked (an error names the parameter, its value and what is allowed), typed and resolved.
 
         :param window_size: Steps per window: a positive int at most ``n_steps``, or ``"batch"`` / ``"rollout"``
-            (:func:`resolve_window_size`, which needs ``n_steps``)
         :param boundary: ``"reset"`` or ``"mask"``
         :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
         :param window_stride: A positive int, or ``None`` for ``window_size``
@@ -133,11 +126,7 @@ class WindowSettings:
         return settings
 
     def check_rollout(self, n_steps: int) -> None:
-        """
-        Raise a ``ValueError`` unless the windows fit in rollouts of ``n_steps`` per env (``window_size <= n_steps``).
-
-        :param n_steps: Rollout length per env
-        """
+        """Raise a ``ValueError`` unless the windows fit in rollouts of ``n_steps`` per env (``window_size <= n_steps``)."""
         if self.window_size > n_steps:
             raise ValueError(
                 f"window_size must be at most n_steps={n_steps} (a window never leaves the rollout), got {self.window_size}"
@@ -149,11 +138,7 @@ class WindowSettings:
 
 
 def check_window_size_setting(window_size: object) -> None:
-    """
-    Validate a model's ``window_size`` argument: a positive int or one of :data:`DERIVED_WINDOW_SIZES`.
-
-    :param window_size: The user's ``window_size``
-    """
+    """Validate a model's ``window_size`` argument: a positive int or one of :data:`DERIVED_WINDOW_SIZES`."""
     if isinstance(window_size, str):
         if window_size not in DERIVED_WINDOW_SIZES:
             raise ValueError(
@@ -183,13 +168,7 @@ def resolve_window_size(window_size: int | str, n_steps: int, batch_size: int | 
 
 
 def resolve_window_stride(window_stride: int | None, window_size: int) -> int:
-    """
-    The stride as an int: ``None`` means ``window_size`` (an epoch is one pass over the data).
-
-    :param window_stride: The user's ``window_stride``
-    :param window_size: Steps per window
-    :return: Steps between the starts of the windows of an epoch
-    """
+    """The stride as an int: ``None`` means ``window_size`` (an epoch is one pass over the data)."""
     return window_size if window_stride is None else int(window_stride)
 
 
@@ -242,8 +221,7 @@ def clip_windows(starts: np.ndarray, n_steps: int, window_size: int) -> tuple[np
 
 def every_window(n_steps: int, window_size: int, window_coverage: Coverage) -> tuple[np.ndarray, np.ndarray]:
     """
-    Every window of one env, one at every start (:func:`n_window_starts`), clipped to
-    the rollout (:func:`clip_windows`).
+    Every window of one env, one at every start (:func:`n_window_starts`), clipped to the rollout (:func:`clip_windows`).
 
     :param n_steps: Rollout length per env
     :param window_size: Steps per window

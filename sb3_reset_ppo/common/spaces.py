@@ -1,8 +1,6 @@
 """
-Action spaces and invalid-action masks: the action spaces that the recurrent policies can represent
-(:func:`check_action_space`), the layout of a mask (:func:`mask_sizes`, :func:`mask_dims`), and the one check of the
-masks that ``MaskableResetPPO`` and the masked ``evaluate_policy`` receive from an env or a caller
-(:func:`check_action_masks`).
+Action spaces and invalid-action masks: which action spaces the recurrent policies can represent, a mask's layout,
+and the one check of the masks that ``MaskableResetPPO`` and the masked ``evaluate_policy`` receive.
 """
 
 from collections.abc import Sequence
@@ -88,8 +86,7 @@ def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_en
     :param action_masks: The masks
     :param action_space: The action space they are masks of (``Discrete``, ``MultiDiscrete`` or ``MultiBinary``)
     :param n_envs: The number of envs (observations) they are for
-    :param step: The step the masks are for, named by the error (``"rollout step 3 (counted from 0; the model's
-        num_timesteps: 6)"``, ``"predict() (...)"``, ``"evaluation step 2 (counted from 0)"``)
+    :param step: The step the masks are for, named by the error (e.g. ``"evaluation step 2 (counted from 0)"``)
     :return: The masks, ``(n_envs, mask_dims)``, ``True`` where an action is allowed
     """
     sizes = mask_sizes(action_space)

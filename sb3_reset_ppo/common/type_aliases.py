@@ -43,12 +43,10 @@ class WindowRolloutBufferSamples(NamedTuple):
 
     - ``observations``: the observations of the minibatch's ``U`` *distinct* steps, leading shape ``(U,)``
       (a dict of such tensors for ``Dict`` spaces); ``slot_steps`` (``(B, W)``) says which row each slot holds.
-      Windows of a minibatch overlap, so features are computed once per step, not once per slot.
     - ``actions``, ``old_values``, ``old_log_prob``, ``advantages``, ``returns``, ``episode_starts``,
       ``resets``, ``kept``, ``weights``: one entry per slot, leading shape ``(B, W)``.
     - ``lstm_states``: the memory recorded during the rollout entering each window's slot 0, each tensor
-      ``(B, n_layers, hidden_size)``. A reset restores the recorded memory of its step times
-      ``1 - episode_start``, which is zero, so no other recorded memory is needed.
+      ``(B, n_layers, hidden_size)``.
     - ``layout``: where each slot sits in the fused LSTM input, with one reset step before every reset.
     - ``window_starts``: flat (env-major) rollout index of each window's first step, ``(B,)``.
     - ``burn_in``: with ``burn_in > 0``, the steps that burn in the memory of each window's slot 0 (which then

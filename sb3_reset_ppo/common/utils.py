@@ -91,6 +91,19 @@ def relative_distance(new: Iterable[th.Tensor], old: Iterable[th.Tensor]) -> th.
     return (th.as_tensor(difference) / th.as_tensor(size).clamp(min=TINY)).sqrt()
 
 
+def read_zoo_yaml(path: Path) -> Any:
+    """A YAML file the RL Zoo saved (``config.yml``, ``args.yml``), read safely with its ``OrderedDict`` tag as a dict."""
+    import yaml  # rl_zoo3's dependency, not the core's
+
+    class ZooLoader(yaml.SafeLoader):
+        """A safe loader that reads the ``OrderedDict`` the zoo dumps with its Python tag."""
+
+    # !!python/object/apply:collections.OrderedDict [[[key, value], ...]]
+    ordered_dict = "tag:yaml.org,2002:python/object/apply:collections.OrderedDict"
+    ZooLoader.add_constructor(ordered_dict, lambda loader, node: dict(loader.construct_sequence(node, deep=True)[0]))
+    return yaml.load(Path(path).read_text(), Loader=ZooLoader)
+
+
 @contextmanager
 def swapped_names(swaps: Mapping[tuple[Any, str], tuple[Any, Any]], to_update: str, reentrant: bool = False) -> Iterator[None]:
     """

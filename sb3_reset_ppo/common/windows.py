@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import numpy as np
 import torch as th
 
-# Re-exported (noqa): plan_epoch, uniform_normaliser, windows_per_minibatch, ResetLayout, plan_reset_steps,
-# effective_stride and resolve_window_size, which the benchmarks and user code import from this module
-from sb3_reset_ppo.common.epochs import plan_epoch, uniform_normaliser, windows_per_minibatch  # noqa: F401
+# Re-exported (noqa): plan_epoch, uniform_normaliser, ResetLayout, plan_reset_steps, effective_stride and
+# resolve_window_size, which the benchmarks and user code import from this module
+from sb3_reset_ppo.common.epochs import plan_epoch, uniform_normaliser  # noqa: F401
 from sb3_reset_ppo.common.layout import ResetLayout, is_episode_start, plan_reset_steps, slot_resets  # noqa: F401
 from sb3_reset_ppo.common.settings import (  # noqa: F401
     DEFAULT_BOUNDARY,
@@ -37,10 +37,8 @@ def window_starts(
     n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", *, window_coverage: Coverage
 ) -> th.Tensor:
     """
-    Flat (env-major) index of the first step of every window of a rollout (one at every start).
-
-    ``"inside"``: the windows inside the rollout; ``"full"``: every window that meets it, clipped to it
-    (:func:`window_lengths` gives their real slots).
+    Flat (env-major) index of the first step of every window of a rollout (one at every start): inside the rollout
+    (``"inside"``) or every window that meets it, clipped (``"full"``; :func:`window_lengths` gives their real slots).
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -104,10 +102,7 @@ def real_slots(lengths: th.Tensor, window_size: int) -> th.Tensor:
 
 def kept_slots(resets: th.Tensor, boundary: Boundary, real: th.Tensor | None = None) -> th.Tensor:
     """
-    Which slots are trained.
-
-    In reset mode every real slot is kept. In mask mode every slot from the first reset of its window on is
-    dropped. Padding slots (of clipped windows) are never kept.
+    Which slots are trained: every real slot in reset mode, in mask mode those before their window's first reset.
 
     :param resets: Reset flags, shape ``(B, W)`` (see :func:`slot_resets`)
     :param boundary: ``"reset"`` or ``"mask"``

@@ -6,11 +6,6 @@ Small numpy-only memory tasks, registered with gymnasium on import.
 - ``CueRecallImage-v0``: ``CueRecall-v0`` with 64x64 images (:class:`CueRecallImageEnv`).
 - ``MaskedCueRecall-v0``: ``CueRecall-v0`` with invalid actions, to be masked (:class:`MaskedCueRecallEnv`):
   memory and action masks both matter.
-- ``MaskedCueRecallFair-v0``: a masked memory task whose masks show only what the observation shows, with delays
-  longer than the default window on a quarter of the episodes and a memoryless optimum of 1/2
-  (:class:`FairMaskedCueRecallEnv`).
-- ``LeducMatch-v0``: a match of OpenSpiel's Leduc poker against an opponent of unknown style, observed per step,
-  with masks (``open-spiel`` on PyPI; see :mod:`sb3_reset_ppo.envs.leduc_match`).
 - ``EarlyChoice-v0``: most of the return is earned by the first decisions of each episode
   (:class:`EarlyChoiceEnv`).
 - ``Popgym<Task>-v0``: POPGym's memory tasks (``popgym`` on PyPI; see :mod:`sb3_reset_ppo.envs.popgym_tasks`).
@@ -23,14 +18,12 @@ import gymnasium as gym
 from sb3_reset_ppo.envs import minigrid_tasks, popgym_tasks
 from sb3_reset_ppo.envs.cue_recall import CueRecallEnv, CueRecallImageEnv
 from sb3_reset_ppo.envs.early_choice import EarlyChoiceEnv
-from sb3_reset_ppo.envs.fair_masked_cue_recall import FairMaskedCueRecallEnv
 from sb3_reset_ppo.envs.masked_cue_recall import MaskedCueRecallEnv
 
 __all__ = [
     "CueRecallEnv",
     "CueRecallImageEnv",
     "EarlyChoiceEnv",
-    "FairMaskedCueRecallEnv",
     "MaskedCueRecallEnv",
     "random_policy_return",
 ]
@@ -69,13 +62,5 @@ _TASKS = {
 for _env_id, (_entry_point, _kwargs) in _TASKS.items():
     if _env_id not in gym.registry:
         gym.register(_env_id, entry_point=_entry_point, kwargs=_kwargs, max_episode_steps=200)
-# Longer limits: episodes of up to 142 valid steps; 8 hands of at most 4 decisions each, and invalid attempts
-_LONG_TASKS = {
-    "MaskedCueRecallFair-v0": ("sb3_reset_ppo.envs.fair_masked_cue_recall:FairMaskedCueRecallEnv", 600),
-    "LeducMatch-v0": ("sb3_reset_ppo.envs.leduc_match:LeducMatchEnv", 200),
-}
-for _env_id, (_entry_point, _limit) in _LONG_TASKS.items():
-    if _env_id not in gym.registry:
-        gym.register(_env_id, entry_point=_entry_point, max_episode_steps=_limit)
 popgym_tasks.register()
 minigrid_tasks.register()

@@ -16,14 +16,6 @@ def check_render_mode(render_mode: str | None) -> str | None:
     return render_mode
 
 
-def check_invalid_actions(invalid_reward: float, max_invalid: int) -> None:
-    """Raise a ``ValueError`` unless ``invalid_reward`` is at most 0 and ``max_invalid`` at least 1."""
-    if invalid_reward > 0:
-        raise ValueError(f"invalid_reward must be at most 0, got {invalid_reward}")
-    if max_invalid < 1:
-        raise ValueError(f"max_invalid must be at least 1, got {max_invalid}")
-
-
 def row_image(obs: np.ndarray) -> np.ndarray:
     """A vector observation as a row of gray pixels, 8x8 each: ``(n,) -> (8, 8 * n, 3)`` uint8."""
     row = np.repeat(obs * 255, 8).astype(np.uint8)

@@ -9,9 +9,7 @@ def normalised_score(episode_return: float, n_cues: int = 4) -> float:
     A :class:`MaskedCueRecallEnv` return (or mean return) on a scale where chance is 0 and perfect recall is 1.
 
     ``(episode_return - 1 / n_cues) / (1 - 1 / n_cues)``: 1.0 for a policy that always names the cue, 0.0 in
-    expectation for any policy that takes only valid actions but does not use the cue (a policy without
-    memory), negative for a policy that takes invalid actions (an episode ended by one scores
-    ``(-1 - 1 / n_cues) / (1 - 1 / n_cues)``, -5/3 with 4 cues).
+    expectation for one that takes only valid actions without memory, negative with invalid actions.
 
     :param episode_return: The return of an episode, or a mean of returns
     :param n_cues: The env's number of cues
@@ -27,9 +25,7 @@ class MaskedCueRecallEnv(CueRecallEnv):
     """
     :class:`~sb3_reset_ppo.envs.cue_recall.CueRecallEnv` with invalid actions: memory and action masks both matter.
 
-    Observations are those of ``CueRecall``: the first shows one of ``n_cues`` cues (one-hot over the first
-    ``n_cues`` components), the next ``delay`` are blank (``delay`` drawn uniformly from
-    ``[min_delay, max_delay]`` each episode), then a query observation (last component 1).
+    Observations are :class:`~sb3_reset_ppo.envs.cue_recall.CueRecallEnv`'s: the cue, ``delay`` blank steps, the query.
 
     The actions are ``0 .. n_cues - 1`` (answers) and ``n_cues .. n_cues + n_wait - 1`` (waits), and at each
     step :meth:`action_masks` says which are valid:

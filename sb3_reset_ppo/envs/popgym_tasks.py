@@ -3,10 +3,9 @@ POPGym memory tasks (``popgym`` on PyPI, numpy only) as gymnasium ids SB3 can tr
 
 ``Popgym<Task>-v0`` makes ``popgym.envs.<Task>()`` and flattens a ``Tuple`` observation space (which SB3 does
 not support, e.g. Autoencode's) or a ``MultiDiscrete`` one (CountRecall's: SB3 gives its flattened size as a numpy
-integer, which torch's LSTM rejects) into one-hot vectors with gymnasium's ``FlattenObservation``. Its info dicts
-are copied (:class:`FreshInfo`): CountRecall's hold one counts array that every later step changes. Scores are in
-``[-1, 1]`` per episode. The ids are registered by :mod:`sb3_reset_ppo.envs`; ``popgym`` is imported only
-when one is made (install it with ``pip install -e ".[evidence]"`` in the clone or ``pip install popgym``).
+integer, which torch's LSTM rejects) into one-hot vectors, with fresh info dicts (:class:`FreshInfo`). Scores are in
+``[-1, 1]`` per episode. Registered by :mod:`sb3_reset_ppo.envs`; ``popgym`` (the ``evidence`` extra) is imported
+only when one is made.
 """
 
 import copy

@@ -137,8 +137,7 @@ def _unpack(data: bytes, folder: Path) -> None:
     Unpack :func:`_pack`'s archive into ``folder``, refusing paths that leave it, through a sibling folder that then
     replaces it, so that an interruption never leaves it half unpacked.
 
-    :raises FileExistsError: ``folder`` exists and is not a run's folder
-        (:func:`~sb3_reset_ppo.experiments.runner.check_run_dir`)
+    :raises FileExistsError: ``folder`` exists and is not a run's folder (:func:`~.runner.check_run_dir`)
     """
     check_run_dir(folder)
     scratch = folder.with_name(folder.name + ".unpacking")

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from sb3_reset_ppo.common.utils import read_zoo_yaml
 from sb3_reset_ppo.experiments import training_log
 
 # Evaluations over a run's budget (the zoo's --eval-freq is the budget divided by this)
@@ -52,8 +53,7 @@ class RunSpec:
     :param keep_log: Log every update and keep the training log (``log.txt.gz``) and its curves (``progress.csv.gz``)
     :param label: The name recorded as the run's ``variant`` (default: ``algo``)
     :param extra: More fields for ``run.json``
-    :param num_threads: The trainer's torch threads (``--num-threads``; -1: torch's default), one by default since
-        runs share the cores (:doc:`/guide/install`, Threads)
+    :param num_threads: The trainer's torch threads (``--num-threads``; -1: torch's default; :doc:`/guide/install`)
     """
 
     algo: str
@@ -343,23 +343,13 @@ def write_record(path: Path, record: dict[str, Any]) -> None:
     os.replace(scratch, path)
 
 
-class _ZooYamlLoader(yaml.SafeLoader):
-    """A safe loader that reads the zoo's saved ``config.yml``/``args.yml`` (an ``OrderedDict`` tag) as a dict."""
-
-
-_ZooYamlLoader.add_constructor(
-    "tag:yaml.org,2002:python/object/apply:collections.OrderedDict",
-    lambda loader, node: dict(loader.construct_sequence(node, deep=True)[0]),
-)
-
-
 def run_budget(run_dir: Path) -> float | None:
     """The env steps a run was asked for: ``n_timesteps`` of its saved ``args.yml`` (``-n``), else ``config.yml``."""
     for name in ("args.yml", "config.yml"):
         saved = next(Path(run_dir).glob(f"*/*/*/{name}"), None)
         if saved is None:
             continue
-        steps = yaml.load(saved.read_text(), Loader=_ZooYamlLoader).get("n_timesteps")
+        steps = read_zoo_yaml(saved).get("n_timesteps")
         if steps is not None and float(steps) > 0:
             return float(steps)
     return None

@@ -1,8 +1,7 @@
 """
-The statistics of the reports: rliable's interquartile mean and probability of improvement with stratified
-bootstrap intervals, the two-sided Mann-Whitney test (:func:`mann_whitney`), Holm's adjustment, a run's score at a
-wall-clock time (:func:`score_at_time`), and the pairing of runs that trained side by side on one machine (the only
-wall-time ratios a report may print: machines differ in speed).
+The reports' statistics: rliable's IQM and probability of improvement with stratified bootstrap intervals, the
+Mann-Whitney test, Holm's adjustment, a run's score at a wall-clock time, and the pairing of runs that trained side by
+side on one machine (the only wall-time ratios a report may print: machines differ in speed).
 """
 
 import datetime
@@ -85,12 +84,6 @@ def probability_triple(poi: dict[str, Any], poi_ci: dict[str, Any], pair: str) -
     # rliable returns a scalar (or shape (1,)) estimate and a (2,) or (2, 1) interval
     low, high = np.asarray(poi_ci[pair]).reshape(-1)[:2]
     return [float(np.asarray(poi[pair]).reshape(-1)[0]), float(low), float(high)]
-
-
-def probability_text(poi: dict[str, Any], poi_ci: dict[str, Any], pair: str) -> str:
-    """``"P (low to high)"`` for one pair of rliable's probability-of-improvement estimates."""
-    probability, low, high = probability_triple(poi, poi_ci, pair)
-    return f"{probability:.3f} ({low:.3f} to {high:.3f})"
 
 
 def holm(p_values: list[float]) -> list[float]:

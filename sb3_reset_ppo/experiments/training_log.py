@@ -1,14 +1,12 @@
 """
 Training curves from a run's log: the tables SB3's logger prints parsed into rows, written as compressed CSV
-(``progress.csv.gz``, beside a kept ``log.txt.gz``). ``python -m sb3_reset_ppo.experiments.training_log RUN_DIR...``
-writes it from a run's ``log.txt.gz``.
+(``progress.csv.gz``, beside a kept ``log.txt.gz``).
 """
 
 import contextlib
 import csv
 import gzip
 import re
-import sys
 from pathlib import Path
 
 # A table row: "|    approx_kl               | 0.00776  |" under a section header such as "| train/ |"
@@ -69,15 +67,3 @@ def training_rows(run_dir: Path) -> list[dict[str, float]]:
         with gzip.open(run_dir / "log.txt.gz", "rt") as log:
             return parse_tables(log.read())
     return []
-
-
-def main() -> None:
-    for run_dir in map(Path, sys.argv[1:]):
-        with gzip.open(run_dir / "log.txt.gz", "rt") as log:
-            rows = parse_tables(log.read())
-        write_csv(rows, run_dir / "progress.csv.gz")
-        print(f"{run_dir}: {len(rows)} rows")
-
-
-if __name__ == "__main__":
-    main()

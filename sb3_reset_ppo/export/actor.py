@@ -74,13 +74,7 @@ class ExportOptions:
 
 
 def observation_spaces(policy: RecurrentActorCriticPolicy, spec: ExportSpec) -> list[spaces.Space]:
-    """
-    The observation inputs' spaces, in input order.
-
-    :param policy: The recurrent policy
-    :param spec: The export's description
-    :return: One space per observation input
-    """
+    """The observation inputs' spaces, in input order."""
     space = policy.observation_space
     return [cast(spaces.Dict, space)[key] for key in spec.obs_keys] if spec.obs_keys else [space]
 
@@ -171,12 +165,7 @@ def split_memory(flat: th.Tensor, spec: ExportSpec) -> list[th.Tensor]:
 
 
 def join_memory(memory: list[th.Tensor]) -> th.Tensor:
-    """
-    The inverse of :func:`split_memory`.
-
-    :param memory: ``h`` (and ``c``), each ``(n_layers, batch, hidden)``
-    :return: The flat memory, ``(batch, memory_size)``
-    """
+    """The inverse of :func:`split_memory`: ``h`` (and ``c``), each ``(n_layers, batch, hidden)``, as one tensor."""
     layers = [layer for tensor in memory for layer in tensor.unbind(0)]  # (batch, hidden) each
     return th.cat(layers, dim=1) if len(layers) > 1 else layers[0]
 

@@ -14,6 +14,8 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
 from torch import nn
 
+from sb3_reset_ppo.common.utils import read_zoo_yaml
+
 # The file name the RL Zoo saves a VecNormalize under (rl_zoo3's ExperimentManager and SaveVecNormalizeCallback)
 VEC_NORMALIZE_FILE = "vecnormalize.pkl"
 # The zoo's saved hyperparameters, beside vecnormalize.pkl
@@ -78,17 +80,9 @@ def zoo_config_normalizes(model_path: str | Path) -> bool:
     if folder is None or not (folder / _ZOO_CONFIG_FILE).is_file():
         return False
     try:
-        import yaml
-    except ImportError:
+        config = read_zoo_yaml(folder / _ZOO_CONFIG_FILE)
+    except ImportError:  # no PyYAML: no zoo
         return False
-
-    class ZooLoader(yaml.SafeLoader):
-        """A safe loader that reads the ``OrderedDict`` the zoo dumps with its Python tag."""
-
-    # !!python/object/apply:collections.OrderedDict [[[key, value], ...]]
-    ordered_dict = "tag:yaml.org,2002:python/object/apply:collections.OrderedDict"
-    ZooLoader.add_constructor(ordered_dict, lambda loader, node: dict(loader.construct_sequence(node, deep=True)[0]))
-    config = yaml.load((folder / _ZOO_CONFIG_FILE).read_text(), Loader=ZooLoader)
     if not isinstance(config, dict):
         return False
     normalize = config.get("normalize", False)

@@ -315,12 +315,7 @@ def _replacing(path: Path) -> Iterator[Path]:
 
 
 def read_metadata(path: str | Path) -> dict[str, str]:
-    """
-    The ``metadata_props`` of an exported file.
-
-    :param path: The ONNX file
-    :return: Its metadata as strings
-    """
+    """The ``metadata_props`` of an exported ONNX file, as strings."""
     import onnx
 
     return {entry.key: entry.value for entry in onnx.load(str(path)).metadata_props}

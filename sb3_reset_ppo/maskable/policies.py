@@ -38,11 +38,7 @@ MaybeMasks = th.Tensor | np.ndarray | None
 
 
 def check_maskable_action_space(action_space: spaces.Space) -> None:
-    """
-    Raise a ``ValueError`` naming the space unless invalid-action masking supports it (as ``MaskablePPO``).
-
-    :param action_space: The env's action space
-    """
+    """Raise a ``ValueError`` naming the space unless invalid-action masking supports it (as ``MaskablePPO``)."""
     if not isinstance(action_space, MASKABLE_ACTION_SPACES):
         raise ValueError(
             f"action space {action_space} is not supported by invalid-action masking: use Discrete, MultiDiscrete or "

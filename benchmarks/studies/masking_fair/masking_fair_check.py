@@ -50,7 +50,7 @@ def check_leduc(total_steps: int, seed: int, episodes: int) -> dict[str, Any]:
     """Train the memoryless and the memory arm on LeducMatch-v0 and compare them with the exact bounds."""
     import torch as th
 
-    from sb3_reset_ppo.envs.leduc_match import LeducMatchEnv, hand_values
+    from benchmarks.envs.leduc_match import LeducMatchEnv, hand_values
 
     th.set_num_threads(1)
     study = _study()

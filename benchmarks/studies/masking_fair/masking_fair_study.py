@@ -105,7 +105,7 @@ def make_env(task: str, arm: str, n_envs: int, seed: int) -> Any:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
-    import sb3_reset_ppo.envs  # noqa: F401  (registers the tasks)
+    import benchmarks.envs  # noqa: F401  (registers the tasks)
 
     if task not in TASKS:
         raise ValueError(f"task must be one of {list(TASKS)}, got {task!r}")

@@ -16,7 +16,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from sb3_reset_ppo.envs.cue_recall import METADATA, check_invalid_actions, check_render_mode, row_image
+from benchmarks.envs import check_invalid_actions
+from sb3_reset_ppo.envs.cue_recall import METADATA, check_render_mode, row_image
 
 # The opponent's styles, one drawn uniformly per match
 STYLES = ("honest", "bluffer")

@@ -15,10 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-import sb3_reset_ppo.envs  # noqa: F401  (registers the tasks)
-from sb3_reset_ppo.envs import FairMaskedCueRecallEnv
-from sb3_reset_ppo.envs.fair_masked_cue_recall import mask_from_observation
-from sb3_reset_ppo.envs.leduc_match import STYLES, LeducMatchEnv, hand_values, is_strong, style_action
+import benchmarks.envs  # noqa: F401  (registers the tasks)
+from benchmarks.envs.fair_masked_cue_recall import FairMaskedCueRecallEnv, mask_from_observation
+from benchmarks.envs.leduc_match import STYLES, LeducMatchEnv, hand_values, is_strong, style_action
 
 N_CUES, N_WAIT = 4, 2
 
