@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from benchmarks.kit import run_grid
+from benchmarks.kit import run_grid, rundata
 from sb3_reset_ppo.experiments import executors, runner
 
 HERE = Path(__file__).resolve().parent
@@ -286,10 +286,15 @@ def worker_seed_base(folder: Path, offset: int = 0) -> int:
 
 
 def optimize_command(env_id: str, arm: str, storage: str, seed: int, log_dir: Path, args: argparse.Namespace) -> list[str]:
-    """The zoo's ``-optimize`` command of one trial of the study, its sampler seeded with ``seed``."""
+    """
+    The zoo's ``-optimize`` command of one trial of the study, its sampler seeded with ``seed``. An arm that keeps
+    today's window defaults (``today_defaults``) is searched in ppo_lstm's space (``benchmarks/kit/ppo_lstm_space.py``:
+    its window settings are not sampled); every other ResetPPO arm with the package's sampler (``window_size`` too).
+    """
     spec = run_grid.VARIANTS[arm]
+    zoo = "benchmarks.kit.ppo_lstm_space" if spec.get("today_defaults", False) else "sb3_reset_ppo.zoo"
     command = [
-        sys.executable, "-m", "sb3_reset_ppo.zoo", "train", "--algo", spec["algo"], "--env", env_id,
+        sys.executable, "-m", zoo, "train", "--algo", spec["algo"], "--env", env_id,
         "--conf-file", str(spec["conf"]), "-optimize", "--n-trials", "1",
         "--n-jobs", "1", "--storage", storage, "--study-name", study_name(env_id, arm),
         "--sampler", "tpe", "--pruner", "median", "--n-evaluations", str(args.n_evaluations),
@@ -418,6 +423,8 @@ def optimize(args: argparse.Namespace) -> None:
     deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
     for env_id, arm in itertools.product(args.envs, args.arms):
         path = study_path(args.out, env_id, arm)
+        if not path.exists():  # a stored study's journal, unpacked from its tables (a live journal is never replaced)
+            rundata.ensure(path.parent)
         storage = args.storage or str(path)
         done = finished_trials(storage, study_name(env_id, arm)) if (args.storage or path.exists()) else 0
         if done >= args.trials:
