@@ -148,6 +148,28 @@ def best_trial(storage: str, name: str) -> tuple[int, float, dict[str, Any], lis
     return best.number, value, dict(best.params), tied[1:]
 
 
+def top_trials(storage: str, name: str, count: int) -> list[tuple[int, float, dict[str, Any]]]:
+    """
+    Number, value and raw parameters of the study's ``count`` best completed trials, best first; a tie goes to the
+    earlier trial, as in :func:`best_trial` (pruned and failed trials never count).
+
+    :raises ValueError: ``count`` is below 1, or the study has fewer completed trials
+    """
+    import optuna
+
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    study = optuna.load_study(study_name=name, storage=_backend(storage))
+    complete = [
+        (trial.number, float(trial.value), dict(trial.params))
+        for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if trial.value is not None
+    ]
+    if len(complete) < count:
+        raise ValueError(f"study {name!r} in {storage} has {len(complete)} completed trials, fewer than {count}")
+    return sorted(complete, key=lambda trial: (-trial[1], trial[0]))[:count]
+
+
 def search_summary(out: Path, envs: list[str], arms: list[str], storage: str | None = None) -> str:
     """
     Markdown: per study its trials by state, their compute, the best trial, the trials tied with it and its
