@@ -233,10 +233,19 @@ def unpacked(name: str, results: Path = RESULTS) -> dict[str, bytes]:
     return files
 
 
+def _extends(path: Path, stored: bytes) -> bool:
+    """Whether the file at ``path`` holds ``stored`` and more after it (an append-only file written to since)."""
+    if not path.is_file() or path.stat().st_size <= len(stored):
+        return False
+    with open(path, "rb") as existing:
+        return existing.read(len(stored)) == stored
+
+
 def unpack(name: str, results: Path = RESULTS) -> int:
     """
     Write the tables of ``name`` into the folder ``results/name/``, over the files they hold (other files, such as
-    runs trained since and not packed yet, stay).
+    runs trained since and not packed yet, stay; so does a file that begins with what the tables hold and goes on,
+    such as a search's journal appended to since it was packed).
 
     :return: the files written
     :raises ValueError: ``name`` has no tables
@@ -247,6 +256,8 @@ def unpack(name: str, results: Path = RESULTS) -> int:
     files = unpacked(name, results)
     for inside, data in files.items():
         path = folder / inside
+        if _extends(path, data):
+            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     _stamp(name, results)

@@ -101,6 +101,18 @@ def test_ensure_unpacks_only_when_the_tables_changed(tmp_path: Path) -> None:
     (folder / ".unpacked").write_text("other tables\n")
     rundata.ensure(folder / "reset", tmp_path)
     assert record.exists()
+    # A file appended to since the tables were written (a live search's journal) is kept; an edited one is not
+    journal = folder / "search" / "study.log"
+    journal.parent.mkdir()
+    journal.write_text("trial 0\n")
+    (folder / "search" / "notes.txt").write_text("stored\n")
+    rundata.pack("s", tmp_path)
+    journal.write_text("trial 0\ntrial 1\n")
+    (folder / "search" / "notes.txt").write_text("stored and edited\n")
+    (folder / ".unpacked").write_text("other tables\n")
+    rundata.ensure(folder, tmp_path)
+    assert journal.read_text() == "trial 0\ntrial 1\n"
+    assert (folder / "search" / "notes.txt").read_text() == "stored\n"
     rundata.ensure(tmp_path / "elsewhere", tmp_path)  # a folder without tables: nothing to do
     with pytest.raises(ValueError, match="name must be one of"):
         rundata.unpack("elsewhere", tmp_path)
