@@ -233,6 +233,21 @@ def difference_tests(
     ]
 
 
+def iqm_triple(values: Sequence[float], reps: int) -> list[float] | None:
+    """``[IQM, low, high]``: one arm's interquartile mean with its 95% stratified-bootstrap interval (``None`` for none)."""
+    if not len(values):
+        return None
+    point, interval, _, _ = aggregate({"arm": np.asarray(values, dtype=float)[:, None]}, reps=reps)
+    return interval_triple(point["arm"][0], interval["arm"][0, 0], interval["arm"][1, 0])
+
+
+def improvement_triple(arm: Sequence[float], base: Sequence[float], reps: int) -> list[float]:
+    """``[P, low, high]``: the probability that a run of ``arm`` scores above a run of ``base`` (higher is better)."""
+    scores = {"arm": np.asarray(arm, dtype=float)[:, None], "base": np.asarray(base, dtype=float)[:, None]}
+    _, _, poi, poi_ci = aggregate(scores, reps=reps, baseline="base")
+    return probability_triple(poi, poi_ci, "arm,base")
+
+
 def estimate_text(triple: Sequence[float], digits: int = 3) -> str:
     """An estimate with its interval, ``[point, low, high]``, as ``point (low to high)``."""
     point, low, high = triple

@@ -143,9 +143,21 @@ def decode(cell: dict[str, Any], diffs: dict[str, str]) -> bytes:
     return str(cell["text"]).encode()
 
 
+# What a run folder holds that no table stores (git ignored it before the tables): the zoo's models, pickled
+# statistics and Optuna reports, its monitors, and the trainer's plain log (its compressed copy, log.txt.gz, is kept)
+NOT_STORED = ("*.zip", "*.pkl", "*.monitor.csv", "log.txt")
+
+
 def _stored_files(folder: Path) -> list[Path]:
-    """The files of a study folder that the tables hold: all but hand-written documents and the unpack stamp."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix != ".md" and p.name != STAMP)
+    """
+    The files of a study folder that the tables hold: all but hand-written documents, the unpack stamp and
+    :data:`NOT_STORED`.
+    """
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix != ".md" and p.name != STAMP and not any(p.match(pattern) for pattern in NOT_STORED)
+    )
 
 
 def _run_dir(path: Path, folder: Path) -> Path:

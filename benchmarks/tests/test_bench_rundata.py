@@ -38,7 +38,15 @@ def _study(results: Path) -> Path:
 def test_a_packed_folder_unpacks_to_what_it_held(tmp_path: Path) -> None:
     folder = _study(tmp_path)
     before = runner.load_runs(folder, 1)
+    # What the zoo and the runner leave beside a run and no table stores: models, pickles, monitors, the plain log
+    zoo_dir = folder / "reset" / "CueRecall-v0" / "seed1" / "reset_ppo" / "CueRecall-v0_1"
+    for name in ("best_model.zip", "CueRecall-v0/vecnormalize.pkl", "0.monitor.csv", "../../log.txt"):
+        (zoo_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (zoo_dir / name).write_bytes(b"not stored")
     assert rundata.pack("s", tmp_path) == (3, 11)  # two runs and the runner's folder; NOTES.md is not packed
+    assert rundata.check("s", tmp_path) == []
+    for name in ("best_model.zip", "CueRecall-v0/vecnormalize.pkl", "0.monitor.csv", "../../log.txt"):
+        (zoo_dir / name).unlink()
     assert rundata.check("s", tmp_path) == []
     runs_text = gzip.decompress(rundata.runs_table("s", tmp_path).read_bytes()).decode()
     assert "diff --git" not in runs_text and "trained" not in runs_text  # the diff once elsewhere, the log apart

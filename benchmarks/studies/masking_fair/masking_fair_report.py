@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.kit import rundata
-from benchmarks.kit.report import estimate_text, save_figure, study_opening
+from benchmarks.kit.report import estimate_text, improvement_triple, iqm_triple, save_figure, study_opening
 from sb3_reset_ppo.experiments import stats
 
 HERE = Path(__file__).resolve().parent
@@ -129,27 +129,12 @@ def like_for_like(base: list[dict[str, Any]], other: list[dict[str, Any]], reps:
     ``learn()`` CPU seconds of the base arm's and the other arm's runs at the same number of training episodes: the
     smaller of the two arms' IQM final episode counts.
     """
-    finals = [_iqm([float(r["evaluations"][-1]["training_episodes"]) for r in runs], reps) for runs in (base, other)]
+    finals = [iqm_triple([float(r["evaluations"][-1]["training_episodes"]) for r in runs], reps) for runs in (base, other)]
     episodes = min(triple[0] for triple in finals if triple is not None)
     cpu = [[c for c in (cpu_at_episodes(r, episodes) for r in runs) if c is not None] for runs in (base, other)]
-    iqms = [_iqm(values, reps) for values in cpu]
+    iqms = [iqm_triple(values, reps) for values in cpu]
     ratio = None if iqms[0] is None or iqms[1] is None else iqms[0][0] / iqms[1][0]
     return {"episodes": episodes, "final_episodes": finals, "cpu": iqms, "ratio": ratio}
-
-
-def _iqm(values: list[float], reps: int) -> list[float] | None:
-    """``[IQM, low, high]`` of one arm's values (``None`` for none)."""
-    if not values:
-        return None
-    point, interval, _, _ = stats.aggregate({"arm": np.asarray(values, dtype=float)[:, None]}, reps=reps)
-    return stats.interval_triple(point["arm"][0], interval["arm"][0, 0], interval["arm"][1, 0])
-
-
-def _improvement(base: list[float], other: list[float], reps: int) -> list[float]:
-    """``[P, low, high]``: probability that a run of the base arm scores above one of the other (higher is better)."""
-    scores = {BASE: np.asarray(base, dtype=float)[:, None], "other": np.asarray(other, dtype=float)[:, None]}
-    _, _, poi, poi_ci = stats.aggregate(scores, reps=reps, baseline="other")
-    return stats.probability_triple(poi, poi_ci, f"{BASE},other")
 
 
 def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.REPS) -> dict[str, Any]:
@@ -167,18 +152,18 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
         for arm, rows in points.items():
             arms[arm] = {"runs": len(rows), "seeds": [int(r["seed"]) for r in by_arm[arm]]}
             for key in ("final", "invalid", "cpu_per_1000_episodes", "cpu_per_1000_steps"):
-                arms[arm][key] = _iqm([row[key] for row in rows], reps)
+                arms[arm][key] = iqm_triple([row[key] for row in rows], reps)
             for key in ("steps_to_threshold", "cpu_to_threshold", "episodes_to_threshold"):
                 reached = [row[key] for row in rows if row[key] is not None]
-                arms[arm][key] = {"reached": len(reached), "iqm": _iqm(reached, reps)}
+                arms[arm][key] = {"reached": len(reached), "iqm": iqm_triple(reached, reps)}
             for key in ("success_long", "success_short"):
                 values = [row[key] for row in rows if row.get(key) is not None]
                 if values:
-                    arms[arm][key] = _iqm(values, reps)
+                    arms[arm][key] = iqm_triple(values, reps)
             if "by_style" in rows[0]:
                 styles = sorted({s for row in rows for s in row["by_style"]})
                 arms[arm]["by_style"] = {
-                    s: _iqm([row["by_style"][s] for row in rows if s in row["by_style"]], reps) for s in styles
+                    s: iqm_triple([row["by_style"][s] for row in rows if s in row["by_style"]], reps) for s in styles
                 }
         comparisons: dict[str, Any] = {}
         if BASE in points:
@@ -189,14 +174,14 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
                 entry: dict[str, Any] = {}
                 finals_base, finals_other = [r["final"] for r in base], [r["final"] for r in rows]
                 p, method = stats.mann_whitney(finals_base, finals_other)
-                entry["final"] = {"probability": _improvement(finals_base, finals_other, reps), "p": p, "method": method}
+                entry["final"] = {"probability": improvement_triple(finals_base, finals_other, reps), "p": p, "method": method}
                 primary.append((task, arm, p))
                 for key in ("steps_to_threshold", "cpu_to_threshold"):
                     # lower is better: negated, a run that never reached it infinitely costly
                     cost_base = [-(r[key] if r[key] is not None else NOT_REACHED) for r in base]
                     cost_other = [-(r[key] if r[key] is not None else NOT_REACHED) for r in rows]
                     p, method = stats.mann_whitney(cost_base, cost_other)
-                    entry[key] = {"probability": _improvement(cost_base, cost_other, reps), "p": p, "method": method}
+                    entry[key] = {"probability": improvement_triple(cost_base, cost_other, reps), "p": p, "method": method}
                     secondary.append((task, arm, key, p))
                 comparisons[arm] = entry
         summary["tasks"][task] = {"threshold": STUDY.THRESHOLDS[task], "arms": arms, "comparisons": comparisons}

@@ -22,10 +22,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks.kit import rundata
-from benchmarks.kit.report import estimate_text, learning_curves, machines
+from benchmarks.kit.report import estimate_text, improvement_triple, iqm_triple, learning_curves, machines
 from sb3_reset_ppo.experiments import runner, stats
 
 HERE = Path(__file__).resolve().parent
@@ -59,21 +57,6 @@ def selections(runs_dir: Path, envs: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _iqm(values: list[float], reps: int) -> list[float] | None:
-    """``[IQM, low, high]`` of one arm's values (``None`` for none)."""
-    if not values:
-        return None
-    point, interval, _, _ = stats.aggregate({"arm": np.asarray(values, dtype=float)[:, None]}, reps=reps)
-    return stats.interval_triple(point["arm"][0], interval["arm"][0, 0], interval["arm"][1, 0])
-
-
-def _improvement(base: list[float], other: list[float], reps: int) -> list[float]:
-    """``[P, low, high]``: probability that a run of ResetPPO scores above one of RecurrentPPO."""
-    scores = {BASE: np.asarray(base, dtype=float)[:, None], OTHER: np.asarray(other, dtype=float)[:, None]}
-    _, _, poi, poi_ci = stats.aggregate(scores, reps=reps, baseline=OTHER)
-    return stats.probability_triple(poi, poi_ci, f"{BASE},{OTHER}")
-
-
 def learn_seconds(run: dict[str, Any]) -> float | None:
     """A run's ``learn()`` seconds at its final evaluation (None without a training log)."""
     return None if run["learn"] is None else float(run["learn"][-1])
@@ -102,8 +85,8 @@ def time_comparison(by_arm: dict[str, list[dict[str, Any]]], reps: int) -> dict[
     scores = {arm: [at_time(r, medians[faster]) for r in by_arm[arm]] for arm in (BASE, OTHER)}
     return {
         "median_seconds": medians, "ratio": statistics.median(ratios) if ratios else None, "pairs": len(ratios),
-        "faster": faster, "at_seconds": medians[faster], "return_at": {arm: _iqm(v, reps) for arm, v in scores.items()},
-        "probability_at": _improvement(scores[BASE], scores[OTHER], reps),
+        "faster": faster, "at_seconds": medians[faster], "return_at": {arm: iqm_triple(v, reps) for arm, v in scores.items()},
+        "probability_at": improvement_triple(scores[BASE], scores[OTHER], reps),
     }  # fmt: skip
 
 
@@ -120,8 +103,8 @@ def analyse(
             arms[arm] = {
                 "runs": len(records), "seeds": sorted(int(r["seed"]) for r in records),
                 "trials": sorted({int(r["trial"]) for r in records if "trial" in r}),
-                "final": _iqm([r["final"] for r in records], reps), "auc": _iqm([r["auc"] for r in records], reps),
-                "learn_seconds": _iqm(seconds, reps),
+                "final": iqm_triple([r["final"] for r in records], reps), "auc": iqm_triple([r["auc"] for r in records], reps),
+                "learn_seconds": iqm_triple(seconds, reps),
             }  # fmt: skip
         entry: dict[str, Any] = {"arms": arms, "selection": selected.get(env, {})}
         if BASE in by_arm and OTHER in by_arm:
@@ -129,8 +112,8 @@ def analyse(
             auc, other_auc = ([r["auc"] for r in by_arm[arm]] for arm in (BASE, OTHER))
             p, method = stats.mann_whitney(final, other_final)
             entry["comparison"] = {
-                "final": {"probability": _improvement(final, other_final, reps), "p": p, "method": method},
-                "auc": {"probability": _improvement(auc, other_auc, reps)},
+                "final": {"probability": improvement_triple(final, other_final, reps), "p": p, "method": method},
+                "auc": {"probability": improvement_triple(auc, other_auc, reps)},
                 "time": time_comparison(by_arm, reps),
             }
             tested.append(env)
