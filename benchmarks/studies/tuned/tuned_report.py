@@ -255,11 +255,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error(f"--reps must be at least 1, got {args.reps}")
-    rundata.ensure(args.runs)  # the stored runs' folder, unpacked from its tables where needed
-    runs = load(args.runs)
+    runs_dir = args.runs.resolve()
+    rundata.ensure(runs_dir, runs_dir.parent)  # the stored runs' folder, unpacked from its tables where needed
+    runs = load(runs_dir)
     if not runs:
-        parser.error(f"no finished fresh-seed run under {args.runs / 'fresh'}")
-    summary = analyse(runs, selections(args.runs, list(runs)), args.reps)
+        parser.error(f"no finished fresh-seed run under {runs_dir / 'fresh'}")
+    summary = analyse(runs, selections(runs_dir, list(runs)), args.reps)
     print("\n".join(lines(summary)))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "RESULTS.md").write_text(markdown(summary, runs))
