@@ -37,6 +37,7 @@ def _runs(out: Path) -> None:
                 rows = [{"time/total_timesteps": 5000.0, "time/fps": fps}]
                 training_log.write_csv(rows, out / "fresh" / arm / env / f"seed{seed}" / "progress.csv.gz")
     chosen = {"trial": 4, "mean": 2.0, "means": {"7": 1.0, "4": 2.0, "9": 2.0, "1": 0.5, "3": 0.1}, "seeds": [200, 201, 202]}
+    chosen["search_values"] = {"7": 500.0, "4": 490.0, "9": 480.0, "1": 470.0, "3": 460.0}
     folder = out / "selection" / "CartPoleNoVel-v1" / "tuned_reset"
     folder.mkdir(parents=True)
     (folder / "selected.json").write_text(json.dumps(chosen))
@@ -72,7 +73,7 @@ def test_the_report_regenerates_from_the_stored_runs(tmp_path: Path) -> None:
     assert "comparison" not in summary["envs"]["PendulumNoVel-v1"]
     assert list(cartpole["arms"]) == ["tuned_reset", "ev_rppo"]  # ResetPPO first on the page
     assert "| CartPoleNoVel-v1 |" not in page and "## CartPoleNoVel-v1" in page
-    assert "| ResetPPO | 4 | 7: 1.000, **4: 2.000**, 9: 2.000" in page
+    assert "| ResetPPO | 4 | 7: 1.000 (500.000), **4: 2.000** (490.000), 9: 2.000 (480.000)" in page
     assert "median ratio ResetPPO / RecurrentPPO over 5 seeds 0.50" in page
     assert (tmp_path / "page" / "figures" / "learning_curves.png").stat().st_size > 0
     # The same runs give the same page and summary

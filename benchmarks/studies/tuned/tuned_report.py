@@ -170,17 +170,20 @@ def selection_table(entry: dict[str, Any]) -> list[str]:
     """Each arm's selection on an env: the selection mean of each of its top trials, the selected one in bold."""
     out = []
     for arm, chosen in entry["selection"].items():
+        searched = chosen.get("search_values", {})
         trials = ", ".join(
             f"{'**' if int(k) == chosen['trial'] else ''}{k}: {mean:.3f}{'**' if int(k) == chosen['trial'] else ''}"
+            + (f" ({searched[k]:.3f})" if k in searched else "")
             for k, mean in chosen["means"].items()
         )
         out.append(f"| {NAMES.get(arm, arm)} | {chosen['trial']} | {trials} |")
     if not out:
         return []
     return [
-        "Selection (seeds 200 to 202; the mean final return of each of the search's top 5 trials, the selected one in bold):",
+        "Selection (seeds 200 to 202): the mean final return of each of the search's top 5 trials, the selected one in",
+        "bold, and in brackets the trial's value in the search (its last evaluation, 10 episodes).",
         "",
-        "| arm | selected trial | trial: selection mean |",
+        "| arm | selected trial | trial: selection mean (search value) |",
         "|---|---|---|",
         *out,
         "",

@@ -7,8 +7,8 @@ value, then the earlier trial), each trained on the selection seeds 200 to 202 a
 a run (20 evaluations of 20 episodes, one torch thread, its training log kept): ``<out>/selection/<env>/<arm>/
 trial<k>/seed<s>/``, the trial's settings in ``trial<k>.yml`` beside them. Once the 15 runs are stored, the selected
 trial (the highest mean over its 3 runs of the final evaluation's mean return; ties: the earlier trial) is written to
-``selected.json`` in the same folder. ``fresh``: each selected setting on the fresh seeds 300 to 309,
-``<out>/fresh/<arm>/<env>/seed<s>/`` (only where the selection is complete).
+``selected.json`` in the same folder, with each top trial's runs and search value. ``fresh``: each selected setting
+on the fresh seeds 300 to 309, ``<out>/fresh/<arm>/<env>/seed<s>/`` (only where the selection is complete).
 
 The searches: ``tuned_reset``'s are this study's (``<out>/search/<env>/tuned_reset/study.log``, ``tune.py optimize
 --arms tuned_reset --out <out>/search``); ``ev_rppo``'s on EarlyChoice-v0 and CartPoleNoVel-v1 are the evidence
@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
             if chosen is None:
                 print(f"{env_id} {arm}: selection incomplete (runs missing or failed)", flush=True)
                 continue
+            # The search's values beside the selection's (reported together; only the fresh runs are tested)
+            chosen["search_values"] = {str(j["extra"]["trial"]): j["extra"]["search_value"] for j in pair_jobs}
             runner.write_record(folder / SELECTED, chosen)
             means = chosen["means"]
             print(f"{env_id} {arm}: trial {chosen['trial']} selected (mean {chosen['mean']:.3f}; means {means})", flush=True)
