@@ -60,7 +60,10 @@ def test_selection_trains_the_top_five_on_three_seeds_and_picks_the_best_mean(tm
             [("COMPLETE", float(v)) for v in (5, 9, 1, 7, 9, 3, 8)])  # fmt: skip
     q4 = tmp_path / "tuning"
     _search(q4 / "CartPoleNoVel-v1" / "ev_rppo" / "study.log", "CartPoleNoVel-v1_ev_rppo", [("COMPLETE", 1.0)] * 6)
-    jobs = study.selection_jobs("CartPoleNoVel-v1", "tuned_reset", out, None, q4)
+    # The protocol selects from a whole search only
+    with pytest.raises(ValueError, match="has 7 of its 30 trials finished"):
+        study.selection_jobs("CartPoleNoVel-v1", "tuned_reset", out, None, q4)
+    jobs = study.selection_jobs("CartPoleNoVel-v1", "tuned_reset", out, None, q4, trials=7)
     assert [(j["extra"]["trial"], j["seed"]) for j in jobs][:4] == [(1, 200), (1, 201), (1, 202), (4, 200)]
     assert sorted({j["extra"]["trial"] for j in jobs}) == [0, 1, 3, 4, 6] and len(jobs) == 15
     folder = out / "selection" / "CartPoleNoVel-v1" / "tuned_reset"
@@ -69,7 +72,7 @@ def test_selection_trains_the_top_five_on_three_seeds_and_picks_the_best_mean(tm
     config = study.yaml.safe_load(jobs[0]["conf"].read_text())["CartPoleNoVel-v1"]
     # The trial's settings over evidence.yml's entry, at the env's budget, with ResetPPO's default windows
     assert (config["n_epochs"], config["n_steps"], config["n_timesteps"], config["window_size"]) == (2, 256, 1e5, "batch")
-    rppo = study.selection_jobs("CartPoleNoVel-v1", "ev_rppo", out, None, q4)
+    rppo = study.selection_jobs("CartPoleNoVel-v1", "ev_rppo", out, None, q4, trials=6)
     assert sorted({j["extra"]["trial"] for j in rppo}) == [0, 1, 2, 3, 4]
     assert "window_size" not in study.yaml.safe_load(rppo[0]["conf"].read_text())["CartPoleNoVel-v1"]
     # Both arms' runs interleaved, trial by trial and seed by seed: two workers train them side by side
@@ -101,4 +104,4 @@ def test_selection_trains_the_top_five_on_three_seeds_and_picks_the_best_mean(tm
     assert fresh[0]["run_dir"] == out / "fresh" / "tuned_reset" / "CartPoleNoVel-v1" / "seed300"
     assert fresh[0]["extra"] == {"stage": "fresh", "trial": 1}
     with pytest.raises(ValueError, match="no search of tuned_reset on EarlyChoice-v0"):
-        study.selection_jobs("EarlyChoice-v0", "tuned_reset", out, None, q4)
+        study.selection_jobs("EarlyChoice-v0", "tuned_reset", out, None, q4, trials=1)

@@ -2,13 +2,14 @@
 Tuned against tuned, with today's ResetPPO (``benchmarks/studies/tuned/PROTOCOL.md``): each arm's setting selected
 from its search, then trained on fresh seeds.
 
-``select``: per (env, arm), the 5 best completed trials of the arm's search (:func:`benchmarks.kit.tune.top_trials`:
-value, then the earlier trial), each trained on the selection seeds 200 to 202 at the env's budget, as the grid trains
-a run (20 evaluations of 20 episodes, one torch thread, its training log kept): ``<out>/selection/<env>/<arm>/
-trial<k>/seed<s>/``, the trial's settings in ``trial<k>.yml`` beside them. Once the 15 runs are stored, the selected
-trial (the highest mean over its 3 runs of the final evaluation's mean return; ties: the earlier trial) is written to
-``selected.json`` in the same folder, with each top trial's runs and search value. ``fresh``: each selected setting
-on the fresh seeds 300 to 309, ``<out>/fresh/<arm>/<env>/seed<s>/`` (only where the selection is complete).
+``select``: per (env, arm) whose search has its 30 trials, the 5 best completed trials of the search
+(:func:`benchmarks.kit.tune.top_trials`: value, then the earlier trial), each trained on the selection seeds 200 to 202
+at the env's budget, as the grid trains a run (20 evaluations of 20 episodes, one torch thread, its training log kept):
+``<out>/selection/<env>/<arm>/trial<k>/seed<s>/``, the trial's settings in ``trial<k>.yml`` beside them. Once the 15
+runs are stored, the selected trial (the highest mean over its 3 runs of the final evaluation's mean return; ties: the
+earlier trial) is written to ``selected.json`` in the same folder, with each top trial's runs and search value.
+``fresh``: each selected setting on the fresh seeds 300 to 309, ``<out>/fresh/<arm>/<env>/seed<s>/`` (only where
+the selection is complete).
 
 The searches: ``tuned_reset``'s are this study's (``<out>/search/<env>/tuned_reset/study.log``, ``tune.py optimize
 --arms tuned_reset --out <out>/search``); ``ev_rppo``'s on EarlyChoice-v0 and CartPoleNoVel-v1 are the evidence
@@ -17,7 +18,7 @@ study's. Both modes are resumable (stored runs are skipped; a run cut by a signa
 study's folder as its tables when they end (``rundata.pack``).
 
 Usage: python benchmarks/studies/tuned/tuned_study.py select|fresh [--envs ...] [--arms ...] [--workers 2]
-       [--minutes M] [--steps N --out DIR --searches DIR]  (--steps: a smoke test into another folder)
+       [--minutes M] [--steps N --out DIR --searches DIR --trials T]  (--steps: a smoke test into another folder)
 """
 
 import argparse
@@ -39,6 +40,8 @@ ENVS = ["EarlyChoice-v0", "CartPoleNoVel-v1"]
 # The evidence study's Q4 searches reused for RecurrentPPO (PROTOCOL.md, Arms and search); every other search is
 # this study's
 Q4_SEARCHES = {("EarlyChoice-v0", "ev_rppo"), ("CartPoleNoVel-v1", "ev_rppo")}
+# Trials of every search (the Q4 budget), and the best of them the selection trains
+TRIALS = 30
 TOP = 5
 SELECTION_SEEDS = (200, 201, 202)
 FRESH_SEEDS = tuple(range(300, 310))
@@ -90,9 +93,18 @@ def job(
     }  # fmt: skip
 
 
-def selection_jobs(env_id: str, arm: str, out: Path, steps: int | None, searches: Path = tune.OUT) -> list[dict[str, Any]]:
-    """The :data:`TOP` x :data:`SELECTION_SEEDS` runs of an arm's selection on an env (trials best first)."""
+def selection_jobs(
+    env_id: str, arm: str, out: Path, steps: int | None, searches: Path = tune.OUT, trials: int = TRIALS
+) -> list[dict[str, Any]]:
+    """
+    The :data:`TOP` x :data:`SELECTION_SEEDS` runs of an arm's selection on an env (trials best first).
+
+    :raises ValueError: the search does not exist or has fewer than ``trials`` finished (completed or pruned) trials
+    """
     storage = search_storage(env_id, arm, out, searches)
+    done = tune.finished_trials(storage, tune.study_name(env_id, arm))
+    if done < trials:
+        raise ValueError(f"the search of {arm} on {env_id} has {done} of its {trials} trials finished ({storage})")
     folder = selection_folder(out, env_id, arm)
     jobs = []
     for rank, (number, value, params) in enumerate(tune.top_trials(storage, tune.study_name(env_id, arm), TOP)):
@@ -161,6 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=OUT, help="the study's folder (its tables beside it)")
     parser.add_argument("--searches", type=Path, default=tune.OUT, help="the Q4 searches (benchmarks/results/tuning)")
     parser.add_argument("--steps", type=int, default=None, help="env steps per run (a smoke test; needs --out)")
+    parser.add_argument("--trials", type=int, default=TRIALS, help="select: trials a search must have finished")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
@@ -171,7 +184,12 @@ def main(argv: list[str] | None = None) -> None:
     rundata.ensure(out, out.parent)  # the stored runs on disk, so that packing again keeps them
     pairs = [(env_id, arm) for env_id in args.envs for arm in args.arms]
     if args.mode == "select":
-        jobs = {pair: selection_jobs(*pair, out, args.steps, args.searches) for pair in pairs}
+        jobs = {}
+        for pair in pairs:
+            try:
+                jobs[pair] = selection_jobs(*pair, out, args.steps, args.searches, args.trials)
+            except ValueError as error:  # a search not finished yet: the other pairs go on
+                print(f"{pair[0]} {pair[1]}: not selected: {error}", flush=True)
         train(interleaved([j for pair_jobs in jobs.values() for j in pair_jobs]), args.workers, args.minutes)
         for (env_id, arm), pair_jobs in jobs.items():
             folder = selection_folder(out, env_id, arm)
