@@ -118,6 +118,10 @@ COVERAGE_ARMS: dict[str, dict[str, Any]] = {
 for _name, _arm in COVERAGE_ARMS.items():
     VARIANTS[_name] = {"algo": "reset_ppo", "hyperparams": [f"window_coverage:'{_arm['coverage']}'"], "conf": EVIDENCE_CONF}
 VARIANTS["cv_rppo"] = {"algo": "ppo_lstm", "hyperparams": [], "conf": EVIDENCE_CONF}
+# The tuned study (benchmarks/studies/tuned/PROTOCOL.md): ResetPPO with today's window defaults (none pinned on the command
+# line, none sampled by its search: tune.py runs its trials with benchmarks/kit/ppo_lstm_space.py) and evidence.yml's
+# settings; its RecurrentPPO arm is ev_rppo, whose searches it reuses
+VARIANTS["tuned_reset"] = {"algo": "reset_ppo", "hyperparams": [], "conf": EVIDENCE_CONF, "today_defaults": True}
 # cv_rppo first in each (seed, env): while it trains on one worker, the other trains that seed's ResetPPO arms
 COVERAGE_VARIANTS = ["cv_rppo", *COVERAGE_ARMS]
 # cv_rppo and cv_inside16 re-train only these seeds, side by side (timing); their other seeds are ev_rppo's and
@@ -178,13 +182,14 @@ def hyperparams(variant: str, env_id: str, own_conf: bool = True) -> list[str]:
     The settings a variant adds on the command line for an env: coverage arms their resolved window length; the
     other ResetPPO variants the defaults of their studies' time (:data:`OLD_DEFAULT_COVERAGE`, and
     :data:`OLD_DEFAULT_WINDOW` when ``own_conf``, i.e. the variant's own hyperparameter file is read), unless they
-    or the file's entry for the env set them (the command line overrides the file).
+    or the file's entry for the env set them (the command line overrides the file), or they keep today's defaults
+    (``today_defaults``).
     """
     spec = VARIANTS[variant]
     if variant in COVERAGE_ARMS:
         return [*spec["hyperparams"], f"window_size:{coverage_window(variant, env_id)}"]
     settings = list(spec["hyperparams"])
-    if spec["algo"] == "reset_ppo":
+    if spec["algo"] == "reset_ppo" and not spec.get("today_defaults", False):
         entry = yaml.safe_load(conf_file(variant).read_text()).get(env_id, {}) if own_conf else {}
         named = {setting.split(":")[0] for setting in settings} | set(entry)
         for pinned in (OLD_DEFAULT_COVERAGE, *([OLD_DEFAULT_WINDOW] if own_conf else [])):

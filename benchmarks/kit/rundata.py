@@ -143,9 +143,21 @@ def decode(cell: dict[str, Any], diffs: dict[str, str]) -> bytes:
     return str(cell["text"]).encode()
 
 
+# What a run folder holds that no table stores (git ignored it before the tables): the zoo's models, pickled
+# statistics and Optuna reports, its monitors, and the trainer's plain log (its compressed copy, log.txt.gz, is kept)
+NOT_STORED = ("*.zip", "*.pkl", "*.monitor.csv", "log.txt")
+
+
 def _stored_files(folder: Path) -> list[Path]:
-    """The files of a study folder that the tables hold: all but hand-written documents and the unpack stamp."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix != ".md" and p.name != STAMP)
+    """
+    The files of a study folder that the tables hold: all but hand-written documents, the unpack stamp and
+    :data:`NOT_STORED`.
+    """
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix != ".md" and p.name != STAMP and not any(p.match(pattern) for pattern in NOT_STORED)
+    )
 
 
 def _run_dir(path: Path, folder: Path) -> Path:
@@ -233,10 +245,19 @@ def unpacked(name: str, results: Path = RESULTS) -> dict[str, bytes]:
     return files
 
 
+def _extends(path: Path, stored: bytes) -> bool:
+    """Whether the file at ``path`` holds ``stored`` and more after it (an append-only file written to since)."""
+    if not path.is_file() or path.stat().st_size <= len(stored):
+        return False
+    with open(path, "rb") as existing:
+        return existing.read(len(stored)) == stored
+
+
 def unpack(name: str, results: Path = RESULTS) -> int:
     """
     Write the tables of ``name`` into the folder ``results/name/``, over the files they hold (other files, such as
-    runs trained since and not packed yet, stay).
+    runs trained since and not packed yet, stay; so does a file that begins with what the tables hold and goes on,
+    such as a search's journal appended to since it was packed).
 
     :return: the files written
     :raises ValueError: ``name`` has no tables
@@ -247,6 +268,8 @@ def unpack(name: str, results: Path = RESULTS) -> int:
     files = unpacked(name, results)
     for inside, data in files.items():
         path = folder / inside
+        if _extends(path, data):
+            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     _stamp(name, results)

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from benchmarks.kit import run_grid
+from benchmarks.kit import run_grid, rundata
 from sb3_reset_ppo.experiments import executors, runner
 
 HERE = Path(__file__).resolve().parent
@@ -146,6 +146,28 @@ def best_trial(storage: str, name: str) -> tuple[int, float, dict[str, Any], lis
     tied = sorted(trial.number for trial in complete if trial.value is not None and float(trial.value) == value)
     best = next(trial for trial in complete if trial.number == tied[0])
     return best.number, value, dict(best.params), tied[1:]
+
+
+def top_trials(storage: str, name: str, count: int) -> list[tuple[int, float, dict[str, Any]]]:
+    """
+    Number, value and raw parameters of the study's ``count`` best completed trials, best first; a tie goes to the
+    earlier trial, as in :func:`best_trial` (pruned and failed trials never count).
+
+    :raises ValueError: ``count`` is below 1, or the study has fewer completed trials
+    """
+    import optuna
+
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    study = optuna.load_study(study_name=name, storage=_backend(storage))
+    complete = [
+        (trial.number, float(trial.value), dict(trial.params))
+        for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if trial.value is not None
+    ]
+    if len(complete) < count:
+        raise ValueError(f"study {name!r} in {storage} has {len(complete)} completed trials, fewer than {count}")
+    return sorted(complete, key=lambda trial: (-trial[1], trial[0]))[:count]
 
 
 def search_summary(out: Path, envs: list[str], arms: list[str], storage: str | None = None) -> str:
@@ -286,10 +308,15 @@ def worker_seed_base(folder: Path, offset: int = 0) -> int:
 
 
 def optimize_command(env_id: str, arm: str, storage: str, seed: int, log_dir: Path, args: argparse.Namespace) -> list[str]:
-    """The zoo's ``-optimize`` command of one trial of the study, its sampler seeded with ``seed``."""
+    """
+    The zoo's ``-optimize`` command of one trial of the study, its sampler seeded with ``seed``. An arm that keeps
+    today's window defaults (``today_defaults``) is searched in ppo_lstm's space (``benchmarks/kit/ppo_lstm_space.py``:
+    its window settings are not sampled); every other ResetPPO arm with the package's sampler (``window_size`` too).
+    """
     spec = run_grid.VARIANTS[arm]
+    zoo = "benchmarks.kit.ppo_lstm_space" if spec.get("today_defaults", False) else "sb3_reset_ppo.zoo"
     command = [
-        sys.executable, "-m", "sb3_reset_ppo.zoo", "train", "--algo", spec["algo"], "--env", env_id,
+        sys.executable, "-m", zoo, "train", "--algo", spec["algo"], "--env", env_id,
         "--conf-file", str(spec["conf"]), "-optimize", "--n-trials", "1",
         "--n-jobs", "1", "--storage", storage, "--study-name", study_name(env_id, arm),
         "--sampler", "tpe", "--pruner", "median", "--n-evaluations", str(args.n_evaluations),
@@ -418,6 +445,8 @@ def optimize(args: argparse.Namespace) -> None:
     deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
     for env_id, arm in itertools.product(args.envs, args.arms):
         path = study_path(args.out, env_id, arm)
+        if not path.exists():  # a stored study's journal, unpacked from its tables (a live journal is never replaced)
+            rundata.ensure(path.parent)
         storage = args.storage or str(path)
         done = finished_trials(storage, study_name(env_id, arm)) if (args.storage or path.exists()) else 0
         if done >= args.trials:

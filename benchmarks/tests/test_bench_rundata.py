@@ -38,7 +38,15 @@ def _study(results: Path) -> Path:
 def test_a_packed_folder_unpacks_to_what_it_held(tmp_path: Path) -> None:
     folder = _study(tmp_path)
     before = runner.load_runs(folder, 1)
+    # What the zoo and the runner leave beside a run and no table stores: models, pickles, monitors, the plain log
+    zoo_dir = folder / "reset" / "CueRecall-v0" / "seed1" / "reset_ppo" / "CueRecall-v0_1"
+    for name in ("best_model.zip", "CueRecall-v0/vecnormalize.pkl", "0.monitor.csv", "../../log.txt"):
+        (zoo_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (zoo_dir / name).write_bytes(b"not stored")
     assert rundata.pack("s", tmp_path) == (3, 11)  # two runs and the runner's folder; NOTES.md is not packed
+    assert rundata.check("s", tmp_path) == []
+    for name in ("best_model.zip", "CueRecall-v0/vecnormalize.pkl", "0.monitor.csv", "../../log.txt"):
+        (zoo_dir / name).unlink()
     assert rundata.check("s", tmp_path) == []
     runs_text = gzip.decompress(rundata.runs_table("s", tmp_path).read_bytes()).decode()
     assert "diff --git" not in runs_text and "trained" not in runs_text  # the diff once elsewhere, the log apart
@@ -101,6 +109,18 @@ def test_ensure_unpacks_only_when_the_tables_changed(tmp_path: Path) -> None:
     (folder / ".unpacked").write_text("other tables\n")
     rundata.ensure(folder / "reset", tmp_path)
     assert record.exists()
+    # A file appended to since the tables were written (a live search's journal) is kept; an edited one is not
+    journal = folder / "search" / "study.log"
+    journal.parent.mkdir()
+    journal.write_text("trial 0\n")
+    (folder / "search" / "notes.txt").write_text("stored\n")
+    rundata.pack("s", tmp_path)
+    journal.write_text("trial 0\ntrial 1\n")
+    (folder / "search" / "notes.txt").write_text("stored and edited\n")
+    (folder / ".unpacked").write_text("other tables\n")
+    rundata.ensure(folder, tmp_path)
+    assert journal.read_text() == "trial 0\ntrial 1\n"
+    assert (folder / "search" / "notes.txt").read_text() == "stored\n"
     rundata.ensure(tmp_path / "elsewhere", tmp_path)  # a folder without tables: nothing to do
     with pytest.raises(ValueError, match="name must be one of"):
         rundata.unpack("elsewhere", tmp_path)

@@ -338,3 +338,56 @@ def test_a_database_password_never_reaches_a_command_line(tmp_path: Path) -> Non
     url = "postgresql+psycopg://optuna@db.example:5432/optuna"
     zoo = tune.optimize_command("EarlyChoice-v0", "ev_reset", url, 0, tmp_path, args)
     assert zoo[zoo.index("--storage") + 1] == url
+
+
+def _sampled_by(main: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], dict[str, Any]]:
+    """
+    The settings and raw parameters that ``main``'s zoo command line (``train --algo reset_ppo``) samples for a trial:
+    the zoo's own main replaced by one trial of the sampler it would find registered.
+    """
+    import optuna
+    import rl_zoo3.cli
+    from rl_zoo3 import hyperparams_opt
+
+    for name in ("reset_ppo", "maskable_reset_ppo"):  # restored after the test, as sys.argv
+        monkeypatch.setitem(hyperparams_opt.HYPERPARAMS_SAMPLER, name, hyperparams_opt.HYPERPARAMS_SAMPLER.get(name))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    found: dict[str, Any] = {}
+
+    def one_trial() -> None:
+        trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+        found["settings"] = hyperparams_opt.HYPERPARAMS_SAMPLER["reset_ppo"](trial, 2, 8, {})
+        found["params"] = dict(trial.params)
+
+    monkeypatch.setattr(rl_zoo3.cli, "main", one_trial)
+    main(["train", "--algo", "reset_ppo", "--env", "CartPoleNoVel-v1"])
+    return found["settings"], found["params"]
+
+
+def test_tuning_in_ppo_lstm_space_samples_no_window_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sb3_reset_ppo.zoo
+
+    space = _load("ppo_lstm_space")
+    settings, params = _sampled_by(space.main, monkeypatch)
+    # ppo_lstm's parameters only: the window settings stay at ResetPPO's defaults
+    assert not {"window_size", "window_stride", "window_coverage"} & (set(settings) | set(params))
+    assert {"n_steps", "batch_size", "gamma", "n_epochs", "policy_kwargs"} <= set(settings)
+    assert set(params) == {
+        "batch_size_pow", "n_steps_pow", "one_minus_gamma", "one_minus_gae_lambda", "learning_rate", "ent_coef",
+        "clip_range", "n_epochs", "max_grad_norm", "net_arch", "activation_fn",
+    }  # fmt: skip
+    # The package's own command line, after it: its sampler is the package's again, window_size included
+    assert sb3_reset_ppo.zoo.sample_reset_ppo_params.__module__ == "sb3_reset_ppo.zoo"
+    settings, params = _sampled_by(sb3_reset_ppo.zoo.main, monkeypatch)
+    assert "window_size" in params and "window_size" in settings
+
+    # tune.py runs the trials of an arm that keeps today's window defaults with that module, nothing pinned; the other
+    # ResetPPO arms with the package's command line and their study's window settings
+    tune = _load("tune")
+    namespace = tune.argparse.Namespace(n_evaluations=5, eval_episodes=10, n_timesteps=None)
+    command = tune.optimize_command("CartPoleNoVel-v1", "tuned_reset", "s.log", 7, tmp_path, namespace)
+    assert command[1:3] == ["-m", "benchmarks.kit.ppo_lstm_space"] and "--hyperparams" not in command
+    assert command[command.index("--algo") + 1] == "reset_ppo"
+    assert command[command.index("--conf-file") + 1].endswith("benchmarks/studies/evidence/evidence.yml")
+    command = tune.optimize_command("CartPoleNoVel-v1", "ev_reset", "s.log", 7, tmp_path, namespace)
+    assert command[1:3] == ["-m", "sb3_reset_ppo.zoo"] and "window_size:16" in command

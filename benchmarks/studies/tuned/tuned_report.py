@@ -1,0 +1,277 @@
+"""
+The tuned study's report (``PROTOCOL.md``, Fresh seeds and endpoint), from the runs stored so far.
+
+Per env, each arm's fresh-seed runs (its selected trial on seeds 300 to 309): the IQM of the final evaluation's mean
+return with its 95% stratified-bootstrap interval, and the probability of improvement P(ResetPPO > RecurrentPPO)
+with its interval and a two-sided Mann-Whitney test, Holm-adjusted over the envs (the study's only tests).
+Descriptive: the return over training per env step (the mean of the 20 evaluations, i.e. the area under the curve
+over the budget, normalised), ``learn()`` seconds (from each run's training log) with the median over seeds of the
+ratio ResetPPO / RecurrentPPO (runs of one seed trained side by side), and each arm's return at the median
+``learn()`` seconds of the faster arm's runs (a run not evaluated by then counts its first evaluation). The selection
+(each top trial's search value and its selection runs' mean) is shown beside them. Works on partial runs; the
+statistics are ``sb3_reset_ppo.experiments.stats``'s.
+
+Usage: python benchmarks/studies/tuned/tuned_report.py [--runs DIR] [--out DIR] [--summaries DIR] [--reps 2000]
+(prints every statement; writes ``RESULTS.md`` and ``figures/learning_curves.png`` into ``--out``, default this
+study's folder, and ``tuned_summary.json`` into ``--summaries``, default ``benchmarks/results/``)
+"""
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from benchmarks.kit import rundata
+from benchmarks.kit.report import estimate_text, improvement_triple, iqm_triple, learning_curves, machines
+from sb3_reset_ppo.experiments import runner, stats
+
+HERE = Path(__file__).resolve().parent
+RUNS = rundata.RESULTS / "tuned"
+BASE, OTHER = "tuned_reset", "ev_rppo"
+NAMES = {BASE: "ResetPPO", OTHER: "RecurrentPPO"}
+ENV_ORDER = ["EarlyChoice-v0", "CartPoleNoVel-v1", "PendulumNoVel-v1"]
+
+
+def load(runs_dir: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The fresh-seed runs (``<runs>/fresh/<arm>/<env>/seed<k>/``) by env and arm, each with its ``learn()`` seconds."""
+    found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for run in runner.load_runs(runs_dir / "fresh"):
+        run["learn"] = runner.elapsed_seconds(run)
+        found.setdefault(run["env"], {}).setdefault(run["variant"], []).append(run)
+    order = [BASE, OTHER]
+    return {
+        env: {arm: found[env][arm] for arm in sorted(found[env], key=lambda a: (order + [a]).index(a))}
+        for env in sorted(found, key=lambda e: (ENV_ORDER + [e]).index(e))
+    }
+
+
+def selections(runs_dir: Path, envs: list[str]) -> dict[str, dict[str, Any]]:
+    """Each arm's stored selection (``selected.json``) per env, where there is one."""
+    out: dict[str, dict[str, Any]] = {}
+    for env in envs:
+        for arm in (BASE, OTHER):
+            path = runs_dir / "selection" / env / arm / "selected.json"
+            if path.exists():
+                out.setdefault(env, {})[arm] = json.loads(path.read_text())
+    return out
+
+
+def learn_seconds(run: dict[str, Any]) -> float | None:
+    """A run's ``learn()`` seconds at its final evaluation (None without a training log)."""
+    return None if run["learn"] is None else float(run["learn"][-1])
+
+
+def at_time(run: dict[str, Any], seconds: float) -> float:
+    """A run's return when stopped at ``seconds`` of ``learn()`` (before its first evaluation: that evaluation's)."""
+    return stats.score_at_time(run["learn"], run["eval_mean"], seconds, 1, float(run["eval_mean"][0]))
+
+
+def time_comparison(by_arm: dict[str, list[dict[str, Any]]], reps: int) -> dict[str, Any] | None:
+    """
+    ``learn()`` seconds of both arms: the median ratio ResetPPO / RecurrentPPO over seeds trained by both, and each
+    arm's return at the median seconds of the faster arm (None unless every run has its training log).
+    """
+    seconds: dict[str, dict[int, float]] = {arm: {} for arm in (BASE, OTHER)}
+    for arm in (BASE, OTHER):
+        for run in by_arm[arm]:
+            value = learn_seconds(run)
+            if value is None:
+                return None
+            seconds[arm][int(run["seed"])] = value
+    ratios = [value / seconds[OTHER][seed] for seed, value in seconds[BASE].items() if seed in seconds[OTHER]]
+    medians = {arm: statistics.median(seconds[arm].values()) for arm in (BASE, OTHER)}
+    faster = min(medians, key=lambda arm: medians[arm])
+    scores = {arm: [at_time(r, medians[faster]) for r in by_arm[arm]] for arm in (BASE, OTHER)}
+    return {
+        "median_seconds": medians, "ratio": statistics.median(ratios) if ratios else None, "pairs": len(ratios),
+        "faster": faster, "at_seconds": medians[faster], "return_at": {arm: iqm_triple(v, reps) for arm, v in scores.items()},
+        "probability_at": improvement_triple(scores[BASE], scores[OTHER], reps),
+    }  # fmt: skip
+
+
+def analyse(
+    runs: dict[str, dict[str, list[dict[str, Any]]]], selected: dict[str, dict[str, Any]], reps: int = stats.REPS
+) -> dict[str, Any]:
+    """Every number of the report, per env: the arms' endpoints and the comparison of ResetPPO with RecurrentPPO."""
+    summary: dict[str, Any] = {"envs": {}, "reps": reps, "runs": sum(len(r) for by in runs.values() for r in by.values())}
+    tested: list[str] = []
+    for env, by_arm in runs.items():
+        arms: dict[str, Any] = {}
+        for arm, records in by_arm.items():
+            seconds = [s for s in (learn_seconds(r) for r in records) if s is not None]
+            arms[arm] = {
+                "runs": len(records), "seeds": sorted(int(r["seed"]) for r in records),
+                "trials": sorted({int(r["trial"]) for r in records if "trial" in r}),
+                "final": iqm_triple([r["final"] for r in records], reps), "auc": iqm_triple([r["auc"] for r in records], reps),
+                "learn_seconds": iqm_triple(seconds, reps),
+            }  # fmt: skip
+        entry: dict[str, Any] = {"arms": arms, "selection": selected.get(env, {})}
+        if BASE in by_arm and OTHER in by_arm:
+            final, other_final = ([r["final"] for r in by_arm[arm]] for arm in (BASE, OTHER))
+            auc, other_auc = ([r["auc"] for r in by_arm[arm]] for arm in (BASE, OTHER))
+            p, method = stats.mann_whitney(final, other_final)
+            entry["comparison"] = {
+                "final": {"probability": improvement_triple(final, other_final, reps), "p": p, "method": method},
+                "auc": {"probability": improvement_triple(auc, other_auc, reps)},
+                "time": time_comparison(by_arm, reps),
+            }
+            tested.append(env)
+        summary["envs"][env] = entry
+    adjusted = stats.holm([summary["envs"][env]["comparison"]["final"]["p"] for env in tested]) if tested else []
+    for env, p_holm in zip(tested, adjusted, strict=True):
+        summary["envs"][env]["comparison"]["final"]["p_holm"] = p_holm
+    summary["family"] = len(tested)
+    return summary
+
+
+def _triple(values: list[float] | None, digits: int = 3) -> str:
+    return "none" if values is None else estimate_text(values, digits)
+
+
+def verdict(result: dict[str, Any]) -> str:
+    """``better`` / ``worse`` (ResetPPO against RecurrentPPO) where the interval excludes 0.5 and Holm's p < 0.05."""
+    side = stats.significance(result["probability"][1], result["probability"][2], 0.5)
+    return side if side != "not significant" and result["p_holm"] < 0.05 else "not significant"
+
+
+def lines(summary: dict[str, Any]) -> list[str]:
+    """The report's statements: every result with its interval, significant or not."""
+    out = [
+        f"Tests: {summary['family']} (final return, one per env, Holm); IQM over seeds, 95% stratified-bootstrap intervals."
+    ]
+    for env, entry in summary["envs"].items():
+        out.append(f"## {env}")
+        for arm, values in entry["arms"].items():
+            out.append(
+                f"- {NAMES.get(arm, arm)} ({arm}, trial {', '.join(map(str, values['trials']))}, {values['runs']} runs): "
+                f"final return {_triple(values['final'])}; mean over training {_triple(values['auc'])}; learn() s "
+                f"{_triple(values['learn_seconds'], 1)}"
+            )
+        if "comparison" in entry:
+            final, auc, time = (entry["comparison"][key] for key in ("final", "auc", "time"))
+            out.append(
+                f"- P(ResetPPO > RecurrentPPO), final return: {_triple(final['probability'])}, Mann-Whitney p "
+                f"{final['p']:.3g} ({final['method']}), Holm p {final['p_holm']:.3g}: {verdict(final)}"
+            )
+            out.append(f"- P(ResetPPO > RecurrentPPO), mean over training: {_triple(auc['probability'])} (descriptive)")
+            if time is not None:
+                ratio = "none" if time["ratio"] is None else f"{time['ratio']:.2f}"
+                out.append(
+                    f"- learn() s: median ratio ResetPPO / RecurrentPPO {ratio} ({time['pairs']} seeds); at "
+                    f"{time['at_seconds']:.0f} s (the median of {NAMES[time['faster']]}'s runs) ResetPPO "
+                    f"{_triple(time['return_at'][BASE])}, RecurrentPPO {_triple(time['return_at'][OTHER])}, "
+                    f"P(ResetPPO > RecurrentPPO) {_triple(time['probability_at'])} (descriptive)"
+                )
+    return out
+
+
+def selection_table(entry: dict[str, Any]) -> list[str]:
+    """Each arm's selection on an env: the selection mean of each of its top trials, the selected one in bold."""
+    out = []
+    for arm, chosen in entry["selection"].items():
+        searched = chosen.get("search_values", {})
+        trials = ", ".join(
+            f"{'**' if int(k) == chosen['trial'] else ''}{k}: {mean:.3f}{'**' if int(k) == chosen['trial'] else ''}"
+            + (f" ({searched[k]:.3f})" if k in searched else "")
+            for k, mean in chosen["means"].items()
+        )
+        out.append(f"| {NAMES.get(arm, arm)} | {chosen['trial']} | {trials} |")
+    if not out:
+        return []
+    return [
+        "Selection (seeds 200 to 202): the mean final return of each of the search's top 5 trials, the selected one in",
+        "bold, and in brackets the trial's value in the search (its last evaluation, 10 episodes).",
+        "",
+        "| arm | selected trial | trial: selection mean (search value) |",
+        "|---|---|---|",
+        *out,
+        "",
+    ]
+
+
+def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+    """The results page: how the runs were made, then per env the arms' endpoints, the test and the selection."""
+    every = [record for by_arm in runs.values() for records in by_arm.values() for record in records]
+    commits = sorted({record["commit"][:8] for record in every})
+    out = [
+        "# Tuned against tuned, with today's ResetPPO (benchmarks/studies/tuned/PROTOCOL.md)",
+        "",
+        "Measured by `benchmarks/studies/tuned/tuned_study.py` and summarised by `benchmarks/studies/tuned/tuned_report.py`",
+        "(this file is its output). Each arm is its search's selected trial (ResetPPO: `tuned_reset`, searched with the",
+        "window settings at their defaults; RecurrentPPO: `ev_rppo`, the evidence study's searches), on fresh seeds.",
+        "",
+        f"- Runs: {len(every)}; commits: "
+        + ", ".join(f"`{c}` ({sum(r['commit'][:8] == c for r in every)})" for c in commits)
+        + f"; {sum(bool(r.get('dirty')) for r in every)} with uncommitted package changes",
+        f"- Machines: {machines(every)}; one torch thread a run, two runs at a time",
+        f"- Bootstrap resamples: {summary['reps']}; tests: {summary['family']} on the final return (Holm over the envs)",
+        "",
+    ]
+    for env, entry in summary["envs"].items():
+        out += [
+            f"## {env}",
+            "",
+            "IQM over seeds with 95% stratified-bootstrap intervals. Final return: the last evaluation's mean return; "
+            "mean over training: the mean of the evaluations (the curve's area over the budget, normalised).",
+            "",
+            "| arm | trial | runs | final return | mean over training | learn() s |",
+            "|---|---|---|---|---|---|",
+        ]
+        for arm, values in entry["arms"].items():
+            out.append(
+                f"| {NAMES.get(arm, arm)} | {', '.join(map(str, values['trials']))} | {values['runs']} "
+                f"| {_triple(values['final'])} | {_triple(values['auc'])} | {_triple(values['learn_seconds'], 1)} |"
+            )
+        out.append("")
+        if "comparison" in entry:
+            final, auc, time = (entry["comparison"][key] for key in ("final", "auc", "time"))
+            out += [
+                "| P(ResetPPO > RecurrentPPO) | value | p | p, Holm | verdict |",
+                "|---|---|---|---|---|",
+                f"| final return | {_triple(final['probability'])} | {final['p']:.2g} ({final['method']}) "
+                f"| {final['p_holm']:.2g} | {verdict(final)} |",
+                f"| mean over training | {_triple(auc['probability'])} | - | - | descriptive |",
+            ]
+            if time is not None:
+                ratio = "none" if time["ratio"] is None else f"{time['ratio']:.2f}"
+                out += [
+                    f"| return at {time['at_seconds']:.0f} learn() s | {_triple(time['probability_at'])} | - | - "
+                    "| descriptive |",
+                    "",
+                    f"learn() seconds: median ratio ResetPPO / RecurrentPPO over {time['pairs']} seeds {ratio}. At "
+                    f"{time['at_seconds']:.0f} s, the median of {NAMES[time['faster']]}'s runs: ResetPPO "
+                    f"{_triple(time['return_at'][BASE])}, RecurrentPPO {_triple(time['return_at'][OTHER])}.",
+                ]
+            out.append("")
+        out += selection_table(entry)
+    out += ["![learning curves](figures/learning_curves.png)", ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, default=RUNS, help="the study's folder (fresh/ and selection/)")
+    parser.add_argument("--out", type=Path, default=HERE, help="folder of RESULTS.md and figures/ (default: this study's)")
+    parser.add_argument("--summaries", type=Path, default=rundata.RESULTS, help="folder of tuned_summary.json")
+    parser.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error(f"--reps must be at least 1, got {args.reps}")
+    runs_dir = args.runs.resolve()
+    rundata.ensure(runs_dir, runs_dir.parent)  # the stored runs' folder, unpacked from its tables where needed
+    runs = load(runs_dir)
+    if not runs:
+        parser.error(f"no finished fresh-seed run under {runs_dir / 'fresh'}")
+    summary = analyse(runs, selections(runs_dir, list(runs)), args.reps)
+    print("\n".join(lines(summary)))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "RESULTS.md").write_text(markdown(summary, runs))
+    every = [record for by_arm in runs.values() for records in by_arm.values() for record in records]
+    learning_curves(every, list(runs), args.out / "figures" / "learning_curves.png", [BASE, OTHER])
+    args.summaries.mkdir(parents=True, exist_ok=True)
+    (args.summaries / "tuned_summary.json").write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

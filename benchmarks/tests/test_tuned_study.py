@@ -1,0 +1,107 @@
+"""
+The tuned study's runner (``benchmarks/studies/tuned/tuned_study.py``): the top trials of a search, the selection's
+runs and its rule, the fresh-seed runs of the selected trial (fake searches and runs, no training).
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench_helpers import _fake_run, _load
+
+study = _load("tuned_study")
+
+# Raw parameters of the zoo's ppo_lstm sampler (a trial of either arm's search)
+PARAMS: dict[str, Any] = {
+    "batch_size_pow": 6, "n_steps_pow": 8, "one_minus_gamma": 0.01, "one_minus_gae_lambda": 0.05,
+    "learning_rate": 1e-3, "ent_coef": 0.01, "clip_range": 0.2, "n_epochs": 5, "max_grad_norm": 0.5,
+    "net_arch": "tiny", "activation_fn": "relu",
+}  # fmt: skip
+
+
+def _search(path: Path, name: str, trials: list[tuple[str, float | None]]) -> None:
+    """A journal study of ppo_lstm trials: (state, value) each, in trial-number order."""
+    import optuna
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    storage = study.tune._backend(str(path))
+    search = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    for number, (state, value) in enumerate(trials):
+        params: dict[str, Any] = {**PARAMS, "n_epochs": number + 1}  # the trial's number, readable in its settings
+        distributions: dict[str, Any] = {
+            key: optuna.distributions.CategoricalDistribution([item]) for key, item in params.items()
+        }
+        search.add_trial(
+            optuna.trial.create_trial(
+                state=getattr(optuna.trial.TrialState, state), value=value, distributions=distributions, params=params
+            )
+        )
+
+
+def test_top_trials_rank_completed_trials_by_value_then_number(tmp_path: Path) -> None:
+    trials = [("COMPLETE", 1.0), ("PRUNED", None), ("COMPLETE", 3.0), ("COMPLETE", 1.0), ("FAIL", None), ("COMPLETE", 3.0)]
+    path = tmp_path / "study.log"
+    _search(path, "s", trials)
+    top = study.tune.top_trials(str(path), "s", 3)
+    # Ties go to the earlier trial; pruned and failed trials never count
+    assert [(number, value) for number, value, _ in top] == [(2, 3.0), (5, 3.0), (0, 1.0)]
+    assert top[0][2]["n_epochs"] == 3
+    with pytest.raises(ValueError, match="4 completed trials, fewer than 5"):
+        study.tune.top_trials(str(path), "s", 5)
+    with pytest.raises(ValueError, match="count must be at least 1"):
+        study.tune.top_trials(str(path), "s", 0)
+
+
+def test_selection_trains_the_top_five_on_three_seeds_and_picks_the_best_mean(tmp_path: Path) -> None:
+    out = tmp_path / "tuned"
+    # ResetPPO's search is this study's; RecurrentPPO's the Q4 search
+    _search(out / "search" / "CartPoleNoVel-v1" / "tuned_reset" / "study.log", "CartPoleNoVel-v1_tuned_reset",
+            [("COMPLETE", float(v)) for v in (5, 9, 1, 7, 9, 3, 8)])  # fmt: skip
+    q4 = tmp_path / "tuning"
+    _search(q4 / "CartPoleNoVel-v1" / "ev_rppo" / "study.log", "CartPoleNoVel-v1_ev_rppo", [("COMPLETE", 1.0)] * 6)
+    # The protocol selects from a whole search only
+    with pytest.raises(ValueError, match="has 7 of its 30 trials finished"):
+        study.selection_jobs("CartPoleNoVel-v1", "tuned_reset", out, None, q4)
+    jobs = study.selection_jobs("CartPoleNoVel-v1", "tuned_reset", out, None, q4, trials=7)
+    assert [(j["extra"]["trial"], j["seed"]) for j in jobs][:4] == [(1, 200), (1, 201), (1, 202), (4, 200)]
+    assert sorted({j["extra"]["trial"] for j in jobs}) == [0, 1, 3, 4, 6] and len(jobs) == 15
+    folder = out / "selection" / "CartPoleNoVel-v1" / "tuned_reset"
+    assert jobs[0]["run_dir"] == folder / "trial1" / "seed200" and jobs[0]["conf"] == folder / "trial1.yml"
+    assert {j["variant"] for j in jobs} == {"tuned_reset"} and {j["eval_episodes"] for j in jobs} == {20}
+    config = study.yaml.safe_load(jobs[0]["conf"].read_text())["CartPoleNoVel-v1"]
+    # The trial's settings over evidence.yml's entry, at the env's budget, with ResetPPO's default windows
+    assert (config["n_epochs"], config["n_steps"], config["n_timesteps"], config["window_size"]) == (2, 256, 1e5, "batch")
+    rppo = study.selection_jobs("CartPoleNoVel-v1", "ev_rppo", out, None, q4, trials=6)
+    assert sorted({j["extra"]["trial"] for j in rppo}) == [0, 1, 2, 3, 4]
+    assert "window_size" not in study.yaml.safe_load(rppo[0]["conf"].read_text())["CartPoleNoVel-v1"]
+    # Both arms' runs interleaved, trial by trial and seed by seed: two workers train them side by side
+    assert [j["variant"] for j in study.interleaved(jobs + rppo)][:4] == ["tuned_reset", "ev_rppo"] * 2
+
+    finals = {1: [1.0, 2.0, 3.0], 4: [3.0, 1.0, 2.0], 6: [0.0, 0.0, 6.0], 0: [1.0, 1.0, 1.0], 3: [2.0, 2.0, 1.0]}
+
+    def store(number: int, seed: int) -> None:
+        # <selection>/<env>/<arm>/trial<k>/seed<s>/ is the grid layout <grid>/<variant>/<env>/seed<s> one level down
+        _fake_run(folder.parent, "tuned_reset", f"trial{number}", seed, [0.0, finals[number][seed - 200]], trial=number)
+
+    for number in finals:
+        for seed in study.SELECTION_SEEDS:
+            if (number, seed) != (3, 202):
+                store(number, seed)
+    # Not before every run is stored
+    assert study.select(folder, list(finals)) is None
+    store(3, 202)
+    chosen = study.select(folder, list(finals))
+    # Trials 1, 4 and 6 tie at a mean of 2 (6 by one lucky seed); the earliest, 1, is selected
+    assert chosen is not None and chosen["trial"] == 1 and chosen["mean"] == pytest.approx(2.0)
+    assert chosen["finals"]["6"] == [0.0, 0.0, 6.0] and chosen["means"]["0"] == pytest.approx(1.0)
+
+    # The fresh seeds train the selected trial's file, once its selection is stored
+    assert study.fresh_jobs("CartPoleNoVel-v1", "tuned_reset", out, None) == []
+    (folder / study.SELECTED).write_text(json.dumps(chosen))
+    fresh = study.fresh_jobs("CartPoleNoVel-v1", "tuned_reset", out, None)
+    assert [j["seed"] for j in fresh] == list(range(300, 310)) and {j["conf"] for j in fresh} == {folder / "trial1.yml"}
+    assert fresh[0]["run_dir"] == out / "fresh" / "tuned_reset" / "CartPoleNoVel-v1" / "seed300"
+    assert fresh[0]["extra"] == {"stage": "fresh", "trial": 1}
+    with pytest.raises(ValueError, match="no search of tuned_reset on EarlyChoice-v0"):
+        study.selection_jobs("EarlyChoice-v0", "tuned_reset", out, None, q4, trials=1)
