@@ -20,6 +20,7 @@ from pathlib import Path
 
 import postgres_server
 import pytest
+from fault_helpers import run_with_fault
 from postgres_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,32 +207,27 @@ def test_tuning_survives_a_database_restart_and_counts_no_trial_twice(
     ]  # fmt: skip
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "PGPASSFILE": str(password_file)}
     environment.pop("PGPASSWORD", None)
-    process = subprocess.Popen(tune, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment)
-    restarted = False
-    try:
+    restarted: list[float] = []
+
+    def restart() -> bool:
         # Once a trial trains (it has sampled its settings), the server stops, cutting every connection, and
         # starts again on its port after a while: the trial's next report, and tune.py's reads, meet it down
-        deadline = time.monotonic() + 300
-        while not restarted and process.poll() is None and time.monotonic() < deadline:
-            running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-            if any(len(trial.params) > len(CHEAP) for trial in running):
-                postgres_server.stop_server(bindir, postgres)
-                time.sleep(20)
-                postgres_server.start_server(bindir, postgres)
-                restarted = True
-            time.sleep(0.2)
-        output, _ = process.communicate(timeout=600)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        if not any(len(trial.params) > len(CHEAP) for trial in running):
+            return False
+        postgres_server.stop_server(bindir, postgres)
+        time.sleep(20)
+        postgres_server.start_server(bindir, postgres)
+        restarted.append(time.monotonic())
+        return True
+
+    code, text = run_with_fault(tune, restart, cwd=ROOT, env=environment)
     folder = tmp_path / ENV_ID / ARM
     logs = [path.read_text() if path.exists() else "" for path in (folder / "worker0.txt", folder / "worker1.txt")]
-    text = output.decode(errors="replace")
     shown = f"{text[-3000:]}\n" + "\n".join(log[-3000:] for log in logs)
     assert restarted, shown
     # The workers reconnected and the study completed in the same session
-    assert process.returncode == 0, shown
+    assert code == 0, shown
     trials = optuna.load_study(study_name=STUDY, storage=postgres.url).trials
     states = Counter(trial.state.name for trial in trials)
     # The trials the restart cut failed, none is left running, and the budget's trials completed: none counted twice
