@@ -39,7 +39,6 @@ Usage: python benchmarks/kit/tune.py optimize [--envs EarlyChoice-v0 CartPoleNoV
 """
 
 import argparse
-import contextlib
 import functools
 import itertools
 import json
@@ -160,21 +159,28 @@ def requeue(storage: str, name: str, settings: list[dict[str, Any]]) -> None:
         _answered(storage, functools.partial(enqueue, params))
 
 
-def _fail_and_requeue(storage: str, name: str, trials: list[Any]) -> None:
-    """Mark these RUNNING trials FAILED and queue each again with its settings (:func:`requeue`)."""
+def _fail_and_requeue(storage: str, name: str, trials: list[Any]) -> list[Any]:
+    """
+    Mark these RUNNING trials FAILED and queue each again with its settings (:func:`requeue`).
+
+    :return: The trials marked (not those that ended meanwhile)
+    """
     import optuna
 
-    def fail(trial_id: int) -> None:
+    def fail(trial_id: int) -> bool:
+        """Whether the trial is failed now (it may have ended meanwhile, or an earlier ask whose answer was lost)."""
         study = optuna.load_study(study_name=name, storage=_backend(storage))
-        # An earlier ask whose answer was lost may have marked it already
-        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+        try:
             study._storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return bool(study._storage.get_trial(trial_id).state == optuna.trial.TrialState.FAIL)
+        return True
 
-    for trial in trials:
-        _answered(storage, functools.partial(fail, trial._trial_id))
+    failed = [trial for trial in trials if _answered(storage, functools.partial(fail, trial._trial_id))]
     # Tried again with the same settings: otherwise the settings that take longest, the likeliest to be cut by a
-    # session's end, would be tried less often than the sampler chose them
-    requeue(storage, name, [trial.params for trial in trials])
+    # session's end, would be tried less often than the sampler chose them. One that completed meanwhile is not.
+    requeue(storage, name, [trial.params for trial in failed])
+    return failed
 
 
 def release_trials(storage: str, name: str, owner: str) -> list[int]:
@@ -198,8 +204,7 @@ def release_trials(storage: str, name: str, owner: str) -> list[int]:
         for trial in _trials(storage, name)
         if trial.state == optuna.trial.TrialState.RUNNING and trial.user_attrs.get(TRIAL_OWNER_ATTR) == owner
     ]
-    _fail_and_requeue(storage, name, left)
-    return [trial.number for trial in left]
+    return [trial.number for trial in _fail_and_requeue(storage, name, left)]
 
 
 def fail_stale_trials(storage: str, name: str) -> int:
@@ -213,8 +218,7 @@ def fail_stale_trials(storage: str, name: str) -> int:
     import optuna
 
     stale = [trial for trial in _trials(storage, name) if trial.state == optuna.trial.TrialState.RUNNING]
-    _fail_and_requeue(storage, name, stale)
-    return len(stale)
+    return len(_fail_and_requeue(storage, name, stale))
 
 
 def best_trial(storage: str, name: str) -> tuple[int, float, dict[str, Any], list[int]]:
