@@ -1,6 +1,6 @@
 """
 ``benchmarks/kit/tune.py optimize`` surviving a killed trial: real zoo processes on a journal-file study, one of
-them killed with SIGKILL while its trial trains. Slow (about a minute and a half on 2 busy cores: three zoo
+them killed with SIGKILL while its trial trains. Slow (about two minutes on 2 busy cores: three zoo
 processes, each importing the RL Zoo and torch), so it runs under ``make test-slow``.
 """
 

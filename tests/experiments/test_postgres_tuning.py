@@ -191,8 +191,8 @@ def test_the_server_runs_as_the_postgres_user_under_root(monkeypatch: pytest.Mon
 def test_tuning_survives_a_database_restart_and_counts_no_trial_twice(
     postgres: PostgresServer, password_file: Path, tmp_path: Path
 ) -> None:
-    # Slow (about two minutes on 2 busy cores): zoo processes each import the RL Zoo and torch, and the server stays
-    # down for a while, so that the trials and tune.py's own reads meet it down
+    # Slow (about four minutes on 2 busy cores): zoo processes each import the RL Zoo and torch, and the server stays
+    # down for 20 s, so that the trials and tune.py's own reads meet it down
     import optuna
 
     bindir = postgres_server.available_bindir()

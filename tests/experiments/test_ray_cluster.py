@@ -176,7 +176,8 @@ def _zoo_trainers(processes: dict[int, tuple[int, bytes]], pids: list[int]) -> l
 
 @pytest.mark.slow
 def test_a_grid_survives_a_killed_worker_node_and_stores_each_run_once(cluster: Cluster, tmp_path: Path) -> None:
-    # Slow: the cluster takes most of a minute to start on 2 busy cores, and the grid's runs another minute or two
+    # Slow (about three and a half minutes on 2 busy cores): the cluster takes most of a minute to start, and the
+    # grid's three runs, each a zoo process that imports torch, and its rerun of the lost one about three more
     out = tmp_path / "grid"
     grid = [sys.executable, str(ROOT / "benchmarks" / "kit" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
     grid += ["--seeds", "3", "--eval-episodes", "2", "--steps", "4000", "--out", str(out), "--address", cluster.address]
