@@ -23,7 +23,7 @@ With ``--study coverage``: the coverage study (``benchmarks/studies/coverage/PRO
 
 With ``--address`` (a Ray cluster's, e.g. ``auto`` on a machine of the cluster) the runs train as Ray tasks of one
 CPU each, their files sent back to this process (no shared filesystem needed; every machine needs this package's
-environment).
+environment). A run lost with its machine or worker is sent again (up to three times in all), and stored once.
 
 With ``--minutes M`` a worker starts only runs expected to finish within M minutes of the start (the median wall
 time of the finished runs of the same variant and env, times 1.25; runs of a pair never timed only without
@@ -322,7 +322,14 @@ def run_on_ray(todo: list[dict[str, Any]], address: str) -> list[dict[str, Any]]
         if "error" in result:
             print(f"    {result['error'][:2000]}", flush=True)
 
-    return executors.run_ray([spec_of(job) for job in todo], address, on_result=report)
+    def lost(spec: RunSpec, result: dict[str, Any], attempt: int) -> None:
+        run = f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}"
+        print(
+            f"{run}: lost with its machine or worker, sent again (attempt {attempt} of {executors.LOST_ATTEMPTS})", flush=True
+        )
+        print(f"    {result['error'][:2000]}", flush=True)
+
+    return executors.run_ray([spec_of(job) for job in todo], address, on_result=report, on_lost=lost)
 
 
 def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: int) -> str:

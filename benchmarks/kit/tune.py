@@ -19,6 +19,10 @@ is skipped; with the local journal files, trials left running by stopped workers
 failed first (running trials count against the budget) and queued again with their settings; with a database URL,
 where other machines' workers may be running, they are left as they are (fail them by hand once no worker runs) and
 the count of trials across machines is approximate (each machine sees the others' trials once they have started).
+A trial whose zoo process is killed during a session is marked failed and queued again by its worker at once, on
+either storage (each zoo process's trials record who started it: ``sb3_reset_ppo.zoo.owned_trials``). A database
+that does not answer (a server restarting) is asked again for ``--reconnect-seconds`` (60), then tune.py stops with
+an error naming it.
 Each session's trials get sampler seeds no earlier session of the study used (1000 per recorded session plus
 ``--seed-offset``, which machines sharing a database study set 100000 apart; each trial its own seed). Every
 invocation appends to ``sessions.jsonl`` next to the study what it ran with (commit, dirty flag, command, trials
@@ -35,17 +39,21 @@ Usage: python benchmarks/kit/tune.py optimize [--envs EarlyChoice-v0 CartPoleNoV
 """
 
 import argparse
+import functools
 import itertools
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from benchmarks.kit import run_grid, rundata
@@ -57,6 +65,9 @@ BENCHMARKS = HERE.parent
 OUT = BENCHMARKS / "results" / "tuning"
 # A worker stops after this many failed trials in a row (a broken setting would otherwise fail until the deadline)
 MAX_FAILURES = 3
+# How long tune.py tries a study's database again, once a second, while it does not answer (a server restarting)
+# before it stops with an error naming it (--reconnect-seconds)
+RECONNECT_SECONDS = 60.0
 ARMS = ["ev_reset", "ev_mask_kept", "ev_rppo"]
 ENVS = ["EarlyChoice-v0", "CartPoleNoVel-v1"]
 
@@ -78,14 +89,53 @@ def _backend(storage: str) -> Any:
     return storage
 
 
+Answer = TypeVar("Answer")
+
+
+class DatabaseUnavailable(RuntimeError):
+    """A study's database did not answer within the time allowed (:data:`RECONNECT_SECONDS`)."""
+
+
+def _answered(storage: str, ask: Callable[[], Answer], seconds: float | None = None) -> Answer:
+    """
+    ``ask()``, which reads or writes a study in ``storage``, asked again once a second while a database does not
+    answer (a server restarting: each ask opens a new connection), for up to ``seconds``.
+
+    :param storage: A journal file (asked once) or a database URL
+    :param ask: Reads or writes the study; asked again only whole, so it must be safe to repeat
+    :param seconds: How long to keep asking (default :data:`RECONNECT_SECONDS`)
+    :raises DatabaseUnavailable: The database did not answer in time; the message names it (without the password)
+    """
+    if storage.endswith(".log"):
+        return ask()
+    import optuna
+    import sqlalchemy
+
+    seconds = RECONNECT_SECONDS if seconds is None else seconds
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return ask()
+        except (sqlalchemy.exc.OperationalError, optuna.exceptions.StorageInternalError) as error:
+            if time.monotonic() >= deadline:
+                raise DatabaseUnavailable(
+                    f"the study's database {redact(storage)} did not answer for {seconds:.0f} s (is its server "
+                    f"running and reachable?): {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                ) from error
+            time.sleep(1.0)
+
+
 def _trials(storage: str, name: str) -> list[Any]:
     """The study's trials, not copied (read them only); none if the study does not exist yet."""
     import optuna
 
-    try:
-        return optuna.load_study(study_name=name, storage=_backend(storage)).get_trials(deepcopy=False)
-    except KeyError:
-        return []
+    def ask() -> list[Any]:
+        try:
+            return optuna.load_study(study_name=name, storage=_backend(storage)).get_trials(deepcopy=False)
+        except KeyError:
+            return []
+
+    return _answered(storage, ask)
 
 
 def finished_trials(storage: str, name: str) -> int:
@@ -102,9 +152,59 @@ def requeue(storage: str, name: str, settings: list[dict[str, Any]]) -> None:
     """Queue trials with these settings again (Optuna's ``enqueue_trial``: the next trials to start take them)."""
     import optuna
 
-    study = optuna.load_study(study_name=name, storage=_backend(storage))
-    for params in settings:
-        study.enqueue_trial(params)
+    def enqueue(params: dict[str, Any]) -> None:
+        optuna.load_study(study_name=name, storage=_backend(storage)).enqueue_trial(params)
+
+    for params in settings:  # one at a time: a database that stops answering between two never queues one twice
+        _answered(storage, functools.partial(enqueue, params))
+
+
+def _fail_and_requeue(storage: str, name: str, trials: list[Any]) -> list[Any]:
+    """
+    Mark these RUNNING trials FAILED and queue each again with its settings (:func:`requeue`).
+
+    :return: The trials marked (not those that ended meanwhile)
+    """
+    import optuna
+
+    def fail(trial_id: int) -> bool:
+        """Whether the trial is failed now (it may have ended meanwhile, or an earlier ask whose answer was lost)."""
+        study = optuna.load_study(study_name=name, storage=_backend(storage))
+        try:
+            study._storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return bool(study._storage.get_trial(trial_id).state == optuna.trial.TrialState.FAIL)
+        return True
+
+    failed = [trial for trial in trials if _answered(storage, functools.partial(fail, trial._trial_id))]
+    # Tried again with the same settings: otherwise the settings that take longest, the likeliest to be cut by a
+    # session's end, would be tried less often than the sampler chose them. One that completed meanwhile is not.
+    requeue(storage, name, [trial.params for trial in failed])
+    return failed
+
+
+def release_trials(storage: str, name: str, owner: str) -> list[int]:
+    """
+    Mark FAILED the study's RUNNING trials that the zoo process ``owner`` started (their user attribute
+    :data:`sb3_reset_ppo.zoo.TRIAL_OWNER_ATTR`), once that process has ended, and queue each again with its
+    settings: a process killed during a trial leaves it RUNNING, and running trials count against ``--trials``.
+    Other processes' trials, on this machine or another one sharing a database, are left as they are.
+
+    :param storage: The study's storage
+    :param name: The study
+    :param owner: The value the process's trials record (:data:`sb3_reset_ppo.zoo.TRIAL_OWNER_VARIABLE`)
+    :return: The numbers of the trials marked
+    """
+    import optuna
+
+    from sb3_reset_ppo.zoo import TRIAL_OWNER_ATTR
+
+    left = [
+        trial
+        for trial in _trials(storage, name)
+        if trial.state == optuna.trial.TrialState.RUNNING and trial.user_attrs.get(TRIAL_OWNER_ATTR) == owner
+    ]
+    return [trial.number for trial in _fail_and_requeue(storage, name, left)]
 
 
 def fail_stale_trials(storage: str, name: str) -> int:
@@ -117,17 +217,8 @@ def fail_stale_trials(storage: str, name: str) -> int:
     """
     import optuna
 
-    try:
-        study = optuna.load_study(study_name=name, storage=_backend(storage))
-    except KeyError:
-        return 0
-    stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    for trial in stale:
-        study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL)
-    # Tried again with the same settings: otherwise the settings that take longest, the likeliest to be cut by a
-    # session's end, would be tried less often than the sampler chose them
-    requeue(storage, name, [trial.params for trial in stale])
-    return len(stale)
+    stale = [trial for trial in _trials(storage, name) if trial.state == optuna.trial.TrialState.RUNNING]
+    return len(_fail_and_requeue(storage, name, stale))
 
 
 def best_trial(storage: str, name: str) -> tuple[int, float, dict[str, Any], list[int]]:
@@ -381,10 +472,14 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
     ``base + k * workers + i``, a seed no other trial of the study used. A worker goes on after a process that
     exits with an error but ended a trial (the zoo exits 1 after a pruned or failed trial while no trial has
     completed), and stops after ``MAX_FAILURES`` failed trials in a row or a process that ended no trial (it
-    could not start one: the setup is broken).
+    could not start one: the setup is broken). A trial that its process left running (the process was killed) is
+    marked failed and queued again with its settings (:func:`release_trials`), so that it trains again in this
+    session. A database that stops answering is asked again for up to :data:`RECONNECT_SECONDS`.
 
     :return: Each worker's last exit code
     """
+    from sb3_reset_ppo.zoo import TRIAL_OWNER_VARIABLE  # here: the zoo wrapper imports the RL Zoo
+
     name = study_name(env_id, arm)
     lock = threading.Lock()
     active = 0  # zoo processes running now, each of which runs at most one trial
@@ -412,13 +507,23 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
                 with lock:
                     active -= 1
                 return
+            # The trials of this process record this value (sb3_reset_ppo.zoo.owned_trials), so that the one it
+            # leaves running if it is killed can be told from other processes' running trials
+            owner = f"{socket.gethostname()}-{uuid.uuid4().hex}"
+            environment = {**os.environ, "OMP_NUM_THREADS": "1", TRIAL_OWNER_VARIABLE: owner}
             with open(args.out / env_id / arm / f"worker{index}.txt", "a") as log:
-                code = subprocess.call(
-                    command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
-                )
+                code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
             with lock:
                 active -= 1
                 codes[index] = code
+                left = release_trials(storage, name, owner)
+                if left:
+                    print(
+                        f"{env_id} {arm} worker {index}: trial(s) {left} left running by its zoo process (exit code "
+                        f"{code}) marked failed and queued again",
+                        flush=True,
+                    )
+                    known_failures.update(left)  # queued again already
                 after = state_counts(storage, name)
                 new_failures = {n: p for n, p in failed_trials(storage, name).items() if n not in known_failures}
                 known_failures.update(new_failures)
@@ -519,6 +624,7 @@ def rerun(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    global RECONNECT_SECONDS  # every read and write of a study waits as long (_answered)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=["optimize", "rerun"])
     parser.add_argument("--envs", nargs="+", default=ENVS)
@@ -529,6 +635,8 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation of a trial")
     parser.add_argument("--storage", default=None,
                         help="a database URL without the password (PGPASSWORD, ~/.pgpass), not journals")  # fmt: skip
+    parser.add_argument("--reconnect-seconds", type=float, default=RECONNECT_SECONDS,
+                        help="how long to ask a database study again while it does not answer, then stop")  # fmt: skip
     parser.add_argument("--minutes", type=float, default=None,
                         help="optimize: start only trials expected to finish within this many minutes")  # fmt: skip
     parser.add_argument("--grid", type=Path, default=BENCHMARKS / "results" / "evidence",
@@ -546,6 +654,8 @@ def main() -> None:
         parser.error(f"--trials x --workers must be below 1000 (the seeds of a session), got {args.trials * args.workers}")
     if args.minutes is not None and args.minutes <= 0:
         parser.error(f"--minutes must be positive, got {args.minutes}")
+    if args.reconnect_seconds < 0:
+        parser.error(f"--reconnect-seconds must be at least 0, got {args.reconnect_seconds}")
     if args.n_timesteps is not None and args.n_timesteps < 1:
         parser.error(f"--n-timesteps must be at least 1, got {args.n_timesteps}")
     if args.storage is not None:
@@ -562,7 +672,11 @@ def main() -> None:
             )
     # The storage URL's password stays out of the logs
     print("command: python " + " ".join(["benchmarks/kit/tune.py", *map(redact, sys.argv[1:])]), flush=True)
-    optimize(args) if args.mode == "optimize" else rerun(args)
+    RECONNECT_SECONDS = args.reconnect_seconds
+    try:
+        optimize(args) if args.mode == "optimize" else rerun(args)
+    except DatabaseUnavailable as error:
+        parser.exit(1, f"error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -391,3 +391,43 @@ def test_tuning_in_ppo_lstm_space_samples_no_window_settings(tmp_path: Path, mon
     assert command[command.index("--conf-file") + 1].endswith("benchmarks/studies/evidence/evidence.yml")
     command = tune.optimize_command("CartPoleNoVel-v1", "ev_reset", "s.log", 7, tmp_path, namespace)
     assert command[1:3] == ["-m", "sb3_reset_ppo.zoo"] and "window_size:16" in command
+
+
+def test_tuning_marks_failed_only_the_trial_its_killed_zoo_process_left_running(tmp_path: Path) -> None:
+    import optuna
+
+    from sb3_reset_ppo.zoo import TRIAL_OWNER_ATTR
+
+    tune = _load("tune")
+    storage = str(tmp_path / "study.log")
+    study = optuna.create_study(study_name="s", storage=tune._backend(storage))
+    space: dict[str, optuna.distributions.BaseDistribution] = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    trials = [study.ask(space) for _ in range(3)]
+    for trial, owner in zip(trials, ("killed", "alive", "killed"), strict=True):
+        trial.set_user_attr(TRIAL_OWNER_ATTR, owner)
+    study.tell(trials[2], 1.0)  # the killed process's earlier trial, completed: counted once, left alone
+    # The killed process's running trial only: another process's running trial goes on
+    assert tune.release_trials(storage, "s", "killed") == [0] and tune.release_trials(storage, "s", "nobody") == []
+    assert tune.state_counts(storage, "s") == {"FAIL": 1, "RUNNING": 1, "COMPLETE": 1, "WAITING": 1}
+    queued = optuna.load_study(study_name="s", storage=tune._backend(storage)).get_trials()[-1]
+    assert queued.system_attrs["fixed_params"] == trials[0].params
+    assert tune.release_trials(storage, "s", "killed") == []
+
+
+def test_tuning_names_the_database_that_does_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    tune = _load("tune")
+    monkeypatch.setattr(tune, "RECONNECT_SECONDS", 2.0)  # --reconnect-seconds
+    with socket.socket() as sock:  # a local port that nothing listens on (bound, not listening)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        url = f"postgresql+psycopg://optuna:s3cret-pw@127.0.0.1:{port}/the_study_db"
+        start = time.monotonic()
+        with pytest.raises(tune.DatabaseUnavailable) as error:
+            tune.state_counts(url, "s")
+    # Asked again for the time allowed, then an error naming the database, not its password
+    assert time.monotonic() - start >= 2.0
+    message = str(error.value)
+    assert f"postgresql+psycopg://optuna:***@127.0.0.1:{port}/the_study_db did not answer for 2 s" in message
+    assert "s3cret-pw" not in message

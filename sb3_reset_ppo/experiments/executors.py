@@ -211,9 +211,11 @@ def train_packed(spec_values: dict[str, Any], conf_text: str | None = None) -> t
         return result, _pack(spec.run_dir)
 
 
-# Ray errors that lose a run with its machine or worker (trained again next time); any other error of a task is the
-# run's own (recorded as failed)
+# Ray errors that lose a run with its machine or worker (trained again); any other error of a task is the run's own
+# (recorded as failed)
 _LOST = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "TaskCancelledError", "RaySystemError", "OwnerDiedError")
+# Times a run lost with its machine or worker is sent to the cluster, in all, before run_ray leaves it for next time
+LOST_ATTEMPTS = 3
 
 
 def run_ray(
@@ -221,18 +223,25 @@ def run_ray(
     address: str,
     on_result: Callable[[RunSpec, Result], None] | None = None,
     init: Callable[..., Any] | None = None,
+    attempts: int = LOST_ATTEMPTS,
+    on_lost: Callable[[RunSpec, Result, int], None] | None = None,
 ) -> list[Result]:
     """
     Train the runs as Ray tasks of one CPU each on the cluster at ``address``, each run's files unpacked into its
-    ``run_dir`` here. A task lost with its machine or worker leaves its run unrecorded; a task that raised is
-    recorded as failed; on Ctrl-C the unfinished tasks are cancelled (forced) and the interrupt is raised. The results
-    come back as pickled objects: every machine of the cluster must be trusted (:doc:`/guide/compare`).
+    ``run_dir`` here. A task lost with its machine or worker (a node killed) is sent again, up to ``attempts`` times
+    in all, then its run is left unrecorded (trained next time); a task that raised is recorded as failed; on
+    Ctrl-C the unfinished tasks are cancelled (forced) and the interrupt is raised. Each run's files are unpacked
+    from the one attempt that came back, so a run is stored once however often it was sent. The results come back
+    as pickled objects: every machine of the cluster must be trusted (:doc:`/guide/compare`).
 
     :param specs: The runs
     :param address: The cluster's address (``ray.init(address=...)``: ``"auto"``, ``"host:port"``, ``"ray://host:10001"``)
-    :param on_result: Called with each run and its record as it arrives
+    :param on_result: Called once per run with its record: the attempt that came back, that raised, or the last
+        attempt lost
     :param init: Connects to the cluster (default ``ray.init``; the tests' seam)
-    :return: The records of the runs that came back, in the order they arrived
+    :param attempts: Times a run lost with its machine or worker is sent, in all (1: never again)
+    :param on_lost: Called with a run, its lost attempt's record and the attempt about to be sent (2, 3, ...)
+    :return: The records of the runs, one each, in the order they arrived
     :raises FileExistsError: a run's ``run_dir`` exists and is not a run's folder (checked before anything trains)
     """
     try:
@@ -241,21 +250,27 @@ def run_ray(
         raise ImportError('running on a Ray cluster needs Ray: in the clone, pip install -e ".[cluster]"') from error
     if not isinstance(address, str) or not address:
         raise ValueError(f"address must be a Ray cluster address such as 'auto' or 'host:6379', got {address!r}")
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise ValueError(f"attempts must be a positive int (times a lost run is sent, in all), got {attempts!r}")
     for spec in specs:  # before anything trains: a folder that is not a run's is never replaced
         check_run_dir(spec.run_dir)
     (init or ray.init)(address=address, log_to_driver=False, configure_logging=False)
     task = ray.remote(num_cpus=1, max_retries=0)(train_packed)
     # Each run carries its hyperparameter file's text and its budget, read here: workers need no file of this machine
-    pending = {}
-    for spec in specs:
-        sent = RunSpec.from_dict({**spec.to_dict(), "steps": spec.steps or budget(spec.env, spec.conf_file)})
-        pending[task.remote(sent.to_dict(), spec.conf_file.read_text())] = spec
+    sent = [
+        (RunSpec.from_dict({**spec.to_dict(), "steps": spec.steps or budget(spec.env, spec.conf_file)}).to_dict(),
+         spec.conf_file.read_text())
+        for spec in specs
+    ]  # fmt: skip
+    # Each task's run (its index) and which attempt it is
+    pending = {task.remote(*sent[index]): (index, 1) for index in range(len(specs))}
     results: list[Result] = []
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
-                spec = pending.pop(ref)
+                index, attempt = pending.pop(ref)
+                spec = specs[index]
                 try:
                     result, data = ray.get(ref)
                 except ray.exceptions.RayError as error:
@@ -265,6 +280,11 @@ def run_ray(
                     }  # fmt: skip
                     if type(error).__name__ in _LOST:
                         result["returncode"] = -1  # lost with its machine or worker: not recorded, trained again
+                        if attempt < attempts:
+                            if on_lost is not None:
+                                on_lost(spec, result, attempt + 1)
+                            pending[task.remote(*sent[index])] = (index, attempt + 1)
+                            continue
                     else:
                         # The task itself raised (in this package's code on the worker): recorded as failed
                         result["returncode"] = 1

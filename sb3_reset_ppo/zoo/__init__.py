@@ -7,7 +7,7 @@ the memory tasks and the package's ``reset_ppo.yml`` as the default ``--conf-fil
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -32,6 +32,10 @@ MASKABLE_ALGO_NAME = "maskable_reset_ppo"
 ALGO_NAMES = (ALGO_NAME, MASKABLE_ALGO_NAME)
 # Window lengths the sampler tries: three fixed lengths and the default, min(batch_size, n_steps)
 WINDOW_SIZES: tuple[int | str, ...] = (8, 16, 32, "batch")
+# A driver that starts zoo processes (benchmarks/kit/tune.py) names each one's trials through this variable: the trial
+# it starts records the value as its user attribute TRIAL_OWNER_ATTR (see owned_trials)
+TRIAL_OWNER_VARIABLE = "SB3_RESET_PPO_TRIAL_OWNER"
+TRIAL_OWNER_ATTR = "sb3_reset_ppo_owner"
 # Where the zoo's names that masked_evaluation and masked_enjoy replace stop being the zoo's own
 _TO_UPDATE = (
     "the RL Zoo has changed, and sb3_reset_ppo.zoo's masked evaluation (masked_evaluation, masked_enjoy) must follow it"
@@ -228,6 +232,30 @@ def _without_render_if_no_display(
     return [*argv, "--no-render"]
 
 
+@contextmanager
+def owned_trials(owner: str) -> Iterator[None]:
+    """
+    Within the block, every Optuna trial that the zoo's ``train -optimize`` starts records ``owner`` as its user
+    attribute :data:`TRIAL_OWNER_ATTR` before it trains, so that whoever started this process can tell, once the
+    process is gone (killed), which trial it left running, and mark that one trial failed without touching the
+    trials of processes still running.
+
+    :param owner: The value recorded (unique per zoo process)
+    :raises RuntimeError: If the zoo no longer runs its trials through ``ExperimentManager.objective``
+    """
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    objective = ExperimentManager.objective
+
+    def owned_objective(self: ExperimentManager, trial: optuna.Trial) -> float:
+        trial.set_user_attr(TRIAL_OWNER_ATTR, owner)
+        return objective(self, trial)
+
+    swaps = {(ExperimentManager, "objective"): (objective, owned_objective)}
+    with swapped_names(swaps, "the RL Zoo has changed, and sb3_reset_ppo.zoo.owned_trials must follow it"):
+        yield
+
+
 # rl_zoo3.cli.main's scripts (tests/zoo/test_zoo.py checks each is known to it)
 SCRIPTS = ("train", "enjoy", "plot_train", "plot_from_file", "all_plots")
 USAGE = f"""usage: python -m sb3_reset_ppo.zoo {{{",".join(SCRIPTS)}}} [options]
@@ -268,5 +296,9 @@ def main(argv: list[str] | None = None) -> None:
     # `python -m` sets to this package's __main__.py
     sys.argv = [f"python -m sb3_reset_ppo.zoo {arguments[0]}", *arguments]
     masks = {"train": masked_evaluation, "enjoy": masked_enjoy}.get(arguments[0])
-    with masks() if masks is not None and _algo(arguments) == MASKABLE_ALGO_NAME else nullcontext():
+    with ExitStack() as stack:
+        if masks is not None and _algo(arguments) == MASKABLE_ALGO_NAME:
+            stack.enter_context(masks())
+        if arguments[0] == "train" and os.environ.get(TRIAL_OWNER_VARIABLE):
+            stack.enter_context(owned_trials(os.environ[TRIAL_OWNER_VARIABLE]))
         zoo_main()

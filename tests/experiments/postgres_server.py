@@ -195,11 +195,8 @@ def running_server(
         )  # fmt: skip
         for attempt in range(attempts):
             port = free_port()
-            options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off"
             try:
-                _run(
-                    [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60", "-o", options, "start"], folder
-                )
+                _start(bindir, folder, port)
                 started = True
                 break
             except (RuntimeError, subprocess.TimeoutExpired):
@@ -215,6 +212,33 @@ def running_server(
         if started and not _stop(bindir, data, folder, "fast"):
             _stop(bindir, data, folder, "immediate")
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _start(bindir: Path, folder: Path, port: int) -> None:
+    """
+    Start the server of ``folder`` (its ``data``, its log ``server.log``) on ``port`` of 127.0.0.1, its Unix socket in
+    ``folder``, and wait until it accepts connections.
+
+    :raises RuntimeError: With ``pg_ctl``'s output, if it does not start
+    """
+    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off"
+    command = [str(bindir / "pg_ctl"), "-D", str(folder / "data"), "-l", str(folder / "server.log"), "-w", "-t", "60"]
+    _run([*command, "-o", options, "start"], folder)
+
+
+def stop_server(bindir: Path, server: PostgresServer) -> None:
+    """
+    Stop a running server of :func:`running_server` (``pg_ctl stop -m fast``: its clients' connections are cut).
+
+    :raises RuntimeError: If it did not stop
+    """
+    if not _stop(bindir, server.folder / "data", server.folder, "fast"):
+        raise RuntimeError(f"the server did not stop; its log:\n{_read(server.folder / 'server.log')}")
+
+
+def start_server(bindir: Path, server: PostgresServer) -> None:
+    """Start again a server of :func:`running_server` stopped by :func:`stop_server`, on its port."""
+    _start(bindir, server.folder, server.port)
 
 
 def _stop(bindir: Path, data: Path, folder: Path, mode: str) -> bool:

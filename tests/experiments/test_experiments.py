@@ -301,8 +301,9 @@ def test_run_ray_sends_settings_records_task_errors_and_retries_lost_runs(
     specs = [_spec(tmp_path, seed=seed, run_dir=tmp_path / f"seed{seed}") for seed in range(3)]
     seen: list[str] = []
     results = executors.run_ray(
-        specs, "auto", on_result=lambda spec, result: seen.append(runner.status(result)), init=lambda **kw: None
-    )
+        specs, "auto", on_result=lambda spec, result: seen.append(runner.status(result)), init=lambda **kw: None,
+        attempts=1,
+    )  # fmt: skip
     # Every task got the file's text and the budget read on the driver (CueRecall-v0: 3e4 steps)
     assert [values["steps"] for values, _ in fake.sent] == [30_000] * 3
     assert all(text == PACKAGED_CONF.read_text() for _, text in fake.sent)
@@ -313,6 +314,38 @@ def test_run_ray_sends_settings_records_task_errors_and_retries_lost_runs(
     failed = json.loads((tmp_path / "seed1" / "failed.json").read_text())
     assert "RayTaskError: ValueError in the task" in failed["error"] and runner.recorded(tmp_path / "seed1")
     assert not runner.recorded(tmp_path / "seed2")
+
+
+def test_run_ray_sends_a_lost_run_again_and_stores_each_run_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    lost: list[int] = []
+    get = fake.get
+
+    def lost_the_first_time(ref: int) -> tuple[dict[str, Any], bytes]:
+        # Seed 3's first task is lost with its node; every later one comes back (seed 2's never does)
+        if fake.sent[ref][0]["seed"] == 3 and not lost:
+            lost.append(ref)
+            raise fake.exceptions.WorkerCrashedError("the node died")
+        return get(ref)
+
+    monkeypatch.setattr(fake, "get", lost_the_first_time)
+    specs = [_spec(tmp_path, seed=seed, run_dir=tmp_path / f"seed{seed}") for seed in (0, 2, 3)]
+    seen: list[tuple[int, str]] = []
+    again: list[tuple[int, int]] = []
+    results = executors.run_ray(
+        specs, "auto", on_result=lambda spec, result: seen.append((spec.seed, runner.status(result))),
+        init=lambda **kw: None, on_lost=lambda spec, result, attempt: again.append((spec.seed, attempt)),
+    )  # fmt: skip
+    # Seed 3 was sent again and came back; seed 2 was sent three times in all, then left for next time
+    assert [values["seed"] for values, _ in fake.sent] == [0, 2, 3, 2, 3, 2]
+    assert again == [(2, 2), (3, 2), (2, 3)]
+    # One record per run, each reported once; the runs that came back stored once, in their own folders
+    assert sorted(seen) == [(0, "ok"), (2, "CUT (signal 1)"), (3, "ok")] and len(results) == 3
+    assert runner.recorded(tmp_path / "seed0") and runner.recorded(tmp_path / "seed3")
+    assert not runner.recorded(tmp_path / "seed2")
+    with pytest.raises(ValueError, match="attempts must be a positive int"):
+        executors.run_ray(specs, "auto", init=lambda **kw: None, attempts=0)
 
 
 def test_run_one_never_deletes_a_folder_it_did_not_make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,11 +14,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import postgres_server
 import pytest
+from fault_helpers import run_with_fault
 from postgres_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,3 +185,64 @@ def test_the_server_runs_as_the_postgres_user_under_root(monkeypatch: pytest.Mon
     assert postgres_server.as_server_user(["initdb"]) == ["initdb"]  # anyone else runs it as themselves
     monkeypatch.setitem(sys.modules, "psycopg", None)
     assert "psycopg" in str(postgres_server.unavailable_reason(bindir))
+
+
+@pytest.mark.slow
+def test_tuning_survives_a_database_restart_and_counts_no_trial_twice(
+    postgres: PostgresServer, password_file: Path, tmp_path: Path
+) -> None:
+    # Slow (about four minutes on 2 busy cores): zoo processes each import the RL Zoo and torch, and the server stays
+    # down for 20 s, so that the trials and tune.py's own reads meet it down
+    import optuna
+
+    bindir = postgres_server.available_bindir()
+    study = optuna.create_study(study_name=STUDY, storage=postgres.url, direction="maximize")
+    for _ in range(TRIALS):
+        study.enqueue_trial(CHEAP)
+    url = postgres.url.replace(f":{postgres.password}@", "@")
+    tune = [
+        sys.executable, str(ROOT / "benchmarks" / "kit" / "tune.py"), "optimize", "--envs", ENV_ID, "--arms", ARM,
+        "--trials", str(TRIALS), "--workers", "2", "--storage", url, "--n-timesteps", "4096", "--n-evaluations", "4",
+        "--eval-episodes", "2", "--out", str(tmp_path), "--reconnect-seconds", "120",
+    ]  # fmt: skip
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PGPASSFILE": str(password_file)}
+    environment.pop("PGPASSWORD", None)
+    restarted: list[float] = []
+
+    def restart() -> bool:
+        # Once a trial trains (it has sampled its settings), the server stops, cutting every connection, and
+        # starts again on its port after a while: the trial's next report, and tune.py's reads, meet it down
+        running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        if not any(len(trial.params) > len(CHEAP) for trial in running):
+            return False
+        postgres_server.stop_server(bindir, postgres)
+        time.sleep(20)
+        postgres_server.start_server(bindir, postgres)
+        restarted.append(time.monotonic())
+        return True
+
+    code, text = run_with_fault(tune, restart, cwd=ROOT, env=environment)
+    folder = tmp_path / ENV_ID / ARM
+    logs = [path.read_text() if path.exists() else "" for path in (folder / "worker0.txt", folder / "worker1.txt")]
+    shown = f"{text[-3000:]}\n" + "\n".join(log[-3000:] for log in logs)
+    assert restarted, shown
+    # The workers reconnected and the study completed in the same session
+    assert code == 0, shown
+    trials = optuna.load_study(study_name=STUDY, storage=postgres.url).trials
+    states = Counter(trial.state.name for trial in trials)
+    # The trials the restart cut failed, none is left running, and the budget's trials completed: none counted twice
+    assert states["COMPLETE"] == TRIALS and states["FAIL"] >= 1 and set(states) <= {"COMPLETE", "FAIL", "WAITING"}, states
+    finished = [int(number) for log in logs for number in re.findall(r"Trial (\d+) finished", log)]
+    assert sorted(finished) == sorted(trial.number for trial in trials if trial.state.name == "COMPLETE"), finished
+    records = [json.loads(line) for line in (folder / "sessions.jsonl").read_text().splitlines()]
+    assert [(record["event"], record["trials"]) for record in records] == [("start", 0), ("end", TRIALS)]
+
+    # A server that stays down: tune.py asks again for --reconnect-seconds, then stops with an error naming the
+    # database (its URL without the password)
+    postgres_server.stop_server(bindir, postgres)
+    more = [*tune[: tune.index("--trials") + 1], str(TRIALS + 1), *tune[tune.index("--trials") + 2 : -1], "3"]
+    down = subprocess.run(more, cwd=ROOT, capture_output=True, text=True, timeout=300, env=environment)
+    assert down.returncode == 1, down.stdout[-3000:] + down.stderr[-3000:]
+    assert f"error: the study's database {url} did not answer for 3 s" in down.stderr, down.stderr[-3000:]
+    assert postgres.password not in down.stdout + down.stderr
+    postgres_server.start_server(bindir, postgres)  # for the fixture's teardown, which stops it

@@ -55,6 +55,12 @@ class Progress:
                 _say(f"      {line}")
 
 
+def _lost(spec: RunSpec, result: dict[str, Any], attempt: int) -> None:
+    """Say that a run was lost with its machine or worker and is sent again."""
+    run = f"{result['variant']} {result['env']} seed {result['seed']}"
+    _say(f"{run}: lost with its machine or worker, sent again (attempt {attempt} of {executors.LOST_ATTEMPTS})")
+
+
 def train(specs: list[RunSpec], settings: CompareSettings) -> None:
     """
     Train the runs of ``specs`` not recorded yet, locally or on the Ray cluster at ``settings.address``.
@@ -70,6 +76,6 @@ def train(specs: list[RunSpec], settings: CompareSettings) -> None:
         return
     progress = Progress(len(todo), None if settings.address else min(settings.workers, len(todo)))
     if settings.address:
-        executors.run_ray(todo, settings.address, on_result=progress)
+        executors.run_ray(todo, settings.address, on_result=progress, on_lost=_lost)
     else:
         executors.run_local(todo, runner.run_one, settings.workers, on_result=progress)
