@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -25,8 +26,12 @@ def test_mask_in_observation_appends_the_mask() -> None:
 
 
 @pytest.mark.parametrize(
-    ("arm", "size"), [("maskable_reset_ppo", 11), ("maskable_ppo_stack", 16 * 11), ("reset_ppo_mask_obs", 17)]
-)
+    ("arm", "size"),
+    [
+        ("maskable_reset_ppo", 11), ("maskable_ppo_stack", 16 * 11), ("reset_ppo_mask_obs", 17),
+        ("maskable_ppo_stack_full", 142 * 11),
+    ],
+)  # fmt: skip
 def test_each_arm_sees_what_the_protocol_says(arm: str, size: int) -> None:
     env = study.make_env("MaskedCueRecallFair-v0", arm, 2, 0)
     assert env.observation_space.shape == (size,)
@@ -37,9 +42,25 @@ def test_each_arm_sees_what_the_protocol_says(arm: str, size: int) -> None:
         study.make_env("MaskedCueRecallFair-v0", "ppo", 1, 0)
 
 
+def test_the_full_stack_holds_the_cue_of_every_delay() -> None:
+    # The query comes delay + 1 steps after the cue: the longest delay (140 with the registered defaults) plus 2
+    env: Any = gym.make("MaskedCueRecallFair-v0").unwrapped
+    frames = study.frames_for_every_delay("MaskedCueRecallFair-v0")
+    assert frames == env.long_delays[1] + 2 == 142
+    assert env.frame_stack_optimum(frames) == pytest.approx(1.0) and env.frame_stack_optimum(frames - 1) < 0.999
+    assert study.frames_stacked("MaskedCueRecallFair-v0", "maskable_ppo_stack_full") == frames
+    assert study.frames_stacked("MaskedCueRecallFair-v0", "maskable_ppo_stack") == 16
+    with pytest.raises(ValueError, match="delay_probabilities"):
+        study.frames_for_every_delay("LeducMatch-v0")
+    with pytest.raises(ValueError, match="runs on"):
+        study.make_env("LeducMatch-v0", "maskable_ppo_stack_full", 1, 0)
+
+
 def test_jobs_skip_recorded_and_failed_runs(tmp_path: Path) -> None:
     jobs = study.jobs_to_do(tmp_path, list(study.TASKS), list(study.ARMS), [0, 1])
-    assert len(jobs) == 2 * len(study.TASKS) * len(study.ARMS)
+    # Every arm on both tasks, but the full stack on MaskedCueRecallFair-v0 only
+    assert len(jobs) == 2 * (len(study.TASKS) * len(study.ARMS) - 1) == 22
+    assert ("LeducMatch-v0", "maskable_ppo_stack_full") not in {(job["task"], job["arm"]) for job in jobs}
     assert [job["seed"] for job in jobs] == sorted(job["seed"] for job in jobs)  # seed by seed
     done = study.result_path(tmp_path, "LeducMatch-v0", "maskable_ppo", 0)
     failed = study.result_path(tmp_path, "LeducMatch-v0", "maskable_ppo", 1)
@@ -69,6 +90,18 @@ def test_a_run_records_what_the_protocol_needs(tmp_path: Path) -> None:
     assert stored["settings"] == study.COMMON and stored["mask_in_observation"] and not stored["masking"]
     assert "commit" in stored and stored["seed"] == 3
     assert study.jobs_to_do(tmp_path, ["MaskedCueRecallFair-v0"], ["reset_ppo_mask_obs"], [3]) == []
+
+
+def test_a_full_stack_run_records_its_frames(tmp_path: Path) -> None:
+    [job] = study.jobs_to_do(tmp_path, list(study.TASKS), ["maskable_ppo_stack_full"], [0])
+    assert job["task"] == "MaskedCueRecallFair-v0"
+    study.run({**job, "total_steps": study.ROLLOUT, "snapshot_every": 1, "eval_episodes": 3})
+    stored = json.loads(Path(job["path"]).read_text())
+    assert stored["frame_stack"] == 142 and stored["masking"] and stored["algorithm"] == "MaskablePPO"
+    assert [e["timesteps"] for e in stored["evaluations"]] == [0, study.ROLLOUT]
+    # Masked: no invalid action in training's evaluations
+    assert all(n == 0 for e in stored["evaluations"] for n in e["invalid"])
+    assert study.jobs_to_do(tmp_path, list(study.TASKS), ["maskable_ppo_stack_full"], [0]) == []
 
 
 report = _load("masking_fair_report")
