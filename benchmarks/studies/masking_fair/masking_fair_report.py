@@ -491,9 +491,9 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
         ]
         for arm, values in entry["arms"].items():
             steps, cpu = values["steps_to_threshold"], values["cpu_to_threshold"]
-            runs = f"{values['runs']}" + (f" of {SEEDS}" if values["runs"] < SEEDS else "")
+            stored = f"{values['runs']}" + (f" of {SEEDS}" if values["runs"] < SEEDS else "")
             out.append(
-                f"| {arm} | {runs} | {_triple(values['final'])} |"
+                f"| {arm} | {stored} | {_triple(values['final'])} |"
                 + (f" {_triple(values.get('success'))} |" if with_success else "")
                 + f" {steps['reached']} of {values['runs']} | {_triple(steps['iqm'], 0)} | {_triple(cpu['iqm'], 1)} "
                 f"| {_triple(values['invalid'], 2)} | {_triple(values['cpu_per_1000_episodes'], 1)} |"
