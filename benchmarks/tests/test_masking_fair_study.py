@@ -221,6 +221,9 @@ def test_report_says_pending_until_the_amendments_arm_has_runs(tmp_path: Path) -
     assert leduc["below_memoryless"] and not fair["below_memoryless"]
     assert "Uninformative at this budget" in page.split("## LeducMatch-v0")[1]
     assert "Uninformative" not in page.split("## LeducMatch-v0")[0]
+    # The full stack's family is named where it runs only
+    assert "The amendment's arms" in page.split("## LeducMatch-v0")[0]
+    assert "The amendment's arms" not in page.split("## LeducMatch-v0")[1]
 
 
 def test_report_with_the_amendments_arm_keeps_the_protocols_families(tmp_path: Path) -> None:

@@ -478,6 +478,7 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
     ]
     for task, entry in summary["tasks"].items():
         with_success = any("success" in values for values in entry["arms"].values())
+        amended = [arm for arm in AMENDED if STUDY.runs_on(task, arm)]
         out += [
             f"## {task}",
             "",
@@ -504,8 +505,13 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
             "",
             f"{BASE} against each arm: probability of improvement (higher return or success rate, or lower cost with a",
             "run that never reached the threshold infinitely costly) with its 95% interval, two-sided Mann-Whitney p and",
-            "Holm's p within its family; better or worse only where the interval excludes 0.5 and that p < 0.05. The",
-            f"amendment's arms ({', '.join(AMENDED)}) are a family of their own, one test per endpoint: their p unadjusted.",
+            "Holm's p within its family; better or worse only where the interval excludes 0.5 and that p < 0.05."
+            + (
+                f" The amendment's arms ({', '.join(amended)}) are a family of their own, one test per endpoint: their p"
+                " unadjusted."
+                if amended
+                else ""
+            ),
             "",
             "| against | endpoint | P(improvement) | p | p, Holm | verdict |",
             "|---|---|---|---|---|---|",
