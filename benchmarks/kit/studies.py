@@ -9,9 +9,10 @@ summaries go to: by default the study's folder and ``benchmarks/results/``).
 
 The verdict is a sentence written by hand around numbers read from the study's summaries: ``{p:FILE:PATH}`` is a
 probability with its 95% interval (``0.42 (0.34 to 0.49)``), ``{x:FILE:PATH}`` an estimate with its interval at three
-significant decimals, ``{v:FILE:PATH}`` one number (two decimals; a count as it is), where ``FILE`` is a summary in
-the summaries' folder and ``PATH`` the dotted keys to a ``[point, low, high]`` triple (or a number) in it. So the
-verdict a page leads with is always the one its stored runs give.
+significant decimals, ``{v:FILE:PATH}`` one number (two decimals; a count as it is) or a text the report wrote (such
+as "pending" for an arm whose runs are not stored yet), where ``FILE`` is a summary in the summaries' folder and
+``PATH`` the dotted keys to a ``[point, low, high]`` triple (or a number, or a text) in it. So the verdict a page leads
+with is always the one its stored runs give.
 
 Every main page opens, under its title, with the lead this module writes (question, verdict, main figure, the
 commands to rerun it, links to the protocol and the notes); the chronicle the report generators write at the top
@@ -151,7 +152,7 @@ def fill(template: str, summaries: Path = SUMMARIES) -> str:
         kind, file, keys = match.group(1), match.group(2), match.group(3)
         value = _lookup(summaries, file, keys)
         if kind == "v":
-            return str(value) if isinstance(value, int) else f"{float(value):.2f}"
+            return str(value) if isinstance(value, int | str) else f"{float(value):.2f}"
         if not (isinstance(value, list) and len(value) == 3):
             raise ValueError(f"{{{kind}:{file}:{keys}}} must name a [point, low, high] triple, got {value!r}")
         digits = 2 if kind == "p" else 3

@@ -48,6 +48,9 @@ def test_the_verdicts_numbers_are_the_summaries(tmp_path: Path) -> None:
     text = studies.fill("P = {p:s.json:a.p}, IQM {x:s.json:a.p}, p {v:s.json:a.x}, {p:s.json:a.l.0}", tmp_path)
     assert text == "P = 0.42 (0.34 to 0.49), IQM 0.416 (0.343 to 0.493), p 0.08, 1.00 (2.00 to 3.00)"
     assert studies.fill("{v:s.json:a.n} runs", tmp_path) == "31 runs"  # a count stays a count
+    # A text the report wrote (an arm without stored runs) stays that text
+    (tmp_path / "t.json").write_text(json.dumps({"arm": "pending (0 of 10 runs stored)"}))
+    assert studies.fill("a stack: {v:t.json:arm}.", tmp_path) == "a stack: pending (0 of 10 runs stored)."
     with pytest.raises(ValueError, match="triple"):
         studies.fill("{p:s.json:a.x}", tmp_path)
     with pytest.raises(ValueError, match="unknown placeholder"):

@@ -6,8 +6,12 @@ seconds and training episodes to the threshold (over the runs that reached it, w
 actions per episode and of the ``learn()`` CPU seconds per 1,000 training episodes; the probability of improvement
 of ``maskable_reset_ppo`` over each other arm with its interval, and two-sided Mann-Whitney tests, Holm-adjusted over
 the protocol's families (final return: 4 comparisons x the tasks; steps and CPU seconds to the threshold: twice
-that). Works on partial runs (any number of seeds per arm, at least one); the statistics are
-``sb3_reset_ppo.experiments.stats``'s.
+that). The amendments (``NOTES.md``, Amendments): the success rate on MaskedCueRecallFair-v0 (a family of its own,
+Holm over the 4 original arms); the full stack's comparisons (one test per endpoint, unadjusted), its line "pending"
+while none of its runs is stored; each seed's ratio of the whole run's ``learn()`` CPU seconds between arms (median
+over seeds with a percentile bootstrap interval, and the ratio of the sums); the frame stack's time to the
+threshold and the tasks where no arm reaches the memoryless bound, stated as such. Works on partial runs (any
+number of seeds per arm, at least one); the statistics are ``sb3_reset_ppo.experiments.stats``'s.
 
 Usage: python benchmarks/studies/masking_fair/masking_fair_report.py [--runs DIR] [--out DIR] [--summaries DIR]
 [--reps 2000] (prints every statement; writes the results page ``RESULTS.md`` and ``figures/learning_curves.png`` into
@@ -34,16 +38,34 @@ BENCHMARKS = HERE.parents[1]
 BASE = "maskable_reset_ppo"
 # The arm whose cost is compared with the base's at the same number of training episodes (PROTOCOL.md, Endpoints)
 LIKE_FOR_LIKE = "recurrent_ppo_mask_obs"
+# The amendment's arms (NOTES.md, Amendments): compared with the base in a family of their own (one test per
+# endpoint, unadjusted), so that the protocol's families stay as they were
+AMENDED = ("maskable_ppo_stack_full",)
+# Runs per arm and task (seeds 0 to 9)
+SEEDS = 10
 # The tasks' analytical returns (PROTOCOL.md, Tasks), stated beside the arms' final returns
 ANALYTICAL = {
     "MaskedCueRecallFair-v0": "memoryless optimum 0.5, 16 stacked frames at best 0.875, perfect memory 1.0",
     "LeducMatch-v0": "without memory of earlier hands at most 12.8 chips a match, knowing the style at most 17.2",
 }
-# The tested endpoints: summary key, name
+# The best return of a policy without memory (of earlier hands, on LeducMatch-v0): a task on which no arm's final
+# return gets above it does not show whether memory helps
+MEMORYLESS = {"MaskedCueRecallFair-v0": 0.5, "LeducMatch-v0": 12.8}
+# The cost ratios (NOTES.md, Amendments, 3): numerator arm -> denominator arms, each seed's whole-run learn() CPU s
+COST_RATIOS = {
+    "maskable_reset_ppo": ("recurrent_ppo_mask_obs", "reset_ppo_mask_obs"),
+    "reset_ppo_mask_obs": ("recurrent_ppo_mask_obs",),
+}
+# How the page defines the success rate (NOTES.md, Amendments, 2)
+SUCCESS_NOTE = "; success rate: the share of the final evaluations' episodes that name the cue (return > 0)."
+# The frame stack whose time to the threshold is stated beside the base's (NOTES.md, Amendments, 4)
+STACK = "maskable_ppo_stack"
+# The tested endpoints: summary key, name (the success rate: MaskedCueRecallFair-v0's, NOTES.md, Amendments, 2)
 ENDPOINTS = (
     ("final", "final return"),
     ("steps_to_threshold", "env steps to the threshold"),
     ("cpu_to_threshold", "learn() CPU s to the threshold"),
+    ("success", "success rate"),
 )
 # A run that never reached the threshold: infinitely costly, as a finite number the rank statistics can order
 NOT_REACHED = 1e18
@@ -64,7 +86,7 @@ def load(out: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """The finished runs: ``{task: {arm: [record, ...]}}`` (by seed), with the failed runs' count under ``"failed"``."""
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for task in STUDY.TASKS:
-        for arm in STUDY.ARMS:
+        for arm in [arm for arm in STUDY.ARMS if STUDY.runs_on(task, arm)]:
             folder = out / task / arm
             records = [json.loads(path.read_text()) for path in sorted(folder.glob("seed_*.json"))] if folder.exists() else []
             if records:
@@ -106,6 +128,8 @@ def endpoints(record: dict[str, Any]) -> dict[str, Any]:
         delays = np.array([d for evaluation in final for d in evaluation["delays"]], dtype=float)
         answered = np.array(returns) + 0.1 * np.array([n for evaluation in final for n in evaluation["invalid"]])
         long = delays > 128
+        # A success returns at least 1 - 9 * 0.1 (the 10th invalid action ends the episode), a failure at most 0
+        result["success"] = float(np.mean(np.array(returns) > 0))
         result["success_long"] = float(np.mean(answered[long] > 0.5)) if long.any() else None
         result["success_short"] = float(np.mean(answered[~long] > 0.5)) if (~long).any() else None
     else:
@@ -134,7 +158,26 @@ def like_for_like(base: list[dict[str, Any]], other: list[dict[str, Any]], reps:
     cpu = [[c for c in (cpu_at_episodes(r, episodes) for r in runs) if c is not None] for runs in (base, other)]
     iqms = [iqm_triple(values, reps) for values in cpu]
     ratio = None if iqms[0] is None or iqms[1] is None else iqms[0][0] / iqms[1][0]
-    return {"episodes": episodes, "final_episodes": finals, "cpu": iqms, "ratio": ratio}
+    reached = [len(values) for values in cpu]
+    return {"episodes": episodes, "final_episodes": finals, "cpu": iqms, "ratio": ratio, "reached": reached}
+
+
+def cost_ratio(runs: list[dict[str, Any]], others: list[dict[str, Any]], reps: int) -> dict[str, Any] | None:
+    """
+    Each seed's whole-run ``learn()`` CPU seconds of one arm over the same seed's run of another: the median over the
+    seeds both arms ran, with a 95% percentile bootstrap interval over those seeds (``reps`` resamples, fixed seed),
+    and the ratio of the two arms' summed seconds over those seeds (``None`` without a common seed).
+    """
+    by_seed = {int(r["seed"]): float(r["learn_cpu_seconds"]) for r in others}
+    pairs = [(float(r["learn_cpu_seconds"]), by_seed[int(r["seed"])]) for r in runs if int(r["seed"]) in by_seed]
+    if not pairs:
+        return None
+    ratios = np.array([a / b for a, b in pairs])
+    rng = np.random.default_rng(0)  # the same runs give the same interval
+    medians = np.median(rng.choice(ratios, size=(reps, len(ratios))), axis=1)  # (reps,) medians of resampled seeds
+    low, high = np.percentile(medians, [2.5, 97.5])
+    of_sums = sum(a for a, _ in pairs) / sum(b for _, b in pairs)
+    return {"seeds": len(pairs), "median": [float(np.median(ratios)), float(low), float(high)], "of_sums": of_sums}
 
 
 def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.REPS) -> dict[str, Any]:
@@ -146,6 +189,7 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
     }
     primary: list[tuple[str, str, float]] = []  # (task, arm, p) of the primary family
     secondary: list[tuple[str, str, str, float]] = []
+    success: list[tuple[str, str, float]] = []  # the success rate's family (NOTES.md, Amendments, 2)
     for task, by_arm in runs.items():
         points = {arm: [endpoints(record) for record in records] for arm, records in by_arm.items()}
         arms: dict[str, Any] = {}
@@ -156,7 +200,7 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
             for key in ("steps_to_threshold", "cpu_to_threshold", "episodes_to_threshold"):
                 reached = [row[key] for row in rows if row[key] is not None]
                 arms[arm][key] = {"reached": len(reached), "iqm": iqm_triple(reached, reps)}
-            for key in ("success_long", "success_short"):
+            for key in ("success", "success_long", "success_short"):
                 values = [row[key] for row in rows if row.get(key) is not None]
                 if values:
                     arms[arm][key] = iqm_triple(values, reps)
@@ -172,29 +216,70 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
                 if arm == BASE:
                     continue
                 entry: dict[str, Any] = {}
-                finals_base, finals_other = [r["final"] for r in base], [r["final"] for r in rows]
-                p, method = stats.mann_whitney(finals_base, finals_other)
-                entry["final"] = {"probability": improvement_triple(finals_base, finals_other, reps), "p": p, "method": method}
-                primary.append((task, arm, p))
+                # higher is better; for the costs the negated cost, a run that never reached it infinitely costly
+                scores = {"final": ([r["final"] for r in base], [r["final"] for r in rows])}
                 for key in ("steps_to_threshold", "cpu_to_threshold"):
-                    # lower is better: negated, a run that never reached it infinitely costly
-                    cost_base = [-(r[key] if r[key] is not None else NOT_REACHED) for r in base]
-                    cost_other = [-(r[key] if r[key] is not None else NOT_REACHED) for r in rows]
-                    p, method = stats.mann_whitney(cost_base, cost_other)
-                    entry[key] = {"probability": improvement_triple(cost_base, cost_other, reps), "p": p, "method": method}
-                    secondary.append((task, arm, key, p))
+                    ours, theirs = ([-(r[key] if r[key] is not None else NOT_REACHED) for r in side] for side in (base, rows))
+                    scores[key] = (ours, theirs)
+                if "success" in rows[0]:
+                    scores["success"] = ([r["success"] for r in base], [r["success"] for r in rows])
+                for key, (ours, theirs) in scores.items():
+                    p, method = stats.mann_whitney(ours, theirs)
+                    entry[key] = {"probability": improvement_triple(ours, theirs, reps), "p": p, "method": method}
+                    if arm in AMENDED:  # a family of one test: Holm leaves its p as it is
+                        entry[key].update(p_holm=p, family="amendment")
+                    elif key == "final":
+                        primary.append((task, arm, p))
+                    elif key == "success":
+                        success.append((task, arm, p))
+                    else:
+                        secondary.append((task, arm, key, p))
                 comparisons[arm] = entry
-        summary["tasks"][task] = {"threshold": STUDY.THRESHOLDS[task], "arms": arms, "comparisons": comparisons}
+        planned = [arm for arm in STUDY.ARMS if STUDY.runs_on(task, arm)]
+        summary["tasks"][task] = {
+            "threshold": STUDY.THRESHOLDS[task], "memoryless": MEMORYLESS[task], "arms": arms, "comparisons": comparisons,
+            "pending": [arm for arm in planned if arm not in by_arm],
+            "below_memoryless": all(values["final"][0] <= MEMORYLESS[task] for values in arms.values()),
+        }  # fmt: skip
         if BASE in by_arm and LIKE_FOR_LIKE in by_arm:
             summary["tasks"][task]["like_for_like"] = like_for_like(by_arm[BASE], by_arm[LIKE_FOR_LIKE], reps)
+        ratios: dict[str, Any] = {}
+        for arm, others in COST_RATIOS.items():
+            for other in others:
+                ratio = cost_ratio(by_arm[arm], by_arm[other], reps) if arm in by_arm and other in by_arm else None
+                if ratio is not None:
+                    ratios.setdefault(arm, {})[other] = ratio
+        summary["tasks"][task]["cost_ratios"] = ratios
+        if any(arm in AMENDED for arm in planned):
+            amended = [arm for arm in planned if arm in AMENDED]
+            summary["tasks"][task]["amended"] = {arm: amended_text(arm, arms, comparisons) for arm in amended}
     for (task, arm, _), adjusted in zip(primary, stats.holm([p for *_, p in primary]) if primary else [], strict=True):
         summary["tasks"][task]["comparisons"][arm]["final"]["p_holm"] = adjusted
+    for (task, arm, _), adjusted in zip(success, stats.holm([p for *_, p in success]) if success else [], strict=True):
+        summary["tasks"][task]["comparisons"][arm]["success"]["p_holm"] = adjusted
     for (task, arm, key, _), adjusted in zip(
         secondary, stats.holm([p for *_, p in secondary]) if secondary else [], strict=True
     ):
         summary["tasks"][task]["comparisons"][arm][key]["p_holm"] = adjusted
-    summary["families"] = {"primary": len(primary), "secondary": len(secondary)}
+    summary["families"] = {"primary": len(primary), "secondary": len(secondary), "success": len(success)}
     return summary
+
+
+def amended_text(arm: str, arms: dict[str, Any], comparisons: dict[str, Any]) -> str:
+    """
+    What the page's verdict says of an amendment's arm: "pending" while none of its runs is stored, else its final
+    return and the base's probability of improvement over it, with the runs stored so far when fewer than all.
+    """
+    if arm not in arms or arm not in comparisons:
+        return f"pending ({arms.get(arm, {}).get('runs', 0)} of {SEEDS} runs stored)"
+    final, result = arms[arm]["final"], comparisons[arm]["final"]
+    runs = arms[arm]["runs"]
+    partial = "" if runs >= SEEDS else f"; {runs} of {SEEDS} runs stored so far"
+    verdict = _verdict(result["probability"], result["p_holm"])
+    return (
+        f"{_triple(final)}, MaskableResetPPO's probability of improvement over it {_triple(result['probability'], 2)} "
+        f"(Mann-Whitney p {result['p']:.2g}, its own family: {verdict}{partial})"
+    )
 
 
 def _triple(values: list[float] | None, digits: int = 3) -> str:
@@ -209,13 +294,48 @@ def _verdict(probability: list[float], p_holm: float) -> str:
 def descriptive(entry: dict[str, Any]) -> list[str]:
     """A task's descriptive results: the cost like for like, success by delay (fair task), return by style (Leduc)."""
     out = []
+    for arm, by_other in entry.get("cost_ratios", {}).items():
+        for other, ratio in by_other.items():
+            out.append(
+                f"- learn() CPU s of the whole run (204,800 env steps), {arm} over {other} of the same seed: median "
+                f"{_triple(ratio['median'], 2)} over {ratio['seeds']} seeds; ratio of the summed seconds "
+                f"{ratio['of_sums']:.2f}"
+            )
+    ratios = entry.get("cost_ratios", {})
+    if LIKE_FOR_LIKE in ratios.get(BASE, {}) and LIKE_FOR_LIKE in ratios.get("reset_ppo_mask_obs", {}):
+        masked, unmasked = ratios[BASE][LIKE_FOR_LIKE]["median"], ratios["reset_ppo_mask_obs"][LIKE_FOR_LIKE]["median"]
+        alike = masked[1] <= unmasked[2] and unmasked[1] <= masked[2]  # the medians' intervals overlap
+        out.append(
+            f"- Against {LIKE_FOR_LIKE}, ResetPPO with masks costs {masked[0]:.2f} and with the mask in the observation "
+            f"{unmasked[0]:.2f} (median ratios): "
+            + (
+                "alike, so the saving is ResetPPO's speed, not masking's"
+                if alike
+                else "their intervals do not overlap, so masking changes the cost too"
+            )
+            + f"; masking's own cost is {BASE} over reset_ppo_mask_obs"
+        )
     if "like_for_like" in entry:
         same = entry["like_for_like"]
         ratio = "none" if same["ratio"] is None else f"{same['ratio']:.2f}"
+        reached = same.get("reached", [None, None])
+        runs = [entry["arms"][arm]["runs"] for arm in (BASE, LIKE_FOR_LIKE)]
         out.append(
-            f"- learn() CPU s at {same['episodes']:.0f} training episodes (like for like): {BASE} "
-            f"{_triple(same['cpu'][0], 1)}, {LIKE_FOR_LIKE} {_triple(same['cpu'][1], 1)}; ratio of the IQMs {ratio}"
+            f"- learn() CPU s at {same['episodes']:.0f} training episodes (the protocol's like for like, read only where a "
+            f"run played that many: {reached[0]} of {runs[0]} runs of {BASE}, {reached[1]} of {runs[1]} of "
+            f"{LIKE_FOR_LIKE}): {BASE} {_triple(same['cpu'][0], 1)}, {LIKE_FOR_LIKE} {_triple(same['cpu'][1], 1)}; ratio "
+            f"of the IQMs {ratio}"
         )
+    if BASE in entry["arms"] and STACK in entry["comparisons"]:
+        ours, theirs = entry["arms"][BASE]["cpu_to_threshold"], entry["arms"][STACK]["cpu_to_threshold"]
+        result = entry["comparisons"][STACK]["cpu_to_threshold"]
+        if ours["iqm"] is not None and theirs["iqm"] is not None:
+            faster = "faster" if theirs["iqm"][0] < ours["iqm"][0] else "slower"
+            out.append(
+                f"- learn() CPU s to the threshold: {BASE} {ours['iqm'][0]:.1f} ({ours['reached']} runs reached it), "
+                f"{STACK} {theirs['iqm'][0]:.1f} ({theirs['reached']} runs): the stack nominally {faster}; {BASE} "
+                f"against it {_verdict(result['probability'], result['p_holm'])} (Holm p {result['p_holm']:.2g})"
+            )
     for arm, values in entry["arms"].items():
         if "success_long" in values:
             out.append(
@@ -229,18 +349,36 @@ def descriptive(entry: dict[str, Any]) -> list[str]:
     return out
 
 
+def task_notes(task: str, entry: dict[str, Any]) -> list[str]:
+    """A task's plain statements: no arm above the memoryless bound (the task uninformative), the arms pending."""
+    out = []
+    if entry.get("below_memoryless"):
+        out.append(
+            f"Uninformative at this budget: no arm's final return (IQM) gets above {entry['memoryless']}, the best "
+            "return of a policy without memory, so this task does not show whether memory helps; its comparisons "
+            "are stated for completeness."
+        )
+    for arm in entry.get("pending", []):
+        out.append(f"{arm}: pending (0 of {SEEDS} runs stored); its rows appear when its runs are stored.")
+    return out
+
+
 def lines(summary: dict[str, Any]) -> list[str]:
     """The report's statements: every result with its interval, significant or not."""
     out = [
         f"Families: final return {summary['families']['primary']} tests, costs to the threshold "
-        f"{summary['families']['secondary']} tests (Holm within each); IQM over seeds, 95% stratified-bootstrap intervals."
+        f"{summary['families']['secondary']} tests, success rate {summary['families']['success']} tests (Holm within "
+        f"each; the amendment's arms {', '.join(AMENDED)}: one test per endpoint, unadjusted); IQM over seeds, 95% "
+        "stratified-bootstrap intervals."
     ]
     for task, entry in summary["tasks"].items():
         out.append(f"## {task} (threshold {entry['threshold']}; {ANALYTICAL[task]})")
+        out += task_notes(task, entry)
         for arm, values in entry["arms"].items():
             steps, cpu = values["steps_to_threshold"], values["cpu_to_threshold"]
+            success = f"success rate {_triple(values['success'])}; " if "success" in values else ""
             text = (
-                f"- {arm} ({values['runs']} runs): final return {_triple(values['final'])}; reached the threshold "
+                f"- {arm} ({values['runs']} runs): final return {_triple(values['final'])}; {success}reached the threshold "
                 f"{steps['reached']} of {values['runs']}, env steps {_triple(steps['iqm'], 0)}, learn() CPU s "
                 f"{_triple(cpu['iqm'], 1)}, training episodes {_triple(values['episodes_to_threshold']['iqm'], 0)}; "
                 f"invalid actions per episode {_triple(values['invalid'], 2)}; learn() CPU s per 1,000 training "
@@ -250,6 +388,8 @@ def lines(summary: dict[str, Any]) -> list[str]:
         out += descriptive(entry)
         for arm, comparison in entry["comparisons"].items():
             for key, name in ENDPOINTS:
+                if key not in comparison:
+                    continue
                 result = comparison[key]
                 out.append(
                     f"- {BASE} vs {arm}, {name}: P(improvement) {_triple(result['probability'])}, Mann-Whitney "
@@ -306,44 +446,65 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
     out = [
         *opening,
         f"- Commands (runs): {'; '.join(f'`{c}`' for c in sorted({r['command'] for r in every}))}",
-        f"- Runs: {len(every)} of {10 * len(STUDY.TASKS) * len(STUDY.ARMS)}; commits: "
+        f"- Runs: {len(every)} of {SEEDS * sum(STUDY.runs_on(t, a) for t in STUDY.TASKS for a in STUDY.ARMS)}; commits: "
         + ", ".join(f"`{c}` ({sum(r['commit'][:8] == c for r in every)})" for c in commits)
         + f"; {sum(bool(r['dirty']) for r in every)} with uncommitted package changes",
         f"- Machine: {machines}; one torch thread a run, the 2 cores shared with other work",
         f"- Bootstrap resamples: {summary['reps']}; tests: {summary['families']['primary']} on the final return, "
-        f"{summary['families']['secondary']} on the costs to the threshold (Holm within each family)",
+        f"{summary['families']['secondary']} on the costs to the threshold, {summary['families']['success']} on the "
+        f"success rate (Holm within each family); the amendment's arms ({', '.join(AMENDED)}): one test per endpoint, "
+        "unadjusted",
+        "- Amendments after the 100 runs of the protocol, fixed before any run they add (`NOTES.md`, Amendments): the "
+        f"arm {', '.join(AMENDED)} (a frame stack long enough for every delay), the success rate, the whole run's "
+        "`learn()` CPU seconds of one arm over another's, the frame stack's time to the threshold and the tasks where no "
+        "arm gets above the memoryless bound stated as such",
         "",
         *([notes.strip(), ""] if notes.strip() else []),
     ]
     for task, entry in summary["tasks"].items():
+        with_success = any("success" in values for values in entry["arms"].values())
+        amended = [arm for arm in AMENDED if STUDY.runs_on(task, arm)]
         out += [
             f"## {task}",
             "",
             f"Threshold {entry['threshold']}; {ANALYTICAL[task]}. IQM over seeds with 95% stratified-bootstrap "
-            "intervals; the costs to the threshold over the runs that reached it.",
+            "intervals; the costs to the threshold over the runs that reached it" + (SUCCESS_NOTE if with_success else "."),
             "",
-            "| arm | runs | final return | reached the threshold | env steps to it | learn() CPU s to it "
-            "| invalid actions per episode | learn() CPU s per 1,000 episodes |",
-            "|---|---|---|---|---|---|---|---|",
+            *[line for note in task_notes(task, entry) for line in (note, "")],
+            "| arm | runs | final return |" + (" success rate |" if with_success else "") + " reached the threshold "
+            "| env steps to it | learn() CPU s to it | invalid actions per episode | learn() CPU s per 1,000 episodes |",
+            "|---|---|---|" + ("---|" if with_success else "") + "---|---|---|---|---|",
         ]
         for arm, values in entry["arms"].items():
             steps, cpu = values["steps_to_threshold"], values["cpu_to_threshold"]
+            stored = f"{values['runs']}" + (f" of {SEEDS}" if values["runs"] < SEEDS else "")
             out.append(
-                f"| {arm} | {values['runs']} | {_triple(values['final'])} | {steps['reached']} of {values['runs']} "
-                f"| {_triple(steps['iqm'], 0)} | {_triple(cpu['iqm'], 1)} | {_triple(values['invalid'], 2)} "
-                f"| {_triple(values['cpu_per_1000_episodes'], 1)} |"
+                f"| {arm} | {stored} | {_triple(values['final'])} |"
+                + (f" {_triple(values.get('success'))} |" if with_success else "")
+                + f" {steps['reached']} of {values['runs']} | {_triple(steps['iqm'], 0)} | {_triple(cpu['iqm'], 1)} "
+                f"| {_triple(values['invalid'], 2)} | {_triple(values['cpu_per_1000_episodes'], 1)} |"
             )
+        for arm in entry.get("pending", []):
+            out.append(f"| {arm} | 0 of {SEEDS} | pending |" + (" pending |" if with_success else "") + " | | | | |")
         out += [
             "",
-            f"{BASE} against each arm: probability of improvement (higher return, or lower cost with a run that never",
-            "reached the threshold infinitely costly) with its 95% interval, two-sided Mann-Whitney p and Holm's p;",
-            "better or worse only where the interval excludes 0.5 and Holm's p < 0.05.",
+            f"{BASE} against each arm: probability of improvement (higher return or success rate, or lower cost with a",
+            "run that never reached the threshold infinitely costly) with its 95% interval, two-sided Mann-Whitney p and",
+            "Holm's p within its family; better or worse only where the interval excludes 0.5 and that p < 0.05."
+            + (
+                f" The amendment's arms ({', '.join(amended)}) are a family of their own, one test per endpoint: their p"
+                " unadjusted."
+                if amended
+                else ""
+            ),
             "",
             "| against | endpoint | P(improvement) | p | p, Holm | verdict |",
             "|---|---|---|---|---|---|",
         ]
         for arm, comparison in entry["comparisons"].items():
             for key, name in ENDPOINTS:
+                if key not in comparison:
+                    continue
                 result = comparison[key]
                 out.append(
                     f"| {arm} | {name} | {_triple(result['probability'])} | {result['p']:.2g} ({result['method']}) "

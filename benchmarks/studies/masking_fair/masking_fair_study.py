@@ -1,7 +1,9 @@
 """
 The fair masking study (``benchmarks/studies/masking_fair/PROTOCOL.md``): MaskableResetPPO against what users do
 today (MaskablePPO with stacked frames; RecurrentPPO and ResetPPO with the mask in the observation) and the
-memoryless floor (MaskablePPO), on MaskedCueRecallFair-v0 and LeducMatch-v0 (OpenSpiel's Leduc poker).
+memoryless floor (MaskablePPO), on MaskedCueRecallFair-v0 and LeducMatch-v0 (OpenSpiel's Leduc poker); and the
+amendment's arm (``NOTES.md``, Amendments): MaskablePPO with a frame stack long enough for every delay of
+MaskedCueRecallFair-v0, on that task only.
 
 Each run trains its task's budget with one torch thread, copies the policy's parameters before ``learn()`` and
 after every ``snapshot_every``-th update (inside ``learn()``, with the ``learn()`` CPU and wall seconds and the
@@ -42,14 +44,18 @@ ROLLOUT = N_ENVS * N_STEPS
 # steps: 14 observations) and the last 4 or more hands of LeducMatch-v0 (at most 4 decisions of player 0 a hand),
 # but none of its long delays (130 to 140 blank steps)
 FRAME_STACK = 16
-# arm -> (algorithm, policy, policy_kwargs, masks in learn() and in the evaluation, frames stacked, mask appended)
-ARMS: dict[str, tuple[str, str, dict[str, Any], bool, int, bool]] = {
+# arm -> (algorithm, policy, policy_kwargs, masks in learn() and in the evaluation, frames stacked (None: enough for
+# every delay of the task, :func:`frames_for_every_delay`), mask appended)
+ARMS: dict[str, tuple[str, str, dict[str, Any], bool, int | None, bool]] = {
     "maskable_reset_ppo": ("MaskableResetPPO", "MlpLstmPolicy", LSTM_KWARGS, True, 1, False),
     "maskable_ppo_stack": ("MaskablePPO", "MlpPolicy", MLP_KWARGS, True, FRAME_STACK, False),
     "recurrent_ppo_mask_obs": ("RecurrentPPO", "MlpLstmPolicy", LSTM_KWARGS, False, 1, True),
     "reset_ppo_mask_obs": ("ResetPPO", "MlpLstmPolicy", LSTM_KWARGS, False, 1, True),
     "maskable_ppo": ("MaskablePPO", "MlpPolicy", MLP_KWARGS, True, 1, False),
+    "maskable_ppo_stack_full": ("MaskablePPO", "MlpPolicy", MLP_KWARGS, True, None, False),
 }
+# The arms that run on some tasks only (the others run on every task): the full stack where a longest delay exists
+ARM_TASKS: dict[str, tuple[str, ...]] = {"maskable_ppo_stack_full": ("MaskedCueRecallFair-v0",)}
 # task -> (env steps per run: 200 rollouts, updates between copies of the policy: 21 evaluations from step 0,
 # evaluation episodes: 200 matches of LeducMatch-v0, whose returns vary more)
 TASKS: dict[str, tuple[int, int, int]] = {
@@ -62,6 +68,34 @@ THRESHOLDS: dict[str, float] = {"MaskedCueRecallFair-v0": 0.75, "LeducMatch-v0":
 # Evaluations kept for the final return (the last 3: the last 40,960 env steps)
 FINAL_EVALUATIONS = 3
 EVAL_SEED = 10_000
+
+
+def runs_on(task: str, arm: str) -> bool:
+    """Whether the study runs ``arm`` on ``task`` (:data:`ARM_TASKS`)."""
+    return task in ARM_TASKS.get(arm, (task,))
+
+
+def frames_for_every_delay(task: str) -> int:
+    """
+    The frames a stack needs to hold the cue at the query of every episode of ``task`` (a registered gym id whose
+    env has ``delay_probabilities()``, as MaskedCueRecallFair-v0's): the query comes ``delay + 1`` steps after the
+    cue, so the longest delay that can occur plus 2, the smallest ``k`` whose ``frame_stack_optimum(k)`` is 1.
+
+    :param task: The gym id
+    :return: The number of frames
+    """
+    import sb3_reset_ppo.envs  # noqa: F401  (registers the tasks)
+
+    env = gym.make(task).unwrapped
+    if not hasattr(env, "delay_probabilities"):
+        raise ValueError(f"task must be an env with delay_probabilities() (a cue and a delay), got {task!r}")
+    return max(delay for delay, p in env.delay_probabilities().items() if p > 0) + 2
+
+
+def frames_stacked(task: str, arm: str) -> int:
+    """The frames ``arm`` stacks on ``task`` (1: none)."""
+    frames = ARMS[arm][4]
+    return frames_for_every_delay(task) if frames is None else frames
 
 
 class MaskInObservation(gym.ObservationWrapper[np.ndarray, np.int64, np.ndarray]):
@@ -111,7 +145,9 @@ def make_env(task: str, arm: str, n_envs: int, seed: int) -> Any:
         raise ValueError(f"task must be one of {list(TASKS)}, got {task!r}")
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
-    *_, frames, mask_obs = ARMS[arm]
+    if not runs_on(task, arm):
+        raise ValueError(f"arm {arm!r} runs on {list(ARM_TASKS[arm])} only, got task {task!r}")
+    frames, mask_obs = frames_stacked(task, arm), ARMS[arm][5]
     env = make_vec_env(task, n_envs=n_envs, seed=seed, wrapper_class=MaskInObservation if mask_obs else None)
     return VecFrameStack(env, frames) if frames > 1 else env
 
@@ -128,7 +164,8 @@ def is_done(path: Path) -> bool:
 
 def jobs_to_do(out: Path, tasks: list[str], arms: list[str], seeds: list[int], **settings: Any) -> list[dict[str, Any]]:
     """
-    The runs not recorded yet, seed by seed (each seed's tasks and arms together).
+    The runs not recorded yet, seed by seed (each seed's tasks and arms together; an arm only on its tasks,
+    :data:`ARM_TASKS`).
 
     :param out: The results folder
     :param tasks: Tasks to run
@@ -144,7 +181,7 @@ def jobs_to_do(out: Path, tasks: list[str], arms: list[str], seeds: list[int], *
         for seed in seeds
         for task in tasks
         for arm in arms
-        if not is_done(result_path(out, task, arm, seed))
+        if runs_on(task, arm) and not is_done(result_path(out, task, arm, seed))
     ]
 
 
@@ -181,7 +218,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     th.set_num_threads(1)
     task, arm, seed = job["task"], job["arm"], int(job["seed"])
     total, every, episodes = snapshots.budget(job, *TASKS[task])
-    algorithm, policy, policy_kwargs, masking, frames, mask_obs = ARMS[arm]
+    algorithm, policy, policy_kwargs, masking, _, mask_obs = ARMS[arm]
+    frames = frames_stacked(task, arm)
     code = snapshots.code()
     env = make_env(task, arm, N_ENVS, seed)
     model = snapshots.make_model(algorithm, policy, policy_kwargs, env, seed)
