@@ -52,14 +52,14 @@ def _block(block: Any, keys: th.Tensor, table: "th.Tensor | None") -> th.Tensor:
             scores = k @ q / math.sqrt(head_dim)
         else:
             distances = (table @ block.distance.weight.T)[:, part]
-            scores = []
+            per_key = []
             for j in range(n):
                 # The key's distance from the step: the step itself is at distance 0
                 distance = n - 1 - j
                 content = (q + block.content_bias[head]) @ k[j]
                 position = (q + block.distance_bias[head]) @ distances[distance]
-                scores.append((content + position) / math.sqrt(head_dim))
-            scores = th.stack(scores)
+                per_key.append((content + position) / math.sqrt(head_dim))
+            scores = th.stack(per_key)
         outputs.append(th.softmax(scores, dim=0) @ v)
     attended = _linear(block.out, th.cat(outputs))
     step = keys[-1]

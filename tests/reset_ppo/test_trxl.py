@@ -2,13 +2,16 @@
 
 from typing import Any
 
+import numpy as np
 import pytest
 import torch as th
 from helpers import RandomEpisodeEnv
+from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_reset_ppo import ResetPPO
-from sb3_reset_ppo.reset_ppo.trxl_policies import TrXLActorCriticPolicy
+from sb3_reset_ppo.common.attention_buffers import AttentionWindowRolloutBuffer
+from sb3_reset_ppo.reset_ppo.trxl_policies import MlpTrXLPolicy, TrXLActorCriticPolicy
 
 N_STEPS = 16
 MEMORY_LENGTH = 4
@@ -96,3 +99,95 @@ def test_recomputed_equals_rollout_dict_and_image(policy: str, obs_kind: str) ->
     kwargs: dict[str, Any] = dict(features_extractor_kwargs=dict(features_dim=8)) if obs_kind == "image" else {}
     model = rolled_out_model(policy, obs_kind, policy_kwargs=kwargs)
     assert max(largest_errors(model, epochs=1)) < 1e-5
+
+
+@GATED
+def test_predict_equals_collection(gated: bool, tmp_path: Any) -> None:
+    # predict(state, episode_start) over the rollout's observations, from the memory entering it, gives each step's
+    # block inputs and count as collection stored them, and the memory collection ended with
+    model = rolled_out_model(policy_kwargs=dict(gated=gated))
+    buffer = model.rollout_buffer
+    assert isinstance(buffer, AttentionWindowRolloutBuffer)
+    for env in range(model.n_envs):
+        # (E, K, L, D) -> (K, 1, L, D)
+        state: Any = (buffer.block_inputs["pi"][env, :MEMORY_LENGTH, None], buffer.memory_counts[:1, env, None].T)
+        for step in range(N_STEPS):
+            _, state = model.predict(buffer.observations[step, env][None], state, buffer.episode_starts[step, env][None])
+            memory, n_valid = state
+            if step < N_STEPS - 1:
+                np.testing.assert_allclose(memory[-1, 0], buffer.block_inputs["pi"][env, MEMORY_LENGTH + step], atol=1e-6)
+                assert int(n_valid[0, 0]) == buffer.memory_counts[step + 1, env]
+        final = model._last_lstm_states.pi
+        np.testing.assert_allclose(memory[:, 0], final[0][:, env].numpy(), atol=1e-6)
+        assert int(n_valid[0, 0]) == int(final[1][0, env])
+
+
+def test_save_load_round_trip(tmp_path: Any) -> None:
+    model = rolled_out_model(policy_kwargs=dict(positional_encoding="learned", gated=True, n_trxl_layers=3))
+    model.save(tmp_path / "model")
+    loaded = ResetPPO.load(tmp_path / "model")
+    assert isinstance(loaded.policy, TrXLActorCriticPolicy) and loaded.policy.memory_shape == (MEMORY_LENGTH, 3, 8)
+    for (name, tensor), (loaded_name, loaded_tensor) in zip(
+        model.policy.state_dict().items(), loaded.policy.state_dict().items(), strict=True
+    ):
+        assert name == loaded_name and th.equal(tensor, loaded_tensor)
+    observation = model.rollout_buffer.observations[0]
+    state = None
+    loaded_state = None
+    for _ in range(3):
+        action, state = model.predict(observation, state, deterministic=True)
+        loaded_action, loaded_state = loaded.predict(observation, loaded_state, deterministic=True)
+        np.testing.assert_array_equal(action, loaded_action)
+        assert state is not None and loaded_state is not None
+        np.testing.assert_array_equal(state[0], loaded_state[0])
+    # The policy alone (its constructor parameters hold the transformer's sizes)
+    model.policy.save(tmp_path / "policy")
+    policy = TrXLActorCriticPolicy.load(tmp_path / "policy")
+    assert policy.memory_shape == (MEMORY_LENGTH, 3, 8) and policy.trxl_kwargs == model.policy.trxl_kwargs
+
+
+def test_recurrent_ppo_refuses_attention_policies(tmp_path: Any) -> None:
+    env = make_vec_env(RandomEpisodeEnv, n_envs=1, seed=0)
+    with pytest.raises(TypeError, match=r"attention-memory policy.*RecurrentPPO.*sb3_reset_ppo\.ResetPPO"):
+        RecurrentPPO(MlpTrXLPolicy, env, n_steps=8, policy_kwargs=TRXL_KWARGS)  # type: ignore[arg-type]
+    model = ResetPPO("MlpTrXLPolicy", env, n_steps=8, batch_size=8, policy_kwargs=TRXL_KWARGS)
+    model.save(tmp_path / "model")
+    with pytest.raises(TypeError, match="RecurrentPPO cannot train, load or run it"):
+        RecurrentPPO.load(tmp_path / "model")
+
+
+def test_lstm_state_refused() -> None:
+    model = ResetPPO(
+        "MlpTrXLPolicy", make_vec_env(RandomEpisodeEnv, n_envs=1), n_steps=8, batch_size=8, policy_kwargs=TRXL_KWARGS
+    )
+    observation = np.zeros((2, 3), dtype=np.float32)
+    lstm_state = (np.zeros((1, 2, 8), dtype=np.float32), np.zeros((1, 2, 8), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"memory of shape .* = \(4, 2, 2, 8\) .* \(hidden, cell\) state does not fit"):
+        model.predict(observation, lstm_state)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (
+            dict(positional_encoding="absolute"),
+            r"positional_encoding must be one of \('none', 'learned', 'sinusoidal'\), got 'absolute'",
+        ),
+        (dict(n_attention_heads=3), r"trxl_dim=8 must be a multiple of n_attention_heads=3"),
+        (dict(memory_length=0), r"memory_length.*0"),
+        (dict(trxl_ff_dim=-1), r"trxl_ff_dim.*-1"),
+        (dict(shared_trxl=True), r"shared_trxl=True and enable_critic_trxl=True"),
+    ],
+)
+def test_bad_policy_arguments(kwargs: dict, message: str) -> None:
+    env = make_vec_env(RandomEpisodeEnv, n_envs=1)
+    with pytest.raises(ValueError, match=message):
+        ResetPPO("MlpTrXLPolicy", env, n_steps=8, batch_size=8, policy_kwargs={**TRXL_KWARGS, **kwargs})
+
+
+@pytest.mark.parametrize("name", ["memory_refresh", "burn_in"])
+def test_fresh_memory_not_implemented_yet(name: str) -> None:
+    env = make_vec_env(RandomEpisodeEnv, n_envs=1)
+    fresh: dict[str, Any] = {name: 2}
+    with pytest.raises(ValueError, match=f"{name}=2 is not implemented for attention memory"):
+        ResetPPO("MlpTrXLPolicy", env, n_steps=8, batch_size=8, policy_kwargs=TRXL_KWARGS, **fresh)
