@@ -78,8 +78,9 @@ class ResetPPO(RecurrentPPO):
     memory recorded during the rollout; where it crosses into a new episode the memory is zeroed by SB3's
     episode-start rule and training continues (``docs/algorithm.md``).
 
-    :param policy: The policy model to use: an LSTM or GRU policy name, or a ``RecurrentActorCriticPolicy`` subclass
-        whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``
+    :param policy: The policy model to use: an LSTM, GRU or attention (``MlpTrXLPolicy``, ...) policy name, a
+        ``RecurrentActorCriticPolicy`` subclass whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``, or a
+        ``TrXLActorCriticPolicy`` subclass
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, it can be a function
         of the current progress remaining (from 1 to 0)
