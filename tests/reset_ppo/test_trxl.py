@@ -5,6 +5,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
+from gymnasium import spaces
 from helpers import RandomEpisodeEnv
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.env_util import make_vec_env
@@ -31,10 +32,12 @@ def rolled_out_model(
     obs_kind: str = "box",
     window_size: int = 6,
     policy_kwargs: dict | None = None,
+    action_space: spaces.Space | None = None,
     **kwargs: Any,
 ) -> ResetPPO:
     """A model after two rollouts at learning rate 0 on short episodes (1 to 4 steps: many starts inside windows)."""
-    env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=0, env_kwargs=dict(obs_kind=obs_kind, max_length=4))
+    env_kwargs = dict(obs_kind=obs_kind, max_length=4, action_space=action_space)
+    env = make_vec_env(RandomEpisodeEnv, n_envs=2, seed=0, env_kwargs=env_kwargs)
     model = ResetPPO(
         policy,
         env,
@@ -99,6 +102,29 @@ def test_recomputed_equals_rollout_dict_and_image(policy: str, obs_kind: str) ->
     kwargs: dict[str, Any] = dict(features_extractor_kwargs=dict(features_dim=8)) if obs_kind == "image" else {}
     model = rolled_out_model(policy, obs_kind, policy_kwargs=kwargs)
     assert max(largest_errors(model, epochs=1)) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "action_space", [spaces.Box(-1, 1, (2,)), spaces.MultiDiscrete([3, 2]), spaces.MultiBinary(3)], ids=str
+)
+def test_recomputed_equals_rollout_action_spaces(action_space: spaces.Space) -> None:
+    model = rolled_out_model(action_space=action_space)
+    assert max(largest_errors(model, epochs=1)) < 1e-5
+
+
+def test_learns_cue_recall() -> None:
+    # A few updates on the package's memory task: the parameters move, stay finite, and the window diagnostics are logged
+    import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecall-v0)
+
+    env = make_vec_env("CueRecall-v0", n_envs=2, seed=0)
+    model = ResetPPO("MlpTrXLPolicy", env, n_steps=32, batch_size=32, n_epochs=2, seed=0, policy_kwargs=TRXL_KWARGS)
+    before = [parameter.detach().clone() for parameter in model.policy.parameters()]
+    model.learn(128)
+    after = list(model.policy.parameters())
+    assert all(bool(th.isfinite(parameter).all()) for parameter in after)
+    assert sum(not th.equal(old, new) for old, new in zip(before, after, strict=True)) == len(before)
+    logged = model.logger.name_to_value
+    assert "train/approx_kl" in logged and logged["train/kept_slot_fraction"] == 1.0
 
 
 @GATED
