@@ -12,9 +12,11 @@ from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, Rec
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
+from sb3_reset_ppo.common.attention import attention_mask
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer, _WindowSampler
 from sb3_reset_ppo.common.settings import WindowSettings
 from sb3_reset_ppo.common.type_aliases import AttentionRows, WindowRolloutBufferSamples
+from sb3_reset_ppo.common.utils import relative_distance
 
 
 class _AttentionWindowSampler(_WindowSampler):
@@ -33,11 +35,55 @@ class _AttentionWindowSampler(_WindowSampler):
             suffix: th.as_tensor(inputs.reshape(-1, *inputs.shape[2:]), device=self.device)
             for suffix, inputs in buffer.block_inputs.items()
         }
+        # The block inputs recorded during the rollout; `block_inputs` may be refreshed
+        self.recorded_block_inputs = dict(self.block_inputs)
         # (T, E) -> (E, T) -> (E * T,): env-major as the flat steps
         self.counts = th.as_tensor(buffer.memory_counts.swapaxes(0, 1).reshape(-1), device=self.device)
 
-    def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
-        raise ValueError("memory_refresh is not implemented for attention memory yet (docs/design.md, 'Attention memory')")
+    def _refresh_memory(self, policy: RecurrentActorCriticPolicy, n_steps: int) -> th.Tensor:
+        """
+        Recompute every step's block inputs with the policy's current parameters, without gradient, one chunk of
+        ``window_size`` steps of every env at a time: each chunk a row whose memory is the refreshed steps before it
+        (the memory entering the rollout stays as recorded).
+
+        :param policy: The attention policy (in evaluation mode: ``refresh_memory`` sets it)
+        :param n_steps: Steps per env
+        :return: ``||refreshed - recorded|| / ||recorded||`` over every step's block inputs, actor and critic
+        """
+        attention: Any = policy
+        memory_length, n_envs = self.memory_length, self.n_envs
+        chunk = self.settings.window_size
+        # (L, D): one step's block inputs
+        step_shape = self.recorded_block_inputs["pi"].shape[1:]
+        # (E * T,) -> (E, T)
+        episode_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
+        counts = self.counts.reshape(n_envs, n_steps)
+        with th.no_grad():
+            features = dict(zip(("pi", "vf"), attention._features(self.observations), strict=True))
+            transformers = {"pi": attention.trxl_actor, "vf": attention.trxl_critic}
+            for suffix in self.block_inputs:
+                # (E * (K + T), L, D) -> (E, K + T, L, D)
+                refreshed = self.recorded_block_inputs[suffix].reshape(n_envs, memory_length + n_steps, *step_shape).clone()
+                # (E * T, F) -> (E, T, F)
+                step_features = features[suffix].reshape(n_envs, n_steps, -1)
+                for first in range(0, n_steps, chunk):
+                    last = min(first + chunk, n_steps)
+                    allowed = attention_mask(episode_starts[:, first:last], counts[:, first], memory_length)
+                    # The memory of steps first - K .. first - 1 (positions first .. first + K - 1), refreshed already
+                    memory = refreshed[:, first : first + memory_length]
+                    _, inputs = transformers[suffix](step_features[:, first:last], memory, allowed)
+                    refreshed[:, memory_length + first : memory_length + last] = inputs
+                # (E, K + T, L, D) -> (E * (K + T), L, D)
+                self.block_inputs[suffix] = refreshed.reshape(-1, *step_shape)
+        # The last step's inputs are never read (nor recorded): left out of the distance
+        read = th.ones(n_envs, memory_length + n_steps, dtype=th.bool, device=self.device)
+        read[:, -1] = False
+        # (E, K + T) -> (E * (K + T),)
+        read = read.reshape(-1)
+        return relative_distance(
+            (self.block_inputs[suffix][read] for suffix in self.block_inputs),
+            (self.recorded_block_inputs[suffix][read] for suffix in self.block_inputs),
+        )
 
     def samples(
         self, starts: np.ndarray, lengths: np.ndarray, window_firsts: np.ndarray, normaliser: float

@@ -328,12 +328,11 @@ class ResetPPO(RecurrentPPO):
 
     def _setup_attention_model(self) -> None:
         """``_setup_model`` for an attention policy: ``RecurrentPPO``'s, with attention memory and its buffer."""
-        for name in ("memory_refresh", "burn_in"):
-            if getattr(self, name):
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is not implemented for attention memory ({self.policy_class.__name__}) "
-                    f"yet: use {name}=0 (docs/design.md, 'Attention memory', says how it will apply)"
-                )
+        if self.burn_in:
+            raise ValueError(
+                f"burn_in={self.burn_in!r} is not implemented for attention memory ({self.policy_class.__name__}) yet: "
+                "use burn_in=0, or memory_refresh (docs/design.md, 'Attention memory', says how it will apply)"
+            )
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         policy = self.policy_class(

@@ -9,6 +9,7 @@ from gymnasium import spaces
 from helpers import RandomEpisodeEnv
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.env_util import make_vec_env
+from trxl_reference import reference_sequence
 
 from sb3_reset_ppo import ResetPPO
 from sb3_reset_ppo.common.attention_buffers import AttentionWindowRolloutBuffer
@@ -113,11 +114,14 @@ def test_recomputed_equals_rollout_action_spaces(action_space: spaces.Space) -> 
 
 
 def test_learns_cue_recall() -> None:
-    # A few updates on the package's memory task: the parameters move, stay finite, and the window diagnostics are logged
+    # A few updates on the package's memory task (memory refreshed before the second epoch): the parameters move and
+    # stay finite, the window diagnostics and the memory's staleness are logged
     import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecall-v0)
 
     env = make_vec_env("CueRecall-v0", n_envs=2, seed=0)
-    model = ResetPPO("MlpTrXLPolicy", env, n_steps=32, batch_size=32, n_epochs=2, seed=0, policy_kwargs=TRXL_KWARGS)
+    model = ResetPPO(
+        "MlpTrXLPolicy", env, n_steps=32, batch_size=32, n_epochs=2, memory_refresh=1, seed=0, policy_kwargs=TRXL_KWARGS
+    )
     before = [parameter.detach().clone() for parameter in model.policy.parameters()]
     model.learn(128)
     after = list(model.policy.parameters())
@@ -125,6 +129,7 @@ def test_learns_cue_recall() -> None:
     assert sum(not th.equal(old, new) for old, new in zip(before, after, strict=True)) == len(before)
     logged = model.logger.name_to_value
     assert "train/approx_kl" in logged and logged["train/kept_slot_fraction"] == 1.0
+    assert 0 < logged["train/memory_staleness"] < 1
 
 
 @GATED
@@ -211,9 +216,43 @@ def test_bad_policy_arguments(kwargs: dict, message: str) -> None:
         ResetPPO("MlpTrXLPolicy", env, n_steps=8, batch_size=8, policy_kwargs={**TRXL_KWARGS, **kwargs})
 
 
-@pytest.mark.parametrize("name", ["memory_refresh", "burn_in"])
-def test_fresh_memory_not_implemented_yet(name: str) -> None:
+def test_burn_in_not_implemented_yet() -> None:
     env = make_vec_env(RandomEpisodeEnv, n_envs=1)
-    fresh: dict[str, Any] = {name: 2}
-    with pytest.raises(ValueError, match=f"{name}=2 is not implemented for attention memory"):
-        ResetPPO("MlpTrXLPolicy", env, n_steps=8, batch_size=8, policy_kwargs=TRXL_KWARGS, **fresh)
+    with pytest.raises(ValueError, match="burn_in=2 is not implemented for attention memory"):
+        ResetPPO("MlpTrXLPolicy", env, n_steps=8, batch_size=8, policy_kwargs=TRXL_KWARGS, burn_in=2)
+
+
+def test_memory_refresh_before_any_update_changes_nothing() -> None:
+    model = rolled_out_model(memory_refresh=1, window_stride=None)
+    staleness = model.rollout_buffer.refresh_memory(model.policy)
+    assert float(staleness) < 1e-6
+    assert max(largest_errors(model, batch_size=7)) < 1e-5
+
+
+def test_memory_refresh_recomputes_every_step() -> None:
+    # With other parameters, the refreshed block inputs are those of the step-by-step reference over each env's rollout
+    # from the memory entering it (chunks of window_size=6 steps: the chunk edges are crossed)
+    model = rolled_out_model(memory_refresh=1)
+    policy = model.policy
+    assert isinstance(policy, TrXLActorCriticPolicy)
+    with th.no_grad():
+        for parameter in policy.parameters():
+            parameter.add_(0.1 * th.randn_like(parameter))
+    buffer = model.rollout_buffer
+    assert isinstance(buffer, AttentionWindowRolloutBuffer)
+    staleness = buffer.refresh_memory(policy)
+    assert float(staleness) > 1e-3
+    sampler = buffer.sampler()
+    # (E * (K + T), L, D) -> (E, K + T, L, D)
+    refreshed = sampler.block_inputs["pi"].reshape(model.n_envs, MEMORY_LENGTH + N_STEPS, 2, 8)
+    for env in range(model.n_envs):
+        with th.no_grad():
+            features = policy.extract_features(th.as_tensor(buffer.observations[:, env]))
+            _, expected = reference_sequence(
+                policy.trxl_actor,
+                features,
+                th.as_tensor(buffer.episode_starts[:, env]),
+                th.as_tensor(buffer.block_inputs["pi"][env, :MEMORY_LENGTH]),
+                int(buffer.memory_counts[0, env]),
+            )
+        th.testing.assert_close(refreshed[env, MEMORY_LENGTH:], expected, rtol=0, atol=1e-5)
