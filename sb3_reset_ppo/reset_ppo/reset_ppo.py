@@ -179,8 +179,8 @@ class ResetPPO(RecurrentPPO):
     ):
         if isinstance(policy, type) and not issubclass(policy, (RecurrentActorCriticPolicy, TrXLActorCriticPolicy)):
             raise ValueError(
-                f"policy must be a RecurrentActorCriticPolicy or TrXLActorCriticPolicy subclass or one of "
-                f"{sorted(self.policy_aliases)}, got {policy.__name__}"
+                f"policy must be a RecurrentActorCriticPolicy subclass (LSTM, GRU), a TrXLActorCriticPolicy subclass "
+                f"(attention) or one of {sorted(self.policy_aliases)}, got {policy.__name__}"
             )
         if isinstance(policy, str) and policy not in self.policy_aliases:
             raise ValueError(
@@ -231,7 +231,8 @@ class ResetPPO(RecurrentPPO):
             and issubclass(self.policy_class, (RecurrentActorCriticPolicy, TrXLActorCriticPolicy))
         ):
             raise ValueError(
-                f"policy must be a RecurrentActorCriticPolicy or TrXLActorCriticPolicy subclass, got {self.policy_class!r}"
+                f"policy must be a RecurrentActorCriticPolicy subclass (LSTM, GRU) or a TrXLActorCriticPolicy subclass "
+                f"(attention), got {self.policy_class!r}"
             )
         check_action_space(self.action_space)
         # load() sets the saved arguments after __init__: they are validated here if they differ from __init__'s
