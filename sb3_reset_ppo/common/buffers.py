@@ -284,6 +284,9 @@ class _WindowSampler:
 class _WindowBufferMixin:
     """Window settings and sampling shared by both window buffers (placed before the sb3-contrib base)."""
 
+    # What reads the full rollout's windows (attention memory's reads its stored block inputs too)
+    sampler_class: type[_WindowSampler] = _WindowSampler
+
     # Set by the sb3-contrib / SB3 base buffer
     buffer_size: int
     n_envs: int
@@ -406,7 +409,7 @@ class _WindowBufferMixin:
         if not self.full:
             raise RuntimeError("The rollout buffer must be full before windows can be sampled from it")
         if self._sampler is None:
-            self._sampler = _WindowSampler(self)
+            self._sampler = self.sampler_class(self)
         return self._sampler
 
     def _sampled_arrays(self) -> dict[str, np.ndarray]:

@@ -40,7 +40,7 @@ def _step_features(policy: RecurrentActorCriticPolicy, samples: WindowRolloutBuf
     return pi_features, vf_features
 
 
-def _plain_categorical(policy: RecurrentActorCriticPolicy) -> bool:
+def _plain_categorical(policy: ActorCriticPolicy) -> bool:
     """
     Whether the policy's action distribution is SB3's categorical over ``action_net``'s logits, built by SB3's own
     ``_get_action_dist_from_latent`` (not a maskable policy's, nor a subclass's own).
@@ -85,7 +85,6 @@ def evaluate_windows(
     :return: values, log-probabilities and entropies (``None`` when the distribution has no closed form),
         each of shape ``(B, W)``
     """
-    n_windows, window_size = samples.slot_steps.shape
     # (B, W) -> (B * W,)
     slot_steps = samples.slot_steps.reshape(-1)
     pi_features, vf_features = _step_features(policy, samples)
@@ -115,6 +114,24 @@ def evaluate_windows(
     # The memory after the windows is not needed here
     latent_vf, _ = critic.latent(latent_pi, (), run_critic_rnn, lambda linear: linear(vf_features)[slot_steps])
 
+    return slot_heads(policy, latent_pi, latent_vf, samples)
+
+
+def slot_heads(
+    policy: ActorCriticPolicy, latent_pi: th.Tensor, latent_vf: th.Tensor, samples: WindowRolloutBufferSamples
+) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+    """
+    Values, log-probabilities and entropies of every slot from the memory's outputs: the policy's ``mlp_extractor``
+    and heads, as ``evaluate_actions`` applies them (any memory: LSTM, GRU, attention).
+
+    :param policy: The policy
+    :param latent_pi: The actor's memory output of every slot, ``(B * W, hidden)``
+    :param latent_vf: The critic's, ``(B * W, hidden)``
+    :param samples: The minibatch (its actions, and its action masks for a maskable policy)
+    :return: values, log-probabilities and entropies (``None`` when the distribution has no closed form), each
+        ``(B, W)``
+    """
+    n_windows, window_size = samples.slot_steps.shape
     latent_pi = policy.mlp_extractor.forward_actor(latent_pi)
     latent_vf = policy.mlp_extractor.forward_critic(latent_vf)
     # (B, W, action_dim) -> (B * W, action_dim)

@@ -3,8 +3,8 @@
 from typing import Protocol, TypeGuard
 
 import torch as th
-from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import ActorCriticPolicy
 
 
 class MaskablePolicy(Protocol):
@@ -15,12 +15,12 @@ class MaskablePolicy(Protocol):
         ...
 
 
-def _is_maskable(policy: RecurrentActorCriticPolicy) -> TypeGuard[MaskablePolicy]:
+def _is_maskable(policy: ActorCriticPolicy) -> TypeGuard[MaskablePolicy]:
     """Whether ``policy`` is a maskable one: it holds sb3-contrib's maskable distribution (as the export tells)."""
     return hasattr(policy, "masked_action_dist")
 
 
-def masked_distribution(policy: RecurrentActorCriticPolicy, latent_pi: th.Tensor, masks: th.Tensor) -> Distribution:
+def masked_distribution(policy: ActorCriticPolicy, latent_pi: th.Tensor, masks: th.Tensor) -> Distribution:
     """The action distribution of a maskable policy with each slot's mask, ``masks`` ``(B * W, mask_dims)``."""
     if not _is_maskable(policy):
         raise TypeError(

@@ -59,6 +59,8 @@ class WindowRolloutBufferSamples(NamedTuple):
       the rollout (:func:`~sb3_reset_ppo.common.epochs.uniform_normaliser`); ``None``: the minibatch's real slots.
     - ``action_masks``: with invalid-action masking (``MaskableResetPPO``), the mask stored with each slot's step,
       ``(B, W, mask_dims)`` (1.0: valid); else ``None``.
+    - ``attention``: with attention memory, what each row reads of the stored memory (``lstm_states`` is then empty);
+      else ``None``.
     """
 
     observations: PyTorchObs
@@ -79,3 +81,18 @@ class WindowRolloutBufferSamples(NamedTuple):
     n_real_slots: int | None = None
     loss_normaliser: float | None = None
     action_masks: th.Tensor | None = None
+    attention: "AttentionRows | None" = None
+
+
+class AttentionRows(NamedTuple):
+    """
+    What the rows of a minibatch read of the stored attention memory (``docs/design.md``, "Attention memory").
+
+    - ``memory_pi``: the actor's stored block inputs of the ``K`` steps before each row's first step, ``(B, K, L, D)``
+    - ``memory_vf``: the critic's, where it has a transformer of its own, else ``None``
+    - ``counts``: the memory positions of the first step's episode entering each row (before SB3's rule), ``(B,)``
+    """
+
+    memory_pi: th.Tensor
+    memory_vf: th.Tensor | None
+    counts: th.Tensor

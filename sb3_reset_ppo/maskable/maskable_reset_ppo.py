@@ -17,6 +17,7 @@ from sb3_reset_ppo.maskable import policies
 from sb3_reset_ppo.maskable.buffers import MaskableDictWindowRolloutBuffer, MaskableWindowRolloutBuffer
 from sb3_reset_ppo.maskable.policies import _MaskableRecurrentPolicy, check_maskable_action_space
 from sb3_reset_ppo.reset_ppo.reset_ppo import ResetPPO
+from sb3_reset_ppo.reset_ppo.trxl_policies import TrXLActorCriticPolicy
 
 SelfMaskableResetPPO = TypeVar("SelfMaskableResetPPO", bound="MaskableResetPPO")
 
@@ -38,9 +39,11 @@ class MaskableResetPPO(ResetPPO):
     :param kwargs: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, by name
     """
 
-    # ResetPPO's policy names, each for its maskable version
+    # ResetPPO's policy names, each for its maskable version (the attention policies have none yet)
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        name: getattr(policies, f"Maskable{name}") for name in ResetPPO.policy_aliases
+        name: getattr(policies, f"Maskable{name}")
+        for name, policy_class in ResetPPO.policy_aliases.items()
+        if not issubclass(policy_class, TrXLActorCriticPolicy)
     }
     window_buffer_class = MaskableWindowRolloutBuffer
     dict_window_buffer_class = MaskableDictWindowRolloutBuffer

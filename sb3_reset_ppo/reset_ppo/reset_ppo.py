@@ -16,9 +16,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, PyTorchObs, Schedule
-from stable_baselines3.common.utils import explained_variance, obs_as_tensor
+from stable_baselines3.common.utils import FloatSchedule, explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
+from sb3_reset_ppo.common.attention_buffers import AttentionWindowRolloutBuffer, DictAttentionWindowRolloutBuffer
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
 from sb3_reset_ppo.common.checkpoints import check_checkpoint, legacy_settings
 from sb3_reset_ppo.common.epochs import epoch_slot_range, minibatch_slots
@@ -40,7 +41,8 @@ from sb3_reset_ppo.common.spaces import check_action_space
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import check_supported_rnn
 from sb3_reset_ppo.common.utils import ThreadCountWarning, relative_distance, thread_advice, warn_user
-from sb3_reset_ppo.reset_ppo import policies
+from sb3_reset_ppo.reset_ppo import policies, trxl_policies
+from sb3_reset_ppo.reset_ppo.trxl_policies import TrXLActorCriticPolicy
 
 SelfResetPPO = TypeVar("SelfResetPPO", bound="ResetPPO")
 
@@ -76,8 +78,9 @@ class ResetPPO(RecurrentPPO):
     memory recorded during the rollout; where it crosses into a new episode the memory is zeroed by SB3's
     episode-start rule and training continues (``docs/algorithm.md``).
 
-    :param policy: The policy model to use: an LSTM or GRU policy name, or a ``RecurrentActorCriticPolicy`` subclass
-        whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``
+    :param policy: The policy model to use: an LSTM, GRU or attention (``MlpTrXLPolicy``, ...) policy name, a
+        ``RecurrentActorCriticPolicy`` subclass whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``, or a
+        ``TrXLActorCriticPolicy`` subclass
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, it can be a function
         of the current progress remaining (from 1 to 0)
@@ -127,6 +130,9 @@ class ResetPPO(RecurrentPPO):
         "MlpGruPolicy": policies.MlpGruPolicy,
         "CnnGruPolicy": policies.CnnGruPolicy,
         "MultiInputGruPolicy": policies.MultiInputGruPolicy,
+        "MlpTrXLPolicy": trxl_policies.MlpTrXLPolicy,
+        "CnnTrXLPolicy": trxl_policies.CnnTrXLPolicy,
+        "MultiInputTrXLPolicy": trxl_policies.MultiInputTrXLPolicy,
     }
     rollout_buffer: WindowRolloutBuffer | DictWindowRolloutBuffer
     policy: RecurrentActorCriticPolicy
@@ -171,15 +177,15 @@ class ResetPPO(RecurrentPPO):
         burn_in: int = 0,
         _init_setup_model: bool = True,
     ):
-        if isinstance(policy, type) and not issubclass(policy, RecurrentActorCriticPolicy):
+        if isinstance(policy, type) and not issubclass(policy, (RecurrentActorCriticPolicy, TrXLActorCriticPolicy)):
             raise ValueError(
-                f"policy must be a RecurrentActorCriticPolicy subclass or one of {sorted(self.policy_aliases)}, "
-                f"got {policy.__name__}"
+                f"policy must be a RecurrentActorCriticPolicy subclass (LSTM, GRU), a TrXLActorCriticPolicy subclass "
+                f"(attention) or one of {sorted(self.policy_aliases)}, got {policy.__name__}"
             )
         if isinstance(policy, str) and policy not in self.policy_aliases:
             raise ValueError(
                 f"policy {policy!r} is unknown to ResetPPO, a recurrent algorithm: use one of "
-                f"{sorted(self.policy_aliases)} (or a RecurrentActorCriticPolicy subclass)"
+                f"{sorted(self.policy_aliases)} (or a RecurrentActorCriticPolicy or TrXLActorCriticPolicy subclass)"
             )
         self.window_size = window_size
         self.boundary = boundary
@@ -220,8 +226,14 @@ class ResetPPO(RecurrentPPO):
             self._setup_model()
 
     def _check_settings(self) -> None:
-        if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
-            raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
+        if not (
+            isinstance(self.policy_class, type)
+            and issubclass(self.policy_class, (RecurrentActorCriticPolicy, TrXLActorCriticPolicy))
+        ):
+            raise ValueError(
+                f"policy must be a RecurrentActorCriticPolicy subclass (LSTM, GRU) or a TrXLActorCriticPolicy subclass "
+                f"(attention), got {self.policy_class!r}"
+            )
         check_action_space(self.action_space)
         # load() sets the saved arguments after __init__: they are validated here if they differ from __init__'s
         self._validate_window_arguments(self.n_steps, self.batch_size)
@@ -268,15 +280,23 @@ class ResetPPO(RecurrentPPO):
         if getattr(self, "_warned_about_threads", False):
             return
         convolutional = any(isinstance(module, th.nn.Conv2d) for module in self.policy.modules())
-        advice = thread_advice(
-            type(self).__name__, th.get_num_threads(), self.policy.lstm_actor.hidden_size, self.device.type, convolutional
-        )
+        attention = self._attention_policy()
+        width = self.policy.lstm_actor.hidden_size if attention is None else attention.trxl_dim
+        advice = thread_advice(type(self).__name__, th.get_num_threads(), width, self.device.type, convolutional)
         if advice is not None:
             self._warned_about_threads = True
             warn_user(advice, ThreadCountWarning)
 
+    def _attention_policy(self) -> TrXLActorCriticPolicy | None:
+        """The policy, where it has attention memory; else ``None`` (an LSTM or GRU policy)."""
+        policy: Any = self.policy
+        return policy if isinstance(policy, TrXLActorCriticPolicy) else None
+
     def _setup_model(self) -> None:
         self._check_settings()
+        if issubclass(self.policy_class, TrXLActorCriticPolicy):
+            self._setup_attention_model()
+            return
         super()._setup_model()
         check_supported_rnn(self.policy.lstm_actor)
         layer_type = recurrent_layer_type(self.policy.lstm_actor)
@@ -305,6 +325,48 @@ class ResetPPO(RecurrentPPO):
         state = getattr(self, "_window_generator_state", None)
         if state is not None:
             self.rollout_buffer.generator.bit_generator.state = state
+        self._warn_about_batch_size()
+
+    def _setup_attention_model(self) -> None:
+        """``_setup_model`` for an attention policy: ``RecurrentPPO``'s, with attention memory and its buffer."""
+        if self.burn_in:
+            raise ValueError(
+                f"burn_in={self.burn_in!r} is not implemented for attention memory ({self.policy_class.__name__}) yet: "
+                "use burn_in=0, or memory_refresh (docs/design.md, 'Attention memory', says how it will apply)"
+            )
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+        policy = self.policy_class(
+            self.observation_space, self.action_space, self.lr_schedule, use_sde=self.use_sde, **self.policy_kwargs
+        )
+        assert isinstance(policy, TrXLActorCriticPolicy)
+        policy = policy.to(self.device)
+        # ResetPPO's policy is typed as sb3-contrib's recurrent one; the attention paths read it by _attention_policy
+        self.policy = policy  # type: ignore[assignment]
+        self._last_lstm_states = policy.initial_state(self.n_envs)
+        dict_observations = isinstance(self.observation_space, spaces.Dict)
+        buffer_cls = DictAttentionWindowRolloutBuffer if dict_observations else AttentionWindowRolloutBuffer
+        self.rollout_buffer = buffer_cls(
+            self.n_steps,
+            self.observation_space,
+            self.action_space,
+            self.device,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            n_envs=self.n_envs,
+            memory_shape=policy.memory_shape,
+            critic_memory=policy.trxl_critic is not None,
+            window_settings=self._window_settings,
+            consecutive_windows=self._resolved_consecutive_windows(),
+            seed=self.seed,
+        )
+        state = getattr(self, "_window_generator_state", None)
+        if state is not None:
+            self.rollout_buffer.generator.bit_generator.state = state
+        # As RecurrentPPO's: the clip ranges as schedules
+        self.clip_range = FloatSchedule(self.clip_range)
+        if self.clip_range_vf is not None:
+            self.clip_range_vf = FloatSchedule(self.clip_range_vf)
         self._warn_about_batch_size()
 
     def _warn_about_batch_size(self) -> None:
@@ -487,7 +549,7 @@ class ResetPPO(RecurrentPPO):
                 terminal_obs = self.policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
                 with th.no_grad():
                     # (n_layers, n_envs, H) -> (n_layers, 1, H): this env's critic memory
-                    terminal_memory = tuple(state[:, idx : idx + 1, :].contiguous() for state in memory.vf)
+                    terminal_memory = tuple(state[:, idx : idx + 1].contiguous() for state in memory.vf)
                     not_start = th.tensor([False], dtype=th.float32, device=self.device)
                     terminal_value = self.policy.predict_values(terminal_obs, terminal_memory, not_start)[0]  # type: ignore[arg-type]
                 rewards[idx] += self.gamma * terminal_value
@@ -496,7 +558,11 @@ class ResetPPO(RecurrentPPO):
         self, samples: WindowRolloutBufferSamples, clip_range: float, clip_range_vf: float | None
     ) -> WindowLoss:
         """Evaluate the policy on a minibatch of windows and return the PPO loss (see docs/design.md)."""
-        values, log_prob, entropy = evaluate_windows(self.policy, samples)
+        attention = self._attention_policy()
+        if attention is None:
+            values, log_prob, entropy = evaluate_windows(self.policy, samples)
+        else:
+            values, log_prob, entropy = attention.evaluate_windows(samples)
         settings = LossSettings(
             self.rollout_buffer.weighting, clip_range, clip_range_vf, self.ent_coef, self.vf_coef, self.normalize_advantage
         )
