@@ -39,7 +39,7 @@ from sb3_reset_ppo.common.settings import (
 from sb3_reset_ppo.common.spaces import check_action_space
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import check_supported_rnn
-from sb3_reset_ppo.common.utils import ThreadCountWarning, relative_distance, thread_advice, warn_user
+from sb3_reset_ppo.common.utils import ThreadCountWarning, machine_load, relative_distance, thread_advice, warn_user
 from sb3_reset_ppo.reset_ppo import policies
 
 SelfResetPPO = TypeVar("SelfResetPPO", bound="ResetPPO")
@@ -268,8 +268,9 @@ class ResetPPO(RecurrentPPO):
         if getattr(self, "_warned_about_threads", False):
             return
         convolutional = any(isinstance(module, th.nn.Conv2d) for module in self.policy.modules())
+        hidden_size = self.policy.lstm_actor.hidden_size
         advice = thread_advice(
-            type(self).__name__, th.get_num_threads(), self.policy.lstm_actor.hidden_size, self.device.type, convolutional
+            type(self).__name__, th.get_num_threads(), hidden_size, self.device.type, convolutional, machine_load()
         )
         if advice is not None:
             self._warned_about_threads = True
