@@ -36,7 +36,7 @@ from sb3_reset_ppo.common.settings import (
     check_non_negative_int,
     check_positive_int,
 )
-from sb3_reset_ppo.common.spaces import check_action_space
+from sb3_reset_ppo.common.spaces import check_action_space, check_observation_space
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import check_supported_rnn
 from sb3_reset_ppo.common.utils import ThreadCountWarning, machine_load, relative_distance, thread_advice, warn_user
@@ -223,6 +223,8 @@ class ResetPPO(RecurrentPPO):
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, RecurrentActorCriticPolicy)):
             raise ValueError(f"policy must be a RecurrentActorCriticPolicy subclass, got {self.policy_class!r}")
         check_action_space(self.action_space)
+        alias = next((name for name, cls in self.policy_aliases.items() if cls is self.policy_class), None)
+        check_observation_space(self.observation_space, self.policy_class, self.policy_kwargs, alias)
         # load() sets the saved arguments after __init__: they are validated here if they differ from __init__'s
         self._validate_window_arguments(self.n_steps, self.batch_size)
         if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:

@@ -49,15 +49,15 @@ def _speed_line(by_arm: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any]
     return summary, line
 
 
-def test_the_time_ratio_is_the_ratio_of_the_medians_shown() -> None:
-    # Medians 5 s and 20 s (pairs 0.2 to 0.3 after a median of pair ratios would give 0.25 too, so make them differ)
+def test_the_time_ratio_says_which_ratio_it_is_beside_the_medians() -> None:
+    # Medians 5 s and 20 s; the four side-by-side pairs' ratios 0.2, 0.2, 0.3 and 0.3
     by_arm = {"a": [_run(0, 4.0, 30), _run(1, 6.0, 30)], "b": [_run(0, 20.0, 30), _run(1, 20.0, 30)]}
     summary, line = _speed_line(by_arm)
     comparison = summary["comparisons"]["a"]
     assert summary["arms"]["a"]["learn_seconds"] == 5.0 and summary["arms"]["b"]["learn_seconds"] == 20.0
     assert comparison["time_ratio"] == pytest.approx(0.25) and comparison["pair_ratios"] == [0.2, 0.3]
-    assert "takes 0.25 of b's time, the ratio of the medians" in line
-    assert "5.0 s (evaluations apart: 3.0 s) against 20.0 s (evaluations apart: 3.0 s)" in line
+    assert "takes 0.25 of b's time, the median ratio of 4 pairs of runs that trained at the same time on one machine, " in line
+    assert "0.20 to 0.30 (median `learn()` 5.0 s (evaluations apart: 3.0 s) against 20.0 s (evaluations apart: 3.0 s)" in line
     table = compare.markdown(
         summary,
         {"env": "E", "command": "c", "conf_file": "f", "hyperparams": [], "seeds": 2, "timesteps": 1, "evaluations": 2,

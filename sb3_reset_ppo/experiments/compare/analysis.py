@@ -109,9 +109,9 @@ def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int, f
         comparison = summary["comparisons"][name]
         pairs = stats.side_by_side(arm_runs, arms[baseline], same_seed=False)
         ratios = [learn_seconds(run) / learn_seconds(other) for run, other in pairs if learn_seconds(other) > 0]
-        # The ratio of the medians the report shows beside it; the side-by-side pairs' ratios say how far it holds
-        base_seconds = _median_learn_seconds(arms[baseline])
-        comparison["time_ratio"] = _median_learn_seconds(arm_runs) / base_seconds if ratios and base_seconds > 0 else None
+        # Over pairs that trained at the same time on one machine: the ratio of all runs' medians would mix the loads
+        # that runs met at different times (the report says which ratio it is, with the pairs' range)
+        comparison["time_ratio"] = statistics.median(ratios) if ratios else None
         comparison["time_pairs"] = len(ratios)
         comparison["pair_ratios"] = [min(ratios), max(ratios)] if ratios else None
         comparison["equal_time"] = equal_time(arm_runs, arms[baseline], reps, final_evaluations)

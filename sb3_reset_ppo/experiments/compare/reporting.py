@@ -51,7 +51,7 @@ def _speed_sentence(name: str, baseline: str, arms: dict[str, Any], comparison: 
     """
     low, high = comparison["pair_ratios"]
     medians = f"median `learn()` {_seconds_words(arms[name])} against {_seconds_words(arms[baseline])}"
-    pairs = f"{comparison['time_pairs']} pairs of runs that trained at the same time on one machine: {low:.2f} to {high:.2f}"
+    pairs = f"{comparison['time_pairs']} pairs of runs that trained at the same time on one machine, {low:.2f} to {high:.2f}"
     updates = [arms[arm]["updates"] for arm in (name, baseline) if arms[arm].get("updates") is not None]
     if updates and min(updates) < MIN_UPDATES:
         return (
@@ -64,8 +64,8 @@ def _speed_sentence(name: str, baseline: str, arms: dict[str, Any], comparison: 
             f"{medians}); give more --timesteps or seeds."
         )
     return (
-        f"Per second: {name}'s `learn()` takes {comparison['time_ratio']:.2f} of {baseline}'s time, the ratio of the "
-        f"medians ({medians}; {pairs})."
+        f"Per second: {name}'s `learn()` takes {comparison['time_ratio']:.2f} of {baseline}'s time, the median ratio of "
+        f"{pairs} ({medians} over all runs)."
     )
 
 
@@ -203,8 +203,8 @@ def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str]
         f"{summary['tests']} tests. At equal wall-clock time a run that has stopped counts its final return, one still "
         "training its last evaluation by then.", "",
         f"| arm | runs | final return | return over training | median `learn()` s | median evaluation s | "
-        f"P(> {baseline}) final | P(> {baseline}) over training | ratio of the median `learn()` s to {baseline}'s "
-        "(side-by-side pairs) |",
+        f"P(> {baseline}) final | P(> {baseline}) over training | `learn()` s / {baseline}'s: median over the pairs "
+        "of runs that trained side by side (their range) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for name, entry in summary["arms"].items():
