@@ -12,9 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _dry_run(target: str, venv: Path) -> list[str]:
     """The pip installs that ``make TARGET`` would run from a fresh clone (no virtual environment yet)."""
-    result = subprocess.run(
-        ["make", "-n", "-B", f"VENV={venv}", target], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    result = subprocess.run(["make", "-n", "-B", f"VENV={venv}", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return [line for line in result.stdout.splitlines() if re.search(r"-m pip install", line)]
 
