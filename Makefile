@@ -75,7 +75,19 @@ test-matrix: install
 test-slow: install
 	$(BIN)/python -m pytest -m slow tests benchmarks/tests
 
-demo: install
+# The demo needs the package and its plots only: installed alone, without the other extras (Ray, Optuna, OpenSpiel,
+# Sphinx, ...), unless make install already installed everything
+DEMO_STAMP := $(VENV)/.demo-installed-$(shell cat setup.cfg | cksum | cut -d' ' -f1)
+
+$(DEMO_STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[plots]"
+	rm -f $(VENV)/.demo-installed-*
+	touch $(DEMO_STAMP)
+
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(BIN)/python examples/demo.py
 
 figures: install

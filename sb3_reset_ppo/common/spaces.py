@@ -1,6 +1,14 @@
 """
+<<<<<<< HEAD
 Action spaces and invalid-action masks: which action spaces the recurrent policies can represent, a mask's layout,
 and the one check of the masks that ``MaskableResetPPO`` and the masked ``evaluate_policy`` receive.
+=======
+Observation and action spaces and invalid-action masks: the observations a policy's default features extractor
+takes (:func:`check_observation_space`), the action spaces that the recurrent policies can represent
+(:func:`check_action_space`), the layout of a mask (:func:`mask_sizes`, :func:`mask_dims`), and the one check of the
+masks that ``MaskableResetPPO`` and the masked ``evaluate_policy`` receive from an env or a caller
+(:func:`check_action_masks`).
+>>>>>>> firsthour
 """
 
 from collections.abc import Sequence
@@ -9,11 +17,68 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticCnnPolicy, RecurrentMultiInputActorCriticPolicy
+from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
 
-__all__ = ["check_action_masks", "check_action_space", "mask_dims", "mask_sizes"]
+__all__ = ["check_action_masks", "check_action_space", "check_observation_space", "mask_dims", "mask_sizes"]
+
+# The smallest image side SB3's NatureCNN takes: its convolutions (8, stride 4; 4, stride 2; 3, stride 1) leave 1x1
+NATURE_CNN_MIN_SIDE = 36
 
 # What a caller may hand over as masks: an array, a tensor, nested lists, or one mask per env (VecEnv.env_method)
 MasksLike = np.ndarray | th.Tensor | Sequence[Any]
+
+
+def check_observation_space(
+    observation_space: spaces.Space, policy_class: type, policy_kwargs: dict[str, Any], policy_name: str | None = None
+) -> None:
+    """
+    Raise a ``ValueError`` naming the observation and the policy to use where the policy's default features
+    extractor cannot take it (SB3 and sb3-contrib fail later, in ``learn()`` or inside torch): a ``Dict`` under a
+    policy that flattens one array (``MlpLstmPolicy``, ``CnnLstmPolicy``), or an image smaller than SB3's
+    ``NatureCNN`` takes under ``CnnLstmPolicy`` or ``MultiInputLstmPolicy``. A ``features_extractor_class`` of the
+    user's own is not checked.
+
+    :param observation_space: The observation space the policy is built for (images channel-first, as SB3 wraps them)
+    :param policy_class: The policy class
+    :param policy_kwargs: The policy's keyword arguments
+    :param policy_name: The name the user gave the policy by (``"MlpGruPolicy"``); default: its class's name
+    """
+    if policy_kwargs.get("features_extractor_class") is not None:
+        return
+    name = policy_name or policy_class.__name__
+    multi_input = issubclass(policy_class, RecurrentMultiInputActorCriticPolicy)
+    if isinstance(observation_space, spaces.Dict) and not multi_input:
+        cell = "Gru" if "Gru" in name or "Gru" in policy_class.__name__ else "Lstm"
+        keys = ", ".join(map(repr, observation_space))
+        raise ValueError(
+            f"policy {name} takes one array, but the observation space is a Dict (keys {keys}): "
+            f"use policy='MultiInput{cell}Policy', which encodes each key (images with a CNN) and concatenates them"
+        )
+    # NatureCNN: what CnnLstmPolicy takes, and what MultiInputLstmPolicy's CombinedExtractor gives each image key
+    images: dict[str, spaces.Space] = {}
+    normalized_image = not policy_kwargs.get("normalize_images", True)
+    if issubclass(policy_class, RecurrentActorCriticCnnPolicy):
+        images = {"": observation_space}
+    elif multi_input and isinstance(observation_space, spaces.Dict):
+        images = {
+            f"[{key!r}]": space
+            for key, space in observation_space.spaces.items()
+            if is_image_space(space, normalized_image=normalized_image)
+        }
+    for key, space in images.items():
+        if not (isinstance(space, spaces.Box) and len(space.shape) == 3):
+            continue
+        # (channels, height, width) or (height, width, channels)
+        height, width = space.shape[1:] if is_image_space_channels_first(space) else space.shape[:2]
+        if min(height, width) < NATURE_CNN_MIN_SIDE:
+            side = NATURE_CNN_MIN_SIDE
+            raise ValueError(
+                f"observation_space{key} is a {height}x{width} image (shape {space.shape}), smaller than the {side}x{side} "
+                f"that {name}'s default features extractor, SB3's NatureCNN, takes: give images of at least {side}x{side} "
+                "(e.g. a gymnasium ResizeObservation wrapper), or pass an extractor of your own, "
+                "policy_kwargs=dict(features_extractor_class=...) (SB3's guide: Custom Policy Network)"
+            )
 
 
 def check_action_space(action_space: spaces.Space) -> None:
@@ -72,7 +137,8 @@ def mask_dims(action_space: spaces.Space) -> int:
 def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_envs: int, step: str) -> np.ndarray:
     """
     The action masks of ``n_envs`` envs as a boolean ``(n_envs, mask_dims)`` array, or a ``ValueError`` that names
-    the env, ``step`` and the expected shape when they do not fit ``action_space`` or leave an env no valid action.
+    the env and ``step``, with the expected shape when they do not fit ``action_space``, or the env and the piece of
+    its mask that leaves it no valid action.
 
     Accepted: ``(n_envs, mask_dims)``; ``(mask_dims,)`` or ``(n_envs * mask_dims,)`` flat (sb3-contrib reshapes
     those to the logits' shape); a sequence of ``n_envs`` masks of ``(mask_dims,)`` (what
@@ -92,8 +158,10 @@ def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_en
     sizes = mask_sizes(action_space)
     dims = sum(sizes)
 
-    def error(detail: str) -> ValueError:
-        # Worded only when a mask is refused
+    def error(detail: str, shape_is_right: bool = False) -> ValueError:
+        # Worded only when a mask is refused; the expected shape only where the shape was wrong
+        if shape_is_right:
+            return ValueError(f"action_masks at {step}: {detail}")
         expected = f"({n_envs}, {dims})" + (f" or ({dims},)" if n_envs == 1 else f" or ({n_envs * dims},) flat")
         return ValueError(
             f"action_masks at {step}: {detail}; expected shape {expected} ({n_envs} env(s), {dims} entries per env for "
@@ -131,7 +199,8 @@ def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_en
         )
         raise error(
             f"env {env}'s mask allows {what} (sb3-contrib would sample an invalid action uniformly: every env needs an "
-            "allowed action per sub-action; end the episode or give the env a valid no-op action instead)"
+            "allowed action per sub-action; end the episode or give the env a valid no-op action instead)",
+            shape_is_right=True,
         )
     return valid
 

@@ -395,22 +395,30 @@ def load_failed(folder: Path) -> list[dict[str, Any]]:
     return failed
 
 
+# The training log's key for the seconds the zoo's evaluations took so far (sb3_reset_ppo.zoo's timed evaluation)
+EVALUATION_SECONDS = "time/evaluation_seconds"
+
+
 def elapsed_seconds(run: dict[str, Any]) -> np.ndarray | None:
     """
     Seconds of ``learn()`` at each of a loaded run's evaluations (:func:`load_runs`), interpolated from its kept
-    training log (:attr:`RunSpec.keep_log`); None without one. How it is measured: :doc:`/guide/compare`.
+    training log (:attr:`RunSpec.keep_log`), without the time the evaluations took where the log has it
+    (:data:`EVALUATION_SECONDS`); None without a log. How it is measured: :doc:`/guide/compare`.
     """
     steps, seconds = [0.0], [0.0]
+    # Cumulative: a row without the key had no evaluation since the row before
+    evaluating = 0.0
     for row in training_log.training_rows(Path(run["dir"])):
+        evaluating = row.get(EVALUATION_SECONDS, evaluating)
         if "time/total_timesteps" not in row:
             continue
         # Steps over fps is finer than time_elapsed, which SB3 logs in whole seconds
         if row.get("time/fps", 0.0) > 0:
             steps.append(row["time/total_timesteps"])
-            seconds.append(row["time/total_timesteps"] / row["time/fps"])
+            seconds.append(row["time/total_timesteps"] / row["time/fps"] - evaluating)
         elif "time/time_elapsed" in row:
             steps.append(row["time/total_timesteps"])
-            seconds.append(row["time/time_elapsed"])
+            seconds.append(row["time/time_elapsed"] - evaluating)
     if len(steps) == 1:
         return None
     # Past the last row (the last update and evaluation): the run's own pace
@@ -418,3 +426,15 @@ def elapsed_seconds(run: dict[str, Any]) -> np.ndarray | None:
     timesteps = np.asarray(run["timesteps"], dtype=float)
     inside = np.interp(timesteps, steps, seconds)
     return np.where(timesteps > steps[-1], seconds[-1] + (timesteps - steps[-1]) * pace, inside)
+
+
+def evaluation_seconds(run: dict[str, Any]) -> float | None:
+    """The seconds a loaded run's evaluations took (:data:`EVALUATION_SECONDS`); None where its log lacks them."""
+    values = [row[EVALUATION_SECONDS] for row in training_log.training_rows(Path(run["dir"])) if EVALUATION_SECONDS in row]
+    return max(values) if values else None
+
+
+def updates(run: dict[str, Any]) -> int | None:
+    """The rollouts a loaded run trained on (its log's largest ``time/iterations``); None without a log that says."""
+    values = [row["time/iterations"] for row in training_log.training_rows(Path(run["dir"])) if "time/iterations" in row]
+    return int(max(values)) if values else None

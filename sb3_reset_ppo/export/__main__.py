@@ -4,7 +4,10 @@ A model, output or ``--vec-normalize`` file it cannot use is one line on stderr 
 """
 
 import argparse
+import base64
+import binascii
 import json
+import pickletools
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -27,14 +30,62 @@ class ModelFileError(ValueError):
     """A model file the command line cannot export; the message is one line that says why and what is supported."""
 
 
+def model_path(path: str | Path) -> Path:
+    """
+    The model's file, ``.zip`` optional as in SB3's ``load``: ``path`` itself if it exists, else ``path`` with
+    ``.zip`` added where that exists.
+
+    :param path: The model's zip, with or without ``.zip``
+    :return: The file's path (``path`` where neither exists, for the error to name)
+    """
+    path = Path(path)
+    zipped = path.with_name(path.name + ".zip")
+    return zipped if not path.exists() and path.suffix != ".zip" and zipped.exists() else path
+
+
+def policy_class_name(policy_class: object) -> str:
+    """
+    The qualified name of a saved model's policy class, read from its pickled reference in SB3's ``data`` without
+    unpickling it (pickle's opcodes only); else the module SB3 recorded, or ``"?"``.
+
+    :param policy_class: The ``policy_class`` entry of the model's ``data``
+    :return: E.g. ``"stable_baselines3.common.policies.ActorCriticPolicy"``
+    """
+    if not isinstance(policy_class, dict):
+        return "?"
+    module = str(policy_class.get("__module__", "")) or "?"
+    try:
+        # A class is pickled as a reference: its module and name, the last two strings before STACK_GLOBAL
+        strings = [
+            argument
+            for _, argument, _ in pickletools.genops(base64.b64decode(str(policy_class.get(":serialized:", ""))))
+            if isinstance(argument, str)
+        ]
+    except (ValueError, binascii.Error):
+        return module
+    return ".".join(strings[-2:]) if len(strings) >= 2 and strings[-2] == module else module
+
+
+def policy_alias(model: BaseAlgorithm) -> str:
+    """The name under which the model's policy class is registered (``MlpLstmPolicy``, ...), else its class name."""
+    from sb3_contrib import RecurrentPPO
+
+    policy_type = type(model.policy)
+    for aliases in (model.policy_aliases, RecurrentPPO.policy_aliases):
+        name = next((alias for alias, cls in aliases.items() if cls is policy_type), None)
+        if name is not None:
+            return name
+    return policy_type.__name__
+
+
 def read_model_data(path: str | Path) -> dict[str, Any]:
     """
     The ``data`` entry (JSON) of a model saved by SB3's ``model.save``, read without unpickling.
 
-    :param path: The model's zip
+    :param path: The model's zip (``.zip`` optional, as in SB3's ``load``)
     :return: The decoded ``data``
     """
-    path = Path(path)
+    path = model_path(path)
     if not path.exists():
         raise ModelFileError(f"{path}: no such file; give the .zip that model.save() wrote")
     if not zipfile.is_zipfile(path):
@@ -61,9 +112,11 @@ def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
     """
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
+    path = model_path(path)
     data = read_model_data(path)
     policy_class = data.get("policy_class", {})
     module = str(policy_class.get("__module__", "")) if isinstance(policy_class, dict) else ""
+    class_name = policy_class_name(policy_class)
     if module.startswith(("sb3_reset_ppo.", "sb3_contrib.common.recurrent.")):
         recurrent: bool | None = True
     elif module.startswith(("stable_baselines3.", "sb3_contrib.")):
@@ -72,7 +125,7 @@ def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
         recurrent = None  # a policy of the user's own
     if algo != "auto" and recurrent is False:
         raise ModelFileError(
-            f"{path}: its policy ({module}) has no memory, so it cannot be loaded as {algo}; export supports {SUPPORTED}"
+            f"{path}: its policy {class_name} has no memory, so it cannot be loaded as {algo}; export supports {SUPPORTED}"
         )
     if algo == "auto":
         if "window_size" in data:  # ResetPPO saves its window settings, which RecurrentPPO lacks
@@ -84,7 +137,7 @@ def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
             )
         elif not recurrent:
             raise ModelFileError(
-                f"{path}: its policy ({module}) has no memory, as PPO's, MaskablePPO's or another feed-forward "
+                f"{path}: its policy {class_name} has no memory, as PPO's, MaskablePPO's or another feed-forward "
                 f"algorithm's; export supports {SUPPORTED}"
             )
         else:
@@ -108,7 +161,7 @@ def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
 def build_parser() -> argparse.ArgumentParser:
     """The command line's arguments, each with its help."""
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
-    parser.add_argument("model", help="the saved model, the .zip that model.save() wrote")
+    parser.add_argument("model", help="the saved model, the .zip that model.save() wrote (.zip optional, as in load)")
     parser.add_argument("output", help="the ONNX file to write")
     parser.add_argument("--algo", choices=ALGOS, default="auto", help="the model's algorithm (default: read from the zip)")
     parser.add_argument(
@@ -161,18 +214,16 @@ def main(argv: list[str] | None = None) -> Path:
         # The RL Zoo's statistics beside the model unless a file is given or none is wanted
         vec_normalize = None if args.vec_normalize is None else Path(args.vec_normalize)
         if vec_normalize is None and not args.no_vec_normalize:
-            vec_normalize = find_vec_normalize(args.model)
+            vec_normalize = find_vec_normalize(model_path(args.model))
             if vec_normalize is None:
-                warn_if_unnormalized(model, args.model)
+                warn_if_unnormalized(model, model_path(args.model))
         options = ("layout", "opset", "dtype", "distribution", "channels_last", "exporter", "cell_ops")
         path = export_onnx(model, args.output, vec_normalize=vec_normalize, **{name: getattr(args, name) for name in options})
     except (ValueError, TypeError, OSError) as error:  # ModelFileError, export_onnx's checks, an unwritable output
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     opset = read_metadata(path)["opset"]
     normalised = f", VecNormalize {vec_normalize} in the graph" if vec_normalize is not None else ""
-    print(
-        f"{type(model).__name__} ({type(model.policy).__name__}) -> {path} (layout {args.layout}, opset {opset}{normalised})"
-    )
+    print(f"{type(model).__name__} ({policy_alias(model)}) -> {path} (layout {args.layout}, opset {opset}{normalised})")
     return path
 
 

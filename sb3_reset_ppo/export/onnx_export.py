@@ -61,6 +61,12 @@ _DYNAMO_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
 
 
 def _policy_of(model: Any) -> RecurrentActorCriticPolicy:
+    if isinstance(model, (str, os.PathLike)):
+        raise TypeError(
+            f"model must be a loaded model or its policy, got the path {os.fspath(model)!r}: load it first, "
+            f"model = ResetPPO.load({os.fspath(model)!r}) (or RecurrentPPO.load, MaskableResetPPO.load), or export the "
+            f"file with python -m sb3_reset_ppo.export {os.fspath(model)} OUT.onnx"
+        )
     policy = model.policy if isinstance(model, BaseAlgorithm) else model
     if not isinstance(policy, RecurrentActorCriticPolicy):
         raise TypeError(

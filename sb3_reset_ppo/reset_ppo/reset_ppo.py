@@ -37,10 +37,10 @@ from sb3_reset_ppo.common.settings import (
     check_non_negative_int,
     check_positive_int,
 )
-from sb3_reset_ppo.common.spaces import check_action_space
+from sb3_reset_ppo.common.spaces import check_action_space, check_observation_space
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
 from sb3_reset_ppo.common.unroll import check_supported_rnn
-from sb3_reset_ppo.common.utils import ThreadCountWarning, relative_distance, thread_advice, warn_user
+from sb3_reset_ppo.common.utils import ThreadCountWarning, machine_load, relative_distance, thread_advice, warn_user
 from sb3_reset_ppo.reset_ppo import policies, trxl_policies
 from sb3_reset_ppo.reset_ppo.trxl_policies import TrXLActorCriticPolicy
 
@@ -235,6 +235,8 @@ class ResetPPO(RecurrentPPO):
                 f"(attention), got {self.policy_class!r}"
             )
         check_action_space(self.action_space)
+        alias = next((name for name, cls in self.policy_aliases.items() if cls is self.policy_class), None)
+        check_observation_space(self.observation_space, self.policy_class, self.policy_kwargs, alias)
         # load() sets the saved arguments after __init__: they are validated here if they differ from __init__'s
         self._validate_window_arguments(self.n_steps, self.batch_size)
         if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:
@@ -282,7 +284,9 @@ class ResetPPO(RecurrentPPO):
         convolutional = any(isinstance(module, th.nn.Conv2d) for module in self.policy.modules())
         attention = self._attention_policy()
         width = self.policy.lstm_actor.hidden_size if attention is None else attention.trxl_dim
-        advice = thread_advice(type(self).__name__, th.get_num_threads(), width, self.device.type, convolutional)
+        advice = thread_advice(
+            type(self).__name__, th.get_num_threads(), width, self.device.type, convolutional, machine_load()
+        )
         if advice is not None:
             self._warned_about_threads = True
             warn_user(advice, ThreadCountWarning)

@@ -6,6 +6,7 @@ the memory tasks and the package's ``reset_ppo.yml`` as the default ``--conf-fil
 
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any, ClassVar, cast
@@ -25,6 +26,7 @@ from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
 from sb3_reset_ppo.common.type_aliases import Memory
 from sb3_reset_ppo.common.utils import PACKAGED_CONF as DEFAULT_CONF_FILE
 from sb3_reset_ppo.common.utils import swapped_names
+from sb3_reset_ppo.experiments.runner import EVALUATION_SECONDS
 
 ALGO_NAME = "reset_ppo"
 MASKABLE_ALGO_NAME = "maskable_reset_ppo"
@@ -40,6 +42,7 @@ TRIAL_OWNER_ATTR = "sb3_reset_ppo_owner"
 _TO_UPDATE = (
     "the RL Zoo has changed, and sb3_reset_ppo.zoo's masked evaluation (masked_evaluation, masked_enjoy) must follow it"
 )
+_TIMING_TO_UPDATE = "the RL Zoo has changed, and sb3_reset_ppo.zoo's timed_evaluation must follow it"
 
 
 def _with_window_size(hyperparams: dict[str, Any], window_size: int | str) -> dict[str, Any]:
@@ -148,6 +151,51 @@ def masked_enjoy() -> Iterator[None]:
     finally:
         ALGOS[MASKABLE_ALGO_NAME] = algo
         _EnjoyMaskableResetPPO.enjoy_env = None
+
+
+def timed(callback_class: type[EvalCallback]) -> type[EvalCallback]:
+    """
+    ``callback_class`` that also logs the seconds its evaluations took so far, as ``time/evaluation_seconds``, into
+    the next row of the training log, so that ``learn()``'s own time is the log's clock less them.
+
+    :param callback_class: ``EvalCallback`` or a subclass of it
+    :return: Its subclass
+    """
+
+    class TimedEvalCallback(callback_class):  # type: ignore[valid-type,misc]
+        evaluation_seconds = 0.0
+
+        def _on_step(self) -> bool:
+            # EvalCallback evaluates on the calls that its eval_freq divides (n_calls is counted before _on_step)
+            if not (self.eval_freq > 0 and self.n_calls % self.eval_freq == 0):
+                return super()._on_step()
+            start = time.perf_counter()
+            keep_training = super()._on_step()
+            self.evaluation_seconds += time.perf_counter() - start
+            self.logger.record(EVALUATION_SECONDS, self.evaluation_seconds)
+            return keep_training
+
+    TimedEvalCallback.__qualname__ = TimedEvalCallback.__name__ = f"Timed{callback_class.__name__}"
+    return TimedEvalCallback
+
+
+@contextmanager
+def timed_evaluation() -> Iterator[None]:
+    """
+    Within the block, the zoo's evaluations during ``train`` log their seconds (:func:`timed`): the name
+    ``EvalCallback`` that ``rl_zoo3.exp_manager`` builds its callback by is the timed subclass of what it holds.
+
+    :raises RuntimeError: If the zoo no longer builds its callback by that name
+    """
+    import rl_zoo3.exp_manager as zoo_exp_manager
+
+    current = getattr(zoo_exp_manager, "EvalCallback", None)
+    if not (isinstance(current, type) and issubclass(current, EvalCallback)):
+        raise RuntimeError(
+            f"rl_zoo3.exp_manager.EvalCallback is no longer an EvalCallback (found {current!r}): {_TIMING_TO_UPDATE}"
+        )
+    with swapped_names({(zoo_exp_manager, "EvalCallback"): (current, timed(current))}, _TIMING_TO_UPDATE):
+        yield
 
 
 def _algo(argv: list[str]) -> str:
@@ -299,6 +347,8 @@ def main(argv: list[str] | None = None) -> None:
     with ExitStack() as stack:
         if masks is not None and _algo(arguments) == MASKABLE_ALGO_NAME:
             stack.enter_context(masks())
-        if arguments[0] == "train" and os.environ.get(TRIAL_OWNER_VARIABLE):
-            stack.enter_context(owned_trials(os.environ[TRIAL_OWNER_VARIABLE]))
+        if arguments[0] == "train":
+            stack.enter_context(timed_evaluation())
+            if os.environ.get(TRIAL_OWNER_VARIABLE):
+                stack.enter_context(owned_trials(os.environ[TRIAL_OWNER_VARIABLE]))
         zoo_main()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from gymnasium import spaces
-from sb3_contrib import MaskablePPO
+from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import A2C, PPO
 from test_export import ROOT, tiny_kwargs, vec_env
 
@@ -60,22 +60,53 @@ def test_a_zip_that_is_not_a_model(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 @pytest.mark.parametrize(
-    ("algorithm", "policy", "module"),
+    ("algorithm", "policy", "module", "class_name"),
     [
-        (PPO, "MlpPolicy", "stable_baselines3.common.policies"),
-        (MaskablePPO, "MlpPolicy", "sb3_contrib.common.maskable.policies"),
-        (A2C, "MlpPolicy", "stable_baselines3.common.policies"),
+        (PPO, "MlpPolicy", "stable_baselines3.common.policies", "ActorCriticPolicy"),
+        (MaskablePPO, "MlpPolicy", "sb3_contrib.common.maskable.policies", "MaskableActorCriticPolicy"),
+        (A2C, "MlpPolicy", "stable_baselines3.common.policies", "ActorCriticPolicy"),
     ],
     ids=["PPO", "MaskablePPO", "A2C"],
 )
 @pytest.mark.parametrize("algo", ["auto", "recurrent_ppo"])
 def test_models_without_memory_are_named(
-    algorithm: type, policy: str, module: str, algo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    algorithm: type,
+    policy: str,
+    module: str,
+    class_name: str,
+    algo: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """PPO was loaded as RecurrentPPO (AttributeError 'lstm_actor'), MaskablePPO failed with a TypeError."""
     path = saved(algorithm, policy, tmp_path / "model")
     err = error_line([path, str(tmp_path / "out.onnx"), "--algo", algo], capsys)
-    assert re.search(rf"its policy \({re.escape(module)}\) has no memory.*{SUPPORTED}", err), err
+    # The policy's class, read from the zip without unpickling it, not only its module
+    assert re.search(rf"its policy {re.escape(module)}\.{class_name} has no memory.*{SUPPORTED}", err), err
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_the_zip_suffix_is_optional_as_in_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    saved(ResetPPO, "MlpLstmPolicy", tmp_path / "reset_ppo_cue")
+    assert ResetPPO.load(tmp_path / "reset_ppo_cue") is not None  # what SB3's load accepts
+    export_main([str(tmp_path / "reset_ppo_cue"), str(tmp_path / "out.onnx")])
+    assert (tmp_path / "out.onnx").exists()
+    assert "ResetPPO (MlpLstmPolicy) -> " in capsys.readouterr().out
+
+
+def test_a_recurrent_ppo_checkpoint_is_named_by_its_policy_alias(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # sb3-contrib's MlpLstmPolicy is its RecurrentActorCriticPolicy: printed as the name the user trained it by
+    path = saved(RecurrentPPO, "MlpLstmPolicy", tmp_path / "model")
+    export_main([path, str(tmp_path / "out.onnx")])
+    assert "RecurrentPPO (MlpLstmPolicy) -> " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("as_path", [str, Path])
+def test_export_onnx_given_a_path_says_to_load_first(as_path: type, tmp_path: Path) -> None:
+    path = saved(ResetPPO, "MlpLstmPolicy", tmp_path / "model")
+    expected = r"^model must be a loaded model or its policy, got the path '.*model\.zip': load it first"
+    with pytest.raises(TypeError, match=expected):
+        export_onnx(as_path(path), tmp_path / "out.onnx")
     assert not (tmp_path / "out.onnx").exists()
 
 

@@ -13,6 +13,7 @@ import yaml
 
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
+from sb3_reset_ppo.experiments import runner, training_log
 from sb3_reset_ppo.zoo import (
     DEFAULT_CONF_FILE,
     MaskableTrialEvalCallback,
@@ -22,6 +23,8 @@ from sb3_reset_ppo.zoo import (
     masked_evaluation,
     register,
     sample_reset_ppo_params,
+    timed,
+    timed_evaluation,
 )
 
 
@@ -46,6 +49,10 @@ def test_train_writes_evaluations_and_enjoy_loads(tmp_path: Path) -> None:
     assert config["boundary"] == "mask" and config["window_size"] == 8 and config["n_steps"] == 32
     model = ResetPPO.load(run / "CueRecall-v0.zip")
     assert (model.boundary, model.window_size) == ("mask", 8)
+    # The training log times the evaluations (the compare command subtracts them from learn()'s clock)
+    rows = training_log.parse_tables(result.stdout)
+    timed_rows = [row for row in rows if "time/fps" in row and runner.EVALUATION_SECONDS in row]
+    assert timed_rows and timed_rows[-1][runner.EVALUATION_SECONDS] > 0
     enjoy = _zoo("enjoy", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-f", str(tmp_path), "-n", "30", "--no-render")
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
 
@@ -313,3 +320,27 @@ def test_maskable_optimize_runs_one_trial_evaluated_with_masks(tmp_path: Path) -
         rows = list(csv.DictReader(file))
     # The trial's value is its last masked evaluation: a mean of 0s and 1s, never an invalid action's -1
     assert len(rows) == 1 and 0.0 <= float(rows[0]["value"]) <= 1.0, rows
+
+
+def test_timed_evaluations_log_their_seconds_into_the_next_training_row(tmp_path: Path) -> None:
+    import rl_zoo3.exp_manager as zoo_exp_manager
+    from stable_baselines3.common.callbacks import EvalCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+
+    env = make_vec_env("CueRecall-v0", n_envs=2, seed=0)
+    policy_kwargs = {"lstm_hidden_size": 4, "net_arch": [4]}
+    model = ResetPPO("MlpLstmPolicy", env, n_steps=16, batch_size=16, n_epochs=1, seed=0, policy_kwargs=policy_kwargs)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    # Three rollouts of 16 calls; one evaluation, at the 32nd call: the end of the second rollout
+    callback = timed(EvalCallback)(make_vec_env("CueRecall-v0", n_envs=1, seed=1), eval_freq=32, n_eval_episodes=2)
+    model.learn(96, callback=callback)
+    with open(tmp_path / "progress.csv") as source:
+        rows = [{key: float(value) for key, value in row.items() if value} for row in csv.DictReader(source)]
+    seconds = [row.get(runner.EVALUATION_SECONDS) for row in rows if "time/fps" in row]
+    # Only the training row after the evaluation has it: a row without it had no evaluation since the one before
+    assert seconds[0] is None and seconds[1] == callback.evaluation_seconds > 0 and seconds[2] is None  # type: ignore[attr-defined]
+    # The zoo's name is swapped for the timed class of what it holds, and restored
+    with timed_evaluation():
+        assert issubclass(zoo_exp_manager.EvalCallback, EvalCallback) and zoo_exp_manager.EvalCallback is not EvalCallback
+    assert zoo_exp_manager.EvalCallback is EvalCallback

@@ -15,14 +15,29 @@ class NothingToCompare(ValueError):
     """No finished runs of the baseline, or of every other arm, yet."""
 
 
+# Fewer updates per run than this, and the runs are too short to judge speed: the start-up and the first
+# rollouts weigh on each run's time as much as the updates
+MIN_UPDATES = 10
+
+
 def learn_seconds(run: dict[str, Any]) -> float:
-    """A run's ``learn()`` seconds: the time of its last evaluation (its training log's clock), else its process's."""
+    """
+    A run's ``learn()`` seconds: the time of its last evaluation on its training log's clock, without the
+    evaluations where the log times them (:func:`~sb3_reset_ppo.experiments.runner.elapsed_seconds`), else its
+    process's.
+    """
     times = run.get("times")
     return float(times[-1]) if times is not None and len(times) else float(run["seconds"])
 
 
 def _median_learn_seconds(runs: Iterable[dict[str, Any]]) -> float:
     return statistics.median(learn_seconds(run) for run in runs)
+
+
+def _median_or_none(values: Iterable[float | None]) -> float | None:
+    """The median of the values, None if any is None (a run whose log does not have it)."""
+    known = list(values)
+    return None if not known or any(value is None for value in known) else statistics.median(known)  # type: ignore[type-var]
 
 
 def in_comparison(run: dict[str, Any], settings: CompareSettings) -> bool:
@@ -36,6 +51,8 @@ def load(settings: CompareSettings) -> dict[str, list[dict[str, Any]]]:
     for run in runner.load_runs(settings.out / "runs", settings.final_evaluations):
         if run["env"] == settings.env and in_comparison(run, settings):
             run["times"] = runner.elapsed_seconds(run)
+            run["evaluation_seconds"] = runner.evaluation_seconds(run)
+            run["updates"] = runner.updates(run)
             by_arm[run["variant"]].append(run)
     for arm_runs in by_arm.values():
         arm_runs.sort(key=lambda run: int(run["seed"]))
@@ -83,14 +100,20 @@ def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int, f
                 tests.append((name, key, scores[name], scores[baseline]))
     for name, arm_runs in arms.items():
         summary["arms"][name]["learn_seconds"] = _median_learn_seconds(arm_runs)
+        summary["arms"][name]["evaluation_seconds"] = _median_or_none(run.get("evaluation_seconds") for run in arm_runs)
+        known_updates = [run["updates"] for run in arm_runs if run.get("updates") is not None]
+        summary["arms"][name]["updates"] = min(known_updates) if known_updates else None
         summary["arms"][name]["hosts"] = sorted({str(run.get("host", "?")) for run in arm_runs})
         if name == baseline:
             continue
         comparison = summary["comparisons"][name]
         pairs = stats.side_by_side(arm_runs, arms[baseline], same_seed=False)
         ratios = [learn_seconds(run) / learn_seconds(other) for run, other in pairs if learn_seconds(other) > 0]
+        # Over pairs that trained at the same time on one machine: the ratio of all runs' medians would mix the loads
+        # that runs met at different times (the report says which ratio it is, with the pairs' range)
         comparison["time_ratio"] = statistics.median(ratios) if ratios else None
         comparison["time_pairs"] = len(ratios)
+        comparison["pair_ratios"] = [min(ratios), max(ratios)] if ratios else None
         comparison["equal_time"] = equal_time(arm_runs, arms[baseline], reps, final_evaluations)
         if comparison["equal_time"] is not None and comparison["equal_time"]["probability"] is not None:
             tests.append((name, "equal_time", *comparison["equal_time"].pop("scores")))

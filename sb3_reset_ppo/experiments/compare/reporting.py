@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from sb3_reset_ppo.experiments import runner, stats
-from sb3_reset_ppo.experiments.compare.analysis import analyse, in_comparison, load
+from sb3_reset_ppo.experiments.compare.analysis import MIN_UPDATES, analyse, in_comparison, load
 from sb3_reset_ppo.experiments.compare.settings import CompareSettings
 
 FEW_SEEDS = 5
@@ -37,6 +37,38 @@ def _probability_sentence(name: str, baseline: str, triple: Sequence[float], whe
     return f"{when}, {found}: P({name} > {baseline}) = {_triple(triple, 2)}; {test}."
 
 
+def _seconds_words(entry: dict[str, Any]) -> str:
+    """An arm's median ``learn()`` seconds, and its evaluations' where they were timed."""
+    if entry.get("evaluation_seconds") is None:
+        return f"{entry['learn_seconds']:.1f} s (evaluations included: the runs' logs do not time them)"
+    return f"{entry['learn_seconds']:.1f} s (evaluations apart: {entry['evaluation_seconds']:.1f} s)"
+
+
+def _speed_sentence(name: str, baseline: str, arms: dict[str, Any], comparison: dict[str, Any]) -> str:
+    """
+    The time of ``learn()`` in words: the ratio of the arms' medians with both medians, or why the runs cannot
+    say which is faster (fewer than :data:`MIN_UPDATES` updates per run, or side-by-side pairs on both sides of 1).
+    """
+    low, high = comparison["pair_ratios"]
+    medians = f"median `learn()` {_seconds_words(arms[name])} against {_seconds_words(arms[baseline])}"
+    pairs = f"{comparison['time_pairs']} pairs of runs that trained at the same time on one machine, {low:.2f} to {high:.2f}"
+    updates = [arms[arm]["updates"] for arm in (name, baseline) if arms[arm].get("updates") is not None]
+    if updates and min(updates) < MIN_UPDATES:
+        return (
+            f"Per second: **too short to judge speed**: a run made {min(updates)} update(s), fewer than {MIN_UPDATES}, "
+            f"so start-up and evaluation weigh as much as training ({medians}; {pairs}); give more --timesteps."
+        )
+    if low < 1 < high:
+        return (
+            f"Per second: **not enough to judge speed**: the side-by-side pairs disagree on which is faster ({pairs}; "
+            f"{medians}); give more --timesteps or seeds."
+        )
+    return (
+        f"Per second: {name}'s `learn()` takes {comparison['time_ratio']:.2f} of {baseline}'s time, the median ratio of "
+        f"{pairs} ({medians} over all runs)."
+    )
+
+
 # The verdict's findings per env step: (the comparison's key, when)
 _PER_STEP = (("final", "Per env step, at the end of training"), ("auc", "Per env step, over training"))
 
@@ -56,10 +88,7 @@ def verdict(summary: dict[str, Any], seeds: int, failed: dict[str, int] | None =
         for key, when in _PER_STEP:
             lines.append(_probability_sentence(name, baseline, comparison[key], when, p_holm[key], tests))
         if comparison["time_ratio"] is not None:
-            lines.append(
-                f"Per second: {name}'s `learn()` takes {comparison['time_ratio']:.2f} of {baseline}'s time (median "
-                f"of {comparison['time_pairs']} pairs of runs that trained at the same time on one machine)."
-            )
+            lines.append(_speed_sentence(name, baseline, summary["arms"], comparison))
         else:
             lines.append(
                 f"Per second: no {name} run trained at the same time as a {baseline} run on one machine, so no time ratio "
@@ -173,24 +202,27 @@ def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str]
         f"the two-sided Mann-Whitney test's p-value ({methods}), Holm-adjusted over the report's "
         f"{summary['tests']} tests. At equal wall-clock time a run that has stopped counts its final return, one still "
         "training its last evaluation by then.", "",
-        f"| arm | runs | final return | return over training | median `learn()` s | P(> {baseline}) final | "
-        f"P(> {baseline}) over training | `learn()` time / {baseline}'s (side-by-side pairs) |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| arm | runs | final return | return over training | median `learn()` s | median evaluation s | "
+        f"P(> {baseline}) final | P(> {baseline}) over training | `learn()` s / {baseline}'s: median over the pairs "
+        "of runs that trained side by side (their range) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for name, entry in summary["arms"].items():
         comparison = summary["comparisons"].get(name)
         if comparison is None:
             extra = "baseline | baseline | 1"
         else:
-            ratio = (
-                "none" if comparison["time_ratio"] is None else f"{comparison['time_ratio']:.2f} ({comparison['time_pairs']})"
-            )
+            ratio = "none"
+            if comparison["time_ratio"] is not None:
+                low, high = comparison["pair_ratios"]
+                ratio = f"{comparison['time_ratio']:.2f} ({comparison['time_pairs']} pairs: {low:.2f} to {high:.2f})"
             p_holm = comparison["p_holm"]
             extra = " | ".join(f"{_triple(comparison[key], 2)}, p {p_holm[key]:.3f}" for key, _ in _PER_STEP)
             extra += f" | {ratio}"
+        evaluating = "not timed" if entry.get("evaluation_seconds") is None else f"{entry['evaluation_seconds']:.1f}"
         text.append(
             f"| {name} | {entry['runs']} | {_triple(entry['final'])} | {_triple(entry['auc'])} | "
-            f"{entry['learn_seconds']:.0f} | {extra} |"
+            f"{entry['learn_seconds']:.1f} | {evaluating} | {extra} |"
         )
     text += ["", "## Figures", ""]
     text += [f"![{picture.stem}]({picture.relative_to(out).as_posix()})" for picture in pictures]
@@ -201,8 +233,9 @@ def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str]
         f"- seeds 0 to {recorded['seeds'] - 1}; budget: {recorded['timesteps'] or 'the file n_timesteps'} env steps; "
         f"{recorded['evaluations']} evaluations of {recorded['eval_episodes']} deterministic episodes on a separate env; "
         f"final return: the mean of the last {recorded['final_evaluations']}",
-        "- `learn()` seconds: SB3's clock (env steps over `time/fps`) at each evaluation, the last update not counted; "
-        f"they include the evaluations; runs trained with {threads_words} each",
+        "- `learn()` seconds: SB3's clock (env steps over `time/fps`) at each evaluation, the last update not counted, "
+        "less the seconds the evaluations took (`time/evaluation_seconds`, where the run's log has it: the median "
+        f"evaluation s column); runs trained with {threads_words} each",
     ]  # fmt: skip
     text += [f"- arm {arm['name']}: `{arm['algo']}` {' '.join(arm['hyperparams'])}".rstrip() for arm in recorded["arms"]]
     failed = recorded.get("failed") or []
