@@ -1,10 +1,12 @@
 # Every target creates .venv and installs what it needs on a fresh machine.
-# torch is installed first and pinned: an unpinned torch would pull a multi-GB CUDA build.
+# torch is pinned (the CPU wheel that pip's find-links hold here): an unpinned torch would pull a multi-GB CUDA build.
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat setup.cfg benchmarks/pyproject.toml | cksum | cut -d' ' -f1)
+# pip's find-links (pip config), each as uv's --find-links
+FIND_LINKS = $(foreach dir,$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null),--find-links $(dir))
 # The Python versions supported (setup.cfg's python_requires is the first, its classifiers all of them; pyproject's
 # mypy python_version and ruff target-version the first; tests/packaging/test_python_versions.py checks that they agree)
 PYTHON_VERSIONS := 3.11 3.12 3.13
@@ -13,13 +15,16 @@ SOURCES := sb3_reset_ppo tests examples benchmarks
 
 .PHONY: install lint type pyversions test test-package test-benchmarks test-slow test-matrix demo figures docs clean
 
+# uv installs: it downloads and unpacks in parallel, with a sixth of pip's CPU time (about 20 s against 105 s here).
+# It does not read pip's configuration, so it is given pip's find-links, where a CPU torch wheel may lie. The venv
+# keeps pip: tests/packaging installs the built wheel with it
 $(STAMP): setup.cfg pyproject.toml benchmarks/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[tests,plots,zoo,evidence,docs,compare,cluster,deploy,masking-study]"
-	# The benchmarks' own project (benchmarks/pyproject.toml: the package `benchmarks`), on the package installed above
-	$(BIN)/python -m pip install -q -e benchmarks
+	$(BIN)/python -m pip install -q uv
+	# The package with every extra and torch, and the benchmarks' own project (benchmarks/pyproject.toml: the package
+	# `benchmarks`) on it, in one resolution
+	$(BIN)/uv pip install -q --python $(BIN)/python $(FIND_LINKS) "$(TORCH)" \
+		-e ".[tests,plots,zoo,evidence,docs,compare,cluster,deploy,masking-study]" -e benchmarks
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
