@@ -1,14 +1,7 @@
 """
-<<<<<<< HEAD
-Action spaces and invalid-action masks: which action spaces the recurrent policies can represent, a mask's layout,
-and the one check of the masks that ``MaskableResetPPO`` and the masked ``evaluate_policy`` receive.
-=======
-Observation and action spaces and invalid-action masks: the observations a policy's default features extractor
-takes (:func:`check_observation_space`), the action spaces that the recurrent policies can represent
-(:func:`check_action_space`), the layout of a mask (:func:`mask_sizes`, :func:`mask_dims`), and the one check of the
-masks that ``MaskableResetPPO`` and the masked ``evaluate_policy`` receive from an env or a caller
-(:func:`check_action_masks`).
->>>>>>> firsthour
+Observation and action spaces and invalid-action masks: what a policy's default features extractor takes, the action
+spaces the recurrent policies can represent, a mask's layout, and the one check of the masks that ``MaskableResetPPO``
+and the masked ``evaluate_policy`` receive.
 """
 
 from collections.abc import Sequence
