@@ -157,8 +157,7 @@ SCRATCH_PREFIX = "sb3_reset_ppo_run_"
 
 def scratch_prefix(pid: int | None = None) -> str:
     """
-    The name's start of a temporary folder of :func:`train_packed`: :data:`SCRATCH_PREFIX`, the worker's pid and
-    this machine's host name, so that machines sharing a temporary folder (containers) tell their folders apart.
+    The name's start of a temporary folder of :func:`train_packed`, with the worker's pid and this machine's host name.
 
     :param pid: The worker's process id (default: this process's)
     """
@@ -177,12 +176,11 @@ def remove_stale_scratch(folder: Path | None = None) -> list[Path]:
     removed = []
     for path in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         match = re.match(rf"{SCRATCH_PREFIX}(\d+)_", path.name)
-        if match is None or not path.is_dir() or not path.name.startswith(scratch_prefix(int(match[1]))):
-            continue
-        if int(match[1]) == os.getpid():
+        pid = None if match is None else int(match[1])
+        if pid is None or pid == os.getpid() or not path.is_dir() or not path.name.startswith(scratch_prefix(pid)):
             continue
         try:
-            os.kill(int(match[1]), 0)
+            os.kill(pid, 0)
         except ProcessLookupError:  # no such process: the folder is stale
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
