@@ -1,14 +1,7 @@
 """
-<<<<<<< HEAD
-Action spaces and invalid-action masks: which action spaces the recurrent policies can represent, a mask's layout,
-and the one check of the masks that ``MaskableResetPPO`` and the masked ``evaluate_policy`` receive.
-=======
-Observation and action spaces and invalid-action masks: the observations a policy's default features extractor
-takes (:func:`check_observation_space`), the action spaces that the recurrent policies can represent
-(:func:`check_action_space`), the layout of a mask (:func:`mask_sizes`, :func:`mask_dims`), and the one check of the
-masks that ``MaskableResetPPO`` and the masked ``evaluate_policy`` receive from an env or a caller
-(:func:`check_action_masks`).
->>>>>>> firsthour
+Observation and action spaces and invalid-action masks: what a policy's default features extractor takes, the action
+spaces the recurrent policies can represent, a mask's layout, and the one check of the masks that ``MaskableResetPPO``
+and the masked ``evaluate_policy`` receive.
 """
 
 from collections.abc import Sequence
@@ -33,16 +26,13 @@ def check_observation_space(
     observation_space: spaces.Space, policy_class: type, policy_kwargs: dict[str, Any], policy_name: str | None = None
 ) -> None:
     """
-    Raise a ``ValueError`` naming the observation and the policy to use where the policy's default features
-    extractor cannot take it (SB3 and sb3-contrib fail later, in ``learn()`` or inside torch): a ``Dict`` under a
-    policy that flattens one array (``MlpLstmPolicy``, ``CnnLstmPolicy``), or an image smaller than SB3's
-    ``NatureCNN`` takes under ``CnnLstmPolicy`` or ``MultiInputLstmPolicy``. A ``features_extractor_class`` of the
-    user's own is not checked.
+    Raise a ``ValueError`` naming the policy to use where its default features extractor cannot take the observations
+    (a ``Dict`` under a one-array policy, an image smaller than ``NatureCNN`` takes), which SB3 only finds in ``learn()``.
 
-    :param observation_space: The observation space the policy is built for (images channel-first, as SB3 wraps them)
+    :param observation_space: The observation space (images channel-first, as SB3 wraps them)
     :param policy_class: The policy class
-    :param policy_kwargs: The policy's keyword arguments
-    :param policy_name: The name the user gave the policy by (``"MlpGruPolicy"``); default: its class's name
+    :param policy_kwargs: The policy's keyword arguments (an extractor of the user's own is not checked)
+    :param policy_name: The name the user gave the policy by; default: its class's name
     """
     if policy_kwargs.get("features_extractor_class") is not None:
         return
@@ -57,14 +47,14 @@ def check_observation_space(
         )
     # NatureCNN: what CnnLstmPolicy takes, and what MultiInputLstmPolicy's CombinedExtractor gives each image key
     images: dict[str, spaces.Space] = {}
-    normalized_image = not policy_kwargs.get("normalize_images", True)
     if issubclass(policy_class, RecurrentActorCriticCnnPolicy):
         images = {"": observation_space}
     elif multi_input and isinstance(observation_space, spaces.Dict):
+        normalized = not policy_kwargs.get("normalize_images", True)
         images = {
             f"[{key!r}]": space
-            for key, space in observation_space.spaces.items()
-            if is_image_space(space, normalized_image=normalized_image)
+            for key, space in observation_space.items()
+            if is_image_space(space, normalized_image=normalized)
         }
     for key, space in images.items():
         if not (isinstance(space, spaces.Box) and len(space.shape) == 3):

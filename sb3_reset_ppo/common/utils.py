@@ -47,20 +47,14 @@ class ThreadCountWarning(UserWarning):
     """``learn()`` runs on the CPU with more torch threads than is fastest for the model's size (see :func:`thread_advice`)."""
 
 
-# The largest recurrent hidden size at which one torch thread was faster than more in every measurement, idle
-# included (benchmarks/speed/bench_threads.py; larger and convolutional policies were faster with more threads on an
-# idle machine, and slower beside a busy process)
+# The largest recurrent hidden size at which one torch thread was faster in every measurement, idle included
 ONE_THREAD_MAX_HIDDEN_SIZE = 64
 # A 1-minute load average from which the machine counts as busy: about one other process's work
 BUSY_LOAD = 1.0
 
 
 class ThreadMeasurement(NamedTuple):
-    """
-    What ``benchmarks/speed/bench_threads.py`` measured on a quiet machine for a kind of policy: two threads' and
-    torch's default's ``learn()`` time over one thread's, lowest and highest (``None``: more than 5, the runs were
-    stopped there), on the idle machine and beside one busy process.
-    """
+    """More threads' ``learn()`` time over one thread's, lowest and highest (None: over 5), idle and beside a busy process."""
 
     label: str
     idle: tuple[float, float | None]
@@ -83,9 +77,12 @@ def machine_load() -> float | None:
         return None
 
 
+def _at_most(ratio: float | None) -> str:
+    return "more than 5" if ratio is None else f"{ratio:.2f}"
+
+
 def _times(measured: tuple[float, float | None]) -> str:
-    low, high = measured
-    return f"{low:.2f} to {'more than 5' if high is None else f'{high:.2f}'} times"
+    return f"{measured[0]:.2f} to {_at_most(measured[1])} times"
 
 
 def thread_advice(
@@ -97,17 +94,15 @@ def thread_advice(
     load: float | None = None,
 ) -> str | None:
     """
-    The advice to train with one torch thread, where the measurement for this kind of policy and machine says that
-    more are slower in every measurement (:data:`THREAD_MEASUREMENTS`); else None. A small recurrent policy's
-    operations are too small to share out among threads, and threads wait for each other whenever another process
-    holds a core (``docs/guide/install.md``, "Threads").
+    The advice to train with one torch thread where every measurement of this kind of policy and machine load found
+    more threads slower (:data:`THREAD_MEASUREMENTS`; ``docs/guide/install.md``, "Threads"); else None.
 
     :param algorithm: The class name, for the message
     :param num_threads: ``torch.get_num_threads()``
     :param hidden_size: The policy's recurrent hidden size
     :param device_type: The model's device type (``"cpu"``, ``"cuda"``, ...): only the CPU's threads are advised on
-    :param convolutional: Whether the policy has convolutional layers (which use more threads well on an idle machine)
-    :param load: The machine's 1-minute load average (:func:`machine_load`); busy from :data:`BUSY_LOAD`; None: idle
+    :param convolutional: Whether the policy has convolutional layers
+    :param load: The machine's 1-minute load average (:func:`machine_load`); None: idle
     :return: One line saying what was measured and how to change it, or None
     """
     if device_type != "cpu" or num_threads <= 1:
@@ -115,18 +110,16 @@ def thread_advice(
     kind = "convolutional" if convolutional else "small" if hidden_size <= ONE_THREAD_MAX_HIDDEN_SIZE else "large"
     measured = THREAD_MEASUREMENTS[kind]
     busy = load is not None and load >= BUSY_LOAD
-    # Where more threads won a measurement of this machine's condition, the advice could be wrong: none
     if (measured.busy if busy else measured.idle)[0] <= 1.0:
         return None
     policy = "with convolutions" if convolutional else f"of hidden size {hidden_size} without convolutions"
-    high = "more than 5" if measured.busy[1] is None else f"{measured.busy[1]:.2f}"
     where = f" such as this machine (1-minute load average {load:.1f})" if busy and load is not None else ""
     idle = f"; on an idle machine {_times(measured.idle)}" if measured.idle[0] > 1.0 else ""
     return (
         f"{algorithm}.learn() runs with {num_threads} torch threads on the CPU; for a recurrent policy {policy}, "
-        f"beside a busy process{where} more threads made learn() up to {high} times slower than one thread (measured: "
-        f"{_times(measured.busy)}{idle}; {measured.label}, benchmarks/speed/bench_threads.py). Fix: call "
-        "torch.set_num_threads(1) before training (the RL Zoo: --num-threads 1); to silence this, "
+        f"beside a busy process{where} more threads made learn() up to {_at_most(measured.busy[1])} times slower than "
+        f"one thread (measured: {_times(measured.busy)}{idle}; {measured.label}, benchmarks/speed/bench_threads.py). "
+        "Fix: call torch.set_num_threads(1) before training (the RL Zoo: --num-threads 1); to silence this, "
         "warnings.filterwarnings('ignore', category=sb3_reset_ppo.common.utils.ThreadCountWarning)"
     )
 

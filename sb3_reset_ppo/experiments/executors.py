@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sb3_reset_ppo.common.settings import check_positive_int
 from sb3_reset_ppo.experiments.runner import FAILED_FILE, RunSpec, budget, check_run_dir, run_one, write_record
 
 Item = TypeVar("Item")
@@ -32,8 +33,7 @@ def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> N
 
     :raises BaseException: a worker's first error (after the others are done), else KeyboardInterrupt if interrupted
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    check_positive_int("workers", workers)
     stop = threading.Event()
     errors: list[BaseException] = []
     done = [threading.Event() for _ in range(workers)]
@@ -157,8 +157,7 @@ SCRATCH_PREFIX = "sb3_reset_ppo_run_"
 
 def scratch_prefix(pid: int | None = None) -> str:
     """
-    The name's start of a temporary folder of :func:`train_packed`: :data:`SCRATCH_PREFIX`, the worker's pid and
-    this machine's host name, so that machines sharing a temporary folder (containers) tell their folders apart.
+    The name's start of a temporary folder of :func:`train_packed`, with the worker's pid and this machine's host name.
 
     :param pid: The worker's process id (default: this process's)
     """
@@ -177,12 +176,11 @@ def remove_stale_scratch(folder: Path | None = None) -> list[Path]:
     removed = []
     for path in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         match = re.match(rf"{SCRATCH_PREFIX}(\d+)_", path.name)
-        if match is None or not path.is_dir() or not path.name.startswith(scratch_prefix(int(match[1]))):
-            continue
-        if int(match[1]) == os.getpid():
+        pid = None if match is None else int(match[1])
+        if pid is None or pid == os.getpid() or not path.is_dir() or not path.name.startswith(scratch_prefix(pid)):
             continue
         try:
-            os.kill(int(match[1]), 0)
+            os.kill(pid, 0)
         except ProcessLookupError:  # no such process: the folder is stale
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
@@ -214,7 +212,7 @@ def train_packed(spec_values: dict[str, Any], conf_text: str | None = None) -> t
 # Ray errors that lose a run with its machine or worker (trained again); any other error of a task is the run's own
 # (recorded as failed)
 _LOST = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "TaskCancelledError", "RaySystemError", "OwnerDiedError")
-# Times a run lost with its machine or worker is sent to the cluster, in all, before run_ray leaves it for next time
+# Times in all that run_ray sends a run lost with its machine or worker
 LOST_ATTEMPTS = 3
 
 
@@ -228,19 +226,16 @@ def run_ray(
 ) -> list[Result]:
     """
     Train the runs as Ray tasks of one CPU each on the cluster at ``address``, each run's files unpacked into its
-    ``run_dir`` here. A task lost with its machine or worker (a node killed) is sent again, up to ``attempts`` times
-    in all, then its run is left unrecorded (trained next time); a task that raised is recorded as failed; on
-    Ctrl-C the unfinished tasks are cancelled (forced) and the interrupt is raised. Each run's files are unpacked
-    from the one attempt that came back, so a run is stored once however often it was sent. The results come back
-    as pickled objects: every machine of the cluster must be trusted (:doc:`/guide/compare`).
+    ``run_dir`` here. A task lost with its machine or worker is sent again, then left unrecorded (trained next time);
+    a task that raised is recorded as failed; on Ctrl-C the unfinished tasks are cancelled and the interrupt raised.
+    The results come back as pickled objects: every machine of the cluster must be trusted (:doc:`/guide/compare`).
 
     :param specs: The runs
     :param address: The cluster's address (``ray.init(address=...)``: ``"auto"``, ``"host:port"``, ``"ray://host:10001"``)
-    :param on_result: Called once per run with its record: the attempt that came back, that raised, or the last
-        attempt lost
+    :param on_result: Called once per run with its record (of the last attempt)
     :param init: Connects to the cluster (default ``ray.init``; the tests' seam)
     :param attempts: Times a run lost with its machine or worker is sent, in all (1: never again)
-    :param on_lost: Called with a run, its lost attempt's record and the attempt about to be sent (2, 3, ...)
+    :param on_lost: Called with a run, its lost attempt's record and the number of the attempt about to be sent
     :return: The records of the runs, one each, in the order they arrived
     :raises FileExistsError: a run's ``run_dir`` exists and is not a run's folder (checked before anything trains)
     """
@@ -250,8 +245,7 @@ def run_ray(
         raise ImportError('running on a Ray cluster needs Ray: in the clone, pip install -e ".[cluster]"') from error
     if not isinstance(address, str) or not address:
         raise ValueError(f"address must be a Ray cluster address such as 'auto' or 'host:6379', got {address!r}")
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise ValueError(f"attempts must be a positive int (times a lost run is sent, in all), got {attempts!r}")
+    check_positive_int("attempts", attempts)
     for spec in specs:  # before anything trains: a folder that is not a run's is never replaced
         check_run_dir(spec.run_dir)
     (init or ray.init)(address=address, log_to_driver=False, configure_logging=False)
@@ -262,7 +256,7 @@ def run_ray(
          spec.conf_file.read_text())
         for spec in specs
     ]  # fmt: skip
-    # Each task's run (its index) and which attempt it is
+    # Each task's run index and attempt number
     pending = {task.remote(*sent[index]): (index, 1) for index in range(len(specs))}
     results: list[Result] = []
     try:

@@ -401,12 +401,12 @@ EVALUATION_SECONDS = "time/evaluation_seconds"
 
 def elapsed_seconds(run: dict[str, Any]) -> np.ndarray | None:
     """
-    Seconds of ``learn()`` at each of a loaded run's evaluations (:func:`load_runs`), interpolated from its kept
-    training log (:attr:`RunSpec.keep_log`), without the time the evaluations took where the log has it
-    (:data:`EVALUATION_SECONDS`); None without a log. How it is measured: :doc:`/guide/compare`.
+    Seconds of ``learn()`` at each of a loaded run's evaluations (:func:`load_runs`), less the evaluations where the
+    log times them, interpolated from its kept training log (:attr:`RunSpec.keep_log`); None without one.
+    How it is measured: :doc:`/guide/compare`.
     """
     steps, seconds = [0.0], [0.0]
-    # Cumulative: a row without the key had no evaluation since the row before
+    # Cumulative: a row without it had no evaluation since the row before
     evaluating = 0.0
     for row in training_log.training_rows(Path(run["dir"])):
         evaluating = row.get(EVALUATION_SECONDS, evaluating)

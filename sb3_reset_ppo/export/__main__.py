@@ -32,11 +32,10 @@ class ModelFileError(ValueError):
 
 def model_path(path: str | Path) -> Path:
     """
-    The model's file, ``.zip`` optional as in SB3's ``load``: ``path`` itself if it exists, else ``path`` with
-    ``.zip`` added where that exists.
+    The model's file, ``.zip`` optional as in SB3's ``load``.
 
     :param path: The model's zip, with or without ``.zip``
-    :return: The file's path (``path`` where neither exists, for the error to name)
+    :return: ``path`` if it exists, else ``path`` with ``.zip`` added if that exists, else ``path``
     """
     path = Path(path)
     zipped = path.with_name(path.name + ".zip")
@@ -45,8 +44,7 @@ def model_path(path: str | Path) -> Path:
 
 def policy_class_name(policy_class: object) -> str:
     """
-    The qualified name of a saved model's policy class, read from its pickled reference in SB3's ``data`` without
-    unpickling it (pickle's opcodes only); else the module SB3 recorded, or ``"?"``.
+    The qualified name of a saved model's policy class, read from pickle's opcodes without unpickling; else its module.
 
     :param policy_class: The ``policy_class`` entry of the model's ``data``
     :return: E.g. ``"stable_baselines3.common.policies.ActorCriticPolicy"``
@@ -214,9 +212,10 @@ def main(argv: list[str] | None = None) -> Path:
         # The RL Zoo's statistics beside the model unless a file is given or none is wanted
         vec_normalize = None if args.vec_normalize is None else Path(args.vec_normalize)
         if vec_normalize is None and not args.no_vec_normalize:
-            vec_normalize = find_vec_normalize(model_path(args.model))
+            model_file = model_path(args.model)
+            vec_normalize = find_vec_normalize(model_file)
             if vec_normalize is None:
-                warn_if_unnormalized(model, model_path(args.model))
+                warn_if_unnormalized(model, model_file)
         options = ("layout", "opset", "dtype", "distribution", "channels_last", "exporter", "cell_ops")
         path = export_onnx(model, args.output, vec_normalize=vec_normalize, **{name: getattr(args, name) for name in options})
     except (ValueError, TypeError, OSError) as error:  # ModelFileError, export_onnx's checks, an unwritable output

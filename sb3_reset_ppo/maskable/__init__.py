@@ -1,7 +1,4 @@
-"""
-Invalid-action masking with memory: :class:`MaskableResetPPO` and its maskable recurrent policies. The masked
-evaluation is :mod:`sb3_reset_ppo.common.maskable_evaluation` (as sb3-contrib's is ``sb3_contrib.common.maskable``'s).
-"""
+"""Invalid-action masking with memory: :class:`MaskableResetPPO` and its policies (evaluation: ``maskable_evaluation``)."""
 
 import warnings
 from typing import Any
@@ -30,7 +27,7 @@ __all__ = [
     "MaskableWindowRolloutBuffer",
 ]
 
-# Names this package also gave the masked evaluation, kept as deprecated aliases of the documented ones
+# Deprecated aliases of sb3_reset_ppo.common.maskable_evaluation's names
 _DEPRECATED = ("evaluate_policy", "MaskableEvalCallback")
 
 

@@ -235,8 +235,9 @@ class ResetPPO(RecurrentPPO):
                 f"(attention), got {self.policy_class!r}"
             )
         check_action_space(self.action_space)
-        alias = next((name for name, cls in self.policy_aliases.items() if cls is self.policy_class), None)
-        check_observation_space(self.observation_space, self.policy_class, self.policy_kwargs, alias)
+        if issubclass(self.policy_class, RecurrentActorCriticPolicy):  # the attention policies' extractors differ
+            alias = next((name for name, cls in self.policy_aliases.items() if cls is self.policy_class), None)
+            check_observation_space(self.observation_space, self.policy_class, self.policy_kwargs, alias)
         # load() sets the saved arguments after __init__: they are validated here if they differ from __init__'s
         self._validate_window_arguments(self.n_steps, self.batch_size)
         if isinstance(self.clip_range_vf, (float, int)) and self.clip_range_vf <= 0:

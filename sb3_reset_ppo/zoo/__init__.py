@@ -34,8 +34,7 @@ MASKABLE_ALGO_NAME = "maskable_reset_ppo"
 ALGO_NAMES = (ALGO_NAME, MASKABLE_ALGO_NAME)
 # Window lengths the sampler tries: three fixed lengths and the default, min(batch_size, n_steps)
 WINDOW_SIZES: tuple[int | str, ...] = (8, 16, 32, "batch")
-# A driver that starts zoo processes (benchmarks/kit/tune.py) names each one's trials through this variable: the trial
-# it starts records the value as its user attribute TRIAL_OWNER_ATTR (see owned_trials)
+# The variable by which a driver (benchmarks/kit/tune.py) names a zoo process's trials (owned_trials)
 TRIAL_OWNER_VARIABLE = "SB3_RESET_PPO_TRIAL_OWNER"
 TRIAL_OWNER_ATTR = "sb3_reset_ppo_owner"
 # Where the zoo's names that masked_evaluation and masked_enjoy replace stop being the zoo's own
@@ -155,8 +154,7 @@ def masked_enjoy() -> Iterator[None]:
 
 def timed(callback_class: type[EvalCallback]) -> type[EvalCallback]:
     """
-    ``callback_class`` that also logs the seconds its evaluations took so far, as ``time/evaluation_seconds``, into
-    the next row of the training log, so that ``learn()``'s own time is the log's clock less them.
+    ``callback_class`` that also logs the seconds its evaluations took so far (``time/evaluation_seconds``).
 
     :param callback_class: ``EvalCallback`` or a subclass of it
     :return: Its subclass
@@ -182,10 +180,9 @@ def timed(callback_class: type[EvalCallback]) -> type[EvalCallback]:
 @contextmanager
 def timed_evaluation() -> Iterator[None]:
     """
-    Within the block, the zoo's evaluations during ``train`` log their seconds (:func:`timed`): the name
-    ``EvalCallback`` that ``rl_zoo3.exp_manager`` builds its callback by is the timed subclass of what it holds.
+    Within the block, the zoo's evaluations during ``train`` log their seconds (:func:`timed`).
 
-    :raises RuntimeError: If the zoo no longer builds its callback by that name
+    :raises RuntimeError: If the zoo no longer builds its callback as ``rl_zoo3.exp_manager.EvalCallback``
     """
     import rl_zoo3.exp_manager as zoo_exp_manager
 
@@ -284,9 +281,7 @@ def _without_render_if_no_display(
 def owned_trials(owner: str) -> Iterator[None]:
     """
     Within the block, every Optuna trial that the zoo's ``train -optimize`` starts records ``owner`` as its user
-    attribute :data:`TRIAL_OWNER_ATTR` before it trains, so that whoever started this process can tell, once the
-    process is gone (killed), which trial it left running, and mark that one trial failed without touching the
-    trials of processes still running.
+    attribute :data:`TRIAL_OWNER_ATTR`, so that a driver can tell which trial a killed process left running.
 
     :param owner: The value recorded (unique per zoo process)
     :raises RuntimeError: If the zoo no longer runs its trials through ``ExperimentManager.objective``

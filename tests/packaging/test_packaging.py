@@ -137,3 +137,11 @@ def test_tests_extra_holds_the_build_requirements() -> None:
     assert set(requires) <= tests, (requires, tests)
     # bdist_wheel is part of setuptools from 70.1 (setuptools 65 of a fresh Python 3.11 venv has none without wheel)
     assert any(r.startswith("setuptools>=") and tuple(map(int, r.split(">=")[1].split("."))) >= (70, 1) for r in requires)
+
+
+def test_no_merge_conflict_markers_in_sources() -> None:
+    marker = re.compile(r"^(<{7} |={7}$|>{7} )", re.MULTILINE)
+    files = [path for folder in ("sb3_reset_ppo", "docs", "tests") for path in (ROOT / folder).rglob("*.py")]
+    files += [*(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
+    marked = [str(path.relative_to(ROOT)) for path in files if marker.search(path.read_text(encoding="utf-8"))]
+    assert not marked, f"merge conflict markers in {marked}"

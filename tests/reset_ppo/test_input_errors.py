@@ -81,3 +81,9 @@ def test_the_smallest_image_and_an_extractor_of_ones_own_are_accepted() -> None:
     model = ResetPPO("MultiInputLstmPolicy", _env(_image_and_vector(16)), **kwargs)
     assert not isinstance(model.policy.features_extractor, CombinedExtractor)
     model.learn(8)
+
+
+def test_a_dict_observation_under_the_multi_input_attention_policy_is_accepted() -> None:
+    # The check is for the recurrent policies: it refused MultiInputTrXLPolicy, whose CombinedExtractor takes a Dict
+    model = ResetPPO("MultiInputTrXLPolicy", _env(_image_and_vector(36)), n_steps=8, batch_size=8, n_epochs=1, seed=0)
+    assert isinstance(model.observation_space, spaces.Dict)

@@ -15,17 +15,12 @@ class NothingToCompare(ValueError):
     """No finished runs of the baseline, or of every other arm, yet."""
 
 
-# Fewer updates per run than this, and the runs are too short to judge speed: the start-up and the first
-# rollouts weigh on each run's time as much as the updates
+# Fewer updates per run than this, and start-up weighs on a run's time as much as the updates: too short to judge speed
 MIN_UPDATES = 10
 
 
 def learn_seconds(run: dict[str, Any]) -> float:
-    """
-    A run's ``learn()`` seconds: the time of its last evaluation on its training log's clock, without the
-    evaluations where the log times them (:func:`~sb3_reset_ppo.experiments.runner.elapsed_seconds`), else its
-    process's.
-    """
+    """A run's ``learn()`` seconds at its last evaluation (``runner.elapsed_seconds``), else its process's."""
     times = run.get("times")
     return float(times[-1]) if times is not None and len(times) else float(run["seconds"])
 
@@ -109,8 +104,7 @@ def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int, f
         comparison = summary["comparisons"][name]
         pairs = stats.side_by_side(arm_runs, arms[baseline], same_seed=False)
         ratios = [learn_seconds(run) / learn_seconds(other) for run, other in pairs if learn_seconds(other) > 0]
-        # Over pairs that trained at the same time on one machine: the ratio of all runs' medians would mix the loads
-        # that runs met at different times (the report says which ratio it is, with the pairs' range)
+        # Over pairs that trained at the same time on one machine: all runs' medians would mix the loads of different times
         comparison["time_ratio"] = statistics.median(ratios) if ratios else None
         comparison["time_pairs"] = len(ratios)
         comparison["pair_ratios"] = [min(ratios), max(ratios)] if ratios else None

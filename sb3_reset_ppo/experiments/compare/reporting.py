@@ -45,10 +45,7 @@ def _seconds_words(entry: dict[str, Any]) -> str:
 
 
 def _speed_sentence(name: str, baseline: str, arms: dict[str, Any], comparison: dict[str, Any]) -> str:
-    """
-    The time of ``learn()`` in words: the ratio of the arms' medians with both medians, or why the runs cannot
-    say which is faster (fewer than :data:`MIN_UPDATES` updates per run, or side-by-side pairs on both sides of 1).
-    """
+    """The time of ``learn()`` in words: the pairs' median ratio, or why the runs cannot say which arm is faster."""
     low, high = comparison["pair_ratios"]
     medians = f"median `learn()` {_seconds_words(arms[name])} against {_seconds_words(arms[baseline])}"
     pairs = f"{comparison['time_pairs']} pairs of runs that trained at the same time on one machine, {low:.2f} to {high:.2f}"

@@ -56,7 +56,6 @@ class Progress:
 
 
 def _lost(spec: RunSpec, result: dict[str, Any], attempt: int) -> None:
-    """Say that a run was lost with its machine or worker and is sent again."""
     run = f"{result['variant']} {result['env']} seed {result['seed']}"
     _say(f"{run}: lost with its machine or worker, sent again (attempt {attempt} of {executors.LOST_ATTEMPTS})")
 
