@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _dry_run(target: str, venv: Path) -> list[str]:
-    """The pip installs that ``make TARGET`` would run from a fresh clone (no virtual environment yet)."""
+    """The installs (pip's or uv's) that ``make TARGET`` would run from a fresh clone (no virtual environment yet)."""
     result = subprocess.run(["make", "-n", "-B", f"VENV={venv}", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    return [line for line in result.stdout.splitlines() if re.search(r"-m pip install", line)]
+    return [line for line in result.stdout.replace("\\\n", " ").splitlines() if re.search(r"(-m|uv) pip install", line)]
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
