@@ -77,8 +77,9 @@ test-benchmarks: install
 test-matrix: install
 	SB3_RESET_PPO_MATRIX=full $(BIN)/python -m pytest -n 2 -rs tests/reset_ppo/test_settings_matrix.py tests/export/test_export_matrix.py
 
+# The slow tests, and the property tests with all their examples (the default suite runs a quarter of them)
 test-slow: install
-	$(BIN)/python -m pytest -m slow tests benchmarks/tests
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -m 'slow or hypothesis' tests benchmarks/tests
 
 # The demo needs the package and its plots only: installed alone, without the other extras (Ray, Optuna, OpenSpiel,
 # Sphinx, ...), unless make install already installed everything

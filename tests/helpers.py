@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from hypothesis import settings
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_reset_ppo import ResetPPO, WindowRolloutBuffer, WindowSettings
@@ -292,3 +293,13 @@ def small_reset_ppo(**kwargs: object) -> ResetPPO:
     settings.update(kwargs)
     settings.setdefault("policy_kwargs", {"lstm_hidden_size": 8, "net_arch": [8]})
     return ResetPPO(settings.pop("policy", "MlpLstmPolicy"), env, **settings)
+
+
+def examples(count: int) -> int:
+    """
+    A property test's examples under the loaded Hypothesis profile (``tests/conftest.py``).
+
+    :param count: The examples under the ``thorough`` profile (``make test-slow``)
+    :return: ``count`` under ``thorough``; a quarter of it (at least 10, at most ``count``) under ``ci``, the default
+    """
+    return max(count * settings.default.max_examples // 100, min(count, 10))

@@ -156,7 +156,7 @@ def test_report_on_partial_runs(tmp_path: Path) -> None:
                 path = study.result_path(tmp_path, task, arm, seed)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(_fake(task, arm, seed, level, rng)))
-    summary = report.analyse(report.load(tmp_path), reps=50)
+    summary = report.analyse(report.load(tmp_path), reps=10)
     fair = summary["tasks"]["MaskedCueRecallFair-v0"]
     assert fair["arms"]["maskable_ppo_stack"]["runs"] == 2
     # The memoryless arm never reaches 0.75 (two evaluations in a row); the memory arm does, every run
@@ -195,7 +195,7 @@ ORIGINAL = {
 def test_report_says_pending_until_the_amendments_arm_has_runs(tmp_path: Path) -> None:
     _store(tmp_path, ORIGINAL, 3, cpu={"recurrent_ppo_mask_obs": 20.0, "reset_ppo_mask_obs": 4.0})
     runs = report.load(tmp_path)
-    summary = report.analyse(runs, reps=50)
+    summary = report.analyse(runs, reps=10)
     fair, leduc = summary["tasks"]["MaskedCueRecallFair-v0"], summary["tasks"]["LeducMatch-v0"]
     assert fair["pending"] == ["maskable_ppo_stack_full"] and leduc["pending"] == []
     assert fair["amended"] == {"maskable_ppo_stack_full": "pending (0 of 10 runs stored)"} and "amended" not in leduc
@@ -229,11 +229,11 @@ def test_report_says_pending_until_the_amendments_arm_has_runs(tmp_path: Path) -
 
 def test_report_with_the_amendments_arm_keeps_the_protocols_families(tmp_path: Path) -> None:
     _store(tmp_path, ORIGINAL, 3)
-    before = report.analyse(report.load(tmp_path), reps=50)
+    before = report.analyse(report.load(tmp_path), reps=10)
     _store(tmp_path, {"maskable_ppo_stack_full": (0.7, 0.0)}, 2)  # partial: 2 of its 10 runs
     runs = report.load(tmp_path)
     assert "maskable_ppo_stack_full" not in runs["LeducMatch-v0"]
-    after = report.analyse(runs, reps=50)
+    after = report.analyse(runs, reps=10)
     fair = after["tasks"]["MaskedCueRecallFair-v0"]
     assert fair["pending"] == [] and fair["arms"]["maskable_ppo_stack_full"]["runs"] == 2
     # Its tests are a family of their own (p as it is); the protocol's families and their Holm p stay as they were

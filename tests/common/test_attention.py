@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch as th
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from trxl_reference import reference_sequence
@@ -31,7 +32,7 @@ def literal_mask(episode_starts: np.ndarray, counts: np.ndarray, memory_length: 
     return allowed
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     data=st.data(),
     memory_length=st.integers(1, 5),

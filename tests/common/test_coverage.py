@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
-from helpers import RandomEpisodeEnv, assert_close_named, filled_window_buffer, loss_from_fields
+from helpers import RandomEpisodeEnv, assert_close_named, examples, filled_window_buffer, loss_from_fields
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
@@ -53,7 +53,7 @@ def _real(batch: WindowRolloutBufferSamples) -> th.Tensor:
     return real
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.integers(1, 24),
     st.integers(1, 3),
@@ -91,7 +91,7 @@ def test_full_coverage_weights_in_closed_form() -> None:
     np.testing.assert_array_equal(mask_full[7:15], np.arange(1, 9))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.integers(1, 20), st.integers(1, 3), st.data())
 def test_every_step_is_trained_at_most_once_per_epoch_at_stride_w(n_steps: int, n_envs: int, data: st.DataObject) -> None:
     window_size = data.draw(st.integers(1, n_steps))
@@ -117,7 +117,7 @@ def test_every_step_is_trained_at_most_once_per_epoch_at_stride_w(n_steps: int, 
         assert sizes == ([n_slots] if full >= n_slots else [full] * (n_slots // full))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(1, 16), st.integers(1, 3), st.data())
 def test_every_step_is_trained_exactly_w_times_per_epoch_at_stride_1(n_steps: int, n_envs: int, data: st.DataObject) -> None:
     window_size = data.draw(st.integers(1, n_steps))

@@ -5,6 +5,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,7 @@ def _all_window_lengths(n_steps: int, window_size: int, coverage: str) -> np.nda
     return clip_windows(starts, n_steps, window_size)[1]
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=examples(200), deadline=None, derandomize=True)
 @given(
     n_steps=st.integers(1, 30),
     n_envs=st.integers(1, 3),
@@ -136,7 +137,7 @@ def test_dividing_settings_keep_whole_windows_and_the_previous_minibatches(
             assert list(zip(plan.starts[a:b].tolist(), plan.lengths[a:b].tolist(), strict=True)) == expected
 
 
-@settings(max_examples=100, deadline=None, derandomize=True)
+@settings(max_examples=examples(100), deadline=None, derandomize=True)
 @given(n_steps=st.integers(1, 30), n_envs=st.integers(1, 3), data=st.data(), coverage=st.sampled_from(["full", "inside"]))
 def test_epoch_slot_counts_match_brute_force(n_steps: int, n_envs: int, data: st.DataObject, coverage: str) -> None:
     window_size = data.draw(st.integers(1, n_steps))

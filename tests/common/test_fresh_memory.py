@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 import torch as th
-from helpers import RandomEpisodeEnv, small_reset_ppo
+from helpers import RandomEpisodeEnv, examples, small_reset_ppo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stable_baselines3.common.env_util import make_vec_env
@@ -41,7 +41,7 @@ def _reference_step_states(
     return tuple(th.stack(record, dim=1) for record in entering)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     st.integers(1, 4),
     st.integers(1, 70),

@@ -7,7 +7,7 @@ drops slots), so it is tested once.
 import numpy as np
 import pytest
 import torch as th
-from helpers import RandomEpisodeEnv, assert_close_named
+from helpers import RandomEpisodeEnv, assert_close_named, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stable_baselines3.common.env_util import make_vec_env
@@ -57,7 +57,7 @@ def _fused(rnn: nn.Module, features: th.Tensor, memory: tuple[th.Tensor, ...], e
     return out.reshape(n_windows, window_size, -1)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     st.integers(1, 6),
     st.integers(1, 9),
@@ -87,7 +87,7 @@ def test_fused_unroll_equals_slot_by_slot_reference(
         assert_close_named(grad_actual, grad_expected, name, rtol=1e-4, atol=1e-5)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.integers(1, 6), st.integers(1, 9), st.sampled_from([0.0, 0.3, 1.0]), st.integers(0, 10_000))
 def test_reset_layout(n_windows: int, window_size: int, density: float, seed: int) -> None:
     starts = (np.random.default_rng(seed).random((n_windows, window_size)) < density).astype(np.float32)

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import pytest
 import torch as th
-from helpers import RandomEpisodeEnv, filled_window_buffer
+from helpers import RandomEpisodeEnv, examples, filled_window_buffer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from window_weights import brute_force_effective_weights, brute_force_step_weights, brute_force_window_starts
@@ -162,7 +162,7 @@ def _check_average(
     assert np.all(mean[expected == 0] == 0)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(300), deadline=None, derandomize=True)
 @given(
     n_steps=st.integers(1, 24),
     n_envs=st.integers(1, 2),

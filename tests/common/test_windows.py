@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from helpers import examples
 from helpers import filled_window_buffer as _filled_buffer
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,7 +29,7 @@ def rollouts(draw: st.DrawFn) -> tuple[np.ndarray, int, int]:
     return episode_starts, window_size, window_stride
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(rollouts(), st.sampled_from(["reset", "mask"]), st.sampled_from(["uniform", "importance", "kept_mean"]))
 def test_window_weights_match_brute_force(rollout: tuple[np.ndarray, int, int], boundary: str, weighting: str) -> None:
     episode_starts, window_size, window_stride = rollout
@@ -137,7 +138,7 @@ def _obs(batch: WindowRolloutBufferSamples) -> th.Tensor:
     return batch.observations
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     st.integers(1, 12),
     st.integers(1, 3),
@@ -293,7 +294,7 @@ def test_buffer_phases_follow_its_seed() -> None:
     assert len({tuple(epoch) for epoch in phases(3)}) > 1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.integers(1, 30), min_size=1, max_size=4), st.integers(1, 8), st.integers(0, 1000))
 def test_window_order_is_a_permutation_of_shuffled_runs(windows_per_env: list[int], consecutive: int, seed: int) -> None:
     env_of = np.repeat(np.arange(len(windows_per_env)), windows_per_env)

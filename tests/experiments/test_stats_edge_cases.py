@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,7 +51,7 @@ def test_mann_whitney_of_one_value_against_a_tie() -> None:
 _TIED_SAMPLES = st.lists(st.integers(0, 3).map(float), min_size=0, max_size=6)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_TIED_SAMPLES, _TIED_SAMPLES)
 def test_mann_whitney_on_tiny_and_tied_samples_is_the_enumeration(arm: list[float], base: list[float]) -> None:
     p, method = stats.mann_whitney(arm, base)

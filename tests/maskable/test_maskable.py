@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
-from helpers import RandomEpisodeEnv, RandomMaskEnv, check_valid
+from helpers import RandomEpisodeEnv, RandomMaskEnv, check_valid, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sb3_contrib.common.maskable.utils import get_action_masks
@@ -120,7 +120,7 @@ def test_masks_change_the_trained_log_probs() -> None:
     assert (unmasked - samples.old_log_prob).abs().max() > 1e-2
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=examples(60), deadline=None, derandomize=True)
 @given(
     action=st.sampled_from(sorted(ACTION_SPACES)),
     policy=st.sampled_from(["MlpLstmPolicy", "MlpGruPolicy"]),

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from update_probe import UpdateRecorder, fill, probe_model, random_episode_starts
@@ -36,7 +37,7 @@ from window_weights import brute_force_effective_weights
 
 
 # Settings drawn from the options that decide the weights
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=examples(60), deadline=None, derandomize=True)
 @given(
     n_steps=st.integers(2, 20),
     n_envs=st.integers(1, 2),
