@@ -302,4 +302,6 @@ def examples(count: int) -> int:
     :param count: The examples under the ``thorough`` profile (``make test-slow``)
     :return: ``count`` under ``thorough``; a quarter of it (at least 10, at most ``count``) under ``ci``, the default
     """
-    return max(count * settings.default.max_examples // 100, min(count, 10))
+    profile = settings.default  # None only before Hypothesis loads a profile; conftest.py loads one
+    per_hundred = 100 if profile is None else profile.max_examples
+    return max(count * per_hundred // 100, min(count, 10))
