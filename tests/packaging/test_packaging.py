@@ -119,6 +119,18 @@ def test_extras_do_not_mix_pygame_and_pygame_ce() -> None:
     assert "pygame-ce" in extras["zoo"]  # enjoy's window
 
 
+def test_compare_extra_holds_what_the_zoo_cli_imports() -> None:
+    # compare trains through rl_zoo3.cli, whose load_from_hub imports requests although rl_zoo3 does not require it:
+    # without it every run of a compare installed with the compare extra alone failed at its first line
+    from sb3_reset_ppo.experiments.compare.planning import TRAIN_MODULES
+
+    extras = _extras()
+    assert "requests" in extras["zoo"] and "requests" in extras["compare"], extras
+    for module, extra in TRAIN_MODULES.items():
+        assert module.replace("_", "-") in extras[extra], (module, extra, extras[extra])
+    assert "requests" in TRAIN_MODULES  # checked before any training, with the extra's install command
+
+
 def test_installed_distributions_do_not_hold_both_pygames() -> None:
     names = {str(dist.metadata["Name"]).lower().replace("_", "-") for dist in importlib.metadata.distributions()}
     assert not {"pygame", "pygame-ce"} <= names, (

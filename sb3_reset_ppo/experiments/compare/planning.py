@@ -26,8 +26,9 @@ SETTINGS_FILE = "compare.json"
 SETTING_DEFAULTS: dict[str, Any] = {"num_threads": 1}
 # The file written for an env the package's file lacks, in the comparison's folder
 WRITTEN_CONF = "conf.yml"
-# What the command imports, and the extra that installs it: to train (the RL Zoo), to report, on a Ray cluster
-TRAIN_MODULES = {"rl_zoo3": "compare", "optuna": "compare"}
+# What the command imports, and the extra that installs it: to train (the RL Zoo; its CLI imports requests without
+# requiring it), to report, on a Ray cluster
+TRAIN_MODULES = {"rl_zoo3": "compare", "optuna": "compare", "requests": "compare"}
 REPORT_MODULES = {"rliable": "compare", "scipy": "compare", "matplotlib": "compare"}
 CLUSTER_MODULES = {"ray": "cluster"}
 
