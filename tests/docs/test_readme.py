@@ -18,9 +18,11 @@ README = (ROOT / "README.md").read_text()
 # Where the README's former sections live now
 USAGE_PAGE = ROOT / "docs" / "guide" / "usage.md"
 ZOO_PAGE = ROOT / "docs" / "guide" / "rl_zoo.md"
-# The README's first part (what it is, install, quick start, results, features): under 150 lines before the links
+# The README's first part (what it is, when to use it, install, quick start, results, features): under 150 lines
+# before the links
 README_MAX_LINES_BEFORE_LINKS = 150
 QUICK_START = "## Quick start"
+WHEN_TO_USE = "## When to use it, and when not"
 
 
 def _code_block(heading: str, language: str, page: Path = ROOT / "README.md") -> str:
@@ -50,9 +52,9 @@ def _interval(estimate: list[float]) -> str:
 def test_readme_is_short_and_its_links_resolve() -> None:
     lines = README.splitlines()
     assert lines.index("## Documentation") <= README_MAX_LINES_BEFORE_LINKS
-    # SB3's order: what it is, install, the code, results, features, then the documentation
+    # SB3's order: what it is, when to use it, install, the code, results, features, then the documentation
     headings = [line for line in lines if line.startswith("## ")]
-    assert headings[:4] == ["## Install", QUICK_START, "## Results", "## Features"], headings
+    assert headings[:5] == [WHEN_TO_USE, "## Install", QUICK_START, "## Results", "## Features"], headings
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README):
         if not target.startswith(("http://", "https://")):
             assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
@@ -190,10 +192,26 @@ def test_the_usage_sentence_describes_the_snippets_windows() -> None:
 
 def test_docs_include_the_readme_parts_they_name() -> None:
     # docs/ includes parts of the README between markers (the usage snippet is written once, shown in both)
-    for marker in ("intro", "docs-index", "quick-start", "usage-snippet"):
+    for marker in ("intro", "when-to-use", "docs-index", "quick-start", "usage-snippet"):
         start, end = README.index(f"<!-- {marker}-start -->"), README.index(f"<!-- {marker}-end -->")
         assert start < end, marker
     assert "<!-- usage-snippet-start -->" in USAGE_PAGE.read_text()
+    index = (ROOT / "docs" / "index.md").read_text()
+    assert "<!-- intro-start -->" in index and "<!-- when-to-use-start -->" in index
+
+
+def test_the_readme_says_when_not_to_use_it() -> None:
+    # Its own section right after the intro, naming each case where a user should compare first
+    section = f"\n{README}".split(f"\n{WHEN_TO_USE}\n", 1)[1].split("\n## ", 1)[0]
+    flat = _flat(section)
+    for case in (
+        "you train on a GPU: it has not been run on one yet",
+        "tuned `RecurrentPPO` ended higher",
+        "the memory must reach further back than a window",
+        "episodes are very short: the speed-up shrinks, to 0.59",
+    ):
+        assert case in flat, case
+    assert README.index("<!-- intro-end -->") < README.index(WHEN_TO_USE) < README.index("## Install")
 
 
 def _run(argv: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:

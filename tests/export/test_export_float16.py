@@ -17,7 +17,7 @@ from sb3_reset_ppo.export import export_onnx, export_spec
 
 pytest.importorskip("onnxruntime")
 
-# docs/guide/deploy.md, Pitfalls > Precision: per step within 1e-2 of predict, fed the same memory
+# docs/guide/deploy.md, float16: per step within 1e-2 of predict, fed the same memory
 TOLERANCE = 1e-2
 BATCH = 64
 ACTION_SPACES = {

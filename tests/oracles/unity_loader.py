@@ -113,7 +113,7 @@ class BehaviorParameters:
 def behavior_parameters(observation_space: spaces.Space, action_space: spaces.Space) -> BehaviorParameters:
     """
     The ``Behavior Parameters`` matching a policy's spaces: one sensor per observation (a ``Dict``'s keys in the
-    space's order, Unity's order when the sensors are named after the keys: docs/guide/deploy.md), a ``Discrete``
+    space's order, Unity's order when the sensors are named after the keys: docs/guide/deploy_reference.md), a ``Discrete``
     observation as one float (its index), ``MultiDiscrete`` and ``MultiBinary`` as their entries.
 
     :param observation_space: The policy's observation space
