@@ -116,3 +116,30 @@ def test_bench_floor_times_each_memory_against_its_floor() -> None:
         assert result["reset_over_floor"] > 0 and result["recurrent_ppo_over_floor"] is None
         assert set(result["learn_seconds"]) == {"reset"} and result["learn_ratio"] is None
         assert result["memory_length"] == (4 if cell == "trxl" else None)
+
+
+def test_stored_attention_rows_are_within_the_bound_and_on_the_page() -> None:
+    # Attention memory per update within 1.5 times its floor, beside LSTM and GRU at the same window; the page's table
+    # is the stored runs
+    section = PAGE.read_text().split("## Attention memory beside LSTM and GRU")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    # Every run of bench_floor.py --cells, in the order of their files' names
+    stored = [
+        result
+        for path in sorted(RESULTS.glob("bench_floor_cells*.json"))
+        for result in json.loads(path.read_text())["results"]
+    ]
+    assert {r["cell"] for r in stored} == {"lstm", "gru", "trxl"}
+    for result in stored:
+        if result["cell"] == "trxl":
+            assert result["reset_over_floor"] <= 1.5, result["setting"]
+    table = [cells(line) for line in rows[: len(stored)]]
+    assert len(table) == len(stored)
+    for line, result in zip(table, stored, strict=True):
+        seconds = result["seconds_per_update"]
+        assert line[2:6] == [
+            f"{seconds['floor']:.3f}",
+            f"{seconds['reset']:.3f}",
+            f"{result['reset_over_floor']:.2f}",
+            f"{result['learn_seconds']['reset']:.2f}",
+        ], line
