@@ -5,7 +5,16 @@ Trains for ``--updates`` updates and prints the resident memory after update 30 
 (it must stay flat: no growth from stored states, logs or diagnostics), and the peak extra memory of one
 ``train()`` relative to the rollout buffer's size and to one minibatch.
 
+With ``--attention``, instead: what attention memory stores and what one ``train()`` adds, at each
+``memory_length`` K of ``--memory-lengths`` and rollout of N = ``--n-envs`` x ``--attention-steps`` steps
+(``MlpTrXLPolicy`` on CartPoleNoVel-v1, ``trxl_dim`` ``--trxl-dim``, 2 layers, a critic transformer of its own,
+``batch_size`` 128, one epoch; the LSTM of the same width beside it at each N): the bytes of the buffer's stored
+block inputs (``E (K + T) L D`` floats, actor and critic), against the ``N K L D`` floats that a copy of the K
+positions per step would take, the whole buffer, and the peak extra resident memory of one ``train()``.
+
 Usage: python benchmarks/speed/bench_memory.py [--updates 300] [--n-envs 8] [--n-steps 128] [--json out.json]
+       python benchmarks/speed/bench_memory.py --attention [--memory-lengths 16 64] [--attention-steps 128 512]
+       [--out benchmarks/results/bench_memory_attention]
 """
 
 import argparse
@@ -21,6 +30,7 @@ from stable_baselines3.common.env_util import make_vec_env
 import sb3_reset_ppo.envs  # noqa: F401  (registers CueRecallImage-v0)
 from benchmarks.speed import bench_train
 from sb3_reset_ppo import ResetPPO
+from sb3_reset_ppo.common.attention_buffers import AttentionWindowRolloutBuffer
 
 
 class MemoryLog(BaseCallback):
@@ -42,6 +52,76 @@ class MemoryLog(BaseCallback):
         return True
 
 
+def attention_memory(memory_length: int | None, n_steps: int, args: argparse.Namespace) -> dict[str, Any]:
+    """
+    One rollout and one ``train()`` of attention memory (``memory_length`` K) or, with ``None``, the LSTM of the
+    same width: stored memory, the buffer and the peak extra memory of ``train()``.
+    """
+    env = make_vec_env("CartPoleNoVel-v1", n_envs=args.n_envs, seed=0)
+    width, n_layers = args.trxl_dim, 2
+    if memory_length is None:
+        policy, policy_kwargs = "MlpLstmPolicy", dict(lstm_hidden_size=width)
+    else:
+        policy = "MlpTrXLPolicy"
+        policy_kwargs = dict(trxl_dim=width, n_trxl_layers=n_layers, memory_length=memory_length)
+    model = ResetPPO(policy, env, n_steps=n_steps, batch_size=128, n_epochs=1, policy_kwargs=policy_kwargs, seed=0)
+    model.learn(n_steps * args.n_envs)
+    buffer = model.rollout_buffer
+    if memory_length is None:
+        stored = sum(getattr(buffer, f"{n}_states_{side}").nbytes for n in ("hidden", "cell") for side in ("pi", "vf"))
+        copies = None
+    else:
+        assert isinstance(buffer, AttentionWindowRolloutBuffer)
+        stored = sum(array.nbytes for array in buffer.block_inputs.values())
+        # K positions of (L, D) float32 per step, actor and critic: what a copy per step would store
+        copies = len(buffer.block_inputs) * n_steps * args.n_envs * memory_length * n_layers * width * 4
+    buffer._sampler = None
+    with bench_train.PeakMemory() as train_peak:
+        model.train()
+    n = n_steps * args.n_envs
+    return {
+        "cell": "lstm" if memory_length is None else "trxl",
+        "memory_length": memory_length,
+        "n_steps": n_steps,
+        "n_envs": args.n_envs,
+        "steps": n,
+        "stored_memory_bytes": stored,
+        "stored_memory_bytes_per_step": stored / n,
+        "k_copies_bytes": copies,
+        "buffer_bytes": bench_train.buffer_bytes(buffer),
+        "train_peak_extra_bytes": train_peak.extra,
+    }
+
+
+def bench_attention(args: argparse.Namespace) -> None:
+    """Every K and N of ``--attention`` (and the LSTM at each N), then the table."""
+    printout = bench_train.Printout("bench_memory.py", sys.argv[1:])
+    say = printout.say
+    say(f"settings: CartPoleNoVel-v1 n_envs={args.n_envs} trxl_dim={args.trxl_dim} n_trxl_layers=2 batch_size=128 "
+        f"n_epochs=1 threads={args.threads} torch={th.__version__}")  # fmt: skip
+    results = []
+    for n_steps in args.attention_steps:
+        for memory_length in [*args.memory_lengths, None]:
+            result = attention_memory(memory_length, n_steps, args)
+            results.append(result)
+            say(json.dumps(result))
+    say("")
+    say(
+        "| memory | K | N (steps) | stored memory MiB | bytes per step | K copies per step MiB | buffer MiB "
+        "| train() peak extra MiB |"
+    )
+    say("|---|---|---|---|---|---|---|---|")
+    mib = 2**20
+    for r in results:
+        copies = "-" if r["k_copies_bytes"] is None else f"{r['k_copies_bytes'] / mib:.2f}"
+        say(
+            f"| {r['cell']} | {r['memory_length'] or '-'} | {r['steps']} | {r['stored_memory_bytes'] / mib:.2f} "
+            f"| {r['stored_memory_bytes_per_step']:.0f} | {copies} | {r['buffer_bytes'] / mib:.2f} "
+            f"| {r['train_peak_extra_bytes'] / mib:.1f} |"
+        )
+    printout.write(args.out, {"settings": vars(args), "results": results})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--updates", type=int, default=300)
@@ -52,9 +132,20 @@ def main() -> None:
     parser.add_argument("--lstm-hidden-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--attention", action="store_true", help="instead: attention memory's stored memory and peaks")
+    parser.add_argument("--memory-lengths", nargs="+", type=int, default=[16, 64], help="--attention: K values")
+    parser.add_argument("--attention-steps", nargs="+", type=int, default=[128, 512], help="--attention: n_steps values")
+    parser.add_argument("--trxl-dim", type=int, default=64, help="--attention: trxl_dim (and the LSTM's hidden size)")
+    parser.add_argument("--out", default="benchmarks/results/bench_memory_attention",
+                        help="--attention: writes OUT.json and OUT.txt")  # fmt: skip
     args = parser.parse_args()
     th.set_num_threads(args.threads)
     bench_train._use_mmap_for_large_allocations()
+    if args.attention:
+        import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
+
+        bench_attention(args)
+        return
     print("command: python " + " ".join(sys.argv))
     env = make_vec_env("CueRecallImage-v0", n_envs=args.n_envs, seed=0, env_kwargs=dict(min_delay=4, max_delay=30))
     model = ResetPPO(

@@ -56,3 +56,18 @@ def test_the_masking_page_states_the_like_for_like_cost_the_bench_measured() -> 
     low = [r["maskable"]["learn_cpu"] / r["recurrent_ppo"]["learn_cpu"] for r in different]
     episodes = min(r["recurrent_ppo"]["episodes"] / r["maskable"]["episodes"] for r in different)
     assert f"lower ({low[0]:.2f} and {low[1]:.2f})" in page and f"plays {episodes:.1f} times as many" in page
+
+
+def test_the_performance_page_states_the_stored_masked_categorical_run() -> None:
+    # MaskableResetPPO with masks, its categorical computed without distribution objects, against ResetPPO: the
+    # page's table is the stored run, and it says whether the run is within its bound
+    stored = json.loads((ROOT / "benchmarks" / "results" / "bench_maskable_categorical.json").read_text())
+    assert stored["bound"] == 1.1 and {r["task"] for r in stored["results"]} == {"masked", "all_valid"}
+    page = " ".join((ROOT / "docs" / "studies" / "performance.md").read_text().split())
+    for r in stored["results"]:
+        maskable = r["maskable"]
+        row = f"| {r['task']} | {r['reset']['learn_cpu']:.2f} | {maskable['learn_cpu']:.2f} |"
+        assert f"{row} {maskable['learn_over_reset']:.3f} |" in page, row
+    worst = max(r["maskable"]["learn_over_reset"] for r in stored["results"])
+    verdict = "within" if worst <= stored["bound"] else "over"
+    assert f"at most {worst:.3f} times ResetPPO's, {verdict} the bound of 1.1" in page

@@ -8,7 +8,11 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
 
-from sb3_reset_ppo.common.masking import masked_distribution
+from sb3_reset_ppo.common.masking import (
+    maskable_categorical,
+    masked_categorical_log_prob_entropy,
+    masked_distribution,
+)
 from sb3_reset_ppo.common.memory import burned_in_memory
 from sb3_reset_ppo.common.recurrent import RecurrentLayer, actor_critic_features, critic_variant
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
@@ -142,6 +146,15 @@ def slot_heads(
     entropy: th.Tensor | None
     if samples.action_masks is None and _plain_categorical(policy):
         log_prob, entropy = categorical_log_prob_entropy(policy.action_net(latent_pi), actions)
+    elif maskable_categorical(policy):
+        # MaskableResetPPO's categorical, with the same operations as its distribution objects, without them
+        logits = policy.action_net(latent_pi)
+        if samples.action_masks is None:
+            log_prob, entropy = categorical_log_prob_entropy(logits, actions)
+        else:
+            # (B, W, n_actions) -> (B * W, n_actions)
+            masks = samples.action_masks.reshape(n_windows * window_size, -1)
+            log_prob, entropy = masked_categorical_log_prob_entropy(logits, actions, masks)
     else:
         if samples.action_masks is None:
             distribution = policy._get_action_dist_from_latent(latent_pi)
