@@ -68,9 +68,9 @@ test-package: install
 	$(BIN)/python -m pytest -n 2 -rs tests
 
 # The benchmarks' tests (benchmarks/tests: the study kit, every study's pages regenerated from its stored runs, the
-# speed scripts)
+# speed scripts); loadgroup: the tests that read one study's regenerated pages share one worker, which makes them once
 test-benchmarks: install
-	$(BIN)/python -m pytest -n 2 -rs benchmarks/tests
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -rs benchmarks/tests
 
 # The whole settings matrix (tests/oracles/matrix.py): every triple of option values in some combination (the default suite
 # runs every pair); its last result is summarised in docs/guide/reliability.md
