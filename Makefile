@@ -63,9 +63,16 @@ pyversions: install
 
 test: lint type pyversions test-package test-benchmarks
 
+# The test files that hold the longest tests (a Ray cluster, PostgreSQL, real training through the RL Zoo, the docs'
+# commands, a wheel's install), named first so that they start first: worksteal then spreads the rest over both
+# workers, which end within a short test of each other instead of one waiting for a long test that started last
+LONGEST_TESTS := tests/experiments/test_ray_cluster.py tests/experiments/test_compare.py \
+	tests/experiments/test_postgres_tuning.py tests/docs/test_docs.py tests/packaging/test_packaging.py \
+	tests/maskable/test_upstream_invalid_actions.py tests/docs/test_readme.py tests/zoo/test_zoo.py
+
 # The package's tests
 test-package: install
-	$(BIN)/python -m pytest -n 2 -rs tests
+	$(BIN)/python -m pytest -n 2 --dist worksteal -rs $(LONGEST_TESTS) tests
 
 # The benchmarks' tests (benchmarks/tests: the study kit, every study's pages regenerated from its stored runs, the
 # speed scripts); loadgroup: the tests that read one study's regenerated pages share one worker, which makes them once
