@@ -35,6 +35,27 @@ def _load(name: str) -> ModuleType:
     return module
 
 
+# Each study's regenerated pages and summaries, made once per test session (the report takes long)
+_REGENERATED: dict[str, tuple[Path, Path]] = {}
+
+
+def regenerated(name: str, scratch: Path) -> tuple[Path, Path]:
+    """
+    The pages and summaries of study ``name`` regenerated from its stored runs (the kit's report command), made once
+    per test session: tests that read them mark themselves ``xdist_group(name)`` so that one worker makes them.
+
+    :param name: The study (its folder's name)
+    :param scratch: The session's scratch folder (``tmp_path_factory.getbasetemp()``)
+    :return: The pages' folder and the summaries' folder
+    """
+    if name not in _REGENERATED:
+        studies = _load("studies")
+        pages, summaries = scratch / f"regenerated_{name}" / "pages", scratch / f"regenerated_{name}" / "summaries"
+        studies.report(studies.load(name), pages, summaries)
+        _REGENERATED[name] = pages, summaries
+    return _REGENERATED[name]
+
+
 def _fake_run(
     grid: Path,
     variant: str,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench_helpers import ROOT, _load
+from bench_helpers import ROOT, _load, regenerated
 
 studies = _load("studies")
 # Studies whose regeneration takes long (their bootstrap over many envs and arms): run with -m slow
@@ -94,14 +94,18 @@ def _numbers_equal(stored: Any, new: Any, where: str = "") -> None:
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in studies.names()]
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.slow if name in SLOW else pytest.mark.xdist_group(name))
+        for name in studies.names()
+    ],
 )
-def test_regenerated_pages_equal_the_stored_ones(name: str, tmp_path: Path) -> None:
+def test_regenerated_pages_equal_the_stored_ones(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     # The study's report commands on its stored runs, into scratch folders: every page equals the committed one up to
-    # its chronicle (which names the folders), and every summary's numbers equal the stored summary's
+    # its chronicle (which names the folders), and every summary's numbers equal the stored summary's. Made once per
+    # session (test_zoo_rows_study.py reads the same), in one worker (the study's xdist group)
     study = studies.load(name)
-    pages, summaries = tmp_path / "pages", tmp_path / "summaries"
-    studies.report(study, pages, summaries)
+    pages, summaries = regenerated(name, tmp_path_factory.getbasetemp())
     for page in sorted(pages.glob("*.md")):
         stored = (study.folder / page.name).read_text().split(studies.MADE)[0]
         assert page.read_text().split(studies.MADE)[0] == stored, f"{name}: {page.name} differs from the stored page"

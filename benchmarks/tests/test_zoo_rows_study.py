@@ -8,6 +8,7 @@ import gzip
 import json
 from pathlib import Path
 
+import bench_helpers
 import pytest
 from bench_helpers import ROOT, _load
 
@@ -92,11 +93,10 @@ def test_a_complete_study_states_its_verdicts(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The study's pages and summary regenerated from its stored runs (the kit's report command), into scratch folders."""
-    pages, summaries = tmp_path_factory.mktemp("pages"), tmp_path_factory.mktemp("summaries")
-    studies.report(studies.load("zoo_rows"), pages, summaries)
-    return pages, summaries
+    return bench_helpers.regenerated("zoo_rows", tmp_path_factory.getbasetemp())
 
 
+@pytest.mark.xdist_group("zoo_rows")
 def test_the_page_regenerates_byte_identically(regenerated: tuple[Path, Path]) -> None:
     # The whole page, its chronicle included (test_studies.py compares every study's page up to its chronicle, and the
     # summaries' numbers within a float tolerance)
@@ -106,6 +106,7 @@ def test_the_page_regenerates_byte_identically(regenerated: tuple[Path, Path]) -
     assert (pages / "RESULTS.md").read_bytes() == (folder / "RESULTS.md").read_bytes(), stale
 
 
+@pytest.mark.xdist_group("zoo_rows")
 def test_the_readme_row_is_the_stored_runs(regenerated: tuple[Path, Path]) -> None:
     _, summaries = regenerated
     summary = json.loads((summaries / report.SUMMARY).read_text())
