@@ -18,7 +18,10 @@ from sb3_reset_ppo.export.normalize import find_vec_normalize, warn_if_unnormali
 from sb3_reset_ppo.export.onnx_export import CELL_OPS, DTYPES, EXPORTERS, LAYOUTS, export_onnx, read_metadata
 
 ALGOS = ("auto", "reset_ppo", "maskable_reset_ppo", "recurrent_ppo")
-SUPPORTED = "ResetPPO, MaskableResetPPO and sb3-contrib RecurrentPPO models (LSTM or GRU policies)"
+SUPPORTED = (
+    "ResetPPO, MaskableResetPPO and sb3-contrib RecurrentPPO models (LSTM or GRU policies), and ResetPPO's "
+    "attention-memory ones (MlpTrXLPolicy, ...)"
+)
 PROG = "python -m sb3_reset_ppo.export"
 DESCRIPTION = (
     "Export one step of a saved recurrent policy's actor to an ONNX file, the memory as inputs and outputs: "
@@ -182,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--cell-ops",
         choices=CELL_OPS,
         default="auto",
-        help="the LSTM or GRU as ONNX's operator (fused) or as elementary operators; auto: those the layout's engine runs",
+        help="the LSTM or GRU as ONNX's operator (fused) or as elementary operators (attention memory: always); auto: "
+        "those the layout's engine runs",
     )
     parser.add_argument("--distribution", action="store_true", help="also output the distribution's parameters (plain layout)")
     parser.add_argument("--channels-last", action="store_true", help="take images as (batch, H, W, C), as the env gives them")
