@@ -121,8 +121,11 @@ def test_float16_follows_predict(tmp_path: Path) -> None:
     n_valid = rng.integers(0, MEMORY_LENGTH + 1, size=(1, batch))
     obs = rng.uniform(-2, 2, (batch, 3)).astype(np.float32)
     starts = rng.random(batch) < 0.3
-    actions, (new_memory, new_valid) = model.predict(obs, (memory, n_valid), starts, deterministic=True)
-    feed = {"obs": obs, "memory": memory, "n_valid": n_valid, "episode_start": starts.astype(np.float32)}
+    actions, state = model.predict(obs, (memory, n_valid), starts, deterministic=True)
+    assert state is not None
+    new_memory, new_valid = state
+    feed: dict[str, np.ndarray] = {"obs": obs, "memory": memory, "n_valid": n_valid}
+    feed["episode_start"] = starts.astype(np.float32)
     half = {name: value if name == "n_valid" else value.astype(np.float16) for name, value in feed.items()}
     action, memory_out, valid_out = sess.run(["action", "memory_out", "n_valid_out"], half)
     np.testing.assert_array_equal(valid_out, new_valid)
