@@ -22,7 +22,8 @@ SUPPORTED = "ResetPPO, MaskableResetPPO and sb3-contrib RecurrentPPO models (LST
 PROG = "python -m sb3_reset_ppo.export"
 DESCRIPTION = (
     "Export one step of a saved recurrent policy's actor to an ONNX file, the memory as inputs and outputs: "
-    f"{SUPPORTED}. See docs/guide/deploy.md for the layouts and how to run the file in an engine."
+    f"{SUPPORTED}. ResetPPO's attention-memory policies (MlpTrXLPolicy, ...) too. See docs/guide/deploy.md for the "
+    "layouts and how to run the file in an engine."
 )
 
 
@@ -182,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--cell-ops",
         choices=CELL_OPS,
         default="auto",
-        help="the LSTM or GRU as ONNX's operator (fused) or as elementary operators; auto: those the layout's engine runs",
+        help="the LSTM or GRU as ONNX's operator (fused) or as elementary operators (attention memory: always); auto: "
+        "those the layout's engine runs",
     )
     parser.add_argument("--distribution", action="store_true", help="also output the distribution's parameters (plain layout)")
     parser.add_argument("--channels-last", action="store_true", help="take images as (batch, H, W, C), as the env gives them")

@@ -1,7 +1,7 @@
 """What every layout shares: the export's description and options, one step of the actor, the flat memory ``[h | c]``."""
 
 from dataclasses import dataclass
-from typing import cast
+from typing import TypeAlias, cast
 
 import torch as th
 from gymnasium import spaces
@@ -11,7 +11,14 @@ from stable_baselines3.common.distributions import BernoulliDistribution, StateD
 from stable_baselines3.common.preprocessing import is_image_space, preprocess_obs
 from torch import nn
 
+from sb3_reset_ppo.export.attention import AttentionMemoryStep
 from sb3_reset_ppo.export.normalize import ObservationNormalizer
+from sb3_reset_ppo.reset_ppo.trxl_policies import TrXLActorCriticPolicy
+
+# A policy export takes: sb3-contrib's recurrent ones (LSTM, GRU) and the attention-memory ones
+ExportablePolicy: TypeAlias = RecurrentActorCriticPolicy | TrXLActorCriticPolicy
+# ExportSpec.cell of an attention-memory policy
+ATTENTION = "TrXL"
 
 
 @dataclass(frozen=True)
@@ -19,13 +26,14 @@ class ExportSpec:
     """
     What an exported file holds, derived from the policy.
 
-    :param cell: ``"LSTM"`` or ``"GRU"``
-    :param n_layers: Number of recurrent layers of the actor
-    :param hidden_size: Hidden size of each layer
+    :param cell: ``"LSTM"``, ``"GRU"`` or ``"TrXL"`` (:data:`ATTENTION`)
+    :param n_layers: Number of recurrent (or transformer) layers of the actor
+    :param hidden_size: Hidden size of each layer (a transformer's width)
     :param obs_keys: The ``Dict`` observation's keys in input order, ``()`` for a single observation
     :param with_masks: Whether the graph takes ``action_masks``
     :param mask_dims: Width of ``action_masks``: the sum of the sub-actions' sizes
     :param branches: Sizes of the discrete sub-actions (2 per ``MultiBinary`` entry), ``()`` for a ``Box``
+    :param memory_length: A transformer's ``memory_length`` ``K``; 0 for an LSTM or GRU
     """
 
     cell: str
@@ -35,21 +43,36 @@ class ExportSpec:
     with_masks: bool
     mask_dims: int
     branches: tuple[int, ...]
+    memory_length: int = 0
 
     @property
     def n_memory(self) -> int:
-        """Memory tensors: 2 (``h``, ``c``) for an LSTM, 1 (``h``) for a GRU."""
-        return 2 if self.cell == "LSTM" else 1
+        """Memory tensors: 2 (``h``, ``c``) for an LSTM, 1 (``h``) for a GRU, 2 (``memory``, ``n_valid``) for a TrXL."""
+        return 1 if self.cell == "GRU" else 2
+
+    @property
+    def attention_size(self) -> int:
+        """Width of a transformer's flat memory positions: ``memory_length * n_layers * hidden_size``."""
+        return self.memory_length * self.n_layers * self.hidden_size
 
     @property
     def memory_size(self) -> int:
-        """Width of the flat memory: ``n_memory * n_layers * hidden_size``."""
+        """Width of the flat memory: ``n_memory * n_layers * hidden_size``; a TrXL's positions and its count."""
+        if self.cell == ATTENTION:
+            return self.attention_size + 1
         return self.n_memory * self.n_layers * self.hidden_size
 
     @property
     def memory_names(self) -> list[str]:
-        """The memory tensors' names: ``["h", "c"]`` (LSTM) or ``["h"]`` (GRU)."""
-        return ["h", "c"][: self.n_memory]
+        """The memory tensors' names: ``["h", "c"]`` (LSTM), ``["h"]`` (GRU), ``["memory", "n_valid"]`` (TrXL)."""
+        return ["memory", "n_valid"] if self.cell == ATTENTION else ["h", "c"][: self.n_memory]
+
+    @property
+    def memory_shapes(self) -> list[tuple[int | str, ...]]:
+        """The memory tensors' shapes as ``predict``'s state holds them, ``"batch"`` for the env axis."""
+        if self.cell == ATTENTION:
+            return [(self.memory_length, "batch", self.n_layers, self.hidden_size), (1, "batch")]
+        return [(self.n_layers, "batch", self.hidden_size)] * self.n_memory
 
 
 @dataclass(frozen=True)
@@ -73,13 +96,13 @@ class ExportOptions:
     exporter: str
 
 
-def observation_spaces(policy: RecurrentActorCriticPolicy, spec: ExportSpec) -> list[spaces.Space]:
+def observation_spaces(policy: ExportablePolicy, spec: ExportSpec) -> list[spaces.Space]:
     """The observation inputs' spaces, in input order."""
     space = policy.observation_space
     return [cast(spaces.Dict, space)[key] for key in spec.obs_keys] if spec.obs_keys else [space]
 
 
-def observation_shapes(policy: RecurrentActorCriticPolicy, spec: ExportSpec, channels_last: bool) -> list[tuple[int, ...]]:
+def observation_shapes(policy: ExportablePolicy, spec: ExportSpec, channels_last: bool) -> list[tuple[int, ...]]:
     """
     The observation inputs' shapes as :class:`ActorStep` takes them, without the batch axis.
 
@@ -151,12 +174,20 @@ class ElementaryRecurrent(nn.Module):
 
 def split_memory(flat: th.Tensor, spec: ExportSpec) -> list[th.Tensor]:
     """
-    The flat memory ``[h_0 ... h_{L-1} | c_0 ... c_{L-1}]`` as the recurrent layer's tensors.
+    The flat memory ``[h_0 ... h_{L-1} | c_0 ... c_{L-1}]`` as the recurrent layer's tensors; a TrXL's ``[memory |
+    n_valid]`` (each env's ``(K, L, D)`` positions row-major, then its count) as ``predict``'s state.
 
     :param flat: The flat memory, ``(batch, memory_size)``
     :param spec: The export's description
-    :return: ``h`` (and ``c``), each ``(n_layers, batch, hidden)``
+    :return: ``h`` (and ``c``), each ``(n_layers, batch, hidden)``; a TrXL's ``memory`` ``(K, batch, L, D)`` and
+        ``n_valid`` ``(1, batch)``
     """
+    if spec.cell == ATTENTION:
+        positions = spec.attention_size
+        # (batch, K * L * D) -> (batch, K, L, D) -> (K, batch, L, D)
+        memory = flat[:, :positions].reshape(-1, spec.memory_length, spec.n_layers, spec.hidden_size).transpose(0, 1)
+        # (batch, 1) -> (1, batch)
+        return [memory, flat[:, positions:].transpose(0, 1)]
     width, hidden = spec.n_layers * spec.hidden_size, spec.hidden_size
     # Slices stacked, not a reshape and a transpose: the contiguous copy that those need is an Identity node, which
     # the dynamo exporter cannot convert below opset 16
@@ -164,8 +195,12 @@ def split_memory(flat: th.Tensor, spec: ExportSpec) -> list[th.Tensor]:
     return [th.stack([part[:, layer * hidden : (layer + 1) * hidden] for layer in range(spec.n_layers)]) for part in parts]
 
 
-def join_memory(memory: list[th.Tensor]) -> th.Tensor:
+def join_memory(memory: list[th.Tensor], spec: ExportSpec) -> th.Tensor:
     """The inverse of :func:`split_memory`: ``h`` (and ``c``), each ``(n_layers, batch, hidden)``, as one tensor."""
+    if spec.cell == ATTENTION:
+        positions, count = memory
+        # (K, batch, L, D) -> (batch, K, L, D) -> (batch, K * L * D); (1, batch) -> (batch, 1)
+        return th.cat([positions.transpose(0, 1).reshape(positions.shape[1], -1), count.transpose(0, 1)], dim=1)
     layers = [layer for tensor in memory for layer in tensor.unbind(0)]  # (batch, hidden) each
     return th.cat(layers, dim=1) if len(layers) > 1 else layers[0]
 
@@ -174,7 +209,7 @@ class ActorStep(nn.Module):
     """
     One deterministic step of the actor of ``policy``, as ``predict`` computes it, on the recurrent layer's own tensors.
 
-    :param policy: The recurrent policy (a copy on the CPU, in eval mode, of the graph's dtype)
+    :param policy: The recurrent or attention-memory policy (a copy on the CPU, in eval mode, of the graph's dtype)
     :param spec: The export's description
     :param options: The export's options
     :param normalizer: ``VecNormalize``'s observation normalisation, or ``None``
@@ -187,7 +222,7 @@ class ActorStep(nn.Module):
 
     def __init__(
         self,
-        policy: RecurrentActorCriticPolicy,
+        policy: ExportablePolicy,
         spec: ExportSpec,
         options: ExportOptions,
         normalizer: ObservationNormalizer | None,
@@ -203,6 +238,7 @@ class ActorStep(nn.Module):
         if isinstance(action_space, spaces.Box):
             self.register_buffer("low", th.as_tensor(action_space.low, dtype=options.dtype).reshape(-1))
             self.register_buffer("high", th.as_tensor(action_space.high, dtype=options.dtype).reshape(-1))
+        self.attention = AttentionMemoryStep(policy.trxl_actor) if isinstance(policy, TrXLActorCriticPolicy) else None
 
     def _observation(self, raw: list[th.Tensor]) -> th.Tensor | dict[str, th.Tensor]:
         """SB3's ``preprocess_obs`` of the observation inputs, then cast to the graph's dtype."""
@@ -245,6 +281,20 @@ class ActorStep(nn.Module):
             return 0.5 * th.log(variance + dist.epsilon)
         return log_std.expand_as(mean)
 
+    def _recurrent(
+        self, features: th.Tensor, memory: list[th.Tensor], episode_start: th.Tensor | None
+    ) -> tuple[th.Tensor, list[th.Tensor]]:
+        """The LSTM's or GRU's output ``(batch, hidden)`` and ``h`` (and ``c``) after the step."""
+        policy = cast(RecurrentActorCriticPolicy, self.policy)
+        if episode_start is not None:
+            # sb3-contrib's rule: the memory entering the step times (1 - episode_start); (batch,) -> (1, batch, 1)
+            keep = (1.0 - episode_start).reshape(1, -1, 1)
+            memory = [keep * tensor for tensor in memory]
+        rnn_input = features.unsqueeze(0)  # (batch, F) -> (1, batch, F): one step
+        lstm = self.spec.cell == "LSTM"
+        output, state = policy.lstm_actor(rnn_input, (memory[0], memory[1]) if lstm else memory[0])
+        return output[0], list(state) if lstm else [state]
+
     def forward(
         self,
         observations: list[th.Tensor],
@@ -256,7 +306,8 @@ class ActorStep(nn.Module):
         One step of the actor.
 
         :param observations: One tensor per observation input, ``(batch, *shape)`` (:func:`observation_shapes`)
-        :param memory: ``h`` (and ``c``) entering the step, each ``(n_layers, batch, hidden)``
+        :param memory: ``h`` (and ``c``) entering the step, each ``(n_layers, batch, hidden)``; a TrXL's ``memory``
+            ``(K, batch, L, D)`` and ``n_valid`` ``(1, batch)``
         :param episode_start: ``(batch,)``, or ``None`` where the caller zeroes the memory at an episode start
         :param masks: ``(batch, mask_dims)``, 1 = allowed, or ``None``
         :return: The deterministic action (``(batch, n_branches)`` int64 for a discrete one, else
@@ -266,14 +317,12 @@ class ActorStep(nn.Module):
         spec = self.spec
         policy = self.policy
         features = policy.pi_features_extractor(self._observation(observations))
-        if episode_start is not None:
-            # sb3-contrib's rule: the memory entering the step times (1 - episode_start); (batch,) -> (1, batch, 1)
-            keep = (1.0 - episode_start).reshape(1, -1, 1)
-            memory = [keep * tensor for tensor in memory]
-        rnn_input = features.unsqueeze(0)  # (batch, F) -> (1, batch, F): one step
-        output, state = policy.lstm_actor(rnn_input, (memory[0], memory[1]) if spec.cell == "LSTM" else memory[0])
-        new_memory = list(state) if spec.cell == "LSTM" else [state]
-        latent_pi = policy.mlp_extractor.forward_actor(output[0])
+        if self.attention is not None:
+            # The episode-start rule is the attention mask's: the memory is kept, its positions masked
+            output, *new_memory = self.attention(features, memory[0], memory[1], episode_start)
+        else:
+            output, new_memory = self._recurrent(features, memory, episode_start)
+        latent_pi = policy.mlp_extractor.forward_actor(output)
         logits = policy.action_net(latent_pi)
         if spec.branches:
             actions, masked_logits = self._discrete(logits, masks)

@@ -6,11 +6,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from torch import nn
 
 from sb3_reset_ppo.common.utils import warn_user
-from sb3_reset_ppo.export.actor import ActorStep, ExportSpec, join_memory, observation_shapes, split_memory
+from sb3_reset_ppo.export.actor import ActorStep, ExportablePolicy, ExportSpec, join_memory, observation_shapes, split_memory
 from sb3_reset_ppo.export.layout import ExportOptions, Graph, Layout
 
 GODOT_MEMORY_INPUT = "state_ins"
@@ -42,7 +41,7 @@ class GodotStep(nn.Module):
         action, new_memory, parameters = self.actor(obs, memory)
         # Discrete: the (batch, sum of branches) logits; Box: the action, (batch, *shape) -> (batch, action_dim)
         output = parameters[0] if spec.branches else action.reshape(action.shape[0], -1)
-        state_outs = join_memory(new_memory)  # each (L, batch, H) -> [h | c] (batch, memory_size)
+        state_outs = join_memory(new_memory, spec)  # each (L, batch, H) -> [h | c] (batch, memory_size)
         return output, state_outs
 
 
@@ -56,7 +55,7 @@ class GodotLayout(Layout):
         # The plugin feeds no masks: a maskable policy's unmasked logits
         return False
 
-    def check(self, policy: RecurrentActorCriticPolicy, spec: ExportSpec, options: ExportOptions) -> None:
+    def check(self, policy: ExportablePolicy, spec: ExportSpec, options: ExportOptions) -> None:
         super().check(policy, spec, options)
         if options.dtype != th.float32:
             raise ValueError(
@@ -109,7 +108,8 @@ class GodotLayout(Layout):
         )
         godot = {
             GODOT_OUTPUT: output,
-            GODOT_MEMORY_OUTPUT: "[h | c] after the step: feed it back as state_ins; zeros at an episode start",
+            GODOT_MEMORY_OUTPUT: f"[{' | '.join(spec.memory_names)}] after the step: feed it back as state_ins; zeros at an "
+            "episode start",
             "plugin_patch": "docs/deploy/godot_plugin_memory.patch",
         }
         return {"godot": json.dumps(godot)}

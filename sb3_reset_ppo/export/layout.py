@@ -1,14 +1,13 @@
 """A layout: the tensors an engine feeds and reads around one step of the actor, and its checks and metadata."""
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch as th
-from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from torch import nn
 
-from sb3_reset_ppo.export.actor import ActorStep, ExportOptions, ExportSpec
+from sb3_reset_ppo.export.actor import ATTENTION, ActorStep, ExportablePolicy, ExportOptions, ExportSpec
 
 # The default opset of the layouts whose engines read any recent opset (onnxruntime)
 DEFAULT_OPSET = 17
@@ -25,18 +24,20 @@ class Graph:
     :param inputs: Each input's shape, ``"batch"`` for the batch axis
     :param outputs: Each output's batch axis, ``None`` for a constant
     :param dtype: The float dtype of the inputs
+    :param input_dtypes: The dtype of each input that is not of ``dtype``
     """
 
     module: nn.Module
     inputs: dict[str, tuple[int | str, ...]]
     outputs: dict[str, int | None]
     dtype: th.dtype
+    input_dtypes: dict[str, th.dtype] = field(default_factory=dict)
 
     def example(self, batch: int = 2) -> tuple[th.Tensor, ...]:
         """Example inputs: zeros, and ones (all allowed) for the masks."""
         return tuple(
             (th.ones if name == MASKS else th.zeros)(
-                tuple(batch if size == "batch" else int(size) for size in shape), dtype=self.dtype
+                tuple(batch if size == "batch" else int(size) for size in shape), dtype=self.input_dtypes.get(name, self.dtype)
             )
             for name, shape in self.inputs.items()
         )
@@ -83,7 +84,7 @@ class Layout(ABC):
         """
         return bool(branches) and maskable
 
-    def check(self, policy: RecurrentActorCriticPolicy, spec: ExportSpec, options: ExportOptions) -> None:
+    def check(self, policy: ExportablePolicy, spec: ExportSpec, options: ExportOptions) -> None:
         """
         Refuse (``ValueError``) what the layout's engine cannot run; warn about what it runs differently.
 
@@ -100,13 +101,13 @@ class Layout(ABC):
     def graph(self, actor: ActorStep, options: ExportOptions) -> Graph:
         """The layout's module around ``actor``, with its tensors."""
 
-    def images_metadata(self, policy: RecurrentActorCriticPolicy) -> str:
+    def images_metadata(self, policy: ExportablePolicy) -> str:
         """How the graph takes uint8-bounded images: a phrase of the metadata's ``preprocessing``."""
         return f"uint8-bounded image Box divided by 255 when normalize_images={policy.normalize_images}"
 
     def memory_metadata(self, spec: ExportSpec) -> dict[str, Any]:
         """The metadata's ``memory`` entry: the cell, tensors, sizes, shape and reset rule."""
-        return {
+        memory = {
             "cell": spec.cell,
             "tensors": spec.memory_names,
             "n_layers": spec.n_layers,
@@ -114,6 +115,20 @@ class Layout(ABC):
             "shape": list(self.memory_shape),
             "memory_size": spec.memory_size,
             "reset": self.memory_reset,
+        }
+        if spec.cell == ATTENTION:
+            memory.update(memory_length=spec.memory_length, **self.attention_memory_metadata(spec))
+        return memory
+
+    def attention_memory_metadata(self, spec: ExportSpec) -> dict[str, Any]:
+        """A TrXL's own ``memory`` entries: how its memory is laid out (the flat layouts' by default)."""
+        return {
+            "shape": ["batch", spec.memory_size],
+            "layout": (
+                f"per env: the memory positions (memory_length, n_layers, hidden_size) = ({spec.memory_length}, "
+                f"{spec.n_layers}, {spec.hidden_size}) row-major, oldest first, then n_valid (a float)"
+            ),
+            "reset": "zeros at an episode start (n_valid 0: no position is attended to)",
         }
 
     def extra_metadata(self, spec: ExportSpec) -> dict[str, str]:

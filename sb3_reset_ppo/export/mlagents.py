@@ -4,11 +4,18 @@ from typing import ClassVar
 
 import torch as th
 from gymnasium import spaces
-from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from torch import nn
 
 from sb3_reset_ppo.common.utils import warn_user
-from sb3_reset_ppo.export.actor import ActorStep, ExportSpec, join_memory, observation_shapes, observation_spaces, split_memory
+from sb3_reset_ppo.export.actor import (
+    ActorStep,
+    ExportablePolicy,
+    ExportSpec,
+    join_memory,
+    observation_shapes,
+    observation_spaces,
+    split_memory,
+)
 from sb3_reset_ppo.export.layout import MASKS, ExportOptions, Graph, Layout
 
 # Unity ML-Agents' model API version of the files its 2.x and 3.x trainers write (ModelApiVersion.MLAgents2_0)
@@ -53,7 +60,7 @@ class MlAgentsStep(nn.Module):
         masks = inputs[n_obs] if spec.with_masks else None
         memory = split_memory(inputs[-1][:, 0], spec)  # (batch, 1, memory_size) -> (batch, memory_size) -> parts
         action, new_memory, _ = self.actor(obs, memory, None, masks)
-        recurrent_out = join_memory(new_memory).unsqueeze(1)  # [h | c] (batch, memory_size) -> (batch, 1, memory_size)
+        recurrent_out = join_memory(new_memory, spec).unsqueeze(1)  # [h | c] (batch, memory_size) -> (batch, 1, memory_size)
         # ML-Agents' stochastic outputs carry the deterministic action too (no sampling in the graph)
         return (self.version_number, self.memory_size, action, self.action_output_shape, action, recurrent_out)
 
@@ -71,7 +78,7 @@ class MlAgentsLayout(Layout):
         # Unity feeds action_masks to every discrete policy
         return bool(branches)
 
-    def check(self, policy: RecurrentActorCriticPolicy, spec: ExportSpec, options: ExportOptions) -> None:
+    def check(self, policy: ExportablePolicy, spec: ExportSpec, options: ExportOptions) -> None:
         if options.channels_last:
             raise ValueError(
                 "channels_last=True is not supported with layout='mlagents': Unity ML-Agents feeds images channel-first, "
@@ -111,5 +118,5 @@ class MlAgentsLayout(Layout):
         }
         return Graph(MlAgentsStep(actor).eval(), inputs, outputs, options.dtype)
 
-    def images_metadata(self, policy: RecurrentActorCriticPolicy) -> str:
+    def images_metadata(self, policy: ExportablePolicy) -> str:
         return "uint8-bounded image Box taken in [0, 1], Unity's scale (not divided by 255)"

@@ -30,12 +30,13 @@ from stable_baselines3.common.distributions import (
 from stable_baselines3.common.vec_env import VecNormalize
 from torch import nn
 
-from sb3_reset_ppo.export.actor import ActorStep, ElementaryRecurrent, ExportOptions, ExportSpec
+from sb3_reset_ppo.export.actor import ATTENTION, ActorStep, ElementaryRecurrent, ExportablePolicy, ExportOptions, ExportSpec
 from sb3_reset_ppo.export.godot import GodotLayout
 from sb3_reset_ppo.export.layout import Graph, Layout
 from sb3_reset_ppo.export.mlagents import MLAGENTS_OPSET, MlAgentsLayout  # noqa: F401 (MLAGENTS_OPSET re-exported)
 from sb3_reset_ppo.export.normalize import load_vec_normalize, observation_normalizer, warn_if_unnormalized
 from sb3_reset_ppo.export.plain import PlainLayout
+from sb3_reset_ppo.reset_ppo.trxl_policies import TrXLActorCriticPolicy
 from sb3_reset_ppo.version import __version__
 
 # The layouts by their public name: a new layout is a new module and one entry here
@@ -45,6 +46,8 @@ EXPORTERS = ("torchscript", "dynamo")
 # The opsets export_onnx accepts
 MIN_OPSET, MAX_OPSET = 14, 20
 CELL_OPS = ("auto", "fused", "elementary")
+# torch's dynamo exporter writes attention's Split with opset 18's num_outputs and does not convert it down
+DYNAMO_ATTENTION_OPSET = 18
 SUPPORTED_OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 SUPPORTED_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 _CONTINUOUS_DISTRIBUTIONS = (DiagGaussianDistribution, StateDependentNoiseDistribution)
@@ -60,7 +63,7 @@ _DISCRETE_DISTRIBUTIONS = (
 _DYNAMO_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
 
 
-def _policy_of(model: Any) -> RecurrentActorCriticPolicy:
+def _policy_of(model: Any) -> ExportablePolicy:
     if isinstance(model, (str, os.PathLike)):
         raise TypeError(
             f"model must be a loaded model or its policy, got the path {os.fspath(model)!r}: load it first, "
@@ -68,11 +71,11 @@ def _policy_of(model: Any) -> RecurrentActorCriticPolicy:
             f"file with python -m sb3_reset_ppo.export {os.fspath(model)} OUT.onnx"
         )
     policy = model.policy if isinstance(model, BaseAlgorithm) else model
-    if not isinstance(policy, RecurrentActorCriticPolicy):
+    if not isinstance(policy, RecurrentActorCriticPolicy | TrXLActorCriticPolicy):
         raise TypeError(
             f"model must be a ResetPPO, MaskableResetPPO or sb3-contrib RecurrentPPO model, or its recurrent policy "
-            f"(a subclass of sb3-contrib's RecurrentActorCriticPolicy: LSTM or GRU, Mlp, Cnn or MultiInput); got "
-            f"{type(model).__name__} with policy {type(policy).__name__}"
+            f"(a subclass of sb3-contrib's RecurrentActorCriticPolicy: LSTM or GRU, Mlp, Cnn or MultiInput; or of "
+            f"TrXLActorCriticPolicy: attention memory); got {type(model).__name__} with policy {type(policy).__name__}"
         )
     return policy
 
@@ -88,17 +91,7 @@ def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
     if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     policy = _policy_of(model)
-    rnn = policy.lstm_actor
-    if isinstance(rnn, nn.LSTM):
-        if rnn.proj_size:
-            raise ValueError(f"an LSTM with proj_size={rnn.proj_size} is not supported by export: use proj_size=0")
-        cell = "LSTM"
-    elif isinstance(rnn, nn.GRU):
-        cell = "GRU"
-    else:
-        raise TypeError(f"the actor's recurrent layer must be nn.LSTM or nn.GRU, got {type(rnn).__name__}")
-    if rnn.batch_first or rnn.bidirectional:
-        raise ValueError("recurrent layers with batch_first=True or bidirectional=True are not supported by export")
+    memory = _memory_spec(policy)
     space = policy.observation_space
     supported = "Box (images included), Discrete, MultiDiscrete, MultiBinary, or a Dict of these"
     if not isinstance(space, (spaces.Dict, *SUPPORTED_OBSERVATION_SPACES)):
@@ -128,10 +121,30 @@ def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
     elif isinstance(action_space, spaces.MultiBinary):
         branches = (2,) * int(np.prod(action_space.shape))
     with_masks = LAYOUTS[layout].with_masks(maskable, branches)
-    return ExportSpec(cell, rnn.num_layers, rnn.hidden_size, obs_keys, with_masks, sum(branches), branches)
+    cell, n_layers, hidden_size, memory_length = memory
+    return ExportSpec(cell, n_layers, hidden_size, obs_keys, with_masks, sum(branches), branches, memory_length)
 
 
-def _copy_policy(policy: RecurrentActorCriticPolicy) -> RecurrentActorCriticPolicy:
+def _memory_spec(policy: ExportablePolicy) -> tuple[str, int, int, int]:
+    """The actor's memory: its cell, layers, width and ``memory_length`` (0 for an LSTM or GRU)."""
+    if isinstance(policy, TrXLActorCriticPolicy):
+        memory_length, n_layers, dim = policy.memory_shape
+        return ATTENTION, n_layers, dim, memory_length
+    rnn = policy.lstm_actor
+    if isinstance(rnn, nn.LSTM):
+        if rnn.proj_size:
+            raise ValueError(f"an LSTM with proj_size={rnn.proj_size} is not supported by export: use proj_size=0")
+        cell = "LSTM"
+    elif isinstance(rnn, nn.GRU):
+        cell = "GRU"
+    else:
+        raise TypeError(f"the actor's recurrent layer must be nn.LSTM or nn.GRU, got {type(rnn).__name__}")
+    if rnn.batch_first or rnn.bidirectional:
+        raise ValueError("recurrent layers with batch_first=True or bidirectional=True are not supported by export")
+    return cell, rnn.num_layers, rnn.hidden_size, 0
+
+
+def _copy_policy(policy: ExportablePolicy) -> ExportablePolicy:
     """
     A deep copy of ``policy`` without the tensors its distributions keep from the last call, which ``copy.deepcopy``
     refuses (gSDE's exploration matrices are not graph leaves) and the export does not read.
@@ -148,7 +161,7 @@ def _copy_policy(policy: RecurrentActorCriticPolicy) -> RecurrentActorCriticPoli
 
 
 def _metadata(
-    model: Any, policy: RecurrentActorCriticPolicy, spec: ExportSpec, layout: Layout, options: ExportOptions, graph: Graph
+    model: Any, policy: ExportablePolicy, spec: ExportSpec, layout: Layout, options: ExportOptions, graph: Graph
 ) -> dict[str, str]:
     """The file's ``metadata_props`` but the normalisation's and the layout's own: strings, structured ones as JSON."""
     kind = "discrete" if spec.branches else "continuous"
@@ -219,6 +232,17 @@ def export_onnx(
         raise ValueError(f"exporter must be one of {EXPORTERS}, got {exporter!r}")
     if cell_ops not in CELL_OPS:
         raise ValueError(f"cell_ops must be one of {CELL_OPS}, got {cell_ops!r}")
+    if spec.cell == ATTENTION and cell_ops == "fused":
+        raise ValueError(
+            "cell_ops='fused' needs an LSTM or GRU (ONNX's operators): attention memory is always written as elementary "
+            "operators; use cell_ops='auto' or 'elementary'"
+        )
+    if spec.cell == ATTENTION and exporter == "dynamo" and opset < DYNAMO_ATTENTION_OPSET:
+        raise ValueError(
+            f"exporter='dynamo' with attention memory needs opset >= {DYNAMO_ATTENTION_OPSET}, got {opset}: torch's dynamo "
+            "exporter writes the attention's Split with an opset 18 attribute and cannot convert it to an earlier "
+            f"opset; use exporter='torchscript' (any opset) or opset={DYNAMO_ATTENTION_OPSET}"
+        )
     elementary = cell_ops == "elementary" or (cell_ops == "auto" and spec.cell not in chosen.fused_cells)
     options = ExportOptions(DTYPES[dtype], opset, channels_last, distribution, elementary, exporter)
     trained = _policy_of(model)
@@ -230,7 +254,7 @@ def export_onnx(
         normalizer = observation_normalizer(load_vec_normalize(vec_normalize), trained.observation_space)
     policy = _copy_policy(trained).to(device="cpu", dtype=options.dtype)
     policy.set_training_mode(False)
-    if elementary:
+    if elementary and isinstance(policy, RecurrentActorCriticPolicy):
         policy.add_module("lstm_actor", ElementaryRecurrent(policy.lstm_actor))
     normalize_images = policy.normalize_images and not chosen.images_in_unit_range
     actor = ActorStep(policy, spec, options, normalizer, normalize_images).eval()

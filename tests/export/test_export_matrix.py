@@ -6,7 +6,8 @@ envs, each layout fed as its engine feeds it (raw observations where the graph h
 ``mlagents`` file first passes Unity's loader checks (``tests/oracles/unity_loader.py``):
 
 - float32: the file runs on its own memory, never copied from ``predict``; every step the same actions (continuous
-  within 1e-5) and the same memory (within 1e-5);
+  within 1e-5) and the same memory (within 1e-5; an attention memory's count, and its positions of the episode,
+  those attended to: an engine zeroes the others at an episode start, ``predict`` masks them);
 - float16: every step is fed ``predict``'s memory (the differences would otherwise feed back), the memory and a
   continuous action within 2e-2, and each discrete sub-action one whose logit (a float32 file's, fed the same)
   is within 5e-2 of the largest.
@@ -20,7 +21,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-from export_matrix import EXPORT_OPTIONS, OPTIONS, Combination, allowed, build, combinations, feed, parse, vec_env
+from export_matrix import (
+    EXPORT_OPTIONS,
+    OPTIONS,
+    Combination,
+    allowed,
+    attended_memory,
+    build,
+    combinations,
+    feed,
+    initial_memory,
+    parse,
+    vec_env,
+)
 from matrix import uncovered_pairs
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from test_export import random_masks, session
@@ -101,7 +114,7 @@ def check_combination(combination: Combination, tmp_path: Path) -> None:
     env = vec_env(combination, seed=10)
     obs: Any = env.reset()
     n_envs = env.num_envs
-    memory = [np.zeros((spec.n_layers, n_envs, spec.hidden_size), np.float32) for _ in range(spec.n_memory)]
+    memory = initial_memory(spec, n_envs)
     state: tuple[np.ndarray, ...] | None = None
     episode_start = np.ones(n_envs, dtype=bool)
     rng = np.random.default_rng(3)
@@ -126,10 +139,10 @@ def check_combination(combination: Combination, tmp_path: Path) -> None:
                 np.testing.assert_array_equal(action, actions, err_msg=message)
             else:
                 np.testing.assert_allclose(action, actions, rtol=0, atol=1e-5, err_msg=message)
-            for ours, theirs in zip(memory, state, strict=True):
+            for ours, theirs in zip(attended_memory(memory, spec), attended_memory(state, spec), strict=True):
                 np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5, err_msg=message)
         else:
-            for ours, theirs in zip(memory, state, strict=True):
+            for ours, theirs in zip(attended_memory(memory, spec), attended_memory(state, spec), strict=True):
                 np.testing.assert_allclose(ours, theirs, rtol=0, atol=HALF_ATOL, err_msg=message)
             if reference is None:
                 np.testing.assert_allclose(action.astype(np.float32), actions, rtol=0, atol=HALF_ATOL, err_msg=message)

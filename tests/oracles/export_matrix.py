@@ -28,7 +28,8 @@ from sb3_reset_ppo.export import ExportSpec
 
 # The model's side; the first value of each is the most common setting
 MODEL_OPTIONS: dict[str, list[Any]] = {
-    "cell": ["Lstm", "Gru"],
+    # TrXL: attention memory (memory_length 3, shorter and longer than the envs' episodes of 1 to 4 steps)
+    "cell": ["Lstm", "Gru", "TrXL"],
     "n_layers": [1, 2],
     # Box (3,) float; uint8 image (36, 36, 1), transposed by SB3; float image (1, 36, 36) in [0, 1]
     # (normalize_images=False); Dict of a uint8 image and a Box; Discrete(5); MultiBinary(4)
@@ -60,6 +61,7 @@ ACTIONS: dict[str, spaces.Space] = {
 NORMALISABLE = ("box", "image_float", "dict")
 HIDDEN = 4
 N_ENVS = 2
+MEMORY_LENGTH = 3
 
 
 def allowed(given: dict[str, Any]) -> bool:
@@ -70,6 +72,13 @@ def allowed(given: dict[str, Any]) -> bool:
     # VecNormalize normalises Box observations only (a uint8 image would become a float Box: the image_float case)
     if given.get("vec_normalize") and given.get("observation") not in (None, *NORMALISABLE):
         return False
+    # Attention memory has no ONNX operator (export_onnx refuses cell_ops="fused"), and torch's dynamo exporter
+    # writes it at opset 18 and above only (refused at the matrix's opsets); MaskableResetPPO has no attention policy
+    # yet (lift that constraint when it has one)
+    if given.get("cell") == "TrXL" and (
+        given.get("cell_ops") == "fused" or given.get("exporter") == "dynamo" or given.get("masks")
+    ):
+        return False
     # Godot RL Agents' plugin feeds float32 tensors (export_onnx refuses float16 there)
     return not (given.get("layout") == "godot" and given.get("dtype") == "float16")
 
@@ -77,6 +86,9 @@ def allowed(given: dict[str, Any]) -> bool:
 _CONSTRAINTS = [
     {"operator": "fn", "requires": ["masks", "action"], "evaluate": allowed},
     {"operator": "fn", "requires": ["vec_normalize", "observation"], "evaluate": allowed},
+    {"operator": "fn", "requires": ["cell", "cell_ops"], "evaluate": allowed},
+    {"operator": "fn", "requires": ["cell", "exporter"], "evaluate": allowed},
+    {"operator": "fn", "requires": ["cell", "masks"], "evaluate": allowed},
     {"operator": "fn", "requires": ["layout", "dtype"], "evaluate": allowed},
 ]
 
@@ -140,6 +152,14 @@ def build(combination: Combination) -> ResetPPO:
     observation = combination["observation"]
     kind = {"image": "Cnn", "image_float": "Cnn", "dict": "MultiInput"}.get(observation, "Mlp")
     policy_kwargs: dict[str, Any] = {"lstm_hidden_size": HIDDEN, "n_lstm_layers": combination["n_layers"], "net_arch": [8]}
+    if combination["cell"] == "TrXL":
+        policy_kwargs = {
+            "trxl_dim": HIDDEN,
+            "n_trxl_layers": combination["n_layers"],
+            "n_attention_heads": 2,
+            "memory_length": MEMORY_LENGTH,
+            "net_arch": [8],
+        }
     if kind == "Cnn":
         policy_kwargs["features_extractor_kwargs"] = {"features_dim": 8}
     if kind == "MultiInput":
@@ -179,13 +199,42 @@ def policy_arrays(obs: Any, observation_space: spaces.Space) -> dict[str, np.nda
     return arrays
 
 
+def initial_memory(spec: ExportSpec, n_envs: int) -> list[np.ndarray]:
+    """The memory entering the first step as ``predict`` holds it: zeros (a TrXL's count int64)."""
+    return [
+        np.zeros([n_envs if size == "batch" else int(size) for size in shape], np.int64 if name == "n_valid" else np.float32)
+        for name, shape in zip(spec.memory_names, spec.memory_shapes, strict=True)
+    ]
+
+
+def attended_memory(memory: Any, spec: ExportSpec) -> list[np.ndarray]:
+    """
+    The memory that decides the next steps: an LSTM's or GRU's as it is; a TrXL's positions zeroed but the last
+    ``n_valid`` (those of the episode), which alone are attended to. Where an engine zeroes the memory at an episode
+    start, and ``predict`` keeps it masked, only these agree.
+    """
+    if not spec.memory_length:
+        return list(memory)
+    positions, n_valid = memory
+    # (K, 1) >= (1, N) -> (K, N, 1, 1): the positions of each env's episode
+    kept = (np.arange(spec.memory_length)[:, None] >= spec.memory_length - n_valid)[:, :, None, None]
+    return [np.where(kept, positions, 0.0), n_valid]
+
+
 def pack(memory: list[np.ndarray]) -> np.ndarray:
-    """``[h | c]``, each ``(L, N, H)`` -> ``(N, L * H)``, side by side: ``(N, memory_size)``."""
-    return np.concatenate([part.transpose(1, 0, 2).reshape(part.shape[1], -1) for part in memory], axis=1)
+    """
+    ``[h | c]``, each ``(L, N, H)`` -> ``(N, L * H)``, side by side: ``(N, memory_size)``; a TrXL's ``[memory |
+    n_valid]``, ``(K, N, L, D)`` -> ``(N, K * L * D)`` and ``(1, N)`` -> ``(N, 1)``.
+    """
+    return np.concatenate([np.moveaxis(part, 1, 0).reshape(part.shape[1], -1) for part in memory], axis=1)
 
 
 def unpack(flat: np.ndarray, spec: ExportSpec) -> list[np.ndarray]:
-    """:func:`pack`'s inverse: ``(N, memory_size)`` -> each ``(L, N, H)``."""
+    """:func:`pack`'s inverse: ``(N, memory_size)`` -> each ``(L, N, H)``; a TrXL's ``(K, N, L, D)`` and ``(1, N)``."""
+    if spec.memory_length:
+        shape = (-1, spec.memory_length, spec.n_layers, spec.hidden_size)
+        positions = flat[:, : spec.attention_size].reshape(shape).transpose(1, 0, 2, 3)
+        return [positions, np.rint(flat[:, spec.attention_size :].T).astype(np.int64)]
     width = spec.n_layers * spec.hidden_size
     return [
         flat[:, index * width : (index + 1) * width].reshape(-1, spec.n_layers, spec.hidden_size).transpose(1, 0, 2)
@@ -205,7 +254,8 @@ def feed(
 ) -> dict[str, np.ndarray]:
     """
     A layout's inputs for one step: the observation (raw, as the env gives it), the memory entering the step (each
-    ``(L, N, H)``; zeroed here at episode starts where the layout has no ``episode_start``) and the masks.
+    ``(L, N, H)``, a TrXL's as :func:`initial_memory`; zeroed here at episode starts where the layout has no
+    ``episode_start``) and the masks.
     """
     arrays: dict[str, np.ndarray] = {key: value.astype(dtype) for key, value in policy_arrays(obs, observation_space).items()}
     if layout == "mlagents":
@@ -215,14 +265,16 @@ def feed(
     n_envs = len(episode_start)
     if layout == "plain":
         inputs = {f"obs_{key}" if key else "obs": value for key, value in arrays.items()}
-        inputs.update({name: part.astype(dtype) for name, part in zip(["h", "c"], memory, strict=False)})
+        # A TrXL's count stays predict's int64
+        for name, part in zip(spec.memory_names, memory, strict=True):
+            inputs[name] = part if name == "n_valid" else part.astype(dtype)
         inputs["episode_start"] = episode_start.astype(dtype)
         if spec.with_masks:
             inputs["action_masks"] = (masks if masks is not None else np.ones((n_envs, spec.mask_dims))).astype(dtype)
         return inputs
     # The engine's side: an agent starting an episode starts from zeros
-    keep = (1.0 - episode_start.astype(np.float32)).reshape(1, -1, 1)
-    flat: np.ndarray = pack([part * keep for part in memory]).astype(dtype)
+    keep = (1.0 - episode_start.astype(np.float32)).reshape(-1, 1)
+    flat: np.ndarray = (pack(memory) * keep).astype(dtype)
     if layout == "mlagents":
         # A Discrete index as (N, 1)
         inputs = {
@@ -244,11 +296,11 @@ def parse(
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """
     A layout's outputs in ``predict``'s terms: the action, shaped as ``predict``'s (``action_shape``), and the memory
-    after the step, each ``(L, N, H)``, float32.
+    after the step, each ``(L, N, H)``, float32 (a TrXL's as :func:`initial_memory`).
     """
     if layout == "plain":
         action = outputs["action"]
-        memory = [outputs[f"{name}_out"] for name in ["h", "c"][: spec.n_memory]]
+        memory = [outputs[f"{name}_out"] for name in spec.memory_names]
     elif layout == "mlagents":
         kind = "discrete" if spec.branches else "continuous"
         action = outputs[f"deterministic_{kind}_actions"]
@@ -262,4 +314,5 @@ def parse(
         else:
             action = output
         memory = unpack(outputs["state_outs"], spec)
-    return action.reshape(action_shape), [part.astype(np.float32) for part in memory]
+    floats = [part if part.dtype == np.int64 else part.astype(np.float32) for part in memory]
+    return action.reshape(action_shape), floats
