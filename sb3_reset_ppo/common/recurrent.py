@@ -1,7 +1,4 @@
-"""
-What the window code reads of a recurrent policy: its layer type and memory, its critic (one of sb3-contrib's three),
-and its actor and critic features.
-"""
+"""What the window code reads of a recurrent policy: its layer type and memory, its critic variant and its features."""
 
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, TypeAlias
@@ -22,7 +19,6 @@ def recurrent_layer_type(rnn: nn.Module) -> RecurrentLayerType:
     ``"lstm"`` or ``"gru"``: the kind of a policy's recurrent layer.
 
     :param rnn: The recurrent layer
-    :return: Its type
     """
     if isinstance(rnn, nn.LSTM):
         return "lstm"
@@ -80,9 +76,8 @@ class CriticVariant(NamedTuple):
 
 def critic_variant(policy: RecurrentActorCriticPolicy) -> CriticVariant:
     """
-    The critic of a recurrent policy (sb3-contrib's LSTM policies, the GRU policies): the one place the three cases
-    of ``enable_critic_lstm`` and ``shared_lstm`` are told apart (the window evaluation, the GRU policies' ``forward``,
-    the maskable policies' latents, the memory refresh).
+    The critic of a recurrent policy: the one place the three cases of ``enable_critic_lstm`` and ``shared_lstm`` are
+    told apart.
 
     :param policy: The recurrent policy
     :return: Its critic's variant and layer (see :class:`CriticVariant`)
@@ -99,8 +94,7 @@ def critic_variant(policy: RecurrentActorCriticPolicy) -> CriticVariant:
 
 def memory_state_names(layer_type: RecurrentLayerType) -> tuple[str, ...]:
     """
-    The tensors that make a layer's memory, in the order of its state tuple: an LSTM's ``(hidden, cell)``, a GRU's
-    ``(hidden,)``.
+    The tensors that make a layer's memory, in the order of its state tuple.
 
     :param layer_type: ``"lstm"`` or ``"gru"``
     :return: ``("hidden", "cell")`` or ``("hidden",)``
@@ -110,8 +104,7 @@ def memory_state_names(layer_type: RecurrentLayerType) -> tuple[str, ...]:
 
 def actor_critic_features(policy: RecurrentActorCriticPolicy, observations: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
     """
-    The actor's and the critic's features of some observations: the same tensor twice with a shared features
-    extractor, which ``extract_features`` then returns alone.
+    The actor's and the critic's features of some observations (the same tensor twice with a shared extractor).
 
     :param policy: The recurrent policy
     :param observations: The observations (a tensor, or a dict of tensors)
@@ -125,8 +118,7 @@ def recurrent_latents(
     policy: RecurrentActorCriticPolicy, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
 ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
     """
-    Latents of actor and critic and the memory after the steps: sb3-contrib's ``forward`` without the heads, with the
-    policy's own ``_process_sequence`` (an LSTM's ``(hidden, cell)`` memory, or a GRU policy's ``(hidden,)``).
+    Latents of actor and critic and the memory after the steps: sb3-contrib's ``forward`` without the heads.
 
     :param policy: The recurrent policy
     :param obs: Observations, sequences one after the other

@@ -18,14 +18,13 @@ class BurnIn(NamedTuple):
     """
     The steps before each window that burn in its memory (``burn_in`` of them, fewer at the rollout start).
 
-    - ``steps``: row of each step in the minibatch's distinct observations, ``(B, burn_in + 1)``: the steps from
-      ``max(0, t - burn_in)`` on (clamped to the rollout), ``t`` being the window's first step
+    - ``steps``: row in the minibatch's distinct observations of each step from ``max(0, t - burn_in)`` to the window's
+      first step ``t``, ``(B, burn_in + 1)`` (clamped to the rollout)
     - ``episode_starts``: their episode-start flags, ``(B, burn_in + 1)``
     - ``lengths``: burn-in steps of each window, ``t - max(0, t - burn_in)``, ``(B,)``
     - ``memory``: the stored memory entering each row's first step, each tensor ``(B, n_layers, hidden_size)``
     - ``layout``: the rows laid out for the fused LSTM call, with a reset step before every episode start
-    - ``slot_steps``: the minibatch's distinct steps are ordered with the ``slot_steps`` steps that slots hold first;
-      the others are held by burn-in rows only, and their features are computed without gradient
+    - ``slot_steps``: how many of the distinct steps (first in order) are held by slots; the rest, by burn-in rows only
     """
 
     steps: th.Tensor
@@ -49,14 +48,10 @@ class WindowRolloutBufferSamples(NamedTuple):
       ``(B, n_layers, hidden_size)``.
     - ``layout``: where each slot sits in the fused LSTM input, with one reset step before every reset.
     - ``window_starts``: flat (env-major) rollout index of each window's first step, ``(B,)``.
-    - ``burn_in``: with ``burn_in > 0``, the steps that burn in the memory of each window's slot 0 (which then
-      replaces ``lstm_states``), else ``None``.
-    - ``n_real_slots``: with clipped windows (``window_coverage="full"``), the number of real slots; the others are
-      padding (``kept`` and ``weights`` 0, no episode start), which no loss term or statistic sees. ``None``: every
-      slot is real (``B * W``). Every minibatch of an epoch holds ``batch_size`` real slots (or the whole epoch, when it
-      holds fewer).
-    - ``loss_normaliser``: what the loss is divided by under ``weighting="uniform"``, the same for every minibatch of
-      the rollout (:func:`~sb3_reset_ppo.common.epochs.uniform_normaliser`); ``None``: the minibatch's real slots.
+    - ``burn_in``: with ``burn_in > 0``, the steps that burn in each window's first memory, else ``None``.
+    - ``n_real_slots``: with clipped windows, the number of real slots (the others are padding, which no loss term or
+      statistic sees); ``None``: every slot is real (``B * W``).
+    - ``loss_normaliser``: the loss's divisor under ``"uniform"`` weighting (``epochs.uniform_normaliser``).
     - ``action_masks``: with invalid-action masking (``MaskableResetPPO``), the mask stored with each slot's step,
       ``(B, W, mask_dims)`` (1.0: valid); else ``None``.
     - ``attention``: with attention memory, what each row reads of the stored memory (``lstm_states`` is then empty);

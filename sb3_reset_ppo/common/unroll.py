@@ -21,12 +21,8 @@ def fused_lstm_layer(
     inputs: th.Tensor, state: tuple[th.Tensor, th.Tensor], weights: Sequence[th.Tensor], training: bool
 ) -> th.Tensor:
     """
-    One layer of torch's fused LSTM over a whole sequence: ``torch.lstm``, the call ``nn.LSTM.forward`` makes.
-
-    The weights are first copied into one contiguous buffer, in ``nn.LSTM``'s order (``w_ih, w_hh[, b_ih,
-    b_hh]``), and passed as views of it: the form ``nn.LSTM.flatten_parameters`` gives them, so cuDNN uses
-    them without re-packing (and without its "not part of single contiguous chunk of memory" warning).
-    ``tests/common/test_unroll.py`` checks this function against ``nn.LSTM`` so that a change in torch fails loudly.
+    One layer of torch's fused LSTM over a whole sequence: ``torch.lstm``, the call ``nn.LSTM.forward`` makes, with
+    the weights as :func:`_contiguous_views` (``tests/common/test_unroll.py`` checks it against ``nn.LSTM``).
 
     :param inputs: Sequence, shape ``(steps, batch, input_size)``
     :param state: ``(hidden, cell)`` entering the first step, each ``(1, batch, hidden_size)``
@@ -55,8 +51,8 @@ def fused_gru_layer(inputs: th.Tensor, hidden: th.Tensor, weights: Sequence[th.T
 
 def _contiguous_views(weights: Sequence[th.Tensor]) -> list[th.Tensor]:
     """
-    The weights copied into one contiguous buffer, in the given order, as views of it, where cuDNN runs the call;
-    elsewhere (the CPU's fused kernels take the weights as they are) the weights themselves, uncopied.
+    Where cuDNN runs the call, the weights as views of one contiguous copy (as ``nn.LSTM.flatten_parameters`` leaves
+    them, so cuDNN does not re-pack them); elsewhere the weights themselves.
     """
     if weights[0].device.type != "cuda":
         return list(weights)
@@ -95,19 +91,15 @@ def unroll_rnn(
     """
     Run an LSTM or a GRU over the slots of ``B`` windows with reset-and-continue, as one fused call per layer.
 
-    Slot 0 starts from the memory recorded for its step; at a slot whose step starts an episode the memory is reset
-    to zero by one extra *reset step* before it, whose constant input forces the step's output, and every gradient
-    through it, to exactly 0 (``docs/design.md``, "Unroll", derives it for both cells); elsewhere the memory is
-    carried through the graph. Each window is one row of the fused call, rows padded at the end.
+    Slot 0 starts from the memory recorded for its step; before a slot whose step starts an episode, a *reset step*
+    zeroes the memory and every gradient through it (``docs/design.md``, "Unroll"); elsewhere the memory is carried.
 
     :param rnn: The LSTM or GRU (``batch_first=False``, as in sb3-contrib's policies)
     :param slot_features: Inputs of every slot, shape ``(B * W, input_size)``, slots row-major over ``(B, W)``
-    :param memory: Recorded memory entering each window's slot 0, LSTM ``(hidden, cell)`` or GRU ``(hidden,)``,
-        each ``(B, n_layers, hidden)``
+    :param memory: Memory entering each window's slot 0, LSTM ``(hidden, cell)`` or GRU ``(hidden,)``, each ``(B, L, H)``
     :param memory_not_start: ``1 - episode_start`` of each window's slot 0, shape ``(B,)``
     :param layout: Where each slot and reset step sits (see :func:`~sb3_reset_ppo.common.layout.plan_reset_steps`)
-    :param inputs: The first layer's input as :func:`row_inputs` lays out ``slot_features``, when the caller has it
-        (actor and critic that read the same features share it); ``None``: laid out here
+    :param inputs: :func:`row_inputs` of ``slot_features`` where the caller has it (actor and critic share it), or ``None``
     :return: Outputs of every slot, shape ``(B * W, hidden)``
     """
     layer_outputs = layer_rows(rnn, slot_features, memory, memory_not_start, layout, inputs)
@@ -174,9 +166,8 @@ def layer_rows(
     first_inputs: th.Tensor | None = None,
 ) -> Iterator[th.Tensor]:
     """
-    The unroll of :func:`unroll_rnn`, layer by layer: yields each layer's outputs, ``(row_length, B, hidden)``
-    (slot ``i`` of window ``b`` at ``layout.slot_positions[b * W + i]`` of the flattened rows). ``first_inputs``:
-    :func:`row_inputs` of the slot features, when the caller has it.
+    The unroll of :func:`unroll_rnn`, layer by layer: yields each layer's outputs, ``(row_length, B, hidden)``.
+    ``first_inputs``: :func:`row_inputs` of the slot features, when the caller has it.
     """
     n_windows = memory_not_start.shape[0]
     reset_steps = layout.reset_steps.to(slot_features.dtype)

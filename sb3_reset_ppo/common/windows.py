@@ -1,9 +1,6 @@
 """
-Where the windows of a rollout are and what each slot holds: pure functions of the rollout's episode starts, with no
-SB3 state, and the rollout statistics they give (:class:`RolloutWindowStats`, the public :func:`window_weights`).
-
-The rollout is addressed *env-major*: step ``s`` of env ``e`` has the flat index ``e * n_steps + s``; slot ``i`` of
-the window starting at step ``t`` holds step ``t + i``.
+Where a rollout's windows are and what each slot holds, and the statistics they give (:func:`window_weights`): pure
+functions of the episode starts. Flat indices are env-major (``e * n_steps + s``; ``docs/design.md``, "Notation").
 """
 
 from collections.abc import Iterator
@@ -11,8 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch as th
 
-# Re-exported (noqa): plan_epoch, uniform_normaliser, ResetLayout, plan_reset_steps, effective_stride and
-# resolve_window_size, which the benchmarks and user code import from this module
+# Re-exported (noqa): the benchmarks and user code import these from this module
 from sb3_reset_ppo.common.epochs import plan_epoch, uniform_normaliser  # noqa: F401
 from sb3_reset_ppo.common.layout import ResetLayout, is_episode_start, plan_reset_steps, slot_resets  # noqa: F401
 from sb3_reset_ppo.common.settings import (  # noqa: F401
@@ -37,8 +33,7 @@ def window_starts(
     n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", *, window_coverage: Coverage
 ) -> th.Tensor:
     """
-    Flat (env-major) index of the first step of every window of a rollout (one at every start): inside the rollout
-    (``"inside"``) or every window that meets it, clipped (``"full"``; :func:`window_lengths` gives their real slots).
+    Flat (env-major) index of the first real step of every window of a rollout (one at every start).
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -78,8 +73,7 @@ def slot_indices(starts: th.Tensor, window_size: int, lengths: th.Tensor | None 
 
     :param starts: Flat index of the first step of each window, shape ``(B,)``
     :param window_size: Steps per window ``W``
-    :param lengths: Real slots of each window, shape ``(B,)``; the padding slots after them hold the window's
-        last real step (they are never trained). ``None``: every slot is real.
+    :param lengths: Real slots of each window, shape ``(B,)``, padding repeating the last real step; ``None``: all real
     :return: int64 tensor of shape ``(B, W)``
     """
     offsets = th.arange(window_size, device=starts.device)[None, :]
@@ -118,15 +112,13 @@ def slot_weights(kept: th.Tensor, step_counts: th.Tensor, weighting: Weighting) 
     Weight of every slot in the loss.
 
     :param kept: Kept flags, shape ``(B, W)``
-    :param step_counts: For the step held by each slot, the number of windows in which that step is kept,
-        shape ``(B, W)`` (see :func:`kept_counts`)
+    :param step_counts: Windows in which each slot's step is kept, shape ``(B, W)`` (see :func:`kept_counts`)
     :param weighting: ``"uniform"`` and ``"kept_mean"`` (weight = kept) or ``"importance"`` (weight = kept / count)
     :return: float32 tensor of shape ``(B, W)``
     """
     weights = kept.float()
     if weighting == "importance":
-        # A kept step has count >= 1; clamp only guards the division for dropped slots.
-        weights = weights / step_counts.clamp(min=1)
+        weights = weights / step_counts.clamp(min=1)  # a kept step's count is >= 1
     return weights
 
 
@@ -204,8 +196,7 @@ class RolloutWindowStats:
         The ``train/`` window diagnostics (see the design document, ``docs/design.md``).
 
         :param episode_starts: The same flags the stats were built from, shape ``(n_envs, n_steps)``
-        :return: Mapping from logger key to value; ``train/episode_start_weight`` only when the rollout
-            holds an episode start
+        :return: Logger key to value; ``train/episode_start_weight`` only where the rollout holds an episode start
         """
         stats = {
             "train/kept_slot_fraction": self.n_kept_slots / self.n_real_slots,
@@ -229,8 +220,8 @@ def window_weights(
     window_coverage: str = DEFAULT_WINDOW_COVERAGE,
 ) -> np.ndarray:
     """
-    Expected total slot weight each step of a rollout receives in one epoch, computed by the code ResetPPO trains with
-    (``docs/design.md``, "Expected weights"). With ResetPPO's defaults every step gets 1 in reset mode.
+    Expected total slot weight each step of a rollout receives in one epoch: 1 with ResetPPO's defaults in reset mode
+    (``docs/design.md``, "Expected weights").
 
     :param episode_starts: SB3's episode-start flags, shape ``(n_steps,)`` or ``(n_steps, n_envs)``
     :param window_size: Steps per window, an int (``ResetPPO.window_length``)
