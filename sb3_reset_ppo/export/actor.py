@@ -259,9 +259,8 @@ class ActorStep(nn.Module):
         :param memory: ``h`` (and ``c``) entering the step, each ``(n_layers, batch, hidden)``
         :param episode_start: ``(batch,)``, or ``None`` where the caller zeroes the memory at an episode start
         :param masks: ``(batch, mask_dims)``, 1 = allowed, or ``None``
-        :return: The deterministic action (``(batch, n_branches)`` int64 for a discrete one, else
-            ``(batch, *action_shape)``), ``h`` (and ``c``) after the step, and the distribution's parameters: the masked
-            logits of a discrete action, the Gaussian's mean and log std with ``distribution``, else none
+        :return: The deterministic action, ``h`` (and ``c``) after the step, and the distribution's parameters (the
+            masked logits of a discrete action; the Gaussian's mean and log std with ``distribution``)
         """
         spec = self.spec
         policy = self.policy
