@@ -1,11 +1,9 @@
 """
 MiniGrid's memory task (``minigrid`` on PyPI) as a gymnasium id SB3 can train on.
 
-``MiniGridMemoryS7Flat-v0`` makes ``MiniGrid-MemoryS7-v0`` (the task torch-ac's recurrent PPO examples use:
-see an object, walk down a hallway, choose the matching one) and keeps the agent's 7x7x3 view only
-(``ImgObsWrapper``), as ``float32``: the view holds object, colour and state indices (0 to 10), not pixels, so
-SB3 must not treat it as an image (scale by 255, or a CNN for 36x36 and larger images). Registered by
-:mod:`sb3_reset_ppo.envs`; ``minigrid`` is imported only when the env is made.
+``MiniGridMemoryS7Flat-v0`` makes ``MiniGrid-MemoryS7-v0`` (see an object, walk down a hallway, choose the matching
+one) with the agent's 7x7x3 view only, as ``float32``: it holds object, colour and state indices, not pixels, so SB3
+must not treat it as an image. ``minigrid`` is imported only when the env is made.
 """
 
 import importlib
