@@ -32,8 +32,7 @@ class Variant:
 @dataclass(frozen=True, kw_only=True)
 class CompareSettings:
     """
-    One comparison's settings: a field per option of ``python -m sb3_reset_ppo.compare`` (its ``--help`` says what
-    each holds), with the defaults that depend on other options filled in; :func:`check` validates them.
+    One comparison's settings: a field per option of ``python -m sb3_reset_ppo.compare`` (see its ``--help``).
 
     :param arms: The arms compared (``--algos`` and ``--variant``: :func:`parse_variants`)
     :param timesteps: Env steps per run (None: the hyperparameter file's ``n_timesteps``)
@@ -66,11 +65,9 @@ class CompareSettings:
 
 def parse_variants(algos: Sequence[str], variants: Sequence[Sequence[str]] | None) -> list[Variant]:
     """
-    The arms: each of ``algos`` (``--algos``) under its own name, then each of ``variants`` (``--variant NAME ALGO
-    [KEY:VALUE ...]``).
+    The arms: each of ``algos`` (``--algos``) under its own name, then each of ``variants`` (``--variant``).
 
-    :raises ValueError: a ``--variant`` without an algorithm or with a setting that is not ``KEY:VALUE`` or sets
-        ``n_timesteps``, a name that is not a plain folder name, two arms of one name, or fewer than two arms
+    :raises ValueError: a ``--variant`` that is not ``NAME ALGO [KEY:VALUE ...]``, two arms of one name, or fewer than two arms
     """
     arms = [Variant(algo, algo) for algo in algos]
     for values in variants or []:
@@ -109,7 +106,7 @@ def check_env_id(env_id: str) -> str:
     :param env_id: The ``--env`` value
     :return: ``env_id``, an id as gymnasium writes them (``[namespace/]name[-v<version>]``) that names one folder
     :raises TypeError: ``env_id`` is not a str
-    :raises ValueError: ``env_id`` is empty, has a path separator other than the namespace's ``/``, or a name of dots only
+    :raises ValueError: ``env_id`` does not name one folder
     """
     if not isinstance(env_id, str):
         raise TypeError(f"--env must be a str, got {type(env_id).__name__}")
