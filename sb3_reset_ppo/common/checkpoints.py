@@ -63,8 +63,7 @@ def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
         )
     missing = [name for name in _REQUIRED_MEMBERS if name not in names]
     if missing and any(name.endswith("data.pkl") for name in names):
-        # The end of the file (the checkpoint's own zip directory) is cut off, and zip found the directory of the
-        # archive nested inside it (policy.pth or policy.optimizer.pth, torch's format): those are not its members
+        # The file's end is cut off, and zip found the directory of an archive nested inside it (torch's policy.pth)
         raise ValueError(
             f"cannot load checkpoint {path}: the file is truncated or corrupt: its zip directory, at the end, is missing, "
             "and what remains readable is a torch archive nested inside it (not the checkpoint's members); save it again "

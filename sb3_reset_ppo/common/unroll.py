@@ -10,10 +10,8 @@ from torch.nn import functional as F
 from sb3_reset_ppo.common.layout import ResetLayout
 from sb3_reset_ppo.common.recurrent import RecurrentLayer
 
-# Added to the input- and forget-gate pre-activations at a reset step: both gates become exactly 0. The
-# sigmoid of it is exactly 0 in float16, bfloat16, float32 and float64 (exp(1e4) overflows in all four), it is
-# finite in all four (float16's largest is 65504), and 0 * it is 0 at the other steps (-1e9 is -inf in
-# float16, and 0 * -inf is NaN). Exact while the rest of a gate's pre-activation stays below ~9,000.
+# Added to the input- and forget-gate pre-activations at a reset step: its sigmoid is exactly 0 and it is finite from
+# float16 to float64, so 0 * it is 0 at the other steps (-1e9 is -inf in float16); docs/design.md, "Unroll"
 RESET_PREACTIVATION = -1e4
 
 

@@ -10,8 +10,7 @@ import numpy as np
 
 # Bootstrap resamples of the reports' intervals
 REPS = 2000
-# The Mann-Whitney permutation test (samples with ties) enumerates every split of the pooled runs into the two arms
-# when there are at most this many, else draws this many
+# Splits of the pooled runs that the Mann-Whitney permutation test enumerates at most, else draws at random
 PERMUTATIONS = 200_000
 
 

@@ -158,8 +158,7 @@ def split_memory(flat: th.Tensor, spec: ExportSpec) -> list[th.Tensor]:
     :return: ``h`` (and ``c``), each ``(n_layers, batch, hidden)``
     """
     width, hidden = spec.n_layers * spec.hidden_size, spec.hidden_size
-    # Slices stacked, not a reshape and a transpose: the contiguous copy that those need is an Identity node, which
-    # the dynamo exporter cannot convert below opset 16
+    # Slices, not a reshape and a transpose, whose copy (Identity) dynamo cannot convert below opset 16
     parts = [flat[:, index * width : (index + 1) * width] for index in range(spec.n_memory)]  # (batch, L * H) each
     return [th.stack([part[:, layer * hidden : (layer + 1) * hidden] for layer in range(spec.n_layers)]) for part in parts]
 

@@ -55,8 +55,7 @@ _DISCRETE_DISTRIBUTIONS = (
     MaskableCategoricalDistribution,
     MaskableMultiCategoricalDistribution,
 )
-# The loggers of torch's dynamo exporter and onnxscript, silenced: a failed conversion to the opset asked for is
-# reported as one ValueError instead of their tracebacks
+# The loggers of torch's dynamo exporter and onnxscript, silenced: a failed conversion is reported as one ValueError
 _DYNAMO_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
 
 

@@ -350,7 +350,6 @@ class ResetPPO(RecurrentPPO):
         state = getattr(self, "_window_generator_state", None)
         if state is not None:
             self.rollout_buffer.generator.bit_generator.state = state
-        # As RecurrentPPO's: the clip ranges as schedules
         self.clip_range = FloatSchedule(self.clip_range)
         if self.clip_range_vf is not None:
             self.clip_range_vf = FloatSchedule(self.clip_range_vf)
@@ -368,8 +367,7 @@ class ResetPPO(RecurrentPPO):
             f"n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={length}, window_stride={settings.window_stride}, "
             f"window_coverage={settings.window_coverage!r}"
         )
-        # Every unit of the epoch's order holds window_size transitions: inside coverage, or full coverage whose clipped
-        # end windows pair up into whole ones (docs/design.md, "Units")
+        # Every unit of the epoch's order holds window_size transitions (docs/design.md, "Epochs")
         whole_units = settings.window_coverage == "inside" or (
             settings.stride(self.n_steps) == length and self.n_steps % length == 0
         )
