@@ -1,4 +1,7 @@
-"""Epoch planning (:func:`plan_epoch`) and the loss normaliser (:func:`uniform_normaliser`): ``docs/design.md``, "Epochs"."""
+"""
+Epoch planning (:func:`plan_epoch`) and the loss normaliser (:func:`uniform_normaliser`): ``docs/design.md``, "Epochs".
+Parameters named as the window settings (``n_steps``, ``n_envs``, ``settings``, ...) mean what its "Notation" says.
+"""
 
 from typing import NamedTuple
 
@@ -34,12 +37,7 @@ def epoch_window_starts(
     """
     The windows of one epoch: per env a random phase ``p`` in ``[0, k)`` and the windows starting at ``p + j * k``.
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param window_size: Steps per window
-    :param window_stride: Steps between the starts of consecutive windows
     :param generator: Source of the phases
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: The epoch's windows in env-major order
     """
     stride = effective_stride(n_steps, window_size, window_stride, window_coverage)
@@ -62,7 +60,6 @@ def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
     Group an epoch's windows into units: each window alone, or an env's clipped first and last windows together.
 
     :param windows: The epoch's windows (env-major, in order within each env)
-    :param window_size: Steps per window
     :return: Unit of every window, shape ``(n_windows,)``: ``0 .. n_units - 1``, ascending in env-major order
     """
     n_windows = windows.starts.shape[0]
@@ -87,9 +84,6 @@ def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) ->
     """
     Expected real slots (transitions) of one epoch: those of every window of the rollout over the epoch's stride.
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param settings: The window settings
     :return: Real slots per epoch, on average over the phases
     """
     size = settings.window_size
@@ -203,7 +197,6 @@ def minibatch_slots(batch_size: int | None, window_size: int) -> int | None:
     Real slots (transitions) of a full minibatch: ``batch_size``, at least ``window_size`` (one window's worth).
 
     :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: the whole epoch
-    :param window_size: Steps per window
     :return: Slots per full minibatch, or ``None`` for the whole epoch
     """
     return None if batch_size is None else max(int(batch_size), window_size)
@@ -213,9 +206,6 @@ def epoch_slot_range(n_steps: int, n_envs: int, settings: WindowSettings) -> tup
     """
     Fewest and most real slots an epoch can hold (over the phases; equal when the number does not depend on them).
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param settings: The window settings
     :return: ``(fewest, most)``
     """
     stride = settings.stride(n_steps)

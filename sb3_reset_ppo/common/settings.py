@@ -1,4 +1,7 @@
-"""The window settings, validated once into one typed :class:`WindowSettings`, and the int validators of the model."""
+"""
+The window settings, validated once into one typed :class:`WindowSettings`, and the int validators of the model.
+Parameters named as the settings (``n_steps``, ``window_size``, ...) mean what ``docs/design.md``, "Notation", says.
+"""
 
 from dataclasses import dataclass
 from typing import Literal, cast
@@ -150,7 +153,6 @@ def resolve_window_size(window_size: int | str, n_steps: int, batch_size: int | 
     The window length as an int: ``"batch"`` is ``min(batch_size, n_steps)``, ``"rollout"`` is ``n_steps``.
 
     :param window_size: The user's ``window_size``
-    :param n_steps: Rollout length per env
     :param batch_size: Minibatch size in transitions, or ``None``
     :return: Steps per window
     """
@@ -171,9 +173,6 @@ def n_window_starts(n_steps: int, window_size: int, window_coverage: Coverage) -
     """
     Number of window starts per env: ``T - W + 1`` for ``"inside"``, ``T + W - 1`` for ``"full"`` (``-(W-1) .. T-1``).
 
-    :param n_steps: Rollout length per env
-    :param window_size: Steps per window
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: Window starts per env
     """
     return n_steps + window_size - 1 if window_coverage == "full" else n_steps - window_size + 1
@@ -188,10 +187,6 @@ def effective_stride(n_steps: int, window_size: int, window_stride: int, window_
     """
     The stride an epoch uses: ``window_stride``, capped at :func:`n_window_starts` (at least one window per env).
 
-    :param n_steps: Rollout length per env
-    :param window_size: Steps per window
-    :param window_stride: Steps between the starts of consecutive windows of an epoch
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: The stride ``k`` an epoch uses; every window start is drawn with probability ``1 / k`` per epoch
     """
     return max(1, min(window_stride, n_window_starts(n_steps, window_size, window_coverage)))
@@ -202,8 +197,6 @@ def clip_windows(starts: np.ndarray, n_steps: int, window_size: int) -> tuple[np
     Clip (virtual) window starts of one env to the rollout ``0 .. n_steps - 1``.
 
     :param starts: Window starts within their env, any shape, each in ``[-(W-1), n_steps - 1]``
-    :param n_steps: Rollout length per env
-    :param window_size: Steps per window ``W``
     :return: The first step of each clipped window within its env and its real slots (``1 .. W``), shaped as ``starts``
     """
     first = np.maximum(starts, 0)
@@ -214,9 +207,6 @@ def every_window(n_steps: int, window_size: int, window_coverage: Coverage) -> t
     """
     Every window of one env, one at every start (:func:`n_window_starts`), clipped to the rollout (:func:`clip_windows`).
 
-    :param n_steps: Rollout length per env
-    :param window_size: Steps per window
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: The first step of each window within its env and its number of real slots, each ``(n_window_starts,)``
     """
     virtual = np.arange(n_window_starts(n_steps, window_size, window_coverage)) + first_window_start(

@@ -1,6 +1,7 @@
 """
 Where a rollout's windows are and what each slot holds, and the statistics they give (:func:`window_weights`): pure
-functions of the episode starts. Flat indices are env-major (``e * n_steps + s``; ``docs/design.md``, "Notation").
+functions of the episode starts. Flat indices are env-major (``e * n_steps + s``). Parameters named as the window
+settings (``n_steps``, ``n_envs``, ``window_size``, ``boundary``, ...) mean what ``docs/design.md``, "Notation", says.
 """
 
 from collections.abc import Iterator
@@ -35,11 +36,7 @@ def window_starts(
     """
     Flat (env-major) index of the first real step of every window of a rollout (one at every start).
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param window_size: Steps per window
     :param device: Device of the returned tensor
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: int64 tensor of shape ``(n_envs * n_window_starts,)`` (see :func:`n_window_starts`)
     """
     first, _ = every_window(n_steps, window_size, window_coverage)
@@ -55,11 +52,7 @@ def window_lengths(
     """
     Real slots of every window of :func:`window_starts` (``window_size`` for every window inside the rollout).
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param window_size: Steps per window
     :param device: Device of the returned tensor
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: int64 tensor of shape ``(n_envs * n_window_starts,)``
     """
     _, lengths = every_window(n_steps, window_size, window_coverage)
@@ -72,7 +65,6 @@ def slot_indices(starts: th.Tensor, window_size: int, lengths: th.Tensor | None 
     Flat index of the step held by every slot of the given windows.
 
     :param starts: Flat index of the first step of each window, shape ``(B,)``
-    :param window_size: Steps per window ``W``
     :param lengths: Real slots of each window, shape ``(B,)``, padding repeating the last real step; ``None``: all real
     :return: int64 tensor of shape ``(B, W)``
     """
@@ -88,7 +80,6 @@ def real_slots(lengths: th.Tensor, window_size: int) -> th.Tensor:
     Which slots of the given windows hold a real step (the others are padding of a clipped window).
 
     :param lengths: Real slots of each window, shape ``(B,)``
-    :param window_size: Steps per window ``W``
     :return: bool tensor of shape ``(B, W)``
     """
     return th.arange(window_size, device=lengths.device)[None, :] < lengths[:, None]
@@ -99,7 +90,6 @@ def kept_slots(resets: th.Tensor, boundary: Boundary, real: th.Tensor | None = N
     Which slots are trained: every real slot in reset mode, in mask mode those before their window's first reset.
 
     :param resets: Reset flags, shape ``(B, W)`` (see :func:`slot_resets`)
-    :param boundary: ``"reset"`` or ``"mask"``
     :param real: Which slots hold a real step, shape ``(B, W)`` (see :func:`real_slots`); ``None``: all
     :return: bool tensor of shape ``(B, W)``
     """
@@ -129,8 +119,6 @@ def _window_chunks(
     All windows of a rollout (one at every start, see :func:`window_starts`), a bounded number at a time.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
-    :param window_size: Steps per window
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: Iterator of ``(slots, resets, real)``, each of shape ``(chunk, W)``
     """
     n_envs, n_steps = episode_starts.shape
@@ -150,9 +138,6 @@ def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary,
     For every step, the number of windows (of all windows of the rollout, one at every start) in which it is kept.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
-    :param window_size: Steps per window
-    :param boundary: ``"reset"`` or ``"mask"``
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: float32 tensor of shape ``(n_envs * n_steps,)`` (env-major flat layout)
     """
     counts = th.zeros(episode_starts.numel(), device=episode_starts.device)
@@ -167,7 +152,6 @@ class RolloutWindowStats:
     Per-step counts and expected weights of one rollout over one epoch, computed by a scan over all its windows.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
-    :param settings: The window settings
     """
 
     def __init__(self, episode_starts: th.Tensor, settings: WindowSettings) -> None:
