@@ -41,10 +41,7 @@ def _step_features(policy: RecurrentActorCriticPolicy, samples: WindowRolloutBuf
 
 
 def _plain_categorical(policy: ActorCriticPolicy) -> bool:
-    """
-    Whether the policy's action distribution is SB3's categorical over ``action_net``'s logits, built by SB3's own
-    ``_get_action_dist_from_latent`` (not a maskable policy's, nor a subclass's own).
-    """
+    """Whether the policy's action distribution is SB3's own categorical over ``action_net``'s logits (not a maskable one)."""
     return (
         type(policy.action_dist) is CategoricalDistribution
         and type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
@@ -115,8 +112,7 @@ def slot_heads(
     policy: ActorCriticPolicy, latent_pi: th.Tensor, latent_vf: th.Tensor, samples: WindowRolloutBufferSamples
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
     """
-    Values, log-probabilities and entropies of every slot from the memory's outputs: the policy's ``mlp_extractor``
-    and heads, as ``evaluate_actions`` applies them (any memory: LSTM, GRU, attention).
+    Values, log-probabilities and entropies of every slot from the memory's outputs, as ``evaluate_actions`` does.
 
     :param policy: The policy
     :param latent_pi: The actor's memory output of every slot, ``(B * W, hidden)``

@@ -11,8 +11,7 @@ from sb3_reset_ppo.common.unroll import layer_rows, layer_weights
 
 def _linear_recurrence(decay: th.Tensor, drive: th.Tensor, initial: th.Tensor) -> th.Tensor:
     """
-    ``c_t = decay_t * c_{t-1} + drive_t`` for every ``t``, from ``c_{-1} = initial``, as a parallel scan
-    (Hillis-Steele: ``log2(L)`` vectorised passes, no loop over steps).
+    ``c_t = decay_t * c_{t-1} + drive_t`` from ``c_{-1} = initial``, as a parallel scan (``log2(L)`` vectorised passes).
 
     :param decay: ``(B, L, H)``
     :param drive: ``(B, L, H)``

@@ -32,15 +32,11 @@ CriticKind = Literal["separate", "shared", "none"]
 
 class CriticVariant(NamedTuple):
     """
-    Which of sb3-contrib's three critics a recurrent policy has, and the layer that turns the critic's features into
-    its latent (the input of ``mlp_extractor.forward_critic``), as :func:`critic_variant` reads them:
+    Which of sb3-contrib's three critics a recurrent policy has, and the layer that turns its features into its latent:
 
-    - ``"separate"`` (``enable_critic_lstm=True``, sb3-contrib's default): a recurrent layer of its own, ``rnn``
-      (``policy.lstm_critic``), with a memory of its own.
-    - ``"shared"`` (``shared_lstm=True``): the actor's recurrent output, detached (the value loss does not train the
-      actor's layer); its memory is the actor's, detached.
-    - ``"none"`` (neither): no recurrent layer, a linear layer on the features, ``linear`` (``policy.critic``); its
-      memory is unused (sb3-contrib stores the actor's in its place).
+    - ``"separate"`` (``enable_critic_lstm=True``, the default): its own recurrent layer ``rnn`` and memory.
+    - ``"shared"`` (``shared_lstm=True``): the actor's recurrent output and memory, detached.
+    - ``"none"`` (neither): a linear layer on the features, ``linear``; its memory is unused.
 
     :param kind: ``"separate"``, ``"shared"`` or ``"none"``
     :param rnn: The critic's own LSTM or GRU (``"separate"``), else ``None``
@@ -76,8 +72,7 @@ class CriticVariant(NamedTuple):
 
 def critic_variant(policy: RecurrentActorCriticPolicy) -> CriticVariant:
     """
-    The critic of a recurrent policy: the one place the three cases of ``enable_critic_lstm`` and ``shared_lstm`` are
-    told apart.
+    The critic of a recurrent policy: the one place the cases of ``enable_critic_lstm`` and ``shared_lstm`` are told apart.
 
     :param policy: The recurrent policy
     :return: Its critic's variant and layer (see :class:`CriticVariant`)

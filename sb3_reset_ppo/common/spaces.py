@@ -111,8 +111,7 @@ def mask_sizes(action_space: spaces.Space) -> list[int]:
 
 def mask_dims(action_space: spaces.Space) -> int:
     """
-    Entries of one step's action mask, as sb3-contrib's ``MaskableRolloutBuffer`` counts them (``2 * n`` for
-    ``MultiBinary(n)``: one per outcome).
+    Entries of one step's action mask, as sb3-contrib counts them (``2 * n`` for ``MultiBinary(n)``: one per outcome).
 
     :param action_space: The action space
     :return: The mask's length

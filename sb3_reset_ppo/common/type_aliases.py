@@ -37,8 +37,7 @@ class BurnIn(NamedTuple):
 
 class WindowRolloutBufferSamples(NamedTuple):
     """
-    A minibatch of ``B`` rows of ``W`` slots each: windows, or the pieces of windows that a minibatch edge cut (``W``
-    is the longest row of the minibatch, at most ``window_size``; shorter rows are padded).
+    A minibatch of ``B`` rows (windows, or pieces a minibatch edge cut) of ``W`` slots, shorter rows padded.
 
     - ``observations``: the observations of the minibatch's ``U`` *distinct* steps, leading shape ``(U,)``
       (a dict of such tensors for ``Dict`` spaces); ``slot_steps`` (``(B, W)``) says which row each slot holds.

@@ -34,8 +34,7 @@ def fused_lstm_layer(
 
 def fused_gru_layer(inputs: th.Tensor, hidden: th.Tensor, weights: Sequence[th.Tensor], training: bool) -> th.Tensor:
     """
-    One layer of torch's fused GRU over a whole sequence: ``torch.gru``, the call ``nn.GRU.forward`` makes, with
-    the weights passed as in :func:`fused_lstm_layer`. ``tests/reset_ppo/test_gru.py`` checks it against ``nn.GRU``.
+    One layer of torch's fused GRU over a whole sequence, as :func:`fused_lstm_layer` (``tests/reset_ppo/test_gru.py``).
 
     :param inputs: Sequence, shape ``(steps, batch, input_size)``
     :param hidden: Hidden state entering the first step, ``(1, batch, hidden_size)``
@@ -108,9 +107,8 @@ def unroll_rnn(
 
 def _reset_weight(rnn: RecurrentLayer, layer: int, like: th.Tensor) -> th.Tensor:
     """
-    The weight column of the reset input of one layer, ``(gates * hidden, 1)`` (see :func:`unroll_rnn`): LSTM
-    (gates i, f, g, o) ``RESET_PREACTIVATION`` on i and f; GRU (gates r, z, n) ``RESET_PREACTIVATION`` on r and
-    z, ``-b_in`` on n (a function of the parameter, so that its gradients cancel exactly as its values do).
+    The weight column of the reset input of one layer, ``(gates * hidden, 1)``: ``RESET_PREACTIVATION`` on an LSTM's
+    i and f or a GRU's r and z, and ``-b_in`` on a GRU's n (a function of the parameter: its gradients cancel too).
     """
     hidden_size = rnn.hidden_size
     if isinstance(rnn, nn.LSTM):
@@ -163,10 +161,7 @@ def layer_rows(
     layout: ResetLayout,
     first_inputs: th.Tensor | None = None,
 ) -> Iterator[th.Tensor]:
-    """
-    The unroll of :func:`unroll_rnn`, layer by layer: yields each layer's outputs, ``(row_length, B, hidden)``.
-    ``first_inputs``: :func:`row_inputs` of the slot features, when the caller has it.
-    """
+    """:func:`unroll_rnn` layer by layer (``first_inputs``: its ``inputs``): each layer's outputs, ``(row_length, B, H)``."""
     n_windows = memory_not_start.shape[0]
     reset_steps = layout.reset_steps.to(slot_features.dtype)
     # (row_length, B, F + 1)

@@ -58,9 +58,8 @@ def _check_consecutive_windows(value: object) -> None:
 
 def _prefer_foreach(optimizer: th.optim.Optimizer) -> None:
     """
-    Step all parameters with torch's ``_foreach`` kernels where the optimizer leaves ``foreach`` at ``None`` (torch
-    picks them on CUDA only): the same arithmetic without a Python loop over the parameters on the CPU. An optimizer
-    that names ``foreach`` or ``fused``, or is ``differentiable``, is left as it is.
+    Step all parameters with torch's ``_foreach`` kernels (the same arithmetic, no Python loop) where the optimizer
+    leaves ``foreach`` at ``None``, which torch resolves to them on CUDA only; other settings are left as they are.
 
     :param optimizer: The policy's optimizer
     """
@@ -550,10 +549,7 @@ class ResetPPO(RecurrentPPO):
         return window_ppo_loss(log_prob, values, entropy, SlotTargets.of(samples), settings)
 
     def train(self) -> None:
-        """
-        Update policy using the currently gathered rollout buffer: per epoch, the windows at a fresh random phase
-        (see ``window_stride``), shuffled and cut into minibatches of ``batch_size`` transitions.
-        """
+        """Update policy using the currently gathered rollout buffer: per epoch, windows at a fresh random phase."""
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         _prefer_foreach(self.policy.optimizer)
