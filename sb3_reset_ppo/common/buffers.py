@@ -193,8 +193,7 @@ class _WindowSampler:
             observations: th.Tensor | dict[str, th.Tensor] = {k: obs[distinct] for k, obs in self.observations.items()}
         else:
             observations = self.observations[distinct]
-        # (B,) flat step index of each row's slot 0
-        memory_steps = slots[:, 0]
+        memory_steps = slots[:, 0]  # (B,) flat step index of each row's slot 0
         episode_starts = self.data["episode_starts"][slots]
         real = None
         if host_lengths is not None:

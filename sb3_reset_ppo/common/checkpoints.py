@@ -9,8 +9,7 @@ from typing import Any
 
 from stable_baselines3.common.save_util import open_path
 
-# What every SB3 checkpoint holds
-_REQUIRED_MEMBERS = ("data", "policy.pth")
+_REQUIRED_MEMBERS = ("data", "policy.pth")  # what every SB3 checkpoint holds
 
 # Settings that ResetPPO checkpoints have stored from the first one on: a checkpoint holding them is ResetPPO's
 _RESET_PPO_SETTINGS = ("window_size", "boundary", "weighting")

@@ -69,9 +69,8 @@ def check_observation_space(
 
 def check_action_space(action_space: spaces.Space) -> None:
     """
-    Raise a ``ValueError`` naming ``action_space`` and the flat space to use unless the policies' action
-    distributions can represent it: ``MultiBinary`` needs an int ``n``, ``MultiDiscrete`` a flat ``nvec`` (SB3 and
-    sb3-contrib stop later with a bare ``AssertionError`` or ``TypeError``; ``docs/guide/masking.md``).
+    Raise a ``ValueError`` naming ``action_space`` and the flat space to use unless the policies' action distributions
+    can represent it: ``MultiBinary`` needs an int ``n``, ``MultiDiscrete`` a flat ``nvec`` (``docs/guide/masking.md``).
 
     :param action_space: The env's action space
     """

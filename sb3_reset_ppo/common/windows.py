@@ -26,8 +26,7 @@ from sb3_reset_ppo.common.settings import (  # noqa: F401
     resolve_window_size,
 )
 
-# Number of windows handled at once when scanning a whole rollout (bounds temporary memory).
-_CHUNK_WINDOWS = 1 << 16
+_CHUNK_WINDOWS = 1 << 16  # number of windows handled at once when scanning a whole rollout (bounds temporary memory)
 
 
 def window_starts(

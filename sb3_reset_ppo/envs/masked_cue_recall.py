@@ -39,8 +39,7 @@ class MaskedCueRecallEnv(CueRecallEnv):
     :param render_mode: ``None`` or ``"rgb_array"`` (a row of gray pixels; ``gymnasium.make`` adds ``"human"``)
     """
 
-    # Reward of an invalid action (which also ends the episode)
-    invalid_reward = -1.0
+    invalid_reward = -1.0  # reward of an invalid action (which also ends the episode)
 
     def __init__(
         self, n_cues: int = 4, min_delay: int = 1, max_delay: int = 6, n_wait: int = 2, render_mode: str | None = None

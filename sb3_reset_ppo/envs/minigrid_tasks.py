@@ -37,8 +37,7 @@ def make_memory_s7(**kwargs: Any) -> gym.Env:
     :return: The environment
     """
     try:
-        # Importing minigrid registers its envs
-        wrappers = importlib.import_module("minigrid.wrappers")
+        wrappers = importlib.import_module("minigrid.wrappers")  # importing minigrid registers its envs
     except ImportError as error:
         raise ImportError(f"{ENV_ID} needs the minigrid package: pip install minigrid") from error
     return _Float32View(wrappers.ImgObsWrapper(gym.make("MiniGrid-MemoryS7-v0", **kwargs)))

@@ -390,8 +390,7 @@ def elapsed_seconds(run: dict[str, Any]) -> np.ndarray | None:
     None without one.
     """
     steps, seconds = [0.0], [0.0]
-    # Cumulative: a row without it had no evaluation since the row before
-    evaluating = 0.0
+    evaluating = 0.0  # cumulative: a row without it had no evaluation since the row before
     for row in training_log.training_rows(Path(run["dir"])):
         evaluating = row.get(EVALUATION_SECONDS, evaluating)
         if "time/total_timesteps" not in row:

@@ -46,8 +46,7 @@ class MaskableResetPPO(ResetPPO):
     rollout_buffer: MaskableWindowRolloutBuffer | MaskableDictWindowRolloutBuffer
 
     def __init__(self, policy: str | type[RecurrentActorCriticPolicy], env: GymEnv | str, *args: Any, **kwargs: Any) -> None:
-        # Whether the current learn() collects masks (set by learn; collect_rollouts reads it)
-        self.use_masking = True
+        self.use_masking = True  # whether the current learn() collects masks (set by learn; collect_rollouts reads it)
         super().__init__(policy, env, *args, **kwargs)
 
     def _setup_model(self) -> None:

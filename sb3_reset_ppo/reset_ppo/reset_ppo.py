@@ -74,9 +74,8 @@ class ResetPPO(RecurrentPPO):
     reset-and-continue at episode boundaries inside a window (``docs/algorithm.md``). A drop-in for sb3-contrib's
     ``RecurrentPPO``: same policies, arguments and logged keys.
 
-    :param policy: The policy model to use: an LSTM, GRU or attention (``MlpTrXLPolicy``, ...) policy name, a
-        ``RecurrentActorCriticPolicy`` subclass whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``, or a
-        ``TrXLActorCriticPolicy`` subclass
+    :param policy: The policy model to use: an LSTM, GRU or attention (``MlpTrXLPolicy``, ...) policy name, or a
+        ``RecurrentActorCriticPolicy`` (with ``nn.LSTM`` or ``nn.GRU`` layers) or ``TrXLActorCriticPolicy`` subclass
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, it can be a function of the current progress remaining (from 1 to 0)
     :param n_steps: The number of steps to run for each environment per update
@@ -457,8 +456,7 @@ class ResetPPO(RecurrentPPO):
         """
         assert isinstance(rollout_buffer, (WindowRolloutBuffer, DictWindowRolloutBuffer))
         assert self._last_obs is not None, "No previous observation was provided"
-        # Eval mode (dropout, batch norm) during collection
-        self.policy.set_training_mode(False)
+        self.policy.set_training_mode(False)  # eval mode (dropout, batch norm) during collection
         n_steps = 0
         rollout_buffer.reset()
         if self.use_sde:
@@ -586,8 +584,7 @@ class ResetPPO(RecurrentPPO):
                 # One host read per minibatch: no step for a non-finite loss or gradient, nor for a minibatch that
                 # trains no slot (its step would move the parameters on the optimizer's momentum alone)
                 if not self._check_finite(losses, grad_norm, samples.kept, epoch, minibatch):
-                    # Nothing trained: not logged either (its means over kept slots would be zeros)
-                    epoch_losses.pop()
+                    epoch_losses.pop()  # nothing trained: not logged either (its means over kept slots would be zeros)
                     continue
                 self.policy.optimizer.step()
             all_losses.extend(epoch_losses)

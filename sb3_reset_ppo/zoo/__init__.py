@@ -89,8 +89,7 @@ class MaskableTrialEvalCallback(TrialEvalCallback, MaskableEvalCallback):
 class _EnjoyMaskableResetPPO(MaskableResetPPO):
     """``MaskableResetPPO`` whose ``predict`` takes the masks of ``enjoy``'s env when given none (see :func:`masked_enjoy`)."""
 
-    # The env that enjoy created (set by masked_enjoy)
-    enjoy_env: ClassVar[VecEnv | None] = None
+    enjoy_env: ClassVar[VecEnv | None] = None  # the env that enjoy created (set by masked_enjoy)
 
     def predict(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, Memory]:
         # enjoy passes no action_masks (positionally or by name)
@@ -246,8 +245,8 @@ def _without_render_if_no_display(
     Add ``--no-render`` to an ``enjoy`` command that would render where nothing can be seen, and say so on stderr.
 
     :param argv: The arguments after the program name, e.g. ``["enjoy", "--algo", "reset_ppo", ...]``
-    :param environ: The environment variables (default: ``os.environ``)
-    :param platform: ``sys.platform`` (the default) or another value of it
+    :param environ: As in :func:`no_display_reason`
+    :param platform: As in :func:`no_display_reason`
     :return: ``argv``, with ``--no-render`` added where needed
     """
     # argparse takes any unambiguous prefix of --no-render ("--no-" and longer)
