@@ -10,10 +10,7 @@ from sb3_reset_ppo.common.utils import TINY
 
 
 class WindowLoss(NamedTuple):
-    """
-    The loss to minimise and its logged parts, 0-d tensors; the parts are means over the minibatch's real slots, as
-    SB3 logs them.
-    """
+    """The loss to minimise and its logged parts (means over the minibatch's real slots, as SB3 logs them), 0-d tensors."""
 
     loss: th.Tensor
     policy_loss: th.Tensor

@@ -26,10 +26,7 @@ class BurnIn(NamedTuple):
 
 
 class WindowRolloutBufferSamples(NamedTuple):
-    """
-    A minibatch of ``B`` rows (windows, or pieces a minibatch edge cut) of ``W`` slots, shorter rows padded; the
-    per-slot fields (``actions`` to ``weights``) have leading shape ``(B, W)``.
-    """
+    """A minibatch of ``B`` rows (windows, or pieces a minibatch edge cut) of ``W`` slots; per-slot fields are ``(B, W)``."""
 
     observations: PyTorchObs  #: the minibatch's U distinct steps' observations, (U, ...) (a dict for Dict spaces)
     slot_steps: th.Tensor  #: (B, W) the distinct step each slot holds

@@ -1,7 +1,6 @@
 """
-Where a rollout's windows are and what each slot holds, and the statistics they give (:func:`window_weights`): pure
-functions of the episode starts. Flat indices are env-major (``e * n_steps + s``). Parameters named as the window
-settings (``n_steps``, ``n_envs``, ``window_size``, ``boundary``, ...) mean what ``docs/design.md``, "Notation", says.
+Where a rollout's windows are, what each slot holds and their statistics (:func:`window_weights`), from the episode
+starts; indices and parameters named as the settings (``n_steps``, ...) are as ``docs/design.md``, "Notation", says.
 """
 
 from collections.abc import Iterator

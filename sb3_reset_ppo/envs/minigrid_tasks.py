@@ -1,9 +1,6 @@
 """
-MiniGrid's memory task (``minigrid`` on PyPI) as a gymnasium id SB3 can train on.
-
-``MiniGridMemoryS7Flat-v0`` makes ``MiniGrid-MemoryS7-v0`` (see an object, walk down a hallway, choose the matching
-one) with the agent's 7x7x3 view only, as ``float32``: it holds object, colour and state indices, not pixels, so SB3
-must not treat it as an image. ``minigrid`` is imported only when the env is made.
+``MiniGridMemoryS7Flat-v0``: MiniGrid's ``MiniGrid-MemoryS7-v0`` with the agent's 7x7x3 view of object, colour and state
+indices as ``float32``, not pixels (``minigrid`` is imported only when the env is made).
 """
 
 import importlib

@@ -1,9 +1,6 @@
 """
-POPGym memory tasks (``popgym`` on PyPI, numpy only) as gymnasium ids SB3 can train on.
-
-``Popgym<Task>-v0`` makes ``popgym.envs.<Task>()`` and flattens a ``Tuple`` or ``MultiDiscrete`` observation space
-(which SB3 or torch's LSTM reject) into one-hot vectors, with fresh info dicts (:class:`FreshInfo`). Scores are in
-``[-1, 1]`` per episode; ``popgym`` (the ``evidence`` extra) is imported only when one is made.
+POPGym's memory tasks as ``Popgym<Task>-v0``: ``popgym.envs.<Task>()`` with a ``Tuple`` or ``MultiDiscrete`` observation
+flattened to one-hot vectors and fresh info dicts (:class:`FreshInfo`); ``popgym`` is imported only when one is made.
 """
 
 import copy

@@ -1,7 +1,4 @@
-"""
-ONNX export of one deterministic step of a recurrent policy's actor (:class:`~sb3_reset_ppo.export.actor.ActorStep`),
-the memory as inputs and outputs, under the tensor names of a layout (:data:`LAYOUTS`; docs/guide/deploy.md).
-"""
+"""ONNX export of one step of a recurrent policy's actor, under the tensor names of a layout (docs/guide/deploy.md)."""
 
 import copy
 import json
@@ -131,10 +128,7 @@ def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
 
 
 def _copy_policy(policy: RecurrentActorCriticPolicy) -> RecurrentActorCriticPolicy:
-    """
-    A deep copy of ``policy`` without the tensors its distributions keep from the last call, which ``copy.deepcopy``
-    refuses (gSDE's exploration matrices are not graph leaves) and the export does not read.
-    """
+    """A deep copy of ``policy`` without its distributions' tensors of the last call (gSDE's, which deepcopy refuses)."""
     # deepcopy takes a memo's entries as the copies of those objects: None for each of these tensors
     memo: dict[int, Any] = {
         id(value): None

@@ -431,8 +431,7 @@ class ResetPPO(RecurrentPPO):
 
     def set_random_seed(self, seed: int | None = None) -> None:
         """
-        Set the seed of the pseudo-random generators (python, numpy, pytorch, gym, action_space) and of the
-        generator that orders the windows; ``None`` does nothing, as in SB3.
+        Set the seed of the pseudo-random generators (python, numpy, pytorch, gym, action_space, windows); None does nothing.
 
         :param seed: Seed
         """

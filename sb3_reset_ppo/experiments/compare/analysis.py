@@ -121,8 +121,7 @@ def equal_time(
     arm_runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], reps: int, final_evaluations: int
 ) -> dict[str, Any] | None:
     """
-    The probability that an arm beats the baseline when both stop at the faster arm's median ``learn()`` seconds,
-    each run scored by :func:`stats.score_at_time`.
+    The probability that an arm beats the baseline when both stop at the faster arm's median ``learn()`` seconds.
 
     :param arm_runs: The arm's runs (:func:`load`, with ``times``)
     :param base_runs: The baseline's runs

@@ -31,8 +31,7 @@ CLUSTER_MODULES = {"ray": "cluster"}
 
 def check_requirements(report_only: bool, address: str | None) -> None:
     """
-    Check that what the command will import is installed (the report's modules only with ``report_only``; Ray with an
-    ``address``).
+    Check that what the command will import is installed (only the report's with ``report_only``; Ray with ``address``).
 
     :raises ValueError: naming the missing modules and the extras that install them
     """
