@@ -37,15 +37,11 @@ class CriticVariant(NamedTuple):
     - ``"separate"`` (``enable_critic_lstm=True``, the default): its own recurrent layer ``rnn`` and memory.
     - ``"shared"`` (``shared_lstm=True``): the actor's recurrent output and memory, detached.
     - ``"none"`` (neither): a linear layer on the features, ``linear``; its memory is unused.
-
-    :param kind: ``"separate"``, ``"shared"`` or ``"none"``
-    :param rnn: The critic's own LSTM or GRU (``"separate"``), else ``None``
-    :param linear: The critic's layer on the features (``"none"``), else ``None``
     """
 
-    kind: CriticKind
-    rnn: RecurrentLayer | None
-    linear: nn.Module | None
+    kind: CriticKind  #: "separate", "shared" or "none"
+    rnn: RecurrentLayer | None  #: the critic's own LSTM or GRU ("separate"), else None
+    linear: nn.Module | None  #: the critic's layer on the features ("none"), else None
 
     def latent(
         self,

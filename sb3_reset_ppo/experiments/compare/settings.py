@@ -16,37 +16,23 @@ _ARM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 @dataclass(frozen=True)
 class Variant:
-    """
-    One arm of a comparison.
+    """One arm of a comparison."""
 
-    :param name: Its name in the report and its runs' folder
-    :param algo: The zoo algorithm (``reset_ppo``, ``ppo_lstm``, ...)
-    :param hyperparams: Its own settings on top of the shared ones, in the zoo's ``key:value`` form
-    """
-
-    name: str
-    algo: str
-    hyperparams: list[str] = field(default_factory=list)
+    name: str  #: its name in the report and its runs' folder
+    algo: str  #: the zoo algorithm (reset_ppo, ppo_lstm, ...)
+    hyperparams: list[str] = field(default_factory=list)  #: its own settings on top of the shared ones, as key:value
 
 
 @dataclass(frozen=True, kw_only=True)
 class CompareSettings:
-    """
-    One comparison's settings: a field per option of ``python -m sb3_reset_ppo.compare`` (see its ``--help``).
-
-    :param arms: The arms compared (``--algos`` and ``--variant``: :func:`parse_variants`)
-    :param timesteps: Env steps per run (None: the hyperparameter file's ``n_timesteps``)
-    :param conf_file: The zoo hyperparameter file every arm trains with (None: the package's, or one written for the env)
-    :param address: A Ray cluster's address (None: local worker processes)
-    :param out: The comparison's folder, absolute
-    """
+    """One comparison's settings: a field per option of ``python -m sb3_reset_ppo.compare`` (see its ``--help``)."""
 
     env: str
-    arms: tuple[Variant, ...]
+    arms: tuple[Variant, ...]  #: the arms compared (--algos and --variant: parse_variants)
     baseline: str
     seeds: int
-    timesteps: int | None
-    conf_file: str | None
+    timesteps: int | None  #: env steps per run (None: the hyperparameter file's n_timesteps)
+    conf_file: str | None  #: the file every arm trains with (None: the package's, or one written for the env)
     hyperparams: tuple[str, ...]
     gym_packages: tuple[str, ...]
     policy: str
@@ -56,8 +42,8 @@ class CompareSettings:
     final_evaluations: int
     num_threads: int
     workers: int
-    address: str | None
-    out: Path
+    address: str | None  #: a Ray cluster's address (None: local worker processes)
+    out: Path  #: the comparison's folder, absolute
     reps: int
     report_only: bool
     retry_failed: bool
