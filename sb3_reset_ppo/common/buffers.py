@@ -32,12 +32,8 @@ from sb3_reset_ppo.common.windows import RolloutWindowStats, kept_slots, real_sl
 
 class _WindowSampler:
     """
-    The stored rollout as env-major flat tensors on the buffer's device, and the window minibatches.
-
-    Built once per rollout (on the first ``get`` after the buffer is full). A minibatch gathers its slots
-    from these tensors by index: windows are never materialised. Index plans (window order, distinct steps,
-    segments) are computed on the host from a host copy of the episode starts: building a minibatch reads
-    nothing back from the device.
+    The stored rollout as env-major flat tensors on the buffer's device, built once per rollout, and the window
+    minibatches gathered from them by index; index plans are made on the host, so nothing is read back from the device.
 
     :param buffer: The full window rollout buffer
     """
@@ -84,18 +80,15 @@ class _WindowSampler:
         per_env_starts = self.data["episode_starts"].reshape(n_envs, n_steps)
         self.stats = RolloutWindowStats(per_env_starts, self.settings)
         self.diagnostics = self.stats.diagnostics(per_env_starts)
-        # Episode starts up to each flat step (host, inclusive): a row cut from a window knows whether its window
-        # reset at or before the row's first step (mask mode drops the row's slots then)
+        # Episode starts up to each flat step (host, inclusive): mask mode drops a row whose window reset before it
         self.host_start_count = np.cumsum(is_episode_start(self.host_episode_starts))
 
     def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
         """
-        Recompute the memory entering every step of the rollout with the policy's current parameters, without
-        gradient (:func:`~sb3_reset_ppo.common.memory.rnn_step_states`); windows then start from it.
+        Recompute the memory entering every step with the policy's current parameters; windows then start from it.
 
         :param policy: The recurrent policy
-        :return: Staleness of the recorded memory: ``||refreshed - recorded|| / ||recorded||`` over every step,
-            actor and critic, every memory tensor (a 0-d tensor, not read back to the host)
+        :return: Staleness of the recorded memory, ``||refreshed - recorded|| / ||recorded||``, a 0-d tensor
         """
         n_steps = self.n_steps
         # As during collection: no dropout, no batch-norm statistics updated (restored afterwards)
@@ -150,11 +143,9 @@ class _WindowSampler:
         self, batch_size: int | None, generator: np.random.Generator
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
-        One epoch, planned by :func:`~sb3_reset_ppo.common.epochs.plan_epoch` (the windows at a fresh random phase per
-        env, in a fresh random order, cut into minibatches of ``batch_size`` real slots), each gathered by index.
+        One epoch, planned by :func:`~sb3_reset_ppo.common.epochs.plan_epoch`, each minibatch gathered by index.
 
-        :param batch_size: Transitions (real slots) per minibatch; ``None`` or more than the epoch holds: one
-            minibatch of the whole epoch
+        :param batch_size: Transitions (real slots) per minibatch; ``None``: the whole epoch
         :param generator: Source of randomness for the phases, the order and the left-out remainder's place
         :return: Generator of minibatches (see :class:`WindowRolloutBufferSamples`)
         """
@@ -171,8 +162,7 @@ class _WindowSampler:
 
         :param starts: Flat step index of each row's first step, ``(B,)``
         :param lengths: Real steps of each row, ``(B,)``; the row width is their maximum, shorter rows are padded
-        :param window_firsts: Flat index of the first real step of each row's window, ``(B,)`` (mask mode: a row
-            whose window reset before or at its first step is not trained)
+        :param window_firsts: Flat index of the first real step of each row's window, ``(B,)``
         :param normaliser: The loss's divisor under ``"uniform"`` weighting (:func:`uniform_normaliser`)
         :return: The minibatch, each per-slot field of shape ``(B, width)``
         """
@@ -183,8 +173,7 @@ class _WindowSampler:
         offsets = np.minimum(np.arange(width)[None, :], lengths[:, None] - 1)
         host_slots = starts[:, None] + offsets
         burn_rows, burn_lengths = self._burn_in_rows(starts)
-        # Distinct steps of the slots and the burn-in rows: features once per step
-        # The slots' distinct steps first (features with gradient), then the steps only burn-in rows hold
+        # Distinct steps, features once per step: the slots' first (with gradient), then those only burn-in rows hold
         steps, slot_steps = np.unique(host_slots.ravel(), return_inverse=True)
         n_slot_steps = steps.shape[0]
         burn_steps = np.zeros(0, dtype=np.int64)
@@ -204,8 +193,7 @@ class _WindowSampler:
             observations: th.Tensor | dict[str, th.Tensor] = {k: obs[distinct] for k, obs in self.observations.items()}
         else:
             observations = self.observations[distinct]
-        # (B,) flat step index of each row's slot 0
-        memory_steps = slots[:, 0]
+        memory_steps = slots[:, 0]  # (B,) flat step index of each row's slot 0
         episode_starts = self.data["episode_starts"][slots]
         real = None
         if host_lengths is not None:
@@ -249,8 +237,7 @@ class _WindowSampler:
 
     def _burn_in_rows(self, first_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """
-        Flat steps of each window's burn-in row (``max(0, t - burn_in)`` on, ``burn_in + 1`` of them, clamped to the
-        env's last step) and the burn-in length ``t - max(0, t - burn_in)``, ``t`` being the window's first step.
+        Flat steps of each window's burn-in row and its burn-in length (see :class:`BurnIn`).
 
         :param first_steps: Flat step index of each window's slot 0, ``(B,)``
         :return: ``(B, burn_in + 1)`` flat steps (``(B, 0)`` without burn-in) and ``(B,)`` lengths
@@ -264,10 +251,7 @@ class _WindowSampler:
         return rows, first_steps - row_start
 
     def _burn_in(self, rows: np.ndarray, lengths: np.ndarray, row_steps: np.ndarray, slot_steps: int) -> BurnIn:
-        """
-        The burn-in part of a minibatch: rows into its distinct steps, their flags, lengths and first memory, and the
-        number of leading distinct steps that slots hold (the others only burn in: no gradient).
-        """
+        """The burn-in part of a minibatch (see :class:`BurnIn`)."""
         device_rows = self._to_device(rows)
         first = device_rows[:, 0]
         return BurnIn(
@@ -389,10 +373,7 @@ class _WindowBufferMixin:
         self._sampler = None
 
     def add(self, *args: Any, lstm_states: RNNStates, **kwargs: Any) -> None:
-        """
-        Add one step (sb3-contrib's ``add``); ``lstm_states`` is the memory entering it, actor and critic, each
-        ``(hidden, cell)`` for an LSTM or ``(hidden,)`` for a GRU, each tensor ``(n_layers, n_envs, hidden)``.
-        """
+        """Add one step (sb3-contrib's ``add``); ``lstm_states``: the memory entering it, LSTM or GRU, actor and critic."""
         for states in lstm_states:
             if len(states) != len(self.state_names):
                 raise ValueError(
@@ -440,25 +421,18 @@ class _WindowBufferMixin:
         self, batch_size: int | None = None
     ) -> Generator[WindowRolloutBufferSamples, None, None]:
         """
-        One epoch: the windows starting every ``window_stride`` steps from a fresh random phase per env, shuffled and
-        cut into minibatches of ``batch_size`` real transitions (:func:`~sb3_reset_ppo.common.epochs.plan_epoch`).
+        One epoch: the windows at a fresh random phase, shuffled and cut into minibatches (``docs/design.md``, "Epochs").
 
-        :param batch_size: Transitions (real slots) per minibatch, as in SB3: every minibatch holds exactly
-            ``max(batch_size, window_size)`` of them, and the epoch's remainder (fewer than that) is left out at a
-            random place; ``None`` or more than there are yields the whole epoch at once
-        :return: Generator of minibatches, each per-slot field with leading shape ``(B, W)`` (``B`` rows of at most
-            ``window_size`` slots)
+        :param batch_size: Transitions (real slots) per minibatch, as in SB3; ``None``: the whole epoch at once
+        :return: Generator of minibatches, each per-slot field with leading shape ``(B, W)``
         """
         yield from self.sampler().minibatches(batch_size, self.generator)
 
 
 class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: ignore[misc]  # get yields windows
     """
-    Rollout buffer that stores the LSTM or GRU memory entering every step and yields minibatches of windows.
-
-    Storage and ``add`` are sb3-contrib's ``RecurrentRolloutBuffer``'s. ``get(batch_size)`` is one epoch of
-    :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples`, each minibatch gathered by index from one
-    device copy of the rollout.
+    Rollout buffer that stores the LSTM or GRU memory entering every step and yields minibatches of windows
+    (:class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples`); storage and ``add`` are sb3-contrib's.
 
     :param buffer_size: Steps per env (``n_steps``)
     :param observation_space: Observation space
@@ -468,8 +442,7 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
     :param gae_lambda: GAE lambda
     :param gamma: Discount factor
     :param n_envs: Number of parallel environments
-    :param window_settings: The window settings (:meth:`WindowSettings.validated
-        <sb3_reset_ppo.common.settings.WindowSettings.validated>`, whose defaults are ResetPPO's)
+    :param window_settings: The window settings (:meth:`~sb3_reset_ppo.common.settings.WindowSettings.validated`)
     :param consecutive_windows: Consecutive windows of one env kept together in the shuffled order
     :param seed: Seed of the generator that orders the windows
     :param burn_in: Steps run without gradient before each window to give its first memory (0: the stored memory)
@@ -480,10 +453,6 @@ class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: 
 
 
 class DictWindowRolloutBuffer(_WindowBufferMixin, RecurrentDictRolloutBuffer):  # type: ignore[misc]  # get yields windows
-    """
-    :class:`WindowRolloutBuffer` for ``Dict`` observation spaces; samples hold a dict of observation tensors.
-
-    Parameters are those of :class:`WindowRolloutBuffer`.
-    """
+    """:class:`WindowRolloutBuffer` for ``Dict`` observation spaces, with the same parameters."""
 
     observations: dict[str, np.ndarray]  # type: ignore[assignment]

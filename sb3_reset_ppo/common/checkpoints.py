@@ -9,8 +9,7 @@ from typing import Any
 
 from stable_baselines3.common.save_util import open_path
 
-# What every SB3 checkpoint holds
-_REQUIRED_MEMBERS = ("data", "policy.pth")
+_REQUIRED_MEMBERS = ("data", "policy.pth")  # what every SB3 checkpoint holds
 
 # Settings that ResetPPO checkpoints have stored from the first one on: a checkpoint holding them is ResetPPO's
 _RESET_PPO_SETTINGS = ("window_size", "boundary", "weighting")
@@ -31,9 +30,8 @@ def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
     """
     Raise a ``ValueError`` with a clear reason when ``path`` is not an intact SB3 checkpoint.
 
-    Reads every member of the zip archive and checks its CRC, so that a truncated or corrupt file is reported here,
-    not by a traceback from inside zip or pickle. It does not make a file safe: SB3 unpickles checkpoints when it
-    loads them; load only files you trust (docs/guide/reliability.md).
+    Checks every member's CRC, so that a truncated or corrupt file is reported here. It does not make a file safe: SB3
+    unpickles checkpoints; load only files you trust (docs/guide/reliability.md).
 
     :param path: Path (``.zip`` may be omitted, as with SB3's ``load``) or an open binary file
     """
@@ -64,8 +62,7 @@ def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
         )
     missing = [name for name in _REQUIRED_MEMBERS if name not in names]
     if missing and any(name.endswith("data.pkl") for name in names):
-        # The end of the file (the checkpoint's own zip directory) is cut off, and zip found the directory of the
-        # archive nested inside it (policy.pth or policy.optimizer.pth, torch's format): those are not its members
+        # The file's end is cut off, and zip found the directory of an archive nested inside it (torch's policy.pth)
         raise ValueError(
             f"cannot load checkpoint {path}: the file is truncated or corrupt: its zip directory, at the end, is missing, "
             "and what remains readable is a torch archive nested inside it (not the checkpoint's members); save it again "
@@ -94,12 +91,10 @@ def _saved_attributes(path: str | pathlib.Path | io.BufferedIOBase) -> set[str]:
 
 def legacy_settings(path: str | pathlib.Path | io.BufferedIOBase) -> dict[str, Any]:
     """
-    The settings a ``ResetPPO`` checkpoint lacks because it was saved before they existed, each with the value it
-    trained with (:data:`LEGACY_SETTINGS`), so that it loads as it was trained, not with today's defaults. Empty for
-    another algorithm's checkpoint (``RecurrentPPO``'s take ``ResetPPO``'s defaults) and for one that stores them all.
+    The settings a ``ResetPPO`` checkpoint lacks, each with the value it trained with (:data:`LEGACY_SETTINGS`); empty
+    for another algorithm's checkpoint and for one that stores them all.
 
-    :param path: A checkpoint that :func:`check_checkpoint` accepted (a path, ``.zip`` may be omitted, or an open
-        binary file, left at its start)
+    :param path: A checkpoint that :func:`check_checkpoint` accepted (a path or an open binary file, left at its start)
     :return: The missing settings and their values, for ``load``'s overrides
     """
     saved = _saved_attributes(path)

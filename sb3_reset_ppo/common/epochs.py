@@ -1,7 +1,6 @@
 """
-Epoch planning: which windows one epoch trains, in which order, cut into which minibatches (:func:`plan_epoch`), and
-the loss normaliser that follows (:func:`uniform_normaliser`); pure functions of the settings and the model's own
-generator (``docs/design.md``, "Epochs").
+Epoch planning (:func:`plan_epoch`) and the loss normaliser (:func:`uniform_normaliser`): ``docs/design.md``, "Epochs".
+Parameters named as the window settings (``n_steps``, ``n_envs``, ``settings``, ...) mean what its "Notation" says.
 """
 
 from typing import NamedTuple
@@ -36,15 +35,9 @@ def epoch_window_starts(
     window_coverage: Coverage,
 ) -> EpochWindows:
     """
-    The windows of one epoch: per env a random phase ``p`` in ``[0, k)`` (``k``: :func:`effective_stride`) and the
-    windows starting at ``p + j * k``, clipped to the rollout (:func:`clip_windows`; ``docs/design.md``, "Epochs").
+    The windows of one epoch: per env a random phase ``p`` in ``[0, k)`` and the windows starting at ``p + j * k``.
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param window_size: Steps per window
-    :param window_stride: Steps between the starts of consecutive windows
     :param generator: Source of the phases
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: The epoch's windows in env-major order
     """
     stride = effective_stride(n_steps, window_size, window_stride, window_coverage)
@@ -64,12 +57,9 @@ def epoch_window_starts(
 
 def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
     """
-    Group an epoch's windows into the units minibatches are made of: every window is a unit of its own, except
-    that an env's first and last windows, both clipped, form one unit when their real slots add up to at most
-    ``window_size`` (``docs/design.md``, "Epochs").
+    Group an epoch's windows into units: each window alone, or an env's clipped first and last windows together.
 
     :param windows: The epoch's windows (env-major, in order within each env)
-    :param window_size: Steps per window
     :return: Unit of every window, shape ``(n_windows,)``: ``0 .. n_units - 1``, ascending in env-major order
     """
     n_windows = windows.starts.shape[0]
@@ -94,9 +84,6 @@ def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) ->
     """
     Expected real slots (transitions) of one epoch: those of every window of the rollout over the epoch's stride.
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param settings: The window settings
     :return: Real slots per epoch, on average over the phases
     """
     size = settings.window_size
@@ -106,8 +93,7 @@ def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) ->
 
 def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batch_size: int | None) -> float:
     """
-    What every minibatch's loss of a rollout is divided by under ``weighting="uniform"``: ``min(batch_size, expected
-    real slots of an epoch)`` (``docs/design.md``, "Epochs").
+    The divisor of every minibatch's loss under ``weighting="uniform"``: ``min(batch_size, expected epoch slots)``.
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -122,9 +108,7 @@ def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batc
 
 def minibatch_cuts(n_slots: int, batch_size: int | None, generator: np.random.Generator) -> tuple[int, int, int]:
     """
-    How an epoch of ``n_slots`` real slots is cut into minibatches: ``n_minibatches`` full ones of ``size`` slots, the
-    first starting at slot ``offset`` of the epoch's sequence, read cyclically; the remainder is left out. The offset
-    is uniform, drawn only when there is a remainder (``docs/design.md``, "Epochs").
+    How an epoch of ``n_slots`` real slots is cut into full minibatches, read cyclically from a uniform offset.
 
     :param n_slots: Real slots of the epoch (at least 1)
     :param batch_size: Minibatch size in transitions; ``None`` or more than ``n_slots``: one minibatch of all
@@ -138,11 +122,7 @@ def minibatch_cuts(n_slots: int, batch_size: int | None, generator: np.random.Ge
 
 
 class EpochPlan(NamedTuple):
-    """
-    One epoch's minibatches, as *rows* in the order they are trained: a row is a window, or the piece of a window
-    that falls in one minibatch when a minibatch edge cuts it. Each array has shape ``(n_rows,)`` except
-    ``minibatch_edges``.
-    """
+    """One epoch's minibatches as *rows* (windows, or pieces of a window a minibatch edge cut), each array ``(n_rows,)``."""
 
     starts: np.ndarray  # flat (env-major) index of each row's first step
     lengths: np.ndarray  # real steps of each row (1 .. W)
@@ -165,8 +145,7 @@ def plan_epoch(
     generator: np.random.Generator,
 ) -> EpochPlan:
     """
-    Plan one epoch: its windows grouped into units, ordered, and their real slots cut into full minibatches; a window
-    that a minibatch edge cuts becomes two rows (``docs/design.md``, "Epochs").
+    Plan one epoch: its windows in units, ordered and cut into full minibatches (``docs/design.md``, "Epochs").
 
     :param n_steps: Rollout length per env
     :param n_envs: Number of envs
@@ -218,7 +197,6 @@ def minibatch_slots(batch_size: int | None, window_size: int) -> int | None:
     Real slots (transitions) of a full minibatch: ``batch_size``, at least ``window_size`` (one window's worth).
 
     :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: the whole epoch
-    :param window_size: Steps per window
     :return: Slots per full minibatch, or ``None`` for the whole epoch
     """
     return None if batch_size is None else max(int(batch_size), window_size)
@@ -228,9 +206,6 @@ def epoch_slot_range(n_steps: int, n_envs: int, settings: WindowSettings) -> tup
     """
     Fewest and most real slots an epoch can hold (over the phases; equal when the number does not depend on them).
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param settings: The window settings
     :return: ``(fewest, most)``
     """
     stride = settings.stride(n_steps)
@@ -244,8 +219,7 @@ def window_order(
     env_of: np.ndarray, position: np.ndarray, consecutive_windows: int, generator: np.random.Generator
 ) -> np.ndarray:
     """
-    Order in which one epoch visits its windows: runs of ``consecutive_windows`` consecutive windows of one env, cut
-    at a random phase per env, in random order (a uniform permutation with ``consecutive_windows=1``).
+    Order of one epoch's windows: runs of ``consecutive_windows`` windows of one env, in random order.
 
     :param env_of: Env of every window of the epoch, shape ``(n_windows,)``
     :param position: Position of every window among its env's windows of the epoch, shape ``(n_windows,)``

@@ -45,10 +45,7 @@ def _step_features(policy: RecurrentActorCriticPolicy, samples: WindowRolloutBuf
 
 
 def _plain_categorical(policy: ActorCriticPolicy) -> bool:
-    """
-    Whether the policy's action distribution is SB3's categorical over ``action_net``'s logits, built by SB3's own
-    ``_get_action_dist_from_latent`` (not a maskable policy's, nor a subclass's own).
-    """
+    """Whether the policy's action distribution is SB3's own categorical over ``action_net``'s logits (not a maskable one)."""
     return (
         type(policy.action_dist) is CategoricalDistribution
         and type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
@@ -57,9 +54,8 @@ def _plain_categorical(policy: ActorCriticPolicy) -> bool:
 
 def categorical_log_prob_entropy(logits: th.Tensor, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
     """
-    Log-probabilities of the actions and entropies of categorical distributions, as ``torch.distributions.Categorical``
-    computes them (the same operations, so the same values and gradients: ``tests/common/test_unroll.py``), without
-    building the distribution object or validating its arguments.
+    Log-probabilities and entropies of categorical distributions, with ``torch.distributions.Categorical``'s operations
+    (the same values and gradients) but without building the distribution or validating its arguments.
 
     :param logits: Unnormalised log-probabilities, ``(N, n_actions)``
     :param actions: Action indices, ``(N,)`` (integers)
@@ -78,16 +74,12 @@ def evaluate_windows(
     policy: RecurrentActorCriticPolicy, samples: WindowRolloutBufferSamples
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
     """
-    Values, log-probabilities and entropies of the actions of every slot of a minibatch of windows.
-
-    The window counterpart of ``RecurrentActorCriticPolicy.evaluate_actions``: the same networks, critic variants
-    (:func:`critic_variant`) and features extractors, with the memory given by :func:`unroll_rnn`.
+    Values, log-probabilities and entropies of every slot of a minibatch of windows: ``evaluate_actions`` over
+    windows, with the memory given by :func:`unroll_rnn`.
 
     :param policy: The recurrent policy
-    :param samples: A minibatch of windows from a window rollout buffer; with ``action_masks``, the policy's
-        distribution is a maskable one (``MaskableResetPPO``) and each slot's mask is applied to it
-    :return: values, log-probabilities and entropies (``None`` when the distribution has no closed form),
-        each of shape ``(B, W)``
+    :param samples: A minibatch of windows (with ``action_masks``: each slot's mask is applied to the distribution)
+    :return: values, log-probabilities and entropies (``None`` without a closed form), each ``(B, W)``
     """
     # (B, W) -> (B * W,)
     slot_steps = samples.slot_steps.reshape(-1)
@@ -101,8 +93,7 @@ def evaluate_windows(
         if critic.rnn is not None:
             vf_memory = burned_in_memory(critic.rnn, vf_features, samples.burn_in, samples.burn_in.memory.vf)
 
-    # (U, F) -> (B * W, F): every slot's features; and their layout for the fused call, shared by actor and critic
-    # when both read the same features (a shared features extractor)
+    # (U, F) -> (B * W, F): every slot's features, laid out once where actor and critic share them
     pi_slot_features = pi_features[slot_steps]
     pi_inputs = row_inputs(pi_slot_features, samples.layout)
     latent_pi = unroll_rnn(policy.lstm_actor, pi_slot_features, pi_memory, memory_not_start, samples.layout, pi_inputs)
@@ -125,15 +116,13 @@ def slot_heads(
     policy: ActorCriticPolicy, latent_pi: th.Tensor, latent_vf: th.Tensor, samples: WindowRolloutBufferSamples
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
     """
-    Values, log-probabilities and entropies of every slot from the memory's outputs: the policy's ``mlp_extractor``
-    and heads, as ``evaluate_actions`` applies them (any memory: LSTM, GRU, attention).
+    Values, log-probabilities and entropies of every slot from the memory's outputs, as ``evaluate_actions`` does.
 
     :param policy: The policy
     :param latent_pi: The actor's memory output of every slot, ``(B * W, hidden)``
     :param latent_vf: The critic's, ``(B * W, hidden)``
     :param samples: The minibatch (its actions, and its action masks for a maskable policy)
-    :return: values, log-probabilities and entropies (``None`` when the distribution has no closed form), each
-        ``(B, W)``
+    :return: values, log-probabilities and entropies (``None`` without a closed form), each ``(B, W)``
     """
     n_windows, window_size = samples.slot_steps.shape
     latent_pi = policy.mlp_extractor.forward_actor(latent_pi)
@@ -159,8 +148,7 @@ def slot_heads(
         if samples.action_masks is None:
             distribution = policy._get_action_dist_from_latent(latent_pi)
         else:
-            # A maskable policy (MaskableResetPPO's): the mask stored with each slot's step,
-            # (B, W, mask_dims) -> (B * W, mask_dims)
+            # (B, W, mask_dims) -> (B * W, mask_dims): the mask stored with each slot's step
             masks = samples.action_masks.reshape(n_windows * window_size, -1)
             distribution = masked_distribution(policy, latent_pi, masks)
         log_prob = distribution.log_prob(actions)

@@ -1,7 +1,4 @@
-"""
-The reset rule (which slot resets the memory), and the reset layout: where the slots of a minibatch's windows, with a
-reset step before every reset, sit in one fused LSTM or GRU call.
-"""
+"""The reset rule (which slot resets the memory) and where the slots and reset steps sit in one fused call."""
 
 from typing import NamedTuple, TypeVar
 
@@ -26,11 +23,9 @@ def is_episode_start(episode_starts: Flags) -> Flags:
 
 def slot_resets(episode_starts: Flags) -> Flags:
     """
-    Reset flag of every slot: slot ``i >= 1`` resets when its step starts an episode; slot 0 never does (it starts from
-    the memory recorded for its step, to which SB3's rule already applies).
+    Reset flag of every slot: slot ``i >= 1`` resets when its step starts an episode; slot 0 never does.
 
-    :param episode_starts: SB3's episode-start flags of the steps held by the slots, shape ``(B, W)`` (a tensor, or an
-        array where the reset layout is planned on the host)
+    :param episode_starts: SB3's episode-start flags of the slots' steps, shape ``(B, W)`` (a tensor or an array)
     :return: bool flags of shape ``(B, W)``, of the input's kind
     """
     resets = is_episode_start(episode_starts)
@@ -42,11 +37,8 @@ class ResetLayout(NamedTuple):
     """
     Where the slots of ``B`` windows sit in one time-major LSTM input of ``row_length`` steps per window.
 
-    Every reset gets one extra step inserted just before its slot (the *reset step*, which brings the
-    memory to zero), so window ``b``'s slot ``i`` sits at step ``i + (resets of window b up to slot i)``.
-    Slots are numbered row-major over ``(B, W)``; positions are ``step * B + window``. The padding slots of a
-    clipped window sit at the position of its last real slot (their outputs repeat it; they are never trained
-    and their inputs are not written).
+    A *reset step* before every reset slot brings the memory to zero, so window ``b``'s slot ``i`` sits at step
+    ``i + (resets of window b up to slot i)``, position ``step * B + b``; padding slots sit at their last real slot's.
     """
 
     slot_positions: th.Tensor  # (B * W,) position of every slot in the (row_length * B) input
@@ -59,10 +51,8 @@ def plan_reset_steps(episode_starts: np.ndarray, lengths: np.ndarray | None = No
     """
     Lay out ``B`` windows for one fused LSTM call with a reset step before every reset slot.
 
-    :param episode_starts: Episode-start flags of the slots, shape ``(B, W)``; slot ``i >= 1`` resets
-        where set (slot 0 starts from the recorded memory instead)
-    :param lengths: Real slots of each window, shape ``(B,)``; the slots after them are padding (their flags are
-        ignored, their positions repeat the last real slot's). ``None``: every slot is real.
+    :param episode_starts: Episode-start flags of the slots, shape ``(B, W)`` (see :func:`slot_resets`)
+    :param lengths: Real slots of each window, shape ``(B,)``, the rest padding; ``None``: every slot is real
     :return: The layout (CPU tensors)
     """
     n_windows, window_size = episode_starts.shape

@@ -10,12 +10,7 @@ from sb3_reset_ppo.common.utils import TINY
 
 
 class WindowLoss(NamedTuple):
-    """
-    The loss to minimise and its logged parts (0-d tensors; no host synchronisation). The parts are means over the
-    minibatch's real slots (SB3's per-minibatch means); ``loss`` combines them as optimised, which differs only where
-    uniform weighting divides by the rollout's normaliser and that is not the minibatch's real slots (an epoch that
-    holds fewer slots than expected, :func:`~sb3_reset_ppo.common.epochs.uniform_normaliser`).
-    """
+    """The loss to minimise and its logged parts (means over the minibatch's real slots, as SB3 logs them), 0-d tensors."""
 
     loss: th.Tensor
     policy_loss: th.Tensor
@@ -26,10 +21,7 @@ class WindowLoss(NamedTuple):
 
 
 class SlotTargets(NamedTuple):
-    """
-    What the rollout recorded for every slot of a minibatch (each tensor ``(B, W)``), and which slots train with which
-    weight: the fields of :class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples` the loss reads.
-    """
+    """What the rollout recorded for every slot of a minibatch, and the slots' kept flags and weights, each ``(B, W)``."""
 
     old_log_prob: th.Tensor  # log-probabilities recorded in the rollout
     advantages: th.Tensor  # advantages (GAE)
@@ -61,13 +53,9 @@ def window_ppo_loss(
     log_prob: th.Tensor, values: th.Tensor, entropy: th.Tensor | None, targets: SlotTargets, settings: LossSettings
 ) -> WindowLoss:
     """
-    PPO's clipped loss over the slots of ``B`` windows of ``W`` slots (every tensor ``(B, W)``).
-
-    Per-slot terms (clipped surrogate, value loss, entropy) are combined as ``sum(w * term) / n``: under ``"uniform"``
-    weighting ``n`` is ``targets.loss_normaliser``, the same for every minibatch of a rollout
-    (:func:`~sb3_reset_ppo.common.epochs.uniform_normaliser`), else the sum of the weights. Advantages are normalised
-    with the weights' mean and unbiased variance, and dropped slots contribute exactly nothing, even where their terms
-    are not finite (``docs/design.md``, "Weights and loss", derives both).
+    PPO's clipped loss over the slots of ``B`` windows of ``W`` slots (every tensor ``(B, W)``): per-slot terms combined
+    as ``sum(w * term) / n``, ``n`` the rollout's normaliser under ``"uniform"`` weighting, else the sum of the weights;
+    dropped slots contribute exactly nothing (``docs/design.md``, "Weights and loss").
 
     :param log_prob: Log-probabilities under the current policy
     :param values: Values under the current policy
@@ -89,8 +77,7 @@ def window_ppo_loss(
         # As SB3: a single sample is not normalised (selected on the device: no host read)
         advantages = th.where(n_kept > 1, (advantages - mean) / (variance.sqrt() + 1e-8), advantages)
 
-    # Dropped slots enter as ratio 1 and zero terms: nothing they hold (an overflowing ratio) reaches the loss
-    # or the gradient
+    # Dropped slots enter as ratio 1 and zero terms: nothing they hold (an overflowing ratio) reaches the gradient
     log_ratio = th.where(kept, log_prob - old_log_prob, th.zeros_like(log_prob))
     ratio = th.exp(log_ratio)
     policy_term = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range))
@@ -106,8 +93,7 @@ def window_ppo_loss(
 
     # Real slots of the minibatch (a number, not a tensor: no copy to the device per minibatch)
     n_real: float = weights.numel() if n_real_slots is None else n_real_slots
-    # "uniform": the rollout's normaliser, else this minibatch's real slots; the other weightings: the sum of the
-    # weights, guarded where no slot is kept (every term is then 0: the loss is 0, not 0 / 0)
+    # "uniform": the rollout's normaliser (or the real slots); else the sum of the weights, guarded where none is kept
     slots = n_real if uniform_normaliser is None else uniform_normaliser
     normaliser: th.Tensor | float = slots if weighting == "uniform" else weights.sum().clamp(min=TINY)
 
@@ -119,8 +105,7 @@ def window_ppo_loss(
         # Means over kept slots of the two statistics: 2 x (B, W) -> (2, B, W) -> (2,)
         statistics = th.stack([(ratio - 1) - log_ratio, (th.abs(ratio - 1) > clip_range).float()])
         approx_kl, clip_fraction = ((statistics * kept_f).sum(dim=(1, 2)) / n_kept.clamp(min=1.0)).unbind()
-        # Logged as SB3 logs a minibatch's losses, means over its own real slots: the same as the optimised terms
-        # unless uniform weighting divides by a normaliser other than the minibatch's real slots
+        # Logged as SB3 logs a minibatch's losses: means over its own real slots
         logged = combined * (slots / n_real if weighting == "uniform" else 1.0)
     logged_policy, logged_value, logged_entropy = logged.unbind()
     return WindowLoss(

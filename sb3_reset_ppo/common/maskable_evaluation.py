@@ -1,8 +1,4 @@
-"""
-Masked evaluation that keeps a recurrent policy's memory: SB3's ``evaluate_policy`` (which carries the state from step
-to step) with the env's masks given to ``predict``, and sb3-contrib's ``MaskableEvalCallback`` using it. sb3-contrib's
-masked ``evaluate_policy`` passes ``None`` as the state at every step (``docs/guide/masking.md``).
-"""
+"""Masked evaluation that keeps a recurrent policy's memory (sb3-contrib's resets it every step; docs/guide/masking.md)."""
 
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -82,9 +78,8 @@ def evaluate_policy(
     """
     Run the policy for ``n_eval_episodes`` episodes with invalid-action masks, keeping its recurrent state.
 
-    sb3-contrib's masked ``evaluate_policy``'s signature and return; the state ``model.predict`` returns is passed back
-    at the next step (reset by ``episode_start``): for a model without memory the results are sb3-contrib's. Invalid
-    masks raise a ``ValueError`` naming the env and the step (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`).
+    sb3-contrib's masked ``evaluate_policy``'s signature and return, with the state ``model.predict`` returns passed back
+    at the next step; invalid masks raise a ``ValueError`` (:func:`~sb3_reset_ppo.common.spaces.check_action_masks`).
 
     .. note::
         Without a ``Monitor`` wrapper, rewards and episode lengths are counted as ``env.step`` returns them, after
@@ -133,8 +128,7 @@ def evaluate_policy(
 class MaskableEvalCallback(UpstreamMaskableEvalCallback):
     """
     sb3-contrib's ``MaskableEvalCallback`` (same arguments, logged keys and saved files) evaluating with
-    :func:`evaluate_policy`, which keeps recurrent memory. Its ``_on_step`` is sb3-contrib's, run with the name
-    ``evaluate_policy`` that it calls pointed at this module's function (for a model without memory, the same results).
+    :func:`evaluate_policy`, which keeps recurrent memory.
 
     :param eval_env: The env to evaluate on; with ``use_masking`` it must have an ``action_masks()`` method
     :param callback_on_new_best: Callback to trigger when there is a new best model according to the mean return

@@ -1,7 +1,4 @@
-"""
-The memory entering each step, recomputed with the current parameters: for the whole rollout (memory refresh) and for
-each window from the steps before it (burn-in).
-"""
+"""The memory entering each step, recomputed with the current parameters (``memory_refresh``, ``burn_in``)."""
 
 import torch as th
 from torch import nn
@@ -14,8 +11,7 @@ from sb3_reset_ppo.common.unroll import layer_rows, layer_weights
 
 def _linear_recurrence(decay: th.Tensor, drive: th.Tensor, initial: th.Tensor) -> th.Tensor:
     """
-    ``c_t = decay_t * c_{t-1} + drive_t`` for every ``t``, from ``c_{-1} = initial``, as a parallel scan
-    (Hillis-Steele: ``log2(L)`` vectorised passes, no loop over steps).
+    ``c_t = decay_t * c_{t-1} + drive_t`` from ``c_{-1} = initial``, as a parallel scan (``log2(L)`` vectorised passes).
 
     :param decay: ``(B, L, H)``
     :param drive: ``(B, L, H)``
@@ -43,18 +39,15 @@ def rnn_step_states(
     layout: ResetLayout | None = None,
 ) -> tuple[th.Tensor, ...]:
     """
-    The memory entering every step of ``B`` sequences of ``L`` steps as the rollout buffer records it (before SB3's
-    episode-start rule applies at that step), without gradient or dropout: hidden states from one fused call per layer,
-    an LSTM's cell states from the gates and a parallel scan (``docs/design.md``, "Fresh memory").
+    The memory entering every step of ``B`` sequences of ``L`` steps as the rollout buffer records it, without gradient
+    or dropout (``docs/design.md``, "Fresh memory").
 
     :param rnn: The LSTM or GRU
     :param features: Inputs, ``(B, L, input_size)``
-    :param initial: Memory entering step 0 as recorded (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each
-        ``(B, n_layers, hidden)``
+    :param initial: Memory entering step 0 as recorded (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each ``(B, L, H)``
     :param episode_starts: SB3's episode-start flags, ``(B, L)``
     :param layout: ``plan_reset_steps`` of the flags on the features' device, when the caller planned it on the host
-    :return: Memory entering every step (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each
-        ``(B, L, n_layers, hidden)``; step 0's is ``initial``
+    :return: Memory entering every step, in the same form, each ``(B, L, n_layers, hidden)``; step 0's is ``initial``
     """
     n_sequences, length, _ = features.shape
     if layout is None:
@@ -104,14 +97,12 @@ def burned_in_memory(
 ) -> tuple[th.Tensor, ...]:
     """
     The memory entering each window's first step after its burn-in: the LSTM or GRU run without gradient over the
-    ``burn_in`` steps before the window (fewer at the rollout start) from the stored memory of the first of them,
-    with SB3's episode-start rule (so an episode start inside the burn-in gives SB3's episode-start memory).
+    steps before the window from the stored memory of the first of them, with SB3's episode-start rule.
 
     :param rnn: The LSTM or GRU
     :param step_features: Features of the minibatch's distinct steps, ``(U, F)``
     :param burn_in: The burn-in rows (see :class:`~sb3_reset_ppo.common.type_aliases.BurnIn`)
-    :param first_memory: Stored memory entering each row's first step (LSTM ``(hidden, cell)``, GRU ``(hidden,)``),
-        each ``(B, n_layers, hidden)``
+    :param first_memory: Stored memory entering each row's first step (LSTM ``(hidden, cell)``, GRU ``(hidden,)``)
     :return: Memory entering each window's first step, in the same form, each ``(B, n_layers, hidden)``
     """
     # (B, burn_in + 1) rows -> (B, burn_in + 1, F)

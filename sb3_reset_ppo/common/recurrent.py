@@ -1,7 +1,4 @@
-"""
-What the window code reads of a recurrent policy: its layer type and memory, its critic (one of sb3-contrib's three),
-and its actor and critic features.
-"""
+"""What the window code reads of a recurrent policy: its layer type and memory, its critic variant and its features."""
 
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, TypeAlias
@@ -22,7 +19,6 @@ def recurrent_layer_type(rnn: nn.Module) -> RecurrentLayerType:
     ``"lstm"`` or ``"gru"``: the kind of a policy's recurrent layer.
 
     :param rnn: The recurrent layer
-    :return: Its type
     """
     if isinstance(rnn, nn.LSTM):
         return "lstm"
@@ -36,24 +32,16 @@ CriticKind = Literal["separate", "shared", "none"]
 
 class CriticVariant(NamedTuple):
     """
-    Which of sb3-contrib's three critics a recurrent policy has, and the layer that turns the critic's features into
-    its latent (the input of ``mlp_extractor.forward_critic``), as :func:`critic_variant` reads them:
+    Which of sb3-contrib's three critics a recurrent policy has, and the layer that turns its features into its latent:
 
-    - ``"separate"`` (``enable_critic_lstm=True``, sb3-contrib's default): a recurrent layer of its own, ``rnn``
-      (``policy.lstm_critic``), with a memory of its own.
-    - ``"shared"`` (``shared_lstm=True``): the actor's recurrent output, detached (the value loss does not train the
-      actor's layer); its memory is the actor's, detached.
-    - ``"none"`` (neither): no recurrent layer, a linear layer on the features, ``linear`` (``policy.critic``); its
-      memory is unused (sb3-contrib stores the actor's in its place).
-
-    :param kind: ``"separate"``, ``"shared"`` or ``"none"``
-    :param rnn: The critic's own LSTM or GRU (``"separate"``), else ``None``
-    :param linear: The critic's layer on the features (``"none"``), else ``None``
+    - ``"separate"`` (``enable_critic_lstm=True``, the default): its own recurrent layer ``rnn`` and memory.
+    - ``"shared"`` (``shared_lstm=True``): the actor's recurrent output and memory, detached.
+    - ``"none"`` (neither): a linear layer on the features, ``linear``; its memory is unused.
     """
 
-    kind: CriticKind
-    rnn: RecurrentLayer | None
-    linear: nn.Module | None
+    kind: CriticKind  #: "separate", "shared" or "none"
+    rnn: RecurrentLayer | None  #: the critic's own LSTM or GRU ("separate"), else None
+    linear: nn.Module | None  #: the critic's layer on the features ("none"), else None
 
     def latent(
         self,
@@ -80,9 +68,7 @@ class CriticVariant(NamedTuple):
 
 def critic_variant(policy: RecurrentActorCriticPolicy) -> CriticVariant:
     """
-    The critic of a recurrent policy (sb3-contrib's LSTM policies, the GRU policies): the one place the three cases
-    of ``enable_critic_lstm`` and ``shared_lstm`` are told apart (the window evaluation, the GRU policies' ``forward``,
-    the maskable policies' latents, the memory refresh).
+    The critic of a recurrent policy: the one place the cases of ``enable_critic_lstm`` and ``shared_lstm`` are told apart.
 
     :param policy: The recurrent policy
     :return: Its critic's variant and layer (see :class:`CriticVariant`)
@@ -99,8 +85,7 @@ def critic_variant(policy: RecurrentActorCriticPolicy) -> CriticVariant:
 
 def memory_state_names(layer_type: RecurrentLayerType) -> tuple[str, ...]:
     """
-    The tensors that make a layer's memory, in the order of its state tuple: an LSTM's ``(hidden, cell)``, a GRU's
-    ``(hidden,)``.
+    The tensors that make a layer's memory, in the order of its state tuple.
 
     :param layer_type: ``"lstm"`` or ``"gru"``
     :return: ``("hidden", "cell")`` or ``("hidden",)``
@@ -110,8 +95,7 @@ def memory_state_names(layer_type: RecurrentLayerType) -> tuple[str, ...]:
 
 def actor_critic_features(policy: RecurrentActorCriticPolicy, observations: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
     """
-    The actor's and the critic's features of some observations: the same tensor twice with a shared features
-    extractor, which ``extract_features`` then returns alone.
+    The actor's and the critic's features of some observations (the same tensor twice with a shared extractor).
 
     :param policy: The recurrent policy
     :param observations: The observations (a tensor, or a dict of tensors)
@@ -125,8 +109,7 @@ def recurrent_latents(
     policy: RecurrentActorCriticPolicy, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
 ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
     """
-    Latents of actor and critic and the memory after the steps: sb3-contrib's ``forward`` without the heads, with the
-    policy's own ``_process_sequence`` (an LSTM's ``(hidden, cell)`` memory, or a GRU policy's ``(hidden,)``).
+    Latents of actor and critic and the memory after the steps: sb3-contrib's ``forward`` without the heads.
 
     :param policy: The recurrent policy
     :param obs: Observations, sequences one after the other

@@ -1,6 +1,6 @@
 """
-The window settings: their names, defaults and allowed values, validated once into one typed :class:`WindowSettings`,
-and the int validators the model's other arguments use.
+The window settings, validated once into one typed :class:`WindowSettings`, and the int validators of the model.
+Parameters named as the settings (``n_steps``, ``window_size``, ...) mean what ``docs/design.md``, "Notation", says.
 """
 
 from dataclasses import dataclass
@@ -55,8 +55,7 @@ DEFAULT_WINDOW_COVERAGE: Coverage = "full"
 @dataclass(frozen=True)
 class WindowSettings:
     """
-    The window settings, validated once (:meth:`validated`, whose defaults are ResetPPO's) and typed: what the model,
-    the buffer, the statistics and :func:`window_weights` work with.
+    The window settings, validated once (:meth:`validated`, with ResetPPO's defaults), typed and resolved.
 
     :param window_size: Steps per window (resolved: an int)
     :param boundary: ``"reset"`` or ``"mask"``
@@ -151,11 +150,9 @@ def check_window_size_setting(window_size: object) -> None:
 
 def resolve_window_size(window_size: int | str, n_steps: int, batch_size: int | None) -> int:
     """
-    The window length as an int: ``"batch"`` is ``min(batch_size, n_steps)`` (the longest sequence ``RecurrentPPO``
-    trains on with the same arguments), ``"rollout"`` is ``n_steps``.
+    The window length as an int: ``"batch"`` is ``min(batch_size, n_steps)``, ``"rollout"`` is ``n_steps``.
 
     :param window_size: The user's ``window_size``
-    :param n_steps: Rollout length per env
     :param batch_size: Minibatch size in transitions, or ``None``
     :return: Steps per window
     """
@@ -174,12 +171,8 @@ def resolve_window_stride(window_stride: int | None, window_size: int) -> int:
 
 def n_window_starts(n_steps: int, window_size: int, window_coverage: Coverage) -> int:
     """
-    Number of window starts per env: ``n_steps - window_size + 1`` inside the rollout (``"inside"``), or
-    ``n_steps + window_size - 1`` for windows that merely meet it (``"full"``: starts ``-(W-1) .. T-1``).
+    Number of window starts per env: ``T - W + 1`` for ``"inside"``, ``T + W - 1`` for ``"full"`` (``-(W-1) .. T-1``).
 
-    :param n_steps: Rollout length per env
-    :param window_size: Steps per window
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: Window starts per env
     """
     return n_steps + window_size - 1 if window_coverage == "full" else n_steps - window_size + 1
@@ -192,13 +185,8 @@ def first_window_start(window_size: int, window_coverage: Coverage) -> int:
 
 def effective_stride(n_steps: int, window_size: int, window_stride: int, window_coverage: Coverage) -> int:
     """
-    The stride an epoch uses: ``window_stride``, capped at the number of window starts (:func:`n_window_starts`) so
-    that every epoch holds at least one window per env.
+    The stride an epoch uses: ``window_stride``, capped at :func:`n_window_starts` (at least one window per env).
 
-    :param n_steps: Rollout length per env
-    :param window_size: Steps per window
-    :param window_stride: Steps between the starts of consecutive windows of an epoch
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: The stride ``k`` an epoch uses; every window start is drawn with probability ``1 / k`` per epoch
     """
     return max(1, min(window_stride, n_window_starts(n_steps, window_size, window_coverage)))
@@ -206,14 +194,10 @@ def effective_stride(n_steps: int, window_size: int, window_stride: int, window_
 
 def clip_windows(starts: np.ndarray, n_steps: int, window_size: int) -> tuple[np.ndarray, np.ndarray]:
     """
-    Clip (virtual) window starts of one env to the rollout: a window starting before step 0 begins at step 0, one
-    reaching past ``n_steps - 1`` ends there.
+    Clip (virtual) window starts of one env to the rollout ``0 .. n_steps - 1``.
 
     :param starts: Window starts within their env, any shape, each in ``[-(W-1), n_steps - 1]``
-    :param n_steps: Rollout length per env
-    :param window_size: Steps per window ``W``
-    :return: The first step of each clipped window within its env, and its number of real slots (``1 .. W``),
-        both of the shape of ``starts``
+    :return: The first step of each clipped window within its env and its real slots (``1 .. W``), shaped as ``starts``
     """
     first = np.maximum(starts, 0)
     return first, np.minimum(starts + window_size, n_steps) - first
@@ -223,9 +207,6 @@ def every_window(n_steps: int, window_size: int, window_coverage: Coverage) -> t
     """
     Every window of one env, one at every start (:func:`n_window_starts`), clipped to the rollout (:func:`clip_windows`).
 
-    :param n_steps: Rollout length per env
-    :param window_size: Steps per window
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: The first step of each window within its env and its number of real slots, each ``(n_window_starts,)``
     """
     virtual = np.arange(n_window_starts(n_steps, window_size, window_coverage)) + first_window_start(

@@ -1,8 +1,4 @@
-"""
-Observation and action spaces and invalid-action masks: what a policy's default features extractor takes, the action
-spaces the recurrent policies can represent, a mask's layout, and the one check of the masks that ``MaskableResetPPO``
-and the masked ``evaluate_policy`` receive.
-"""
+"""The observation and action spaces the policies take, and the one check of invalid-action masks."""
 
 from collections.abc import Sequence
 from typing import Any
@@ -73,9 +69,8 @@ def check_observation_space(
 
 def check_action_space(action_space: spaces.Space) -> None:
     """
-    Raise a ``ValueError`` naming ``action_space`` and the flat space to use unless the policies' action
-    distributions can represent it: ``MultiBinary`` needs an int ``n``, ``MultiDiscrete`` a flat ``nvec`` (SB3 and
-    sb3-contrib stop later with a bare ``AssertionError`` or ``TypeError``; ``docs/guide/masking.md``).
+    Raise a ``ValueError`` naming ``action_space`` and the flat space to use unless the policies' action distributions
+    can represent it: ``MultiBinary`` needs an int ``n``, ``MultiDiscrete`` a flat ``nvec`` (``docs/guide/masking.md``).
 
     :param action_space: The env's action space
     """
@@ -115,8 +110,7 @@ def mask_sizes(action_space: spaces.Space) -> list[int]:
 
 def mask_dims(action_space: spaces.Space) -> int:
     """
-    Entries of one step's action mask, as sb3-contrib's ``MaskableRolloutBuffer`` counts them (``2 * n`` for
-    ``MultiBinary(n)``: one per outcome).
+    Entries of one step's action mask, as sb3-contrib counts them (``2 * n`` for ``MultiBinary(n)``: one per outcome).
 
     :param action_space: The action space
     :return: The mask's length
@@ -126,18 +120,11 @@ def mask_dims(action_space: spaces.Space) -> int:
 
 def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_envs: int, step: str) -> np.ndarray:
     """
-    The action masks of ``n_envs`` envs as a boolean ``(n_envs, mask_dims)`` array, or a ``ValueError`` that names
-    the env and ``step``, with the expected shape when they do not fit ``action_space``, or the env and the piece of
-    its mask that leaves it no valid action.
+    The action masks of ``n_envs`` envs as a boolean ``(n_envs, mask_dims)`` array, or a ``ValueError`` that names the
+    env and ``step`` where a mask has the wrong shape or allows no action of some sub-action (``docs/guide/masking.md``).
 
-    Accepted: ``(n_envs, mask_dims)``; ``(mask_dims,)`` or ``(n_envs * mask_dims,)`` flat (sb3-contrib reshapes
-    those to the logits' shape); a sequence of ``n_envs`` masks of ``(mask_dims,)`` (what
-    ``VecEnv.env_method("action_masks")`` returns, which sb3-contrib's ``get_action_masks`` stacks). An entry allows
-    its action when it is non-zero, as sb3-contrib converts masks (``dtype=th.bool``).
-
-    Refused, besides other shapes: a mask that allows no action (``Discrete``), or none of one sub-action (a piece of
-    a ``MultiDiscrete`` or ``MultiBinary`` mask). sb3-contrib then sets every logit of the piece to ``-1e8``, so the
-    piece's distribution is uniform over all its actions and an invalid action is sampled without a word.
+    Accepted: ``(n_envs, mask_dims)``, ``(mask_dims,)``, ``(n_envs * mask_dims,)``, or a sequence of ``n_envs`` masks
+    (``VecEnv.env_method("action_masks")``); a non-zero entry allows its action.
 
     :param action_masks: The masks
     :param action_space: The action space they are masks of (``Discrete``, ``MultiDiscrete`` or ``MultiBinary``)

@@ -10,10 +10,8 @@ from torch.nn import functional as F
 from sb3_reset_ppo.common.layout import ResetLayout
 from sb3_reset_ppo.common.recurrent import RecurrentLayer
 
-# Added to the input- and forget-gate pre-activations at a reset step: both gates become exactly 0. The
-# sigmoid of it is exactly 0 in float16, bfloat16, float32 and float64 (exp(1e4) overflows in all four), it is
-# finite in all four (float16's largest is 65504), and 0 * it is 0 at the other steps (-1e9 is -inf in
-# float16, and 0 * -inf is NaN). Exact while the rest of a gate's pre-activation stays below ~9,000.
+# Added to the input- and forget-gate pre-activations at a reset step: its sigmoid is exactly 0 and it is finite from
+# float16 to float64, so 0 * it is 0 at the other steps (-1e9 is -inf in float16); docs/design.md, "Unroll"
 RESET_PREACTIVATION = -1e4
 
 
@@ -21,12 +19,8 @@ def fused_lstm_layer(
     inputs: th.Tensor, state: tuple[th.Tensor, th.Tensor], weights: Sequence[th.Tensor], training: bool
 ) -> th.Tensor:
     """
-    One layer of torch's fused LSTM over a whole sequence: ``torch.lstm``, the call ``nn.LSTM.forward`` makes.
-
-    The weights are first copied into one contiguous buffer, in ``nn.LSTM``'s order (``w_ih, w_hh[, b_ih,
-    b_hh]``), and passed as views of it: the form ``nn.LSTM.flatten_parameters`` gives them, so cuDNN uses
-    them without re-packing (and without its "not part of single contiguous chunk of memory" warning).
-    ``tests/common/test_unroll.py`` checks this function against ``nn.LSTM`` so that a change in torch fails loudly.
+    One layer of torch's fused LSTM over a whole sequence: ``torch.lstm``, the call ``nn.LSTM.forward`` makes, with
+    the weights as :func:`_contiguous_views` (``tests/common/test_unroll.py`` checks it against ``nn.LSTM``).
 
     :param inputs: Sequence, shape ``(steps, batch, input_size)``
     :param state: ``(hidden, cell)`` entering the first step, each ``(1, batch, hidden_size)``
@@ -40,8 +34,7 @@ def fused_lstm_layer(
 
 def fused_gru_layer(inputs: th.Tensor, hidden: th.Tensor, weights: Sequence[th.Tensor], training: bool) -> th.Tensor:
     """
-    One layer of torch's fused GRU over a whole sequence: ``torch.gru``, the call ``nn.GRU.forward`` makes, with
-    the weights passed as in :func:`fused_lstm_layer`. ``tests/reset_ppo/test_gru.py`` checks it against ``nn.GRU``.
+    One layer of torch's fused GRU over a whole sequence, as :func:`fused_lstm_layer` (``tests/reset_ppo/test_gru.py``).
 
     :param inputs: Sequence, shape ``(steps, batch, input_size)``
     :param hidden: Hidden state entering the first step, ``(1, batch, hidden_size)``
@@ -55,8 +48,8 @@ def fused_gru_layer(inputs: th.Tensor, hidden: th.Tensor, weights: Sequence[th.T
 
 def _contiguous_views(weights: Sequence[th.Tensor]) -> list[th.Tensor]:
     """
-    The weights copied into one contiguous buffer, in the given order, as views of it, where cuDNN runs the call;
-    elsewhere (the CPU's fused kernels take the weights as they are) the weights themselves, uncopied.
+    Where cuDNN runs the call, the weights as views of one contiguous copy (as ``nn.LSTM.flatten_parameters`` leaves
+    them, so cuDNN does not re-pack them); elsewhere the weights themselves.
     """
     if weights[0].device.type != "cuda":
         return list(weights)
@@ -95,19 +88,15 @@ def unroll_rnn(
     """
     Run an LSTM or a GRU over the slots of ``B`` windows with reset-and-continue, as one fused call per layer.
 
-    Slot 0 starts from the memory recorded for its step; at a slot whose step starts an episode the memory is reset
-    to zero by one extra *reset step* before it, whose constant input forces the step's output, and every gradient
-    through it, to exactly 0 (``docs/design.md``, "Unroll", derives it for both cells); elsewhere the memory is
-    carried through the graph. Each window is one row of the fused call, rows padded at the end.
+    Slot 0 starts from the memory recorded for its step; before a slot whose step starts an episode, a *reset step*
+    zeroes the memory and every gradient through it (``docs/design.md``, "Unroll"); elsewhere the memory is carried.
 
     :param rnn: The LSTM or GRU (``batch_first=False``, as in sb3-contrib's policies)
     :param slot_features: Inputs of every slot, shape ``(B * W, input_size)``, slots row-major over ``(B, W)``
-    :param memory: Recorded memory entering each window's slot 0, LSTM ``(hidden, cell)`` or GRU ``(hidden,)``,
-        each ``(B, n_layers, hidden)``
+    :param memory: Memory entering each window's slot 0, LSTM ``(hidden, cell)`` or GRU ``(hidden,)``, each ``(B, L, H)``
     :param memory_not_start: ``1 - episode_start`` of each window's slot 0, shape ``(B,)``
     :param layout: Where each slot and reset step sits (see :func:`~sb3_reset_ppo.common.layout.plan_reset_steps`)
-    :param inputs: The first layer's input as :func:`row_inputs` lays out ``slot_features``, when the caller has it
-        (actor and critic that read the same features share it); ``None``: laid out here
+    :param inputs: :func:`row_inputs` of ``slot_features`` where the caller has it (actor and critic share it), or ``None``
     :return: Outputs of every slot, shape ``(B * W, hidden)``
     """
     layer_outputs = layer_rows(rnn, slot_features, memory, memory_not_start, layout, inputs)
@@ -118,9 +107,8 @@ def unroll_rnn(
 
 def _reset_weight(rnn: RecurrentLayer, layer: int, like: th.Tensor) -> th.Tensor:
     """
-    The weight column of the reset input of one layer, ``(gates * hidden, 1)`` (see :func:`unroll_rnn`): LSTM
-    (gates i, f, g, o) ``RESET_PREACTIVATION`` on i and f; GRU (gates r, z, n) ``RESET_PREACTIVATION`` on r and
-    z, ``-b_in`` on n (a function of the parameter, so that its gradients cancel exactly as its values do).
+    The weight column of the reset input of one layer, ``(gates * hidden, 1)``: ``RESET_PREACTIVATION`` on an LSTM's
+    i and f or a GRU's r and z, and ``-b_in`` on a GRU's n (a function of the parameter: its gradients cancel too).
     """
     hidden_size = rnn.hidden_size
     if isinstance(rnn, nn.LSTM):
@@ -173,11 +161,7 @@ def layer_rows(
     layout: ResetLayout,
     first_inputs: th.Tensor | None = None,
 ) -> Iterator[th.Tensor]:
-    """
-    The unroll of :func:`unroll_rnn`, layer by layer: yields each layer's outputs, ``(row_length, B, hidden)``
-    (slot ``i`` of window ``b`` at ``layout.slot_positions[b * W + i]`` of the flattened rows). ``first_inputs``:
-    :func:`row_inputs` of the slot features, when the caller has it.
-    """
+    """:func:`unroll_rnn` layer by layer (``first_inputs``: its ``inputs``): each layer's outputs, ``(row_length, B, H)``."""
     n_windows = memory_not_start.shape[0]
     reset_steps = layout.reset_steps.to(slot_features.dtype)
     # (row_length, B, F + 1)

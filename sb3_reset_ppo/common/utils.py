@@ -29,8 +29,7 @@ _LIBRARY_DIRS = tuple(
 
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     """
-    Issue a warning attributed to the caller's own code: the first frame outside sb3-reset-ppo, SB3 and
-    sb3-contrib (so that ``ResetPPO(...)`` and ``ResetPPO.load(...)`` warnings point at the user's line).
+    Issue a warning attributed to the user's line: the first frame outside sb3-reset-ppo, SB3 and sb3-contrib.
 
     :param message: The warning
     :param category: The warning class
@@ -94,8 +93,7 @@ def thread_advice(
     load: float | None = None,
 ) -> str | None:
     """
-    The advice to train with one torch thread where every measurement of this kind of policy and machine load found
-    more threads slower (:data:`THREAD_MEASUREMENTS`; ``docs/guide/install.md``, "Threads"); else None.
+    The advice to train with one torch thread where :data:`THREAD_MEASUREMENTS` found more threads slower; else None.
 
     :param algorithm: The class name, for the message
     :param num_threads: ``torch.get_num_threads()``

@@ -1,9 +1,6 @@
 """
-Where the windows of a rollout are and what each slot holds: pure functions of the rollout's episode starts, with no
-SB3 state, and the rollout statistics they give (:class:`RolloutWindowStats`, the public :func:`window_weights`).
-
-The rollout is addressed *env-major*: step ``s`` of env ``e`` has the flat index ``e * n_steps + s``; slot ``i`` of
-the window starting at step ``t`` holds step ``t + i``.
+Where a rollout's windows are, what each slot holds and their statistics (:func:`window_weights`), from the episode
+starts; indices and parameters named as the settings (``n_steps``, ...) are as ``docs/design.md``, "Notation", says.
 """
 
 from collections.abc import Iterator
@@ -11,8 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch as th
 
-# Re-exported (noqa): plan_epoch, uniform_normaliser, ResetLayout, plan_reset_steps, effective_stride and
-# resolve_window_size, which the benchmarks and user code import from this module
+# Re-exported (noqa): the benchmarks and user code import these from this module
 from sb3_reset_ppo.common.epochs import plan_epoch, uniform_normaliser  # noqa: F401
 from sb3_reset_ppo.common.layout import ResetLayout, is_episode_start, plan_reset_steps, slot_resets  # noqa: F401
 from sb3_reset_ppo.common.settings import (  # noqa: F401
@@ -29,22 +25,16 @@ from sb3_reset_ppo.common.settings import (  # noqa: F401
     resolve_window_size,
 )
 
-# Number of windows handled at once when scanning a whole rollout (bounds temporary memory).
-_CHUNK_WINDOWS = 1 << 16
+_CHUNK_WINDOWS = 1 << 16  # number of windows handled at once when scanning a whole rollout (bounds temporary memory)
 
 
 def window_starts(
     n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", *, window_coverage: Coverage
 ) -> th.Tensor:
     """
-    Flat (env-major) index of the first step of every window of a rollout (one at every start): inside the rollout
-    (``"inside"``) or every window that meets it, clipped (``"full"``; :func:`window_lengths` gives their real slots).
+    Flat (env-major) index of the first real step of every window of a rollout (one at every start).
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param window_size: Steps per window
     :param device: Device of the returned tensor
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: int64 tensor of shape ``(n_envs * n_window_starts,)`` (see :func:`n_window_starts`)
     """
     first, _ = every_window(n_steps, window_size, window_coverage)
@@ -60,11 +50,7 @@ def window_lengths(
     """
     Real slots of every window of :func:`window_starts` (``window_size`` for every window inside the rollout).
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param window_size: Steps per window
     :param device: Device of the returned tensor
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: int64 tensor of shape ``(n_envs * n_window_starts,)``
     """
     _, lengths = every_window(n_steps, window_size, window_coverage)
@@ -77,9 +63,7 @@ def slot_indices(starts: th.Tensor, window_size: int, lengths: th.Tensor | None 
     Flat index of the step held by every slot of the given windows.
 
     :param starts: Flat index of the first step of each window, shape ``(B,)``
-    :param window_size: Steps per window ``W``
-    :param lengths: Real slots of each window, shape ``(B,)``; the padding slots after them hold the window's
-        last real step (they are never trained). ``None``: every slot is real.
+    :param lengths: Real slots of each window, shape ``(B,)``, padding repeating the last real step; ``None``: all real
     :return: int64 tensor of shape ``(B, W)``
     """
     offsets = th.arange(window_size, device=starts.device)[None, :]
@@ -94,7 +78,6 @@ def real_slots(lengths: th.Tensor, window_size: int) -> th.Tensor:
     Which slots of the given windows hold a real step (the others are padding of a clipped window).
 
     :param lengths: Real slots of each window, shape ``(B,)``
-    :param window_size: Steps per window ``W``
     :return: bool tensor of shape ``(B, W)``
     """
     return th.arange(window_size, device=lengths.device)[None, :] < lengths[:, None]
@@ -105,7 +88,6 @@ def kept_slots(resets: th.Tensor, boundary: Boundary, real: th.Tensor | None = N
     Which slots are trained: every real slot in reset mode, in mask mode those before their window's first reset.
 
     :param resets: Reset flags, shape ``(B, W)`` (see :func:`slot_resets`)
-    :param boundary: ``"reset"`` or ``"mask"``
     :param real: Which slots hold a real step, shape ``(B, W)`` (see :func:`real_slots`); ``None``: all
     :return: bool tensor of shape ``(B, W)``
     """
@@ -118,15 +100,13 @@ def slot_weights(kept: th.Tensor, step_counts: th.Tensor, weighting: Weighting) 
     Weight of every slot in the loss.
 
     :param kept: Kept flags, shape ``(B, W)``
-    :param step_counts: For the step held by each slot, the number of windows in which that step is kept,
-        shape ``(B, W)`` (see :func:`kept_counts`)
+    :param step_counts: Windows in which each slot's step is kept, shape ``(B, W)`` (see :func:`kept_counts`)
     :param weighting: ``"uniform"`` and ``"kept_mean"`` (weight = kept) or ``"importance"`` (weight = kept / count)
     :return: float32 tensor of shape ``(B, W)``
     """
     weights = kept.float()
     if weighting == "importance":
-        # A kept step has count >= 1; clamp only guards the division for dropped slots.
-        weights = weights / step_counts.clamp(min=1)
+        weights = weights / step_counts.clamp(min=1)  # a kept step's count is >= 1
     return weights
 
 
@@ -137,8 +117,6 @@ def _window_chunks(
     All windows of a rollout (one at every start, see :func:`window_starts`), a bounded number at a time.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
-    :param window_size: Steps per window
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: Iterator of ``(slots, resets, real)``, each of shape ``(chunk, W)``
     """
     n_envs, n_steps = episode_starts.shape
@@ -158,9 +136,6 @@ def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary,
     For every step, the number of windows (of all windows of the rollout, one at every start) in which it is kept.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
-    :param window_size: Steps per window
-    :param boundary: ``"reset"`` or ``"mask"``
-    :param window_coverage: ``"full"`` or ``"inside"``
     :return: float32 tensor of shape ``(n_envs * n_steps,)`` (env-major flat layout)
     """
     counts = th.zeros(episode_starts.numel(), device=episode_starts.device)
@@ -175,7 +150,6 @@ class RolloutWindowStats:
     Per-step counts and expected weights of one rollout over one epoch, computed by a scan over all its windows.
 
     :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
-    :param settings: The window settings
     """
 
     def __init__(self, episode_starts: th.Tensor, settings: WindowSettings) -> None:
@@ -204,8 +178,7 @@ class RolloutWindowStats:
         The ``train/`` window diagnostics (see the design document, ``docs/design.md``).
 
         :param episode_starts: The same flags the stats were built from, shape ``(n_envs, n_steps)``
-        :return: Mapping from logger key to value; ``train/episode_start_weight`` only when the rollout
-            holds an episode start
+        :return: Logger key to value; ``train/episode_start_weight`` only where the rollout holds an episode start
         """
         stats = {
             "train/kept_slot_fraction": self.n_kept_slots / self.n_real_slots,
@@ -229,8 +202,8 @@ def window_weights(
     window_coverage: str = DEFAULT_WINDOW_COVERAGE,
 ) -> np.ndarray:
     """
-    Expected total slot weight each step of a rollout receives in one epoch, computed by the code ResetPPO trains with
-    (``docs/design.md``, "Expected weights"). With ResetPPO's defaults every step gets 1 in reset mode.
+    Expected total slot weight each step of a rollout receives in one epoch: 1 with ResetPPO's defaults in reset mode
+    (``docs/design.md``, "Expected weights").
 
     :param episode_starts: SB3's episode-start flags, shape ``(n_steps,)`` or ``(n_steps, n_envs)``
     :param window_size: Steps per window, an int (``ResetPPO.window_length``)

@@ -1,16 +1,6 @@
 """
-Small numpy-only memory tasks, registered with gymnasium on import.
-
-- ``CueRecall-v0``: name a cue shown at the first step, 2 to 7 steps later (:class:`CueRecallEnv`).
-- ``CueRecallLong-v0``: the same, 21 to 41 steps later.
-- ``CueRecallImage-v0``: ``CueRecall-v0`` with 64x64 images (:class:`CueRecallImageEnv`).
-- ``MaskedCueRecall-v0``: ``CueRecall-v0`` with invalid actions, to be masked (:class:`MaskedCueRecallEnv`):
-  memory and action masks both matter.
-- ``EarlyChoice-v0``: most of the return is earned by the first decisions of each episode
-  (:class:`EarlyChoiceEnv`).
-- ``Popgym<Task>-v0``: POPGym's memory tasks (``popgym`` on PyPI; see :mod:`sb3_reset_ppo.envs.popgym_tasks`).
-- ``MiniGridMemoryS7Flat-v0``: MiniGrid's memory task (``minigrid`` on PyPI; see
-  :mod:`sb3_reset_ppo.envs.minigrid_tasks`).
+Memory tasks registered with gymnasium on import: small numpy-only ones (``CueRecall-v0``, ``CueRecallLong-v0``,
+``CueRecallImage-v0``, ``MaskedCueRecall-v0``, ``EarlyChoice-v0``), POPGym's and MiniGrid's (``docs/guide/examples.md``).
 """
 
 import gymnasium as gym

@@ -26,18 +26,14 @@ class CueRecallEnv(gym.Env[np.ndarray, np.int64]):
     """
     Remember a cue shown at the first step of the episode and name it when asked.
 
-    The first observation shows one of ``n_cues`` cues (one-hot). The next ``delay`` observations are blank,
-    ``delay`` drawn uniformly from ``[min_delay, max_delay]`` each episode, then a query observation (last
-    component 1) asks for the cue. Naming it (action = cue index) at the query step gives reward 1 and
-    ends the episode; actions at other steps have no effect. Episodes last ``delay + 2`` steps.
-
-    Optimal return 1.0 (with memory of the first observation), random ``1 / n_cues``.
+    The first observation shows one of ``n_cues`` cues (one-hot), the next ``delay`` (uniform in ``[min_delay,
+    max_delay]``) are blank, then a query (last component 1) asks for the cue: naming it gives reward 1 and ends the
+    episode; actions at other steps have no effect. Returns and bounds: ``docs/api/envs.md``.
 
     :param n_cues: Number of distinct cues (and actions)
     :param min_delay: Shortest number of blank steps between cue and query
     :param max_delay: Longest number of blank steps between cue and query
-    :param render_mode: ``None`` or ``"rgb_array"`` (the observation as a row of gray pixels); with
-        ``gymnasium.make(..., render_mode="human")`` gymnasium shows these frames in a window (needs pygame)
+    :param render_mode: ``None`` or ``"rgb_array"`` (a row of gray pixels; ``gymnasium.make`` adds ``"human"``)
     """
 
     metadata = METADATA
@@ -90,7 +86,7 @@ class CueRecallImageEnv(CueRecallEnv):
     :class:`CueRecallEnv` with 64x64 grayscale image observations (for ``CnnLstmPolicy``).
 
     The cue is a bright 16x16 square in one of ``n_cues`` positions; blank steps are black frames; the
-    query frame has a bright border. Optimal return 1.0, random policy's ``1 / n_cues``.
+    query frame has a bright border.
 
     :param n_cues: Number of distinct cues (and actions), at most 16
     :param min_delay: Shortest number of blank steps between cue and query

@@ -9,11 +9,9 @@ class EarlyChoiceEnv(gym.Env[np.ndarray, np.int64]):
     """
     The opening decisions of each episode carry most of the return.
 
-    The first ``n_decisions`` steps each show a target (one-hot of ``n_choices``); choosing it gives reward 1.
-    Then come ``filler`` steps (drawn uniformly from ``[min_filler, max_filler]`` each episode, observation:
-    the last component set) where action 0 gives 0.01 and the others 0. Episodes therefore last
-    ``n_decisions + filler`` steps and most of their return is earned at their first steps, the steps that
-    masking under-weights. Optimal expected return: :attr:`optimal_return`; random: that over ``n_choices``.
+    The first ``n_decisions`` steps each show a target (one-hot of ``n_choices``); choosing it gives reward 1. Then
+    come ``filler`` steps (uniform in ``[min_filler, max_filler]``, the last component set) where action 0 gives 0.01,
+    the others 0: most of the return is earned at the steps that masking under-weights (:attr:`optimal_return`).
 
     :param n_choices: Number of targets (and actions)
     :param n_decisions: Decision steps at the start of each episode

@@ -6,10 +6,8 @@ from sb3_reset_ppo.envs.cue_recall import CueRecallEnv
 
 def normalised_score(episode_return: float, n_cues: int = 4) -> float:
     """
-    A :class:`MaskedCueRecallEnv` return (or mean return) on a scale where chance is 0 and perfect recall is 1.
-
-    ``(episode_return - 1 / n_cues) / (1 - 1 / n_cues)``: 1.0 for a policy that always names the cue, 0.0 in
-    expectation for one that takes only valid actions without memory, negative with invalid actions.
+    A :class:`MaskedCueRecallEnv` return (or mean return) on a scale where chance is 0 and perfect recall is 1:
+    ``(episode_return - 1 / n_cues) / (1 - 1 / n_cues)``, negative with invalid actions.
 
     :param episode_return: The return of an episode, or a mean of returns
     :param n_cues: The env's number of cues
@@ -25,31 +23,23 @@ class MaskedCueRecallEnv(CueRecallEnv):
     """
     :class:`~sb3_reset_ppo.envs.cue_recall.CueRecallEnv` with invalid actions: memory and action masks both matter.
 
-    Observations are :class:`~sb3_reset_ppo.envs.cue_recall.CueRecallEnv`'s: the cue, ``delay`` blank steps, the query.
+    The observations are ``CueRecallEnv``'s; the actions are ``0 .. n_cues - 1`` (answers) and ``n_cues ..
+    n_cues + n_wait - 1`` (waits), and at each step :meth:`action_masks` says which are valid:
 
-    The actions are ``0 .. n_cues - 1`` (answers) and ``n_cues .. n_cues + n_wait - 1`` (waits), and at each
-    step :meth:`action_masks` says which are valid:
-
-    - before the query (the cue step and the blank steps): exactly one wait action, drawn uniformly from the
-      ``n_wait`` each step. It is not shown in the observation: only the mask tells which it is. Taking it
-      gives reward 0 and the episode goes on.
-    - at the query: the ``n_cues`` answers. Naming the cue gives reward 1, another answer 0; either ends the
-      episode (``info["is_success"]`` says which).
+    - before the query: one wait action, drawn uniformly each step and shown only by the mask (reward 0).
+    - at the query: the ``n_cues`` answers; the cue gives reward 1 (``info["is_success"]``), another 0; both end it.
     - an invalid action gives reward -1 and ends the episode (``info["invalid_action"]`` is ``True``).
 
-    Optimal return 1.0 (with the masks and memory of the first observation); without memory ``1 / n_cues``
-    (:func:`normalised_score` maps that to 0). Returns and bounds: ``docs/api/envs.md``.
+    Returns and bounds: ``docs/api/envs.md``.
 
     :param n_cues: Number of distinct cues (and answer actions)
     :param min_delay: Shortest number of blank steps between cue and query
     :param max_delay: Longest number of blank steps between cue and query
     :param n_wait: Number of wait actions, one of which is valid at each step before the query
-    :param render_mode: ``None`` or ``"rgb_array"`` (the observation as a row of gray pixels); with
-        ``gymnasium.make(..., render_mode="human")`` gymnasium shows these frames in a window (needs pygame)
+    :param render_mode: ``None`` or ``"rgb_array"`` (a row of gray pixels; ``gymnasium.make`` adds ``"human"``)
     """
 
-    # Reward of an invalid action (which also ends the episode)
-    invalid_reward = -1.0
+    invalid_reward = -1.0  # reward of an invalid action (which also ends the episode)
 
     def __init__(
         self, n_cues: int = 4, min_delay: int = 1, max_delay: int = 6, n_wait: int = 2, render_mode: str | None = None

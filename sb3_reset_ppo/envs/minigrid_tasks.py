@@ -1,11 +1,6 @@
 """
-MiniGrid's memory task (``minigrid`` on PyPI) as a gymnasium id SB3 can train on.
-
-``MiniGridMemoryS7Flat-v0`` makes ``MiniGrid-MemoryS7-v0`` (the task torch-ac's recurrent PPO examples use:
-see an object, walk down a hallway, choose the matching one) and keeps the agent's 7x7x3 view only
-(``ImgObsWrapper``), as ``float32``: the view holds object, colour and state indices (0 to 10), not pixels, so
-SB3 must not treat it as an image (scale by 255, or a CNN for 36x36 and larger images). Registered by
-:mod:`sb3_reset_ppo.envs`; ``minigrid`` is imported only when the env is made.
+``MiniGridMemoryS7Flat-v0``: MiniGrid's ``MiniGrid-MemoryS7-v0`` with the agent's 7x7x3 view of object, colour and state
+indices as ``float32``, not pixels (``minigrid`` is imported only when the env is made).
 """
 
 import importlib
@@ -39,8 +34,7 @@ def make_memory_s7(**kwargs: Any) -> gym.Env:
     :return: The environment
     """
     try:
-        # Importing minigrid registers its envs
-        wrappers = importlib.import_module("minigrid.wrappers")
+        wrappers = importlib.import_module("minigrid.wrappers")  # importing minigrid registers its envs
     except ImportError as error:
         raise ImportError(f"{ENV_ID} needs the minigrid package: pip install minigrid") from error
     return _Float32View(wrappers.ImgObsWrapper(gym.make("MiniGrid-MemoryS7-v0", **kwargs)))

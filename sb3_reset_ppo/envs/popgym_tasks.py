@@ -1,11 +1,6 @@
 """
-POPGym memory tasks (``popgym`` on PyPI, numpy only) as gymnasium ids SB3 can train on.
-
-``Popgym<Task>-v0`` makes ``popgym.envs.<Task>()`` and flattens a ``Tuple`` observation space (which SB3 does
-not support, e.g. Autoencode's) or a ``MultiDiscrete`` one (CountRecall's: SB3 gives its flattened size as a numpy
-integer, which torch's LSTM rejects) into one-hot vectors, with fresh info dicts (:class:`FreshInfo`). Scores are in
-``[-1, 1]`` per episode. Registered by :mod:`sb3_reset_ppo.envs`; ``popgym`` (the ``evidence`` extra) is imported
-only when one is made.
+POPGym's memory tasks as ``Popgym<Task>-v0``: ``popgym.envs.<Task>()`` with a ``Tuple`` or ``MultiDiscrete`` observation
+flattened to one-hot vectors and fresh info dicts (:class:`FreshInfo`); ``popgym`` is imported only when one is made.
 """
 
 import copy

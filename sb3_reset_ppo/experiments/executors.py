@@ -1,8 +1,4 @@
-"""
-Where runs train: local worker threads that each start one trainer process at a time (:func:`run_local`), or Ray
-tasks of one CPU on a cluster (:func:`run_ray`), each trained in a temporary folder of its machine and its files
-returned to the driver, so that the machines share a Python environment but no filesystem.
-"""
+"""Where runs train: local worker threads (:func:`run_local`) or Ray tasks of one CPU on a cluster (:func:`run_ray`)."""
 
 import contextlib
 import io
@@ -28,8 +24,7 @@ Result = dict[str, Any]
 
 def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> None:
     """
-    Run ``work(index, stop)`` on ``workers`` threads and wait for them. ``stop`` is set when a worker raises or on
-    Ctrl-C, which only sets it while the threads run: each worker checks it before starting more work.
+    Run ``work(index, stop)`` on ``workers`` threads and wait for them; ``stop`` is set when a worker raises or on Ctrl-C.
 
     :raises BaseException: a worker's first error (after the others are done), else KeyboardInterrupt if interrupted
     """
@@ -56,8 +51,7 @@ def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> N
             with contextlib.suppress(OSError):  # stdout gone (a closed pipe): the flags are what matters
                 print("interrupted: no new run starts; waiting for the running ones", flush=True)
 
-    # A handler instead of KeyboardInterrupt: an exception could land anywhere (in Thread.start, or in
-    # Thread.join, which in CPython 3.11 then marks a thread that is still running as stopped)
+    # A handler instead of KeyboardInterrupt, which could land in Thread.join (CPython 3.11 then marks a running one stopped)
     handle = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
     previous = signal.signal(signal.SIGINT, on_interrupt) if handle else None
     try:
@@ -134,8 +128,7 @@ def _pack(folder: Path) -> bytes:
 
 def _unpack(data: bytes, folder: Path) -> None:
     """
-    Unpack :func:`_pack`'s archive into ``folder``, refusing paths that leave it, through a sibling folder that then
-    replaces it, so that an interruption never leaves it half unpacked.
+    Unpack :func:`_pack`'s archive into ``folder`` through a sibling folder (never half unpacked), refusing paths out.
 
     :raises FileExistsError: ``folder`` exists and is not a run's folder (:func:`~.runner.check_run_dir`)
     """
@@ -167,8 +160,7 @@ def scratch_prefix(pid: int | None = None) -> str:
 
 def remove_stale_scratch(folder: Path | None = None) -> list[Path]:
     """
-    Remove this machine's temporary folders of :func:`train_packed` whose worker process no longer runs (a Ray worker
-    killed by a forced cancellation leaves its folder behind).
+    Remove this machine's temporary folders of :func:`train_packed` whose worker process no longer runs.
 
     :param folder: Where the temporary folders are (default: :func:`tempfile.gettempdir`)
     :return: The folders removed
@@ -191,8 +183,7 @@ def remove_stale_scratch(folder: Path | None = None) -> list[Path]:
 
 def train_packed(spec_values: dict[str, Any], conf_text: str | None = None) -> tuple[Result, bytes]:
     """
-    A Ray task's body: train a run into a temporary folder of this machine, after removing the stale ones
-    (:func:`remove_stale_scratch`), and return its record and its folder's files (:func:`_pack`).
+    A Ray task's body: train a run into a temporary folder of this machine and return its record and its files.
 
     :param spec_values: The run (:meth:`RunSpec.to_dict`); its ``run_dir`` is replaced by the temporary folder
     :param conf_text: The hyperparameter file's text, trained with from the temporary folder (None: ``conf_file``)
@@ -209,8 +200,7 @@ def train_packed(spec_values: dict[str, Any], conf_text: str | None = None) -> t
         return result, _pack(spec.run_dir)
 
 
-# Ray errors that lose a run with its machine or worker (trained again); any other error of a task is the run's own
-# (recorded as failed)
+# Ray errors that lose a run with its machine or worker (trained again); any other error is the run's own (failed)
 _LOST = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "TaskCancelledError", "RaySystemError", "OwnerDiedError")
 # Times in all that run_ray sends a run lost with its machine or worker
 LOST_ATTEMPTS = 3
@@ -226,12 +216,11 @@ def run_ray(
 ) -> list[Result]:
     """
     Train the runs as Ray tasks of one CPU each on the cluster at ``address``, each run's files unpacked into its
-    ``run_dir`` here. A task lost with its machine or worker is sent again, then left unrecorded (trained next time);
-    a task that raised is recorded as failed; on Ctrl-C the unfinished tasks are cancelled and the interrupt raised.
-    The results come back as pickled objects: every machine of the cluster must be trusted (:doc:`/guide/compare`).
+    ``run_dir`` here; a task lost with its machine is sent again. Results come back pickled: every machine of the
+    cluster must be trusted (:doc:`/guide/compare`).
 
     :param specs: The runs
-    :param address: The cluster's address (``ray.init(address=...)``: ``"auto"``, ``"host:port"``, ``"ray://host:10001"``)
+    :param address: The cluster's address, as ``ray.init(address=...)`` takes it
     :param on_result: Called once per run with its record (of the last attempt)
     :param init: Connects to the cluster (default ``ray.init``; the tests' seam)
     :param attempts: Times a run lost with its machine or worker is sent, in all (1: never again)

@@ -1,8 +1,4 @@
-"""
-One training run through the RL Zoo (:class:`RunSpec`), trained and recorded by :func:`run_one`: ``run.json`` when it
-trained its whole budget, ``failed.json`` when the trainer exited with an error, nothing when it was cut short, so that
-a resumable driver trains it again. :func:`load_runs` reads the finished runs of a folder with their evaluations.
-"""
+"""One training run through the RL Zoo (:class:`RunSpec`), trained and recorded by :func:`run_one`; see :func:`load_runs`."""
 
 import datetime
 import gzip
@@ -146,8 +142,7 @@ def zoo_command(spec: RunSpec) -> list[str]:
 def code_version(root: Path = _PACKAGE_ROOT) -> dict[str, Any]:
     """
     The commit the run trained with and whether the package's code had uncommitted changes, read only where ``root``
-    is the top level of this project's own git checkout (``setup.cfg`` names ``sb3-reset-ppo``): another project's
-    repository holding the package (a virtual environment, a vendored copy) says nothing about this code.
+    is the top level of this project's own git checkout (``setup.cfg`` names ``sb3-reset-ppo``).
 
     :param root: The folder holding the package folder ``sb3_reset_ppo`` (by default: the installed package's)
     :return: ``{"commit": <HEAD's hash or "">, "dirty": <uncommitted changes under sb3_reset_ppo/>}``
@@ -214,10 +209,7 @@ def completed(result: dict[str, Any], evaluations: int = EVALUATIONS_PER_RUN) ->
 
 
 def recorded(run_dir: Path, retry_failed: bool = False) -> bool:
-    """
-    Whether a run needs no training now: it finished (``run.json``), or failed with an error (``failed.json``: it
-    would fail again) unless ``retry_failed``.
-    """
+    """Whether a run needs no training now: it finished, or failed with an error (it would again) unless ``retry_failed``."""
     run_dir = Path(run_dir)
     return (run_dir / RUN_FILE).exists() or (not retry_failed and (run_dir / FAILED_FILE).exists())
 
@@ -252,10 +244,7 @@ def check_run_dir(run_dir: Path) -> None:
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
-    """
-    On Linux, a ``preexec_fn`` that has the child killed when the thread that started it dies (a Ray worker killed by
-    a forced cancellation), instead of training on as an orphan; None elsewhere.
-    """
+    """On Linux, a ``preexec_fn`` that has the child killed when the thread that started it dies; None elsewhere."""
     if sys.platform != "linux":
         return None
     import ctypes
@@ -282,9 +271,7 @@ def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
     :param spec: The run
     :param command: The trainer's command (default :func:`zoo_command`)
     :raises FileExistsError: ``spec.run_dir`` exists and is not a run's folder (:func:`check_run_dir`)
-    :return: The run's record: ``variant`` (its label), ``env``, ``seed``, ``returncode``, ``seconds`` (wall time
-        of the trainer process), ``command``, ``commit``, ``dirty``, ``started`` (UTC), ``machine``, ``host``,
-        ``evaluations`` (stored) and ``spec.extra``'s fields
+    :return: The run's record (``variant``, ``env``, ``seed``, ``returncode``, ``seconds``, ``commit``, ``machine``, ...)
     """
     run_dir = spec.run_dir
     check_run_dir(run_dir)
@@ -315,8 +302,7 @@ def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
             training_log.write_csv(rows, run_dir / "progress.csv.gz")
         write_record(run_dir / RUN_FILE, result)
     elif code > 0:
-        # An error (a negative code is a signal: the run was cut, not failed, and trains again next time), kept with
-        # its log so that the report lists it and the failure can be traced; its last lines travel with the record
+        # An error (a negative code is a signal: cut, not failed, trained again), kept with its log and last lines
         _compress(run_dir / "log.txt", run_dir / "log.txt.gz")
         result["log_tail"] = log_tail(run_dir / "log.txt")
         write_record(run_dir / FAILED_FILE, result)
@@ -357,9 +343,8 @@ def run_budget(run_dir: Path) -> float | None:
 
 def load_runs(folder: Path, final_evaluations: int = 1) -> list[dict[str, Any]]:
     """
-    The finished runs of a folder laid out as ``<name>/<env>/seed<k>/``: each ``run.json`` with ``timesteps`` and
-    ``eval_mean`` (the mean return of each evaluation within the budget), ``final`` (the mean of the last
-    ``final_evaluations``), ``auc`` (the mean over all evaluations), ``budget`` and ``dir``.
+    The finished runs of a folder laid out as ``<name>/<env>/seed<k>/``: each ``run.json`` with ``timesteps``,
+    ``eval_mean``, ``final`` (the mean of the last ``final_evaluations``), ``auc``, ``budget`` and ``dir``.
     """
     if isinstance(final_evaluations, bool) or not isinstance(final_evaluations, int) or final_evaluations < 1:
         raise ValueError(f"final_evaluations must be a positive int, got {final_evaluations!r}")
@@ -401,13 +386,11 @@ EVALUATION_SECONDS = "time/evaluation_seconds"
 
 def elapsed_seconds(run: dict[str, Any]) -> np.ndarray | None:
     """
-    Seconds of ``learn()`` at each of a loaded run's evaluations (:func:`load_runs`), less the evaluations where the
-    log times them, interpolated from its kept training log (:attr:`RunSpec.keep_log`); None without one.
-    How it is measured: :doc:`/guide/compare`.
+    Seconds of ``learn()`` at each of a loaded run's evaluations, from its kept training log (:doc:`/guide/compare`);
+    None without one.
     """
     steps, seconds = [0.0], [0.0]
-    # Cumulative: a row without it had no evaluation since the row before
-    evaluating = 0.0
+    evaluating = 0.0  # cumulative: a row without it had no evaluation since the row before
     for row in training_log.training_rows(Path(run["dir"])):
         evaluating = row.get(EVALUATION_SECONDS, evaluating)
         if "time/total_timesteps" not in row:

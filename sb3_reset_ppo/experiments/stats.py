@@ -1,8 +1,4 @@
-"""
-The reports' statistics: rliable's IQM and probability of improvement with stratified bootstrap intervals, the
-Mann-Whitney test, Holm's adjustment, a run's score at a wall-clock time, and the pairing of runs that trained side by
-side on one machine (the only wall-time ratios a report may print: machines differ in speed).
-"""
+"""The reports' statistics: rliable's estimates with bootstrap intervals, Mann-Whitney, Holm, and runs paired by time."""
 
 import datetime
 import itertools
@@ -14,8 +10,7 @@ import numpy as np
 
 # Bootstrap resamples of the reports' intervals
 REPS = 2000
-# The Mann-Whitney permutation test (samples with ties) enumerates every split of the pooled runs into the two arms
-# when there are at most this many, else draws this many
+# Splits of the pooled runs that the Mann-Whitney permutation test enumerates at most, else draws at random
 PERMUTATIONS = 200_000
 
 
@@ -38,9 +33,8 @@ def aggregate(
     :param reps: Bootstrap resamples
     :param baseline: The variant the others are compared with (None: no probabilities)
     :return: ``(point, interval, poi, poi_ci)``: ``point[v]`` is ``[IQM, mean]``, ``interval[v]`` their ``(2, 2)``
-        intervals (rows low and high), ``poi`` and ``poi_ci`` keyed ``"v,baseline"`` (rliable's plots read that)
-    :raises ValueError: ``reps`` is not a positive int, ``baseline`` is not a variant, or a variant's scores are not
-        ``(n_runs, n_tasks)`` with at least one run and one task (with a baseline: the same tasks for all)
+        intervals (rows low and high), ``poi`` and ``poi_ci`` keyed ``"v,baseline"``
+    :raises ValueError: ``reps`` is not a positive int, ``baseline`` is not a variant, or the scores' shapes are wrong
     """
     library, metrics = _rliable()
     if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
@@ -64,9 +58,7 @@ def aggregate(
 
     others = [] if baseline is None else [(v, baseline) for v in score_dict if v != baseline]
     pairs = {f"{v},{base}": (score_dict[v], score_dict[base]) for v, base in others}
-    # A fixed bootstrap seed, so the same runs give the same report. rliable 1.2's StratifiedBootstrap draws from
-    # numpy's global generator (its random_state argument is not used for the resampling): seeded here, and the
-    # caller's state restored afterwards
+    # A fixed bootstrap seed, so the same runs give the same report; rliable 1.2 resamples from numpy's global generator
     state = np.random.get_state()  # noqa: NPY002
     np.random.seed(0)  # noqa: NPY002  (rliable samples from the global generator)
     try:
@@ -128,9 +120,7 @@ def score_at(times: np.ndarray, scores: np.ndarray, at: float, before_first: flo
 
 def score_at_time(times: np.ndarray, scores: np.ndarray, at: float, final_evaluations: int, before_first: float) -> float:
     """
-    A run's score when it is stopped at ``at`` seconds, the rule of every equal-wall-clock comparison: a run that has
-    stopped by then counts its final score (the mean of its last ``final_evaluations`` evaluations), a run still
-    training its score then (:func:`score_at`).
+    A run's score when it is stopped at ``at`` seconds: its final score if it has stopped by then, else :func:`score_at`.
 
     :param times: Time of each evaluation (ascending; the last one is when the run stopped)
     :param scores: Score of each evaluation
@@ -152,10 +142,9 @@ def score_at_time(times: np.ndarray, scores: np.ndarray, at: float, final_evalua
 
 def mann_whitney(arm: Sequence[float] | np.ndarray, base: Sequence[float] | np.ndarray) -> tuple[float, str]:
     """
-    The two-sided Mann-Whitney U test of two samples, exact at every sample size (:doc:`/guide/compare`): ``"exact"``,
-    the distribution of U, without ties; ``"permutation"``, every split of the pooled ranks, with ties; ``"permutation
-    (monte carlo)"``, :data:`PERMUTATIONS` seeded random splits where there are more; ``"undefined"`` (p = 1) when a
-    sample is empty or every value is the same.
+    The two-sided Mann-Whitney U test of two samples (:doc:`/guide/compare`): ``"exact"`` without ties,
+    ``"permutation"`` (or ``"permutation (monte carlo)"`` beyond :data:`PERMUTATIONS` splits) with ties, ``"undefined"``
+    (p = 1) when a sample is empty or every value is the same.
 
     :param arm: One sample (a sequence or a 1-D array)
     :param base: The other sample
@@ -236,9 +225,8 @@ def side_by_side(
     runs: Sequence[dict[str, Any]], others: Sequence[dict[str, Any]], same_seed: bool = True
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """
-    Pairs (run of ``runs``, run of ``others``) of the same env (and seed, with ``same_seed``) that trained on the
-    same machine (host and CPU, where recorded) at the same commit, their time intervals overlapping by at least
-    half of the shorter: the only pairs whose wall times may be compared.
+    Pairs of runs of the same env (and seed, with ``same_seed``) that trained side by side on one machine at one commit
+    (overlapping by at least half of the shorter): the only pairs whose wall times may be compared.
     """
     pairs = []
     for run in runs:

@@ -1,7 +1,4 @@
-"""
-Training curves from a run's log: the tables SB3's logger prints parsed into rows, written as compressed CSV
-(``progress.csv.gz``, beside a kept ``log.txt.gz``).
-"""
+"""Training curves from a run's log: the tables SB3's logger prints, parsed and written as ``progress.csv.gz``."""
 
 import contextlib
 import csv

@@ -1,7 +1,6 @@
 """
-Deploy a trained recurrent policy outside Python: :func:`export_onnx` writes one step of its actor to an ONNX file,
-the memory as inputs and outputs (docs/guide/deploy.md). ``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx``
-does it from the command line. Needs the ``deploy`` extra (``onnx``, ``onnxruntime``).
+:func:`export_onnx` writes one step of a recurrent policy's actor to an ONNX file, the memory as inputs and outputs
+(``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx``; the ``deploy`` extra; docs/guide/deploy.md).
 """
 
 from sb3_reset_ppo.export.actor import ExportSpec

@@ -1,7 +1,4 @@
-"""
-The command line of :func:`~sb3_reset_ppo.export.export_onnx`: ``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx``.
-A model, output or ``--vec-normalize`` file it cannot use is one line on stderr and exit status 2, as argparse's errors.
-"""
+"""``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx``: a file it cannot use is one line on stderr and exit status 2."""
 
 import argparse
 import base64

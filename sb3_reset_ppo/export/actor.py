@@ -189,8 +189,7 @@ def split_memory(flat: th.Tensor, spec: ExportSpec) -> list[th.Tensor]:
         # (batch, 1) -> (1, batch)
         return [memory, flat[:, positions:].transpose(0, 1)]
     width, hidden = spec.n_layers * spec.hidden_size, spec.hidden_size
-    # Slices stacked, not a reshape and a transpose: the contiguous copy that those need is an Identity node, which
-    # the dynamo exporter cannot convert below opset 16
+    # Slices, not a reshape and a transpose, whose copy (Identity) dynamo cannot convert below opset 16
     parts = [flat[:, index * width : (index + 1) * width] for index in range(spec.n_memory)]  # (batch, L * H) each
     return [th.stack([part[:, layer * hidden : (layer + 1) * hidden] for layer in range(spec.n_layers)]) for part in parts]
 
@@ -310,9 +309,8 @@ class ActorStep(nn.Module):
             ``(K, batch, L, D)`` and ``n_valid`` ``(1, batch)``
         :param episode_start: ``(batch,)``, or ``None`` where the caller zeroes the memory at an episode start
         :param masks: ``(batch, mask_dims)``, 1 = allowed, or ``None``
-        :return: The deterministic action (``(batch, n_branches)`` int64 for a discrete one, else
-            ``(batch, *action_shape)``), ``h`` (and ``c``) after the step, and the distribution's parameters: the masked
-            logits of a discrete action, the Gaussian's mean and log std with ``distribution``, else none
+        :return: The deterministic action, ``h`` (and ``c``) after the step, and the distribution's parameters (the
+            masked logits of a discrete action; the Gaussian's mean and log std with ``distribution``)
         """
         spec = self.spec
         policy = self.policy

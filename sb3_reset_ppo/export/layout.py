@@ -58,8 +58,7 @@ class Layout(ABC):
 
     :cvar name: The public name (``export_onnx(layout=...)``, ``--layout``)
     :cvar default_opset: The opset exported when none is asked for
-    :cvar fused_cells: The cells whose ONNX operator the engine implements; ``cell_ops="auto"`` writes the others
-        as elementary operators
+    :cvar fused_cells: The cells whose ONNX operator the engine implements (``cell_ops="auto"`` writes the others)
     :cvar images_in_unit_range: Whether the engine gives uint8-bounded images in [0, 1], not divided by 255
     :cvar distribution_outputs: Whether the layout can output the distribution's parameters
     :cvar memory_shape: The memory's shape in the metadata

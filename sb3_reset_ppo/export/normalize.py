@@ -121,8 +121,7 @@ def warn_if_unnormalized(model: Any, model_path: str | Path | None = None) -> No
 
 class ObservationNormalizer(nn.Module):
     """
-    ``VecNormalize.normalize_obs`` on the export's observation dict (key ``""`` for a single observation), in float32
-    whatever the graph's dtype, as ``VecNormalize`` returns float32.
+    ``VecNormalize.normalize_obs`` on the export's observation dict (key ``""`` for one observation), in float32.
 
     :param stats: Per normalised key, its ``(mean, var)``
     :param clip_obs: ``VecNormalize.clip_obs``

@@ -1,7 +1,4 @@
-"""
-ONNX export of one deterministic step of a recurrent policy's actor (:class:`~sb3_reset_ppo.export.actor.ActorStep`),
-the memory as inputs and outputs, under the tensor names of a layout (:data:`LAYOUTS`; docs/guide/deploy.md).
-"""
+"""ONNX export of one step of a recurrent policy's actor, under the tensor names of a layout (docs/guide/deploy.md)."""
 
 import copy
 import json
@@ -58,8 +55,7 @@ _DISCRETE_DISTRIBUTIONS = (
     MaskableCategoricalDistribution,
     MaskableMultiCategoricalDistribution,
 )
-# The loggers of torch's dynamo exporter and onnxscript, silenced: a failed conversion to the opset asked for is
-# reported as one ValueError instead of their tracebacks
+# The loggers of torch's dynamo exporter and onnxscript, silenced: a failed conversion is reported as one ValueError
 _DYNAMO_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
 
 
@@ -145,10 +141,7 @@ def _memory_spec(policy: ExportablePolicy) -> tuple[str, int, int, int]:
 
 
 def _copy_policy(policy: ExportablePolicy) -> ExportablePolicy:
-    """
-    A deep copy of ``policy`` without the tensors its distributions keep from the last call, which ``copy.deepcopy``
-    refuses (gSDE's exploration matrices are not graph leaves) and the export does not read.
-    """
+    """A deep copy of ``policy`` without its distributions' tensors of the last call (gSDE's, which deepcopy refuses)."""
     # deepcopy takes a memo's entries as the copies of those objects: None for each of these tensors
     memo: dict[int, Any] = {
         id(value): None

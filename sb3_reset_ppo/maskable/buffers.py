@@ -12,10 +12,7 @@ __all__ = ["MaskableDictWindowRolloutBuffer", "MaskableWindowRolloutBuffer", "ma
 
 
 class _MaskBufferMixin(_WindowBufferMixin):
-    """
-    Stores ``action_masks`` with every step; minibatches then hold each slot's mask (placed before the window buffer,
-    whose mixin it extends so that its ``super()`` calls are typed).
-    """
+    """Stores ``action_masks`` with every step, so that minibatches hold each slot's mask (before the window buffer)."""
 
     action_space: spaces.Space
     buffer_size: int

@@ -24,17 +24,12 @@ SelfMaskableResetPPO = TypeVar("SelfMaskableResetPPO", bound="MaskableResetPPO")
 
 class MaskableResetPPO(ResetPPO):
     """
-    ResetPPO with invalid-action masking: recurrent PPO on windows with reset-and-continue, where the env says which
-    actions are valid at every step (sb3-contrib's ``MaskablePPO`` conventions).
-
-    Masks come from the env's ``action_masks()`` method (sb3-contrib's ``ActionMasker``); each step's mask is stored
-    with the step and applied to its distribution in every window that holds it. ``learn(..., use_masking=False)``
-    trains as ``ResetPPO`` would. Supports ``Discrete``, ``MultiDiscrete`` and ``MultiBinary`` actions and ResetPPO's
-    policy names; evaluate with :func:`sb3_reset_ppo.common.maskable_evaluation.evaluate_policy` (``docs/guide/masking.md``).
+    ResetPPO with invalid-action masking, following sb3-contrib's ``MaskablePPO``: the env's ``action_masks()`` give the
+    valid actions of every step, stored with the step and applied in every window that holds it. Evaluate with
+    :func:`sb3_reset_ppo.common.maskable_evaluation.evaluate_policy` (``docs/guide/masking.md``).
 
     :param policy: A policy name (``"MlpLstmPolicy"``, ..., ``"MultiInputGruPolicy"``) or a maskable recurrent policy class
-    :param env: The environment to learn from (if registered in Gym, can be str); it must provide ``action_masks()``
-        to learn with masks
+    :param env: The environment to learn from (if registered in Gym, can be str), with an ``action_masks()`` method
     :param args: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, in its order
     :param kwargs: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, by name
     """
@@ -51,8 +46,7 @@ class MaskableResetPPO(ResetPPO):
     rollout_buffer: MaskableWindowRolloutBuffer | MaskableDictWindowRolloutBuffer
 
     def __init__(self, policy: str | type[RecurrentActorCriticPolicy], env: GymEnv | str, *args: Any, **kwargs: Any) -> None:
-        # Whether the current learn() collects masks (set by learn; collect_rollouts reads it)
-        self.use_masking = True
+        self.use_masking = True  # whether the current learn() collects masks (set by learn; collect_rollouts reads it)
         super().__init__(policy, env, *args, **kwargs)
 
     def _setup_model(self) -> None:
@@ -124,8 +118,7 @@ class MaskableResetPPO(ResetPPO):
         action_masks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, Memory]:
         """
-        Get the policy action from an observation and the memory, with only the valid actions (``MaskablePPO``'s
-        ``predict`` with ResetPPO's memory).
+        Get the policy action from an observation and the memory, with only the valid actions (``MaskablePPO``'s).
 
         :param observation: The input observation
         :param state: The memory returned by the previous call (``None``: zeros)

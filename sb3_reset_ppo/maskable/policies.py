@@ -1,8 +1,4 @@
-"""
-Policies of MaskableResetPPO: ResetPPO's recurrent policies (LSTM and GRU) with sb3-contrib's maskable action
-distributions, as ``MaskableActorCriticPolicy`` is SB3's ``ActorCriticPolicy`` with them. Without masks every method
-is the unmasked policy's.
-"""
+"""Policies of MaskableResetPPO: ResetPPO's recurrent policies with sb3-contrib's maskable action distributions."""
 
 from typing import Any
 
@@ -58,13 +54,11 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
     def _build(self, lr_schedule: Schedule) -> None:
         check_maskable_action_space(self.action_space)
         super()._build(lr_schedule)
-        # The unmasked policy's distribution, used when no masks are given: then every result is bitwise the
-        # unmasked policy's (sb3-contrib's maskable distributions normalise the logits twice, which rounds)
+        # Used without masks, for results bitwise the unmasked policy's (the maskable one normalises twice, which rounds)
         self.unmasked_action_dist = self.action_dist
         self.masked_action_dist = make_masked_proba_distribution(self.action_space)
         if isinstance(self.action_space, spaces.MultiBinary):
-            # Two logits per binary action (sb3-contrib's MaskableBernoulliDistribution), as MaskablePPO's policy,
-            # with or without masks
+            # Two logits per binary action (sb3-contrib's MaskableBernoulliDistribution), as MaskablePPO's policy
             self.action_net = self.masked_action_dist.proba_distribution_net(latent_dim=self.mlp_extractor.latent_dim_pi)
             if self.ortho_init:
                 self.action_net.apply(lambda module: self.init_weights(module, gain=0.01))
@@ -166,8 +160,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         masks_at: str = "policy.predict()",
     ) -> tuple[np.ndarray, Memory]:
         """
-        Get the policy action from an observation and the memory, with only the actions that ``action_masks`` allows
-        (as ``MaskableActorCriticPolicy.predict``).
+        Get the policy action from an observation and the memory, with only the actions that ``action_masks`` allows.
 
         :param observation: The input observation
         :param state: The memory, as the recurrent policy's ``predict``; ``None``: zeros

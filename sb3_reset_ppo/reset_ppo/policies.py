@@ -1,10 +1,6 @@
 """
-Policies of ResetPPO: sb3-contrib's LSTM policies (subclassed only so that ``MultiDiscrete`` observations work:
-SB3 sizes them with a numpy integer, which torch's recurrent layers reject) and GRU policies built on them.
-
-The GRU policies are sb3-contrib's recurrent policies with each ``nn.LSTM`` replaced by an ``nn.GRU`` of the same
-size, under the same argument and attribute names (a config switches cells by the policy name only); their memory is
-``(hidden,)``.
+Policies of ResetPPO: sb3-contrib's LSTM policies, and GRU policies built on them with each ``nn.LSTM`` replaced by an
+``nn.GRU`` of the same size under the same names (a config switches cells by the policy name only).
 """
 
 from typing import Any
@@ -37,10 +33,7 @@ __all__ = [
 
 
 class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
-    """
-    What every policy here changes in sb3-contrib's recurrent policies (first in their bases): the features size as
-    a Python int, and the recurrent layers' arguments among the saved constructor parameters.
-    """
+    """What every policy here changes in sb3-contrib's: the features size as an int, and the layers' saved arguments."""
 
     def make_features_extractor(self) -> BaseFeaturesExtractor:
         # SB3 sizes a MultiDiscrete observation space with a numpy integer, which nn.LSTM and nn.GRU reject
@@ -67,8 +60,7 @@ class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
         Get the policy action from an observation and the memory, as sb3-contrib's recurrent policies do.
 
         :param observation: The input observation
-        :param state: The memory (LSTM: ``(hidden, cell)``, GRU: ``(hidden,)``), each ``(n_layers, n_envs, hidden_size)``;
-            ``None``: zeros
+        :param state: The memory (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each ``(n_layers, n_envs, hidden_size)``
         :param episode_start: Whether the observations start new episodes (the memory is reset then)
         :param deterministic: Whether or not to return deterministic actions
         :return: The action and the next memory
@@ -86,8 +78,7 @@ class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
 
 def n_observations(observation: Any, observation_space: spaces.Space) -> int:
     """
-    The number of observations (envs) in ``predict``'s ``observation``: its first dimension where it has one more
-    than the space's shape, else 1; a ``Dict`` observation is counted key by key against its subspaces.
+    The number of observations (envs) in ``predict``'s ``observation``: its first dimension where it is batched, else 1.
 
     :param observation: ``predict``'s observation (an array, or a dict of arrays)
     :param observation_space: The policy's observation space
@@ -112,9 +103,8 @@ def n_observations(observation: Any, observation_space: spaces.Space) -> int:
 
 def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, state: Any, n_states: int) -> None:
     """
-    Raise a ``ValueError`` unless ``state`` is ``None`` or a tuple of ``n_states`` arrays of shape
-    ``(n_layers, n_envs, hidden_size)`` matching the policy and the observation's batch (sb3-contrib's ``predict``
-    would fail later with an unclear error).
+    Raise a ``ValueError`` unless ``state`` is ``None`` or ``n_states`` arrays ``(n_layers, n_envs, hidden_size)``
+    matching the policy and the observation's batch.
 
     :param policy: The recurrent policy
     :param observation: ``predict``'s observation (an array, or a dict of arrays)
@@ -153,8 +143,7 @@ class MultiInputLstmPolicy(_RecurrentPolicyParts, contrib_policies.MultiInputLst
 
 class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
     """
-    sb3-contrib's ``RecurrentActorCriticPolicy`` with GRUs of the same sizes instead of LSTMs (``lstm_kwargs`` go to
-    ``nn.GRU``); the memory ``state`` of ``predict`` is ``(hidden,)``.
+    sb3-contrib's ``RecurrentActorCriticPolicy`` with GRUs instead of LSTMs (``lstm_kwargs`` go to ``nn.GRU``).
 
     :param args: Positional arguments of ``RecurrentActorCriticPolicy``
     :param kwargs: Keyword arguments of ``RecurrentActorCriticPolicy``
@@ -176,8 +165,7 @@ class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
         self.lstm_actor = gru_like(self.lstm_actor)
         if self.lstm_critic is not None:
             self.lstm_critic = gru_like(self.lstm_critic)
-        # The optimizer held the LSTMs' parameters. As SB3 builds it: its optimizer_class is typed as torch's base
-        # Optimizer, whose constructor takes no lr
+        # Rebuilt as SB3 builds it (the old one held the LSTMs' parameters); torch's base Optimizer type takes no lr
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr, **self.optimizer_kwargs)  # type: ignore[call-arg]
 
@@ -189,14 +177,12 @@ class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
         gru: RecurrentLayer,
     ) -> tuple[th.Tensor, tuple[th.Tensor]]:
         """
-        sb3-contrib's ``_process_sequence`` for a GRU: run it over the sequences of a batch, resetting the memory
-        at episode starts (SB3's rule: the memory entering the step is multiplied by ``1 - episode_start``).
+        sb3-contrib's ``_process_sequence`` for a GRU: run it over the sequences of a batch with SB3's episode-start rule.
 
         :param features: Inputs, ``(n_seq * length, features_dim)``, sequences one after the other
         :param gru_states: ``(hidden,)`` entering the sequences, ``(n_layers, n_seq, hidden)``
         :param episode_starts: Episode-start flags of every step, ``(n_seq * length,)``
-        :param gru: The GRU (typed as the unroll's recurrent layers, an LSTM refused: sb3-contrib's signature takes
-            an ``nn.LSTM``)
+        :param gru: The GRU (typed as sb3-contrib's signature types it; an LSTM is refused)
         :return: Outputs ``(n_seq * length, hidden)`` and the state ``(hidden,)`` after the last step
         """
         if not isinstance(gru, nn.GRU):
@@ -254,8 +240,7 @@ class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
         episode_starts: th.Tensor,
         deterministic: bool = False,
     ) -> tuple[th.Tensor, tuple[th.Tensor, th.Tensor]]:
-        # Called by sb3-contrib's predict with the pair it builds from predict()'s (hidden,) (see predict); its
-        # get_distribution is typed for (hidden, cell) and passes the memory on to this class's _process_sequence
+        # sb3-contrib's predict passes the pair built from (hidden,) (see predict); get_distribution is typed for a pair
         distribution, (hidden,) = self.get_distribution(observation, lstm_states[:1], episode_starts)  # type: ignore[arg-type]
         return distribution.get_actions(deterministic=deterministic), (hidden, hidden)
 

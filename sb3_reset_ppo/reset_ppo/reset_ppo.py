@@ -58,9 +58,8 @@ def _check_consecutive_windows(value: object) -> None:
 
 def _prefer_foreach(optimizer: th.optim.Optimizer) -> None:
     """
-    Step all parameters with torch's ``_foreach`` kernels where the optimizer leaves ``foreach`` at ``None`` (torch
-    picks them on CUDA only): the same arithmetic without a Python loop over the parameters on the CPU. An optimizer
-    that names ``foreach`` or ``fused``, or is ``differentiable``, is left as it is.
+    Step all parameters with torch's ``_foreach`` kernels (the same arithmetic, no Python loop) where the optimizer
+    leaves ``foreach`` at ``None``, which torch resolves to them on CUDA only; other settings are left as they are.
 
     :param optimizer: The policy's optimizer
     """
@@ -71,30 +70,22 @@ def _prefer_foreach(optimizer: th.optim.Optimizer) -> None:
 
 class ResetPPO(RecurrentPPO):
     """
-    Recurrent PPO trained on fixed-length windows of the rollout (starting at a random phase each epoch, so
-    that over epochs windows start at every step), with reset-and-continue at episode boundaries inside a window.
+    Recurrent PPO trained on fixed-length windows of the rollout that start at a random phase each epoch, with
+    reset-and-continue at episode boundaries inside a window (``docs/algorithm.md``). A drop-in for sb3-contrib's
+    ``RecurrentPPO``: same policies, arguments and logged keys.
 
-    A drop-in for sb3-contrib's ``RecurrentPPO``: same policies, arguments and logged keys. A window starts from the
-    memory recorded during the rollout; where it crosses into a new episode the memory is zeroed by SB3's
-    episode-start rule and training continues (``docs/algorithm.md``).
-
-    :param policy: The policy model to use: an LSTM, GRU or attention (``MlpTrXLPolicy``, ...) policy name, a
-        ``RecurrentActorCriticPolicy`` subclass whose recurrent layers are ``nn.LSTM`` or ``nn.GRU``, or a
-        ``TrXLActorCriticPolicy`` subclass
+    :param policy: The policy model to use: an LSTM, GRU or attention (``MlpTrXLPolicy``, ...) policy name, or a
+        ``RecurrentActorCriticPolicy`` (with ``nn.LSTM`` or ``nn.GRU`` layers) or ``TrXLActorCriticPolicy`` subclass
     :param env: The environment to learn from (if registered in Gym, can be str)
-    :param learning_rate: The learning rate, it can be a function
-        of the current progress remaining (from 1 to 0)
+    :param learning_rate: The learning rate, it can be a function of the current progress remaining (from 1 to 0)
     :param n_steps: The number of steps to run for each environment per update
-    :param batch_size: Minibatch size in transitions, as in ``RecurrentPPO`` (``None``: the whole epoch; see
-        ``docs/guide/parameters.md``, "Minibatches")
+    :param batch_size: Minibatch size in transitions, as in ``RecurrentPPO`` (``None``: the whole epoch)
     :param n_epochs: Number of epochs; with the default ``window_stride`` an epoch is one pass over the data
     :param gamma: Discount factor
     :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
-    :param clip_range: Clipping parameter, it can be a function of the current progress
-        remaining (from 1 to 0).
-    :param clip_range_vf: Clipping parameter for the value function,
-        it can be a function of the current progress remaining (from 1 to 0).
-        If None is passed (default), no clipping will be done on the value function.
+    :param clip_range: Clipping parameter, it can be a function of the current progress remaining (from 1 to 0).
+    :param clip_range_vf: Clipping parameter for the value function, it can be a function of the current progress
+        remaining (from 1 to 0); ``None`` (default): no clipping of the value function.
     :param normalize_advantage: Whether to normalize or not the advantage (over the weighted slots)
     :param ent_coef: Entropy coefficient for the loss calculation
     :param vf_coef: Value function coefficient for the loss calculation
@@ -102,8 +93,7 @@ class ResetPPO(RecurrentPPO):
     :param use_sde: Whether to use generalized State Dependent Exploration (gSDE)
     :param sde_sample_freq: Sample a new noise matrix every n steps when using gSDE
     :param target_kl: Limit the KL divergence between updates; by default there is no limit
-    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
-        the reported success rate, mean episode length, and mean reward over
+    :param stats_window_size: Number of episodes the rollout logging averages success rate, length and reward over
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
     :param verbose: the verbosity level: 0 no output, 1 info, 2 debug
@@ -116,8 +106,7 @@ class ResetPPO(RecurrentPPO):
     :param weighting: How slots weigh in the loss: ``"uniform"``, ``"kept_mean"`` (sb3-contrib's) or ``"importance"``
     :param window_stride: Steps between the starts of an epoch's windows (``None``: ``window_size``)
     :param window_coverage: ``"full"`` for every window that meets the rollout, clipped to it, or ``"inside"``
-    :param consecutive_windows: Consecutive windows of one env kept together in the shuffled order (``"auto"``: enough
-        to share features for image observations, else 1)
+    :param consecutive_windows: Consecutive windows of one env kept together in the shuffled order (or ``"auto"``)
     :param memory_refresh: Recompute the stored memory with the current parameters every this many epochs (0: never)
     :param burn_in: Steps run without gradient before each window to give its first memory (0: the stored memory)
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
@@ -136,7 +125,6 @@ class ResetPPO(RecurrentPPO):
     }
     rollout_buffer: WindowRolloutBuffer | DictWindowRolloutBuffer
     policy: RecurrentActorCriticPolicy
-    # The window rollout buffers this class trains from (for Box-like and Dict observations)
     window_buffer_class: ClassVar[type[WindowRolloutBuffer]] = WindowRolloutBuffer
     dict_window_buffer_class: ClassVar[type[DictWindowRolloutBuffer]] = DictWindowRolloutBuffer
     # The memory after the last collected step (sb3-contrib declares it None until _setup_model sets it)
@@ -244,12 +232,7 @@ class ResetPPO(RecurrentPPO):
             raise ValueError(f"clip_range_vf must be positive or None (no value clipping), got {self.clip_range_vf!r}")
 
     def _validate_window_arguments(self, n_steps: int, batch_size: int | None) -> None:
-        """
-        Validate the window arguments into one :class:`WindowSettings` (and the other settings), once per set of values.
-
-        :param n_steps: The rollout length per env
-        :param batch_size: The minibatch size in transitions
-        """
+        """Validate the window arguments into one :class:`WindowSettings` (and the others), once per set of values."""
         arguments = (self.window_size, self.boundary, self.weighting, self.window_stride, self.window_coverage)
         others = (self.consecutive_windows, self.memory_refresh, self.burn_in)
         key = (*arguments, n_steps, batch_size, *others)
@@ -276,10 +259,7 @@ class ResetPPO(RecurrentPPO):
         return [*super()._excluded_save_params(), "_window_settings", "_validated_arguments", "_warned_about_threads"]
 
     def _warn_about_threads(self) -> None:
-        """
-        Warn once per model when ``learn()`` runs with more torch threads than is fastest
-        (:func:`~sb3_reset_ppo.common.utils.thread_advice`).
-        """
+        """Warn once per model when ``learn()`` runs with more torch threads than is fastest (``thread_advice``)."""
         if getattr(self, "_warned_about_threads", False):
             return
         convolutional = any(isinstance(module, th.nn.Conv2d) for module in self.policy.modules())
@@ -368,7 +348,6 @@ class ResetPPO(RecurrentPPO):
         state = getattr(self, "_window_generator_state", None)
         if state is not None:
             self.rollout_buffer.generator.bit_generator.state = state
-        # As RecurrentPPO's: the clip ranges as schedules
         self.clip_range = FloatSchedule(self.clip_range)
         if self.clip_range_vf is not None:
             self.clip_range_vf = FloatSchedule(self.clip_range_vf)
@@ -386,8 +365,7 @@ class ResetPPO(RecurrentPPO):
             f"n_envs={self.n_envs}, n_steps={self.n_steps}, window_size={length}, window_stride={settings.window_stride}, "
             f"window_coverage={settings.window_coverage!r}"
         )
-        # Every unit of the epoch's order holds window_size transitions: inside coverage, or full coverage whose clipped
-        # end windows pair up into whole ones (docs/design.md, "Units")
+        # Every unit of the epoch's order holds window_size transitions (docs/design.md, "Epochs")
         whole_units = settings.window_coverage == "inside" or (
             settings.stride(self.n_steps) == length and self.n_steps % length == 0
         )
@@ -453,8 +431,7 @@ class ResetPPO(RecurrentPPO):
 
     def set_random_seed(self, seed: int | None = None) -> None:
         """
-        Set the seed of the pseudo-random generators (python, numpy, pytorch, gym, action_space) and of the
-        generator that orders the windows. ``None`` does nothing, as in SB3.
+        Set the seed of the pseudo-random generators (python, numpy, pytorch, gym, action_space, windows); None does nothing.
 
         :param seed: Seed
         """
@@ -468,8 +445,7 @@ class ResetPPO(RecurrentPPO):
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
         """
-        Collect experiences into the window rollout buffer: ``RecurrentPPO``'s collection, step for step, with the
-        memory as a tuple of any length (LSTM ``(hidden, cell)``, GRU ``(hidden,)``) and the same callback locals.
+        Collect experiences into the window rollout buffer: ``RecurrentPPO``'s collection, with memory of any cell.
 
         :param env: The training environment
         :param callback: Callback called at each step (and at the start and end of the rollout)
@@ -479,8 +455,7 @@ class ResetPPO(RecurrentPPO):
         """
         assert isinstance(rollout_buffer, (WindowRolloutBuffer, DictWindowRolloutBuffer))
         assert self._last_obs is not None, "No previous observation was provided"
-        # Eval mode (dropout, batch norm) during collection
-        self.policy.set_training_mode(False)
+        self.policy.set_training_mode(False)  # eval mode (dropout, batch norm) during collection
         n_steps = 0
         rollout_buffer.reset()
         if self.use_sde:
@@ -536,12 +511,9 @@ class ResetPPO(RecurrentPPO):
         self, env: VecEnv, obs_tensor: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates, dict[str, Any]]:
         """
-        One step of the policy during collection, with what the buffer stores with the step besides (here nothing).
+        One step of the policy during collection, and what the buffer stores with it besides (here nothing).
 
         :param env: The training environment (``MaskableResetPPO`` reads its action masks)
-        :param obs_tensor: The observations
-        :param lstm_states: The memory entering the step
-        :param episode_starts: Whether the observations start new episodes
         :return: ``(actions, values, log_probs, lstm_states, stored)``
         """
         actions, values, log_probs, lstm_states = self.policy(obs_tensor, lstm_states, episode_starts)
@@ -574,10 +546,7 @@ class ResetPPO(RecurrentPPO):
         return window_ppo_loss(log_prob, values, entropy, SlotTargets.of(samples), settings)
 
     def train(self) -> None:
-        """
-        Update policy using the currently gathered rollout buffer: per epoch, the windows at a fresh random phase
-        (see ``window_stride``), shuffled and cut into minibatches of ``batch_size`` transitions.
-        """
+        """Update policy using the currently gathered rollout buffer: per epoch, windows at a fresh random phase."""
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         _prefer_foreach(self.policy.optimizer)
@@ -611,12 +580,10 @@ class ResetPPO(RecurrentPPO):
                 self.policy.optimizer.zero_grad()
                 losses.loss.backward()
                 grad_norm = th.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
-                # One host read per minibatch: never step the optimizer with a non-finite loss or gradient, nor for a
-                # minibatch that trains no slot (mask mode: every row after its window's episode end), whose step
-                # would move the parameters on the optimizer's momentum alone
+                # One host read per minibatch: no step for a non-finite loss or gradient, nor for a minibatch that
+                # trains no slot (its step would move the parameters on the optimizer's momentum alone)
                 if not self._check_finite(losses, grad_norm, samples.kept, epoch, minibatch):
-                    # Nothing trained: not logged either (its means over kept slots would be zeros)
-                    epoch_losses.pop()
+                    epoch_losses.pop()  # nothing trained: not logged either (its means over kept slots would be zeros)
                     continue
                 self.policy.optimizer.step()
             all_losses.extend(epoch_losses)
@@ -725,14 +692,11 @@ class ResetPPO(RecurrentPPO):
         **kwargs: Any,
     ) -> SelfResetPPO:
         """
-        Load a checkpoint saved by ``ResetPPO`` or ``RecurrentPPO`` (SB3's ``load``, after checking the file).
+        Load a checkpoint saved by ``ResetPPO`` or ``RecurrentPPO`` (SB3's ``load``, after checking the file); settings
+        a ``ResetPPO`` checkpoint lacks take the values it trained with.
 
         Checkpoints are zip files that SB3 unpickles: load only files you trust. For an untrusted file, build
         the model yourself and call ``model.set_parameters(path)``, which reads tensors only.
-
-        A ``ResetPPO`` checkpoint that lacks a setting loads with the value it trained with
-        (``sb3_reset_ppo.common.checkpoints.LEGACY_SETTINGS``), unless ``kwargs`` set it; a ``RecurrentPPO``
-        checkpoint takes ``ResetPPO``'s defaults.
 
         :param path: Path to the checkpoint (``.zip`` may be omitted) or an open binary file
         :param env: The environment to continue training in (or ``None``)

@@ -1,7 +1,6 @@
 """
-RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo --env CartPoleNoVel-v1 ...`` runs the zoo's
-command line with ``reset_ppo`` and ``maskable_reset_ppo`` registered in ``rl_zoo3.ALGOS``, with their Optuna sampler,
-the memory tasks and the package's ``reset_ppo.yml`` as the default ``--conf-file`` (``docs/guide/rl_zoo.md``).
+RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo ...`` runs the zoo's command line with
+``reset_ppo`` and ``maskable_reset_ppo`` registered, their sampler and hyperparameters (``docs/guide/rl_zoo.md``).
 """
 
 import os
@@ -45,10 +44,7 @@ _TIMING_TO_UPDATE = "the RL Zoo has changed, and sb3_reset_ppo.zoo's timed_evalu
 
 
 def _with_window_size(hyperparams: dict[str, Any], window_size: int | str) -> dict[str, Any]:
-    """
-    Add ``window_size`` (an int at most ``n_steps``, or ``"batch"``) and ResetPPO's default ``window_stride`` to
-    ppo_lstm's parameters, so that a trial costs what the same ppo_lstm trial costs.
-    """
+    """Add ``window_size`` and ResetPPO's default ``window_stride`` to ppo_lstm's parameters (a trial costs the same)."""
     n_steps = int(hyperparams.get("n_steps", 128))
     hyperparams["window_size"] = window_size if isinstance(window_size, str) else min(int(window_size), n_steps)
     hyperparams["window_stride"] = None
@@ -87,17 +83,13 @@ def register() -> None:
 
 
 class MaskableTrialEvalCallback(TrialEvalCallback, MaskableEvalCallback):
-    """
-    The zoo's ``TrialEvalCallback`` evaluating as :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback`
-    (its ``super()._on_step()`` is ``MaskableEvalCallback``'s by this class's method resolution order).
-    """
+    """The zoo's ``TrialEvalCallback`` evaluating as :class:`~.maskable_evaluation.MaskableEvalCallback` (masks, memory)."""
 
 
 class _EnjoyMaskableResetPPO(MaskableResetPPO):
     """``MaskableResetPPO`` whose ``predict`` takes the masks of ``enjoy``'s env when given none (see :func:`masked_enjoy`)."""
 
-    # The env that enjoy created (set by masked_enjoy)
-    enjoy_env: ClassVar[VecEnv | None] = None
+    enjoy_env: ClassVar[VecEnv | None] = None  # the env that enjoy created (set by masked_enjoy)
 
     def predict(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, Memory]:
         # enjoy passes no action_masks (positionally or by name)
@@ -109,9 +101,8 @@ class _EnjoyMaskableResetPPO(MaskableResetPPO):
 @contextmanager
 def masked_evaluation() -> Iterator[None]:
     """
-    Within the block, the zoo's evaluations during ``train`` use the env's action masks and keep the memory: the
-    names ``EvalCallback`` and ``TrialEvalCallback`` that ``rl_zoo3.exp_manager`` builds its callbacks by are
-    :class:`~sb3_reset_ppo.common.maskable_evaluation.MaskableEvalCallback` and :class:`MaskableTrialEvalCallback`.
+    Within the block, the zoo's evaluations during ``train`` use the env's action masks and keep the memory
+    (``rl_zoo3.exp_manager``'s ``EvalCallback`` and ``TrialEvalCallback`` are swapped for the maskable ones).
 
     :raises RuntimeError: If the zoo no longer builds its callbacks by those names
     """
@@ -128,9 +119,7 @@ def masked_evaluation() -> Iterator[None]:
 @contextmanager
 def masked_enjoy() -> Iterator[None]:
     """
-    Within the block, ``enjoy --algo maskable_reset_ppo`` predicts with the env's action masks: ``create_test_env``
-    keeps the env it returns, and ``ALGOS["maskable_reset_ppo"]`` is a ``MaskableResetPPO`` whose ``predict`` takes
-    that env's masks when given none.
+    Within the block, ``enjoy --algo maskable_reset_ppo`` predicts with the masks of the env ``create_test_env`` made.
 
     :raises RuntimeError: If the zoo's ``enjoy`` no longer creates its env by that name
     """
@@ -218,8 +207,7 @@ DEFAULT_NUM_THREADS = 1
 
 def with_default_threads(argv: list[str]) -> list[str]:
     """
-    Add ``--num-threads 1`` to a ``train`` or ``enjoy`` command that gives no ``--num-threads`` (the zoo's default
-    leaves torch's thread count, which stalls small recurrent networks: ``docs/guide/install.md``, "Threads").
+    Add ``--num-threads 1`` to a ``train`` or ``enjoy`` command that gives none (``docs/guide/install.md``, "Threads").
 
     :param argv: The arguments after the program name, e.g. ``["train", "--algo", "reset_ppo", ...]``
     :return: ``argv``, with ``--num-threads 1`` added where it gives none
@@ -237,9 +225,8 @@ def no_display_reason(environ: Mapping[str, str] | None = None, platform: str | 
 
     :param environ: The environment variables (default: ``os.environ``)
     :param platform: ``sys.platform`` (the default) or another value of it
-    :return: ``None`` where a window can be shown: on macOS and Windows, or elsewhere (Linux, BSD) with
-        ``DISPLAY`` or ``WAYLAND_DISPLAY`` set; else the reason, e.g. ``"DISPLAY and WAYLAND_DISPLAY are unset"``.
-        SDL's ``dummy`` and ``offscreen`` video drivers (``SDL_VIDEODRIVER``) show nothing anywhere.
+    :return: ``None`` where a window can be shown (macOS, Windows, or ``DISPLAY`` or ``WAYLAND_DISPLAY`` set, and no
+        ``dummy`` or ``offscreen`` ``SDL_VIDEODRIVER``); else the reason, e.g. ``"DISPLAY and WAYLAND_DISPLAY are unset"``
     """
     environ = os.environ if environ is None else environ
     platform = sys.platform if platform is None else platform
@@ -258,8 +245,8 @@ def _without_render_if_no_display(
     Add ``--no-render`` to an ``enjoy`` command that would render where nothing can be seen, and say so on stderr.
 
     :param argv: The arguments after the program name, e.g. ``["enjoy", "--algo", "reset_ppo", ...]``
-    :param environ: The environment variables (default: ``os.environ``)
-    :param platform: ``sys.platform`` (the default) or another value of it
+    :param environ: As in :func:`no_display_reason`
+    :param platform: As in :func:`no_display_reason`
     :return: ``argv``, with ``--no-render`` added where needed
     """
     # argparse takes any unambiguous prefix of --no-render ("--no-" and longer)
@@ -280,8 +267,7 @@ def _without_render_if_no_display(
 @contextmanager
 def owned_trials(owner: str) -> Iterator[None]:
     """
-    Within the block, every Optuna trial that the zoo's ``train -optimize`` starts records ``owner`` as its user
-    attribute :data:`TRIAL_OWNER_ATTR`, so that a driver can tell which trial a killed process left running.
+    Within the block, every Optuna trial the zoo's ``train -optimize`` starts records ``owner`` (:data:`TRIAL_OWNER_ATTR`).
 
     :param owner: The value recorded (unique per zoo process)
     :raises RuntimeError: If the zoo no longer runs its trials through ``ExperimentManager.objective``
@@ -316,8 +302,7 @@ see them with, e.g., `python -m sb3_reset_ppo.zoo train --help`. train and enjoy
 
 def main(argv: list[str] | None = None) -> None:
     """
-    Run the RL Zoo's command line with ``reset_ppo`` and ``maskable_reset_ppo`` registered (the latter evaluated
-    and enjoyed with the env's action masks: :func:`masked_evaluation`, :func:`masked_enjoy`).
+    Run the RL Zoo's command line with ``reset_ppo`` and ``maskable_reset_ppo`` (masked: :func:`masked_evaluation`).
 
     :param argv: Arguments after the program name (default: ``sys.argv[1:]``), e.g. ``["train", "--algo", ...]``
     """
@@ -335,8 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     from rl_zoo3.cli import main as zoo_main
 
     arguments = with_default_threads(_without_render_if_no_display(_with_default_conf_file(arguments)))
-    # The zoo's scripts name themselves after sys.argv[0] in their usage (argparse's default prog), which
-    # `python -m` sets to this package's __main__.py
+    # The zoo's scripts name themselves after sys.argv[0] (argparse's default prog), which `python -m` sets to __main__.py
     sys.argv = [f"python -m sb3_reset_ppo.zoo {arguments[0]}", *arguments]
     masks = {"train": masked_evaluation, "enjoy": masked_enjoy}.get(arguments[0])
     with ExitStack() as stack:

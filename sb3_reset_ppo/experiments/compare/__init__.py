@@ -1,9 +1,6 @@
 """
 ``python -m sb3_reset_ppo.compare``: ResetPPO against RecurrentPPO (or any zoo algorithms) on your task, with
-intervals. One :class:`~sb3_reset_ppo.experiments.compare.settings.CompareSettings` passes from the command line
-(:mod:`~sb3_reset_ppo.experiments.compare.cli`) through :mod:`~sb3_reset_ppo.experiments.compare.planning`,
-:mod:`~sb3_reset_ppo.experiments.compare.training`, :mod:`~sb3_reset_ppo.experiments.compare.analysis` and
-:mod:`~sb3_reset_ppo.experiments.compare.reporting`.
+intervals; one ``CompareSettings`` passes from ``cli`` through ``planning``, ``training``, ``analysis`` and ``reporting``.
 """
 
 from sb3_reset_ppo.experiments.compare.analysis import NothingToCompare, analyse, equal_time, load

@@ -61,11 +61,9 @@ def _runs_by_task(scores: Sequence[float]) -> np.ndarray:
 
 def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int, final_evaluations: int) -> dict[str, Any]:
     """
-    The report's numbers: per arm the IQM (95% CI) of the final return and of the return over training, and the
-    median ``learn()`` seconds; per other arm the probability that it beats the baseline (95% CI) at the end, over
-    training and at equal wall-clock time (:func:`equal_time`), each with the Mann-Whitney p-value (``p``, its
-    ``p_method`` and ``p_holm``, Holm-adjusted over the report's tests), and its ``learn()`` time over the baseline's
-    in runs that trained side by side (:func:`stats.side_by_side`).
+    The report's numbers: per arm the IQM (95% CI) of the final return and of the return over training and the median
+    ``learn()`` seconds; per other arm the probability that it beats the baseline (at the end, over training and at
+    equal time), with Holm-adjusted Mann-Whitney p-values, and its time ratio in runs that trained side by side.
 
     :param by_arm: Each arm's finished runs (:func:`load`)
     :param baseline: The arm the others are compared with
@@ -104,7 +102,7 @@ def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int, f
         comparison = summary["comparisons"][name]
         pairs = stats.side_by_side(arm_runs, arms[baseline], same_seed=False)
         ratios = [learn_seconds(run) / learn_seconds(other) for run, other in pairs if learn_seconds(other) > 0]
-        # Over pairs that trained at the same time on one machine: all runs' medians would mix the loads of different times
+        # Over pairs that trained side by side: all runs' medians would mix the loads of different times
         comparison["time_ratio"] = statistics.median(ratios) if ratios else None
         comparison["time_pairs"] = len(ratios)
         comparison["pair_ratios"] = [min(ratios), max(ratios)] if ratios else None
@@ -123,15 +121,13 @@ def equal_time(
     arm_runs: list[dict[str, Any]], base_runs: list[dict[str, Any]], reps: int, final_evaluations: int
 ) -> dict[str, Any] | None:
     """
-    The probability that an arm beats the baseline when both stop at the faster arm's median ``learn()`` seconds,
-    each run scored by :func:`stats.score_at_time`.
+    The probability that an arm beats the baseline when both stop at the faster arm's median ``learn()`` seconds.
 
     :param arm_runs: The arm's runs (:func:`load`, with ``times``)
     :param base_runs: The baseline's runs
     :param reps: Bootstrap resamples
     :param final_evaluations: The evaluations a final return averages (``--final-evaluations``)
-    :return: ``seconds``, ``probability`` (None where a run has no evaluation by then) and ``scores`` (the two arms'
-        scores then); None without training logs
+    :return: ``seconds``, ``probability`` (None where a run has no evaluation by then) and ``scores``; None without logs
     """
     if any(run["times"] is None for run in [*arm_runs, *base_runs]):
         return None

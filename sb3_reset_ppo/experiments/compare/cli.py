@@ -67,8 +67,7 @@ def parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace) -> CompareSettings:
     """
-    The settings of :func:`parser`'s result, with the defaults that depend on other options: the baseline (``ppo_lstm``
-    if it is an arm, else the last), the workers (the cores over ``--num-threads``) and the folder (``compare/<env>``).
+    The settings of :func:`parser`'s result, with the defaults that depend on other options (baseline, workers, folder).
 
     :raises ValueError: a ``--variant`` or the arms are not valid (:func:`parse_variants`)
     """
@@ -88,8 +87,7 @@ def settings_from_args(args: argparse.Namespace) -> CompareSettings:
 
 def main(argv: Sequence[str] | None = None) -> Path:
     """
-    Run the comparison (resumable) and write its report. Everything is checked before anything is written or
-    trains; a refused command exits with status 2 naming the cause.
+    Run the comparison (resumable) and write its report; a refused command exits with status 2 naming the cause.
 
     :param argv: The command line's arguments (None: ``sys.argv[1:]``)
     :return: The report's path

@@ -1,7 +1,4 @@
-"""
-What a comparison will train, and whether it can, checked before anything is written (:func:`prepare`); then its
-settings recorded in its folder, so that a later command resumes only the same comparison (:func:`start`).
-"""
+"""What a comparison will train, checked before anything is written (:func:`prepare`), and its settings (:func:`start`)."""
 
 import difflib
 import hashlib
@@ -35,8 +32,7 @@ CLUSTER_MODULES = {"ray": "cluster"}
 
 def check_requirements(report_only: bool, address: str | None) -> None:
     """
-    Check that what the command will import is installed (only the report's modules with ``report_only``, and Ray
-    with an ``address``), so that a missing module is found before hours of training.
+    Check that what the command will import is installed (only the report's with ``report_only``; Ray with ``address``).
 
     :raises ValueError: naming the missing modules and the extras that install them
     """
@@ -60,8 +56,7 @@ def check_env(env_id: str, gym_packages: Sequence[str]) -> None:
     """
     Check that ``env_id`` is registered once the zoo's trainer's imports and ``gym_packages`` are imported.
 
-    :raises ValueError: a module of ``gym_packages`` cannot be imported, or ``env_id`` is not registered (naming the
-        closest registered id)
+    :raises ValueError: a module of ``gym_packages`` cannot be imported, or ``env_id`` is not registered
     """
     import gymnasium as gym
     import rl_zoo3.import_envs  # noqa: F401  (the envs the zoo's trainer registers)
@@ -111,9 +106,8 @@ def check_out(out: Path) -> None:
 
 def resolve_conf(settings: CompareSettings) -> tuple[Path, str]:
     """
-    The hyperparameter file every arm trains with and its text: ``--conf-file``; else the package's if it has the
-    env; else :data:`WRITTEN_CONF` in ``--out`` (written by :func:`start`) with ``--policy``, ``--n-envs`` and
-    ``--timesteps``.
+    The hyperparameter file every arm trains with and its text: ``--conf-file``, else the package's if it has the env,
+    else :data:`WRITTEN_CONF` in ``--out`` (written by :func:`start`).
 
     :raises ValueError: the file is missing, not the zoo's YAML form or has no entry for the env, or no budget is known
     """
@@ -146,10 +140,7 @@ def resolve_conf(settings: CompareSettings) -> tuple[Path, str]:
 
 
 def plan(settings: CompareSettings, conf: Path) -> list[RunSpec]:
-    """
-    Every (arm, seed) run trained with the hyperparameter file ``conf``, the arms of a seed next to each other so that
-    they train at the same time (the time ratio's pairs).
-    """
+    """Every (arm, seed) run trained with ``conf``, the arms of a seed next to each other (they train side by side)."""
     return [
         RunSpec(
             algo=arm.algo, env=settings.env, seed=seed,
@@ -177,8 +168,7 @@ def record(settings: CompareSettings, conf: Path, text: str) -> dict[str, Any]:
 
 def check_settings(out: Path, recorded: dict[str, Any]) -> None:
     """
-    Record the comparison's settings (:func:`record`) in ``out``'s :data:`SETTINGS_FILE` on the first call; later calls
-    (resuming) must give the same ones.
+    Record the comparison's settings (:func:`record`) in ``out``'s :data:`SETTINGS_FILE`, or check a resumed one's.
 
     :raises ValueError: ``out`` holds a comparison with other settings (other than ``seeds``)
     """
@@ -210,8 +200,7 @@ class Plan:
 
 def prepare(settings: CompareSettings) -> Plan:
     """
-    Check everything a comparison needs, writing nothing: the installed extras; to train, the env and the
-    algorithms; the output folder; the hyperparameter file; the runs' folders.
+    Check everything a comparison needs (extras, env, algorithms, folders, hyperparameter file), writing nothing.
 
     :raises ValueError: naming what is missing or wrong
     :raises FileExistsError: a run's folder exists and is not a run's (:func:`runner.check_run_dir`)
@@ -230,10 +219,7 @@ def prepare(settings: CompareSettings) -> Plan:
 
 
 def start(out: Path, prepared: Plan) -> None:
-    """
-    Record the settings in ``out`` (:func:`check_settings`) and write the hyperparameter file generated for an env
-    the package's file lacks.
-    """
+    """Record the settings in ``out`` (:func:`check_settings`) and write the hyperparameter file generated for the env."""
     check_settings(out, prepared.record)
     if prepared.conf == out / WRITTEN_CONF:
         prepared.conf.write_text(prepared.conf_text)

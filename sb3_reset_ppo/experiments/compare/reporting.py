@@ -119,8 +119,7 @@ def verdict(summary: dict[str, Any], seeds: int, failed: dict[str, int] | None =
 
 def figures(by_arm: dict[str, list[dict[str, Any]]], folder: Path, env: str) -> list[Path]:
     """
-    Plot into ``folder`` the return on ``env`` against env steps (mean over seeds, shaded: its standard error) and
-    against ``learn()`` seconds.
+    Plot into ``folder`` the return on ``env`` (mean and standard error over seeds) against env steps and seconds.
 
     :return: The figures' paths
     """
@@ -180,8 +179,7 @@ def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str]
     ``REPORT.md``: the verdict first, then the table, the figures, the settings and what failed.
 
     :param summary: :func:`~sb3_reset_ppo.experiments.compare.analysis.analyse`'s numbers
-    :param recorded: The recorded settings (:func:`~sb3_reset_ppo.experiments.compare.planning.record`) with the
-        ``command`` and the ``failed`` runs
+    :param recorded: The recorded settings (``planning.record``) with the ``command`` and the ``failed`` runs
     :param lines: The verdict (:func:`verdict`)
     :param pictures: The figures (:func:`figures`)
     :param out: The comparison's folder, which the figures' links are relative to

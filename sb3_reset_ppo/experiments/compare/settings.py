@@ -16,38 +16,23 @@ _ARM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 @dataclass(frozen=True)
 class Variant:
-    """
-    One arm of a comparison.
+    """One arm of a comparison."""
 
-    :param name: Its name in the report and its runs' folder
-    :param algo: The zoo algorithm (``reset_ppo``, ``ppo_lstm``, ...)
-    :param hyperparams: Its own settings on top of the shared ones, in the zoo's ``key:value`` form
-    """
-
-    name: str
-    algo: str
-    hyperparams: list[str] = field(default_factory=list)
+    name: str  #: its name in the report and its runs' folder
+    algo: str  #: the zoo algorithm (reset_ppo, ppo_lstm, ...)
+    hyperparams: list[str] = field(default_factory=list)  #: its own settings on top of the shared ones, as key:value
 
 
 @dataclass(frozen=True, kw_only=True)
 class CompareSettings:
-    """
-    One comparison's settings: a field per option of ``python -m sb3_reset_ppo.compare`` (its ``--help`` says what
-    each holds), with the defaults that depend on other options filled in; :func:`check` validates them.
-
-    :param arms: The arms compared (``--algos`` and ``--variant``: :func:`parse_variants`)
-    :param timesteps: Env steps per run (None: the hyperparameter file's ``n_timesteps``)
-    :param conf_file: The zoo hyperparameter file every arm trains with (None: the package's, or one written for the env)
-    :param address: A Ray cluster's address (None: local worker processes)
-    :param out: The comparison's folder, absolute
-    """
+    """One comparison's settings: a field per option of ``python -m sb3_reset_ppo.compare`` (see its ``--help``)."""
 
     env: str
-    arms: tuple[Variant, ...]
+    arms: tuple[Variant, ...]  #: the arms compared (--algos and --variant: parse_variants)
     baseline: str
     seeds: int
-    timesteps: int | None
-    conf_file: str | None
+    timesteps: int | None  #: env steps per run (None: the hyperparameter file's n_timesteps)
+    conf_file: str | None  #: the file every arm trains with (None: the package's, or one written for the env)
     hyperparams: tuple[str, ...]
     gym_packages: tuple[str, ...]
     policy: str
@@ -57,8 +42,8 @@ class CompareSettings:
     final_evaluations: int
     num_threads: int
     workers: int
-    address: str | None
-    out: Path
+    address: str | None  #: a Ray cluster's address (None: local worker processes)
+    out: Path  #: the comparison's folder, absolute
     reps: int
     report_only: bool
     retry_failed: bool
@@ -66,11 +51,9 @@ class CompareSettings:
 
 def parse_variants(algos: Sequence[str], variants: Sequence[Sequence[str]] | None) -> list[Variant]:
     """
-    The arms: each of ``algos`` (``--algos``) under its own name, then each of ``variants`` (``--variant NAME ALGO
-    [KEY:VALUE ...]``).
+    The arms: each of ``algos`` (``--algos``) under its own name, then each of ``variants`` (``--variant``).
 
-    :raises ValueError: a ``--variant`` without an algorithm or with a setting that is not ``KEY:VALUE`` or sets
-        ``n_timesteps``, a name that is not a plain folder name, two arms of one name, or fewer than two arms
+    :raises ValueError: a ``--variant`` that is not ``NAME ALGO [KEY:VALUE ...]``, two arms of one name, or fewer than two arms
     """
     arms = [Variant(algo, algo) for algo in algos]
     for values in variants or []:
@@ -109,7 +92,7 @@ def check_env_id(env_id: str) -> str:
     :param env_id: The ``--env`` value
     :return: ``env_id``, an id as gymnasium writes them (``[namespace/]name[-v<version>]``) that names one folder
     :raises TypeError: ``env_id`` is not a str
-    :raises ValueError: ``env_id`` is empty, has a path separator other than the namespace's ``/``, or a name of dots only
+    :raises ValueError: ``env_id`` does not name one folder
     """
     if not isinstance(env_id, str):
         raise TypeError(f"--env must be a str, got {type(env_id).__name__}")

@@ -10,8 +10,7 @@ from sb3_reset_ppo.experiments.runner import RunSpec
 
 
 def _say(line: str) -> None:
-    # Flushed: the command's output is often a log file read while the runs train
-    print(line, flush=True)
+    print(line, flush=True)  # flushed: the command's output is often a log file read while the runs train
 
 
 class Progress:
