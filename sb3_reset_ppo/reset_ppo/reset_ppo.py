@@ -139,6 +139,9 @@ class ResetPPO(RecurrentPPO):
     # The window rollout buffers this class trains from (for Box-like and Dict observations)
     window_buffer_class: ClassVar[type[WindowRolloutBuffer]] = WindowRolloutBuffer
     dict_window_buffer_class: ClassVar[type[DictWindowRolloutBuffer]] = DictWindowRolloutBuffer
+    # ... and with attention memory
+    attention_buffer_class: ClassVar[type[AttentionWindowRolloutBuffer]] = AttentionWindowRolloutBuffer
+    dict_attention_buffer_class: ClassVar[type[DictAttentionWindowRolloutBuffer]] = DictAttentionWindowRolloutBuffer
     # The memory after the last collected step (sb3-contrib declares it None until _setup_model sets it)
     _last_lstm_states: RNNStates  # type: ignore[assignment]
 
@@ -350,7 +353,9 @@ class ResetPPO(RecurrentPPO):
         self.policy = policy  # type: ignore[assignment]
         self._last_lstm_states = policy.initial_state(self.n_envs)
         dict_observations = isinstance(self.observation_space, spaces.Dict)
-        buffer_cls = DictAttentionWindowRolloutBuffer if dict_observations else AttentionWindowRolloutBuffer
+        buffer_cls: type[AttentionWindowRolloutBuffer | DictAttentionWindowRolloutBuffer] = (
+            self.dict_attention_buffer_class if dict_observations else self.attention_buffer_class
+        )
         self.rollout_buffer = buffer_cls(
             self.n_steps,
             self.observation_space,
