@@ -96,9 +96,10 @@ def test_recomputed_equals_rollout_with_masks(policy: str, obs_kind: str, action
     for _ in range(3):
         for samples in model.rollout_buffer.get(7):
             assert samples.action_masks is not None and samples.attention is not None
+            attention: Any = model.policy
             with th.no_grad():
-                values, log_prob, entropy = model.policy.evaluate_windows(samples)  # type: ignore[attr-defined]
-                unmasked = model.policy.evaluate_windows(samples._replace(action_masks=None))[1]  # type: ignore[attr-defined]
+                values, log_prob, entropy = attention.evaluate_windows(samples)
+                unmasked = attention.evaluate_windows(samples._replace(action_masks=None))[1]
             kept = samples.kept
             # Before any update every kept slot's log-prob and value are the rollout's (drawn with the masks)
             assert float((log_prob - samples.old_log_prob).abs()[kept].max()) < 1e-5
@@ -268,8 +269,10 @@ def test_masked_evaluation_keeps_attention_memory(deterministic: bool) -> None:
     # strict: an invalid action raises, so every action of the evaluation is valid under its mask
     env = make_vec_env(RandomMaskEnv, n_envs=1, seed=3, env_kwargs=dict(action_space=ACTION_SPACES["discrete"], max_length=4))
     recorder = _RecordingModel(model)
-    _, lengths = evaluate_policy(recorder, env, n_eval_episodes=4, deterministic=deterministic, return_episode_rewards=True)
+    result = evaluate_policy(recorder, env, n_eval_episodes=4, deterministic=deterministic, return_episode_rewards=True)
+    lengths = result[1]
     calls = recorder.calls
+    assert isinstance(lengths, list)
     assert len(calls) == sum(lengths) and len(lengths) == 4
     assert sum(bool(start[0]) for _, start, _, _ in calls) >= 4
     previous_count = 0

@@ -280,7 +280,7 @@ def test_memory_refresh_recomputes_every_step() -> None:
 def test_parameters_of_another_memory_are_refused(source: str, target: str, message: str, tmp_path: Any) -> None:
     env = make_vec_env(RandomEpisodeEnv, n_envs=1, seed=0)
     kwargs: dict[str, Any] = dict(n_steps=8, batch_size=8)
-    trxl_kwargs = dict(policy_kwargs=TRXL_KWARGS)
+    trxl_kwargs: dict[str, Any] = dict(policy_kwargs=TRXL_KWARGS)
     if source == "RecurrentPPO":
         RecurrentPPO("MlpLstmPolicy", env, **kwargs).save(tmp_path / "source")
     elif source != "dict":
