@@ -12,17 +12,21 @@ from sb3_reset_ppo.reset_ppo.policies import (
     MultiInputGruPolicy,
     MultiInputLstmPolicy,
 )
+from sb3_reset_ppo.reset_ppo.trxl_policies import CnnTrXLPolicy, MlpTrXLPolicy, MultiInputTrXLPolicy
 from sb3_reset_ppo.version import __version__
 
 __all__ = [
     "CnnGruPolicy",
     "CnnLstmPolicy",
+    "CnnTrXLPolicy",
     "DictWindowRolloutBuffer",
     "MaskableResetPPO",
     "MlpGruPolicy",
     "MlpLstmPolicy",
+    "MlpTrXLPolicy",
     "MultiInputGruPolicy",
     "MultiInputLstmPolicy",
+    "MultiInputTrXLPolicy",
     "NonFiniteTrainingError",
     "ResetPPO",
     "WindowRolloutBuffer",

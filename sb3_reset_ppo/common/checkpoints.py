@@ -5,6 +5,7 @@ import json
 import pathlib
 import zipfile
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 from stable_baselines3.common.save_util import open_path
@@ -101,3 +102,55 @@ def legacy_settings(path: str | pathlib.Path | io.BufferedIOBase) -> dict[str, A
     if not all(name in saved for name in _RESET_PPO_SETTINGS):
         return {}
     return {name: value for name, value in LEGACY_SETTINGS.items() if name not in saved}
+
+
+# The policies of each kind of memory, as errors name them
+_MEMORY_POLICIES = {
+    "LSTM": "MlpLstmPolicy, CnnLstmPolicy or MultiInputLstmPolicy",
+    "GRU": "MlpGruPolicy, CnnGruPolicy or MultiInputGruPolicy",
+    "attention": "MlpTrXLPolicy, CnnTrXLPolicy or MultiInputTrXLPolicy",
+}
+
+
+def memory_kind(policy_state: Mapping[str, Any]) -> str | None:
+    """
+    The memory whose parameters a policy's state dict holds, from their names (no unpickling).
+
+    :param policy_state: A policy's ``state_dict()`` (or a checkpoint's ``policy`` member)
+    :return: ``"LSTM"``, ``"GRU"``, ``"attention"``, or ``None`` for a policy without memory
+    """
+    if any(key.startswith("trxl_actor.") for key in policy_state):
+        return "attention"
+    weight = policy_state.get("lstm_actor.weight_hh_l0")
+    if weight is None:
+        return None
+    # (gates * hidden, hidden): an LSTM has 4 gates, a GRU 3
+    return "LSTM" if weight.shape[0] == 4 * weight.shape[1] else "GRU"
+
+
+def check_memory_kind(policy_state: Mapping[str, Any], policy_name: str, saved: Mapping[str, Any], source: str) -> None:
+    """
+    Raise a ``ValueError`` naming both policies when parameters of attention memory are loaded into a recurrent
+    (LSTM, GRU) policy or the reverse: their parameters do not correspond, and SB3 would report missing keys.
+
+    :param policy_state: The receiving policy's ``state_dict()``
+    :param policy_name: The receiving policy's name
+    :param saved: The parameters to load into it (a checkpoint's ``policy`` member)
+    :param source: Where they come from, for the message (``"a RecurrentPPO checkpoint"``, ...)
+    """
+    target, origin = memory_kind(policy_state), memory_kind(saved)
+    if target is None or origin is None or (target == "attention") == (origin == "attention"):
+        return
+    raise ValueError(
+        f"cannot load {source} of {'an' if origin in ('LSTM', 'attention') else 'a'} {origin} policy "
+        f"({_MEMORY_POLICIES[origin]}) into this model's {policy_name} ({target} memory): the parameters of attention "
+        "memory and of a recurrent (LSTM, GRU) memory do not correspond. Load the checkpoint as the model it is "
+        "(ResetPPO.load), or train a model of the same policy"
+    )
+
+
+def checkpoint_algorithm(path: str | pathlib.Path | io.BufferedIOBase) -> str:
+    """``"ResetPPO"`` for a checkpoint that stores ResetPPO's window settings, else ``"RecurrentPPO"`` (the other one
+    with recurrent policies)."""
+    saved = _saved_attributes(path)
+    return "ResetPPO" if all(name in saved for name in _RESET_PPO_SETTINGS) else "RecurrentPPO"

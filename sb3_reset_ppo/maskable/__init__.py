@@ -4,25 +4,38 @@ import warnings
 from typing import Any
 
 from sb3_reset_ppo.common import maskable_evaluation
-from sb3_reset_ppo.maskable.buffers import MaskableDictWindowRolloutBuffer, MaskableWindowRolloutBuffer
+from sb3_reset_ppo.maskable.buffers import (
+    MaskableAttentionWindowRolloutBuffer,
+    MaskableDictAttentionWindowRolloutBuffer,
+    MaskableDictWindowRolloutBuffer,
+    MaskableWindowRolloutBuffer,
+)
 from sb3_reset_ppo.maskable.maskable_reset_ppo import MaskableResetPPO
 from sb3_reset_ppo.maskable.policies import (
     MaskableCnnGruPolicy,
     MaskableCnnLstmPolicy,
+    MaskableCnnTrXLPolicy,
     MaskableMlpGruPolicy,
     MaskableMlpLstmPolicy,
+    MaskableMlpTrXLPolicy,
     MaskableMultiInputGruPolicy,
     MaskableMultiInputLstmPolicy,
+    MaskableMultiInputTrXLPolicy,
 )
 
 __all__ = [
+    "MaskableAttentionWindowRolloutBuffer",
     "MaskableCnnGruPolicy",
     "MaskableCnnLstmPolicy",
+    "MaskableCnnTrXLPolicy",
+    "MaskableDictAttentionWindowRolloutBuffer",
     "MaskableDictWindowRolloutBuffer",
     "MaskableMlpGruPolicy",
     "MaskableMlpLstmPolicy",
+    "MaskableMlpTrXLPolicy",
     "MaskableMultiInputGruPolicy",
     "MaskableMultiInputLstmPolicy",
+    "MaskableMultiInputTrXLPolicy",
     "MaskableResetPPO",
     "MaskableWindowRolloutBuffer",
 ]

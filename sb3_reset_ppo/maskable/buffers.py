@@ -5,10 +5,17 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from sb3_reset_ppo.common.attention_buffers import AttentionWindowRolloutBuffer, DictAttentionWindowRolloutBuffer
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer, _WindowBufferMixin
 from sb3_reset_ppo.common.spaces import mask_dims
 
-__all__ = ["MaskableDictWindowRolloutBuffer", "MaskableWindowRolloutBuffer", "mask_dims"]
+__all__ = [
+    "MaskableAttentionWindowRolloutBuffer",
+    "MaskableDictAttentionWindowRolloutBuffer",
+    "MaskableDictWindowRolloutBuffer",
+    "MaskableWindowRolloutBuffer",
+    "mask_dims",
+]
 
 
 class _MaskBufferMixin(_WindowBufferMixin):
@@ -52,3 +59,14 @@ class MaskableWindowRolloutBuffer(_MaskBufferMixin, WindowRolloutBuffer):  # typ
 
 class MaskableDictWindowRolloutBuffer(_MaskBufferMixin, DictWindowRolloutBuffer):  # type: ignore[misc]  # get yields windows
     """:class:`~sb3_reset_ppo.DictWindowRolloutBuffer` that stores each step's action masks (parameters are its)."""
+
+
+class MaskableAttentionWindowRolloutBuffer(_MaskBufferMixin, AttentionWindowRolloutBuffer):  # type: ignore[misc]  # add takes memory
+    """
+    :class:`~sb3_reset_ppo.common.attention_buffers.AttentionWindowRolloutBuffer` that stores each step's action masks
+    (parameters are its).
+    """
+
+
+class MaskableDictAttentionWindowRolloutBuffer(_MaskBufferMixin, DictAttentionWindowRolloutBuffer):  # type: ignore[misc]  # add takes memory
+    """:class:`MaskableAttentionWindowRolloutBuffer` for ``Dict`` observation spaces (parameters are its)."""

@@ -14,10 +14,14 @@ from stable_baselines3.common.vec_env import VecEnv
 from sb3_reset_ppo.common.spaces import check_action_masks
 from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
 from sb3_reset_ppo.maskable import policies
-from sb3_reset_ppo.maskable.buffers import MaskableDictWindowRolloutBuffer, MaskableWindowRolloutBuffer
-from sb3_reset_ppo.maskable.policies import _MaskableRecurrentPolicy, check_maskable_action_space
+from sb3_reset_ppo.maskable.buffers import (
+    MaskableAttentionWindowRolloutBuffer,
+    MaskableDictAttentionWindowRolloutBuffer,
+    MaskableDictWindowRolloutBuffer,
+    MaskableWindowRolloutBuffer,
+)
+from sb3_reset_ppo.maskable.policies import _ActionMasking, _MaskableRecurrentPolicy, check_maskable_action_space
 from sb3_reset_ppo.reset_ppo.reset_ppo import ResetPPO
-from sb3_reset_ppo.reset_ppo.trxl_policies import TrXLActorCriticPolicy
 
 SelfMaskableResetPPO = TypeVar("SelfMaskableResetPPO", bound="MaskableResetPPO")
 
@@ -28,20 +32,21 @@ class MaskableResetPPO(ResetPPO):
     valid actions of every step, stored with the step and applied in every window that holds it. Evaluate with
     :func:`sb3_reset_ppo.common.maskable_evaluation.evaluate_policy` (``docs/guide/masking.md``).
 
-    :param policy: A policy name (``"MlpLstmPolicy"``, ..., ``"MultiInputGruPolicy"``) or a maskable recurrent policy class
+    :param policy: A policy name (``"MlpLstmPolicy"``, ..., ``"MultiInputTrXLPolicy"``) or a maskable policy class
     :param env: The environment to learn from (if registered in Gym, can be str), with an ``action_masks()`` method
     :param args: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, in its order
     :param kwargs: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, by name
     """
 
-    # ResetPPO's policy names, each for its maskable version (the attention policies have none yet)
+    # ResetPPO's policy names, each for its maskable version
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        name: getattr(policies, f"Maskable{name}")
-        for name, policy_class in ResetPPO.policy_aliases.items()
-        if not issubclass(policy_class, TrXLActorCriticPolicy)
+        name: getattr(policies, f"Maskable{name}") for name in ResetPPO.policy_aliases
     }
     window_buffer_class = MaskableWindowRolloutBuffer
     dict_window_buffer_class = MaskableDictWindowRolloutBuffer
+    attention_buffer_class = MaskableAttentionWindowRolloutBuffer
+    dict_attention_buffer_class = MaskableDictAttentionWindowRolloutBuffer
+    # Typed as ResetPPO types it (the attention policies are read by _attention_policy)
     policy: _MaskableRecurrentPolicy
     rollout_buffer: MaskableWindowRolloutBuffer | MaskableDictWindowRolloutBuffer
 
@@ -52,10 +57,11 @@ class MaskableResetPPO(ResetPPO):
     def _setup_model(self) -> None:
         # Before the policy is built, with errors that name the space or the policy
         check_maskable_action_space(self.action_space)
-        if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, _MaskableRecurrentPolicy)):
+        if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, _ActionMasking)):
             raise ValueError(
-                f"MaskableResetPPO needs a maskable recurrent policy: one of {sorted(self.policy_aliases)} or a subclass of "
-                f"their classes (sb3_reset_ppo.maskable.policies), got {self.policy_class!r}"
+                "MaskableResetPPO needs a maskable recurrent policy (LSTM, GRU or attention): one of "
+                f"{sorted(self.policy_aliases)} or a subclass of their classes (sb3_reset_ppo.maskable.policies), got "
+                f"{self.policy_class!r}"
             )
         super()._setup_model()
 

@@ -1,4 +1,5 @@
-"""Policies of MaskableResetPPO: ResetPPO's recurrent policies with sb3-contrib's maskable action distributions."""
+"""Policies of MaskableResetPPO: ResetPPO's recurrent and attention policies with sb3-contrib's maskable action
+distributions."""
 
 from typing import Any
 
@@ -9,22 +10,27 @@ from sb3_contrib.common.maskable.distributions import MaskableDistribution, make
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.distributions import Distribution
-from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
+from sb3_reset_ppo.common.attention import AttentionState
 from sb3_reset_ppo.common.recurrent import recurrent_latents
 from sb3_reset_ppo.common.spaces import check_action_masks
 from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
 from sb3_reset_ppo.reset_ppo import policies as reset_ppo_policies
+from sb3_reset_ppo.reset_ppo import trxl_policies
 
 __all__ = [
     "MaskableCnnGruPolicy",
     "MaskableCnnLstmPolicy",
+    "MaskableCnnTrXLPolicy",
     "MaskableMlpGruPolicy",
     "MaskableMlpLstmPolicy",
+    "MaskableMlpTrXLPolicy",
     "MaskableMultiInputGruPolicy",
     "MaskableMultiInputLstmPolicy",
+    "MaskableMultiInputTrXLPolicy",
 ]
 
 MASKABLE_ACTION_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -42,11 +48,14 @@ def check_maskable_action_space(action_space: spaces.Space) -> None:
         )
 
 
-class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
-    """Invalid-action masks for every way a recurrent policy of ResetPPO is asked for actions (before its class)."""
+class _ActionMasking(ActorCriticPolicy):
+    """
+    Invalid-action masks for every way a policy of ResetPPO with memory is asked for actions (before its class): the
+    parts its recurrent and attention versions share.
+    """
 
     action_dist: Any
-    # The masks of the current ``predict`` call, for ``_predict`` (sb3-contrib's ``predict`` does not pass them)
+    # The masks of the current ``predict`` call, for ``_predict`` (the memory policies' ``predict`` does not pass them)
     _predict_action_masks: MaybeMasks = None
     # Where they come from, for the error of an invalid mask
     _predict_masks_at: str = "policy.predict()"
@@ -63,7 +72,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
             if self.ortho_init:
                 self.action_net.apply(lambda module: self.init_weights(module, gain=0.01))
             self.unmasked_action_dist = self.masked_action_dist
-        # The optimizer is built again over every parameter by the recurrent policy's constructor
+        # The optimizer is built again over every parameter by the memory policy's constructor
         self.action_dist = self.masked_action_dist
 
     def _get_action_dist_from_latent(self, latent_pi: th.Tensor, action_masks: MaybeMasks = None) -> Distribution:
@@ -83,9 +92,15 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         distribution.apply_masking(action_masks)
         return distribution
 
+    def _latents(
+        self, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
+        """The latents of actor and critic (after ``net_arch``) and the memory after the steps (each memory's own)."""
+        raise NotImplementedError
+
     def forward(  # type: ignore[override]  # as sb3-contrib's recurrent policies, with the masks
         self,
-        obs: th.Tensor,
+        obs: PyTorchObs,
         lstm_states: RNNStates,
         episode_starts: th.Tensor,
         deterministic: bool = False,
@@ -101,7 +116,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         :param action_masks: Which actions are valid, ``(n_envs, mask_dims)``; ``None``: all
         :return: action, value and log probability of the action, and the new memory
         """
-        latent_pi, latent_vf, states = recurrent_latents(self, obs, lstm_states, episode_starts)
+        latent_pi, latent_vf, states = self._latents(obs, lstm_states, episode_starts)
         values = self.value_net(latent_vf)
         distribution = self._get_action_dist_from_latent(latent_pi, action_masks)
         actions = distribution.get_actions(deterministic=deterministic)
@@ -109,6 +124,51 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         # (n_envs * ..., ) -> (n_envs, *action shape); a Discrete space's shape is ()
         actions = actions.reshape((-1, *(self.action_space.shape or ())))
         return actions, values, log_prob, states
+
+    def _masks_for_predict(self, observation: PyTorchObs, action_masks: MaybeMasks) -> MaybeMasks:
+        """``_predict``'s masks: the given ones, else those of the current ``predict`` call, checked against the envs."""
+        masks = self._predict_action_masks if action_masks is None else action_masks
+        if masks is None:
+            return None
+        # (n_envs, mask_dims) booleans, or a ValueError naming the env: n_envs is the observations' count
+        n_envs = next(iter(observation.values())).shape[0] if isinstance(observation, dict) else observation.shape[0]
+        return check_action_masks(masks, self.action_space, n_envs, self._predict_masks_at)
+
+    def predict(
+        self,
+        observation: NumpyObs,
+        state: Memory = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+        masks_at: str = "policy.predict()",
+    ) -> tuple[np.ndarray, Memory]:
+        """
+        Get the policy action from an observation and the memory, with only the actions that ``action_masks`` allows
+        (as ``MaskableActorCriticPolicy.predict``).
+
+        :param observation: The input observation
+        :param state: The memory, as the unmasked policy's ``predict``; ``None``: its initial memory
+        :param episode_start: Whether the observations start new episodes (the memory is reset then)
+        :param deterministic: Whether or not to return deterministic actions
+        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` or ``(mask_dims,)``; ``None``: every action
+        :param masks_at: Where the call comes from, named by the error of an invalid mask
+        :return: The action and the next memory
+        """
+        self._predict_action_masks, self._predict_masks_at = action_masks, masks_at
+        try:
+            return super().predict(observation, state, episode_start, deterministic)
+        finally:
+            self._predict_action_masks, self._predict_masks_at = None, "policy.predict()"
+
+
+class _MaskableRecurrentPolicy(_ActionMasking, RecurrentActorCriticPolicy):
+    """Invalid-action masks for a recurrent policy of ResetPPO (LSTM, GRU; before its class)."""
+
+    def _latents(
+        self, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
+        return recurrent_latents(self, obs, lstm_states, episode_starts)
 
     def get_distribution(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
         self, obs: th.Tensor, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor, action_masks: MaybeMasks = None
@@ -136,11 +196,7 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         deterministic: bool = False,
         action_masks: MaybeMasks = None,
     ) -> tuple[th.Tensor, tuple[th.Tensor, th.Tensor]]:
-        masks = self._predict_action_masks if action_masks is None else action_masks
-        if masks is not None:
-            # (n_envs, mask_dims) booleans, or a ValueError naming the env: n_envs is the observations' count
-            n_envs = next(iter(observation.values())).shape[0] if isinstance(observation, dict) else observation.shape[0]
-            masks = check_action_masks(masks, self.action_space, n_envs, self._predict_masks_at)
+        masks = self._masks_for_predict(observation, action_masks)
         # sb3-contrib's predict hands over a (hidden, cell) pair, a GRU policy's is (hidden, hidden): see its predict
         is_gru = isinstance(self.lstm_actor, nn.GRU)
         distribution, states = self.get_distribution(
@@ -149,32 +205,6 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         actions = distribution.get_actions(deterministic=deterministic)
         # The (hidden, cell) pair sb3-contrib's predict reads: a GRU's hidden state twice
         return actions, (states[0], states[0] if is_gru else states[1])
-
-    def predict(
-        self,
-        observation: NumpyObs,
-        state: Memory = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-        action_masks: np.ndarray | None = None,
-        masks_at: str = "policy.predict()",
-    ) -> tuple[np.ndarray, Memory]:
-        """
-        Get the policy action from an observation and the memory, with only the actions that ``action_masks`` allows.
-
-        :param observation: The input observation
-        :param state: The memory, as the recurrent policy's ``predict``; ``None``: zeros
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
-        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` or ``(mask_dims,)``; ``None``: every action
-        :param masks_at: Where the call comes from, named by the error of an invalid mask
-        :return: The action and the next memory
-        """
-        self._predict_action_masks, self._predict_masks_at = action_masks, masks_at
-        try:
-            return super().predict(observation, state, episode_start, deterministic)
-        finally:
-            self._predict_action_masks, self._predict_masks_at = None, "policy.predict()"
 
     def evaluate_actions(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
         self,
@@ -199,6 +229,46 @@ class _MaskableRecurrentPolicy(RecurrentActorCriticPolicy):
         return self.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
 
 
+class _MaskableAttentionPolicy(_ActionMasking, trxl_policies.TrXLActorCriticPolicy):
+    """
+    Invalid-action masks for an attention policy of ResetPPO (before its class). In training, each slot's mask is
+    applied to its distribution by the window evaluation (``slot_heads``), as for the recurrent policies.
+    """
+
+    def _latents(
+        self, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
+        return self.step_latents(obs, lstm_states, episode_starts)
+
+    def get_distribution(  # type: ignore[override]  # the attention policy's signature, with the masks
+        self, obs: PyTorchObs, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor, action_masks: MaybeMasks = None
+    ) -> tuple[Distribution, AttentionState]:
+        """
+        The actor's masked action distribution of one step of every env, and its memory entering the next step.
+
+        :param obs: Observations, one per env
+        :param lstm_states: The actor's memory entering the step, ``(memory, count)``
+        :param episode_starts: Whether the observations start new episodes
+        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)``; ``None``: all
+        :return: The distribution and the next memory
+        """
+        pi_features, _ = self._features(obs)
+        latent_pi, state = self.trxl_actor.step(pi_features, lstm_states, episode_starts)
+        return self._get_action_dist_from_latent(self.mlp_extractor.forward_actor(latent_pi), action_masks), state
+
+    def _predict(  # type: ignore[override]  # the attention policy's signature, with the masks
+        self,
+        observation: PyTorchObs,
+        lstm_states: tuple[th.Tensor, ...],
+        episode_starts: th.Tensor,
+        deterministic: bool = False,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[th.Tensor, AttentionState]:
+        masks = self._masks_for_predict(observation, action_masks)
+        distribution, state = self.get_distribution(observation, lstm_states, episode_starts, masks)
+        return distribution.get_actions(deterministic=deterministic), state
+
+
 class MaskableMlpLstmPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MlpLstmPolicy):
     """ResetPPO's ``MlpLstmPolicy`` with invalid-action masking."""
 
@@ -221,3 +291,15 @@ class MaskableCnnGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.CnnGruPo
 
 class MaskableMultiInputGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MultiInputGruPolicy):
     """ResetPPO's ``MultiInputGruPolicy`` with invalid-action masking."""
+
+
+class MaskableMlpTrXLPolicy(_MaskableAttentionPolicy, trxl_policies.MlpTrXLPolicy):
+    """ResetPPO's ``MlpTrXLPolicy`` (attention memory) with invalid-action masking."""
+
+
+class MaskableCnnTrXLPolicy(_MaskableAttentionPolicy, trxl_policies.CnnTrXLPolicy):
+    """ResetPPO's ``CnnTrXLPolicy`` (attention memory) with invalid-action masking."""
+
+
+class MaskableMultiInputTrXLPolicy(_MaskableAttentionPolicy, trxl_policies.MultiInputTrXLPolicy):
+    """ResetPPO's ``MultiInputTrXLPolicy`` (attention memory) with invalid-action masking."""

@@ -1,4 +1,7 @@
-"""ResetPPO; its recurrent policies are in :mod:`sb3_reset_ppo.reset_ppo.policies`."""
+"""
+ResetPPO; its recurrent policies are in :mod:`sb3_reset_ppo.reset_ppo.policies`, its attention policies in
+:mod:`sb3_reset_ppo.reset_ppo.trxl_policies`.
+"""
 
 from sb3_reset_ppo.reset_ppo.reset_ppo import NonFiniteTrainingError, ResetPPO
 

@@ -15,13 +15,14 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.preprocessing import is_image_space
+from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, PyTorchObs, Schedule
 from stable_baselines3.common.utils import FloatSchedule, explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_reset_ppo.common.attention_buffers import AttentionWindowRolloutBuffer, DictAttentionWindowRolloutBuffer
 from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer
-from sb3_reset_ppo.common.checkpoints import check_checkpoint, legacy_settings
+from sb3_reset_ppo.common.checkpoints import check_checkpoint, check_memory_kind, checkpoint_algorithm, legacy_settings
 from sb3_reset_ppo.common.epochs import epoch_slot_range, minibatch_slots
 from sb3_reset_ppo.common.evaluation import evaluate_windows
 from sb3_reset_ppo.common.loss import LossSettings, SlotTargets, WindowLoss, window_ppo_loss
@@ -127,6 +128,9 @@ class ResetPPO(RecurrentPPO):
     policy: RecurrentActorCriticPolicy
     window_buffer_class: ClassVar[type[WindowRolloutBuffer]] = WindowRolloutBuffer
     dict_window_buffer_class: ClassVar[type[DictWindowRolloutBuffer]] = DictWindowRolloutBuffer
+    # ... and with attention memory
+    attention_buffer_class: ClassVar[type[AttentionWindowRolloutBuffer]] = AttentionWindowRolloutBuffer
+    dict_attention_buffer_class: ClassVar[type[DictAttentionWindowRolloutBuffer]] = DictAttentionWindowRolloutBuffer
     # The memory after the last collected step (sb3-contrib declares it None until _setup_model sets it)
     _last_lstm_states: RNNStates  # type: ignore[assignment]
 
@@ -330,7 +334,9 @@ class ResetPPO(RecurrentPPO):
         self.policy = policy  # type: ignore[assignment]
         self._last_lstm_states = policy.initial_state(self.n_envs)
         dict_observations = isinstance(self.observation_space, spaces.Dict)
-        buffer_cls = DictAttentionWindowRolloutBuffer if dict_observations else AttentionWindowRolloutBuffer
+        buffer_cls: type[AttentionWindowRolloutBuffer | DictAttentionWindowRolloutBuffer] = (
+            self.dict_attention_buffer_class if dict_observations else self.attention_buffer_class
+        )
         self.rollout_buffer = buffer_cls(
             self.n_steps,
             self.observation_space,
@@ -679,6 +685,32 @@ class ResetPPO(RecurrentPPO):
         """
         self._window_generator_state = self.rollout_buffer.generator.bit_generator.state
         super().save(path, exclude, include)
+
+    def set_parameters(
+        self,
+        load_path_or_dict: str | pathlib.Path | io.BufferedIOBase | dict[str, Any],
+        exact_match: bool = True,
+        device: th.device | str = "auto",
+    ) -> None:
+        """
+        Load parameters from a checkpoint or a dict, as SB3's ``set_parameters`` (tensors only, nothing unpickled).
+        Parameters of attention memory into an LSTM or GRU policy, or the reverse, are refused with a ``ValueError``
+        that names both policies.
+
+        :param load_path_or_dict: A checkpoint (a path or an open binary file) or a dict of state dicts, by attribute
+        :param exact_match: Whether every parameter of the model must be set (missing ones raise)
+        :param device: Device on which the parameters are loaded
+        """
+        params: Any = load_path_or_dict
+        source = "parameters"
+        if not isinstance(load_path_or_dict, dict):
+            _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+            source = f"a {checkpoint_algorithm(load_path_or_dict)} checkpoint"
+        alias = next(
+            (name for name, cls in self.policy_aliases.items() if cls is type(self.policy)), type(self.policy).__name__
+        )
+        check_memory_kind(self.policy.state_dict(), alias, params.get("policy", {}), source)
+        super().set_parameters(params, exact_match, device)
 
     @classmethod
     def load(

@@ -207,17 +207,32 @@ class TrXLActorCriticPolicy(ActorCriticPolicy):
         :param deterministic: Whether to sample or use deterministic actions
         :return: action, value and log probability of the action, and the memory entering the next step
         """
-        pi_features, vf_features = self._features(obs)
-        latent_pi, state_pi = self.trxl_actor.step(pi_features, lstm_states.pi, episode_starts)
-        latent_vf, state_vf = self._critic_latent(latent_pi, vf_features, state_pi, lstm_states.vf, episode_starts)
-        latent_pi = self.mlp_extractor.forward_actor(latent_pi)
-        values = self.value_net(self.mlp_extractor.forward_critic(latent_vf))
+        latent_pi, latent_vf, states = self.step_latents(obs, lstm_states, episode_starts)
+        values = self.value_net(latent_vf)
         distribution = self._get_action_dist_from_latent(latent_pi)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
         # (n_envs * ..., ) -> (n_envs, *action shape); a Discrete space's shape is ()
         actions = actions.reshape((-1, *(self.action_space.shape or ())))
-        return actions, values, log_prob, RNNStates(tuple(state_pi), tuple(state_vf))
+        return actions, values, log_prob, states
+
+    def step_latents(
+        self, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
+        """
+        One step of every env without the heads (``forward``'s, and the maskable policies').
+
+        :param obs: Observations, one per env
+        :param lstm_states: The memory of actor and critic entering the step, each ``(memory, count)``
+        :param episode_starts: Whether the observations start new episodes
+        :return: The actor's and the critic's latents (after ``net_arch``) and the memory entering the next step
+        """
+        pi_features, vf_features = self._features(obs)
+        latent_pi, state_pi = self.trxl_actor.step(pi_features, lstm_states.pi, episode_starts)
+        latent_vf, state_vf = self._critic_latent(latent_pi, vf_features, state_pi, lstm_states.vf, episode_starts)
+        latent_pi = self.mlp_extractor.forward_actor(latent_pi)
+        latent_vf = self.mlp_extractor.forward_critic(latent_vf)
+        return latent_pi, latent_vf, RNNStates(tuple(state_pi), tuple(state_vf))
 
     def predict_values(  # type: ignore[override]  # with the critic's memory, as sb3-contrib's
         self, obs: PyTorchObs, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor

@@ -1,6 +1,7 @@
 """
 RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo ...`` runs the zoo's command line with
-``reset_ppo`` and ``maskable_reset_ppo`` registered, their sampler and hyperparameters (``docs/guide/rl_zoo.md``).
+``reset_ppo`` and ``maskable_reset_ppo`` registered, their sampler and hyperparameters (``docs/guide/rl_zoo.md``);
+``TRXL_CONF_FILE`` is the packaged config of attention memory.
 """
 
 import os
@@ -27,6 +28,8 @@ from sb3_reset_ppo.common.utils import PACKAGED_CONF as DEFAULT_CONF_FILE
 from sb3_reset_ppo.common.utils import swapped_names
 from sb3_reset_ppo.experiments.runner import EVALUATION_SECONDS
 
+# The packaged config of attention memory (MlpTrXLPolicy): a --conf-file to name (the zoo keys a config by env id)
+TRXL_CONF_FILE = DEFAULT_CONF_FILE.with_name("reset_ppo_trxl.yml")
 ALGO_NAME = "reset_ppo"
 MASKABLE_ALGO_NAME = "maskable_reset_ppo"
 # Both take the same hyperparameters: one sampler, one converter, one default --conf-file

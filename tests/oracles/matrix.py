@@ -27,9 +27,10 @@ OPTIONS: dict[str, list[Any]] = {
     "consecutive_windows": ["auto", 1, 2],
     "burn_in": [0, 2],
     "memory_refresh": [0, 1],
-    "cell": ["Lstm", "Gru"],
+    # The memory: an LSTM, a GRU, or attention (Transformer-XL; its layers are n_layers, its critic cases the same)
+    "cell": ["Lstm", "Gru", "TrXL"],
     "n_layers": [1, 2],
-    # sb3-contrib's three critic cases: its own recurrent layer (default), the actor's (shared), none
+    # sb3-contrib's three critic cases: its own memory (default), the actor's (shared), none
     "critic": ["own", "shared", "none"],
     "n_envs": [1, 2],
     # (n_steps, batch_size): dividing, not dividing (the epoch's remainder left out), the whole epoch, below the window
@@ -95,6 +96,22 @@ class Combination(Row):
         """The constructor arguments of the combination (besides policy and env)."""
         n_steps, batch_size = self["sizes"]
         critic = self["critic"]
+        if self["cell"] == "TrXL":
+            memory = {
+                "memory_length": 3,
+                "trxl_dim": 4,
+                "n_trxl_layers": self["n_layers"],
+                "n_attention_heads": 2,
+                "shared_trxl": critic == "shared",
+                "enable_critic_trxl": critic == "own",
+            }
+        else:
+            memory = {
+                "lstm_hidden_size": 4,
+                "n_lstm_layers": self["n_layers"],
+                "shared_lstm": critic == "shared",
+                "enable_critic_lstm": critic == "own",
+            }
         return {
             "n_steps": n_steps,
             "batch_size": batch_size,
@@ -109,13 +126,7 @@ class Combination(Row):
             "use_sde": self["use_sde"],
             "clip_range_vf": self["clip_range_vf"],
             "normalize_advantage": self["normalize_advantage"],
-            "policy_kwargs": {
-                "lstm_hidden_size": 4,
-                "n_lstm_layers": self["n_layers"],
-                "net_arch": [4],
-                "shared_lstm": critic == "shared",
-                "enable_critic_lstm": critic == "own",
-            },
+            "policy_kwargs": {**memory, "net_arch": [4]},
         }
 
 
@@ -125,12 +136,16 @@ def allowed(given: dict[str, Any]) -> bool:
     # gSDE needs a continuous action; masks need a discrete one and no gSDE
     if given.get("use_sde") and action not in (None, "box"):
         return False
+    # Attention memory has no burn-in (a ValueError says so)
+    if given.get("cell") == "TrXL" and given.get("burn_in"):
+        return False
     return not (given.get("masks") and (action == "box" or given.get("use_sde")))
 
 
 _CONSTRAINTS = [
     {"operator": "fn", "requires": ["use_sde", "action"], "evaluate": allowed},
     {"operator": "fn", "requires": ["masks", "action", "use_sde"], "evaluate": allowed},
+    {"operator": "fn", "requires": ["cell", "burn_in"], "evaluate": allowed},
 ]
 
 

@@ -30,6 +30,7 @@ from update_probe import UpdateRecorder, fill, probe_model, random_episode_start
 
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.evaluation import evaluate_windows
+from sb3_reset_ppo.reset_ppo.trxl_policies import TrXLActorCriticPolicy
 
 ACTIONS: dict[str, spaces.Space] = {
     "discrete": spaces.Discrete(3),
@@ -62,11 +63,25 @@ def _model(combination: Combination, learning_rate: float) -> ResetPPO:
 
 
 def _check_exact(model: ResetPPO) -> None:
-    """Before any update: every slot of every minibatch of two epochs recomputes the rollout's log-prob and value."""
+    """
+    Before any update: every slot of every minibatch of two epochs recomputes the rollout's log-prob and value (with
+    attention memory every real slot: a padding slot attends to other keys than the step it repeats, and is never
+    trained).
+    """
+    policy: Any = model.policy
+    attention = isinstance(policy, TrXLActorCriticPolicy)
     for _ in range(2):
         for samples in model.rollout_buffer.get(model.batch_size):
             with th.no_grad():
-                values, log_prob, entropy = evaluate_windows(model.policy, samples)
+                values, log_prob, entropy = (
+                    policy.evaluate_windows(samples) if attention else evaluate_windows(policy, samples)
+                )
+            if attention:
+                # (B, W): a padding slot repeats the step before it, a real one never does
+                real = th.ones_like(samples.kept)
+                real[:, 1:] = samples.slot_steps[:, 1:] != samples.slot_steps[:, :-1]
+                log_prob, values = log_prob[real], values[real]
+                samples = samples._replace(old_log_prob=samples.old_log_prob[real], old_values=samples.old_values[real])
             th.testing.assert_close(log_prob, samples.old_log_prob, rtol=1e-5, atol=1e-5)
             th.testing.assert_close(values, samples.old_values, rtol=1e-5, atol=1e-5)
             assert entropy is None or bool(th.isfinite(entropy).all())

@@ -264,3 +264,35 @@ def test_memory_refresh_recomputes_every_step() -> None:
                 int(buffer.memory_counts[0, env]),
             )
         th.testing.assert_close(refreshed[env, MEMORY_LENGTH:], expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "source,target,message",
+    [
+        ("MlpLstmPolicy", "MlpTrXLPolicy", r"a ResetPPO checkpoint of an LSTM policy \(MlpLstmPolicy, CnnLstmPolicy or "),
+        ("MlpGruPolicy", "MlpTrXLPolicy", r"a ResetPPO checkpoint of a GRU policy \(MlpGruPolicy, CnnGruPolicy or "),
+        ("MlpTrXLPolicy", "MlpLstmPolicy", r"a ResetPPO checkpoint of an attention policy \(MlpTrXLPolicy, CnnTrXLPolicy or "),
+        ("RecurrentPPO", "MlpTrXLPolicy", r"a RecurrentPPO checkpoint of an LSTM policy \(MlpLstmPolicy, CnnLstmPolicy or "),
+        ("dict", "MlpTrXLPolicy", r"cannot load parameters of an LSTM policy \(MlpLstmPolicy, CnnLstmPolicy or "),
+    ],
+    ids=["lstm-into-trxl", "gru-into-trxl", "trxl-into-lstm", "recurrent-ppo-into-trxl", "lstm-dict-into-trxl"],
+)
+def test_parameters_of_another_memory_are_refused(source: str, target: str, message: str, tmp_path: Any) -> None:
+    env = make_vec_env(RandomEpisodeEnv, n_envs=1, seed=0)
+    kwargs: dict[str, Any] = dict(n_steps=8, batch_size=8)
+    trxl_kwargs: dict[str, Any] = dict(policy_kwargs=TRXL_KWARGS)
+    if source == "RecurrentPPO":
+        RecurrentPPO("MlpLstmPolicy", env, **kwargs).save(tmp_path / "source")
+    elif source != "dict":
+        ResetPPO(source, env, **kwargs, **(trxl_kwargs if "TrXL" in source else {})).save(tmp_path / "source")
+    model = ResetPPO(target, env, **kwargs, **(trxl_kwargs if "TrXL" in target else {}))
+    before = {name: tensor.clone() for name, tensor in model.policy.state_dict().items()}
+    target_kind = "attention" if "TrXL" in target else "LSTM"
+    full = message + rf".* into this model's {target} \({target_kind} memory\): the parameters of attention memory"
+    with pytest.raises(ValueError, match=full):
+        if source == "dict":
+            lstm = ResetPPO("MlpLstmPolicy", env, **kwargs)
+            model.set_parameters({"policy": lstm.policy.state_dict()})
+        else:
+            model.set_parameters(str(tmp_path / "source.zip"))
+    assert all(th.equal(before[name], tensor) for name, tensor in model.policy.state_dict().items())

@@ -14,8 +14,10 @@ import yaml
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
 from sb3_reset_ppo.experiments import runner, training_log
+from sb3_reset_ppo.reset_ppo.trxl_policies import TrXLActorCriticPolicy
 from sb3_reset_ppo.zoo import (
     DEFAULT_CONF_FILE,
+    TRXL_CONF_FILE,
     MaskableTrialEvalCallback,
     _with_default_conf_file,
     convert_reset_ppo_params,
@@ -55,6 +57,20 @@ def test_train_writes_evaluations_and_enjoy_loads(tmp_path: Path) -> None:
     assert timed_rows and timed_rows[-1][runner.EVALUATION_SECONDS] > 0
     enjoy = _zoo("enjoy", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-f", str(tmp_path), "-n", "30", "--no-render")
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
+
+
+def test_train_attention_memory_from_its_packaged_config(tmp_path: Path) -> None:
+    hyperparams = yaml.safe_load(TRXL_CONF_FILE.read_text())
+    assert hyperparams["CueRecall-v0"]["policy"] == "MlpTrXLPolicy"
+    result = _zoo(
+        "train", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-n", "512", "--conf-file", str(TRXL_CONF_FILE),
+        "-f", str(tmp_path), "--seed", "1", "--hyperparams", "n_steps:32",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    model = ResetPPO.load(tmp_path / "reset_ppo" / "CueRecall-v0_1" / "CueRecall-v0.zip")
+    # The config's attention policy, trained for two rollouts of 8 envs
+    assert isinstance(model.policy, TrXLActorCriticPolicy) and model.policy.memory_shape == (8, 1, 32)
+    assert model.num_timesteps == 512 and model._n_updates > 0
 
 
 def test_default_conf_file_is_added_only_for_reset_ppo_training() -> None:
