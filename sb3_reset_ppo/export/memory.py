@@ -131,13 +131,12 @@ class RecurrentStep(nn.Module):
     """
     One step of an LSTM or GRU on its own tensors, with sb3-contrib's episode-start rule.
 
-    :param policy: The recurrent policy (its ``lstm_actor`` is called, not copied)
+    :param rnn: The policy's ``lstm_actor`` (not copied)
     """
 
-    def __init__(self, policy: RecurrentActorCriticPolicy) -> None:
+    def __init__(self, rnn: nn.Module) -> None:
         super().__init__()
-        # Not a submodule: the layer keeps its name in the policy
-        self.policy = [policy]
+        self.rnn = rnn
 
     def forward(
         self, features: th.Tensor, memory: list[th.Tensor], episode_start: th.Tensor | None
@@ -148,7 +147,7 @@ class RecurrentStep(nn.Module):
             memory = [keep * tensor for tensor in memory]
         rnn_input = features.unsqueeze(0)  # (batch, F) -> (1, batch, F): one step
         lstm = len(memory) == 2
-        output, state = self.policy[0].lstm_actor(rnn_input, (memory[0], memory[1]) if lstm else memory[0])
+        output, state = self.rnn(rnn_input, (memory[0], memory[1]) if lstm else memory[0])
         return output[0], list(state) if lstm else [state]
 
 
@@ -199,4 +198,4 @@ class RecurrentMemory(Memory):
     def step(self, policy: RecurrentActorCriticPolicy, elementary: bool) -> nn.Module:
         if elementary:
             policy.add_module("lstm_actor", ElementaryRecurrent(policy.lstm_actor))
-        return RecurrentStep(policy)
+        return RecurrentStep(policy.lstm_actor)
