@@ -54,17 +54,17 @@ class ExportSpec:
 
     @property
     def n_memory(self) -> int:
-        """Memory tensors: 2 (``h``, ``c``) for an LSTM, 1 (``h``) for a GRU, 2 (``memory``, ``n_valid``) for a TrXL."""
+        """Memory tensors: 2 (``h``, ``c``) for an LSTM, 1 (``h``) for a GRU, 2 (``memory``, ``n_valid``) for attention."""
         return len(self.memory.names)
 
     @property
     def memory_size(self) -> int:
-        """Width of the flat memory: ``n_memory * n_layers * hidden_size``; a TrXL's positions and its count."""
+        """Width of the flat memory: ``n_memory * n_layers * hidden_size``; attention's positions and count."""
         return self.memory.size
 
     @property
     def memory_names(self) -> list[str]:
-        """The memory tensors' names: ``["h", "c"]`` (LSTM), ``["h"]`` (GRU), ``["memory", "n_valid"]`` (TrXL)."""
+        """The memory tensors' names: ``["h", "c"]`` (LSTM), ``["h"]`` (GRU), ``["memory", "n_valid"]`` (attention)."""
         return self.memory.names
 
     @property
