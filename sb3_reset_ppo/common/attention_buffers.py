@@ -13,13 +13,13 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
 from sb3_reset_ppo.common.attention import attention_mask
-from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer, _WindowSampler
+from sb3_reset_ppo.common.buffers import DictWindowRolloutBuffer, WindowRolloutBuffer, WindowSampler
 from sb3_reset_ppo.common.settings import WindowSettings
 from sb3_reset_ppo.common.type_aliases import AttentionRows, WindowRolloutBufferSamples
 from sb3_reset_ppo.common.utils import relative_distance
 
 
-class _AttentionWindowSampler(_WindowSampler):
+class AttentionWindowSampler(WindowSampler):
     """
     The window sampler with the stored block inputs of the rollout on the device: each row's ``K`` memory positions
     are gathered by index (:class:`~sb3_reset_ppo.common.type_aliases.AttentionRows`).
@@ -209,10 +209,10 @@ class AttentionWindowRolloutBuffer(_AttentionBufferMixin, WindowRolloutBuffer): 
     :param seed: Seed of the generator that orders the windows
     """
 
-    sampler_class = _AttentionWindowSampler
+    sampler_class = AttentionWindowSampler
 
 
 class DictAttentionWindowRolloutBuffer(_AttentionBufferMixin, DictWindowRolloutBuffer):  # type: ignore[misc]  # add takes memory
     """:class:`AttentionWindowRolloutBuffer` for ``Dict`` observation spaces; parameters are the same."""
 
-    sampler_class = _AttentionWindowSampler
+    sampler_class = AttentionWindowSampler

@@ -30,7 +30,7 @@ from sb3_reset_ppo.common.utils import relative_distance
 from sb3_reset_ppo.common.windows import RolloutWindowStats, kept_slots, real_slots, slot_weights
 
 
-class _WindowSampler:
+class WindowSampler:
     """
     The stored rollout as env-major flat tensors on the buffer's device, built once per rollout, and the window
     minibatches gathered from them by index; index plans are made on the host, so nothing is read back from the device.
@@ -269,7 +269,7 @@ class _WindowBufferMixin:
     """Window settings and sampling shared by both window buffers (placed before the sb3-contrib base)."""
 
     # What reads the full rollout's windows (attention memory's reads its stored block inputs too)
-    sampler_class: type[_WindowSampler] = _WindowSampler
+    sampler_class: type[WindowSampler] = WindowSampler
 
     # Set by the sb3-contrib / SB3 base buffer
     buffer_size: int
@@ -319,7 +319,7 @@ class _WindowBufferMixin:
         self.window_settings = window_settings
         self.burn_in = int(burn_in)
         self.consecutive_windows = consecutive_windows
-        self._sampler: _WindowSampler | None = None
+        self._sampler: WindowSampler | None = None
         self.seed(seed)
         super().__init__(  # type: ignore[call-arg]  # the sb3-contrib base buffer, after this mixin
             buffer_size, observation_space, action_space, hidden_state_shape, device, gae_lambda, gamma, n_envs=n_envs
@@ -385,7 +385,7 @@ class _WindowBufferMixin:
             lstm_states = RNNStates(*((states[0], states[0][..., :0]) for states in lstm_states))
         super().add(*args, lstm_states=lstm_states, **kwargs)  # type: ignore[misc]
 
-    def sampler(self) -> _WindowSampler:
+    def sampler(self) -> WindowSampler:
         """The window view of the current (full) rollout, built on first use and kept until ``reset``."""
         if not self.full:
             raise RuntimeError("The rollout buffer must be full before windows can be sampled from it")
@@ -410,7 +410,7 @@ class _WindowBufferMixin:
         self._sampler = None
 
     def refresh_memory(self, policy: RecurrentActorCriticPolicy) -> th.Tensor:
-        """Refresh the stored memory of the current rollout with the policy's parameters (see ``_WindowSampler``)."""
+        """Refresh the stored memory of the current rollout with the policy's parameters (see ``WindowSampler``)."""
         return self.sampler().refresh_memory(policy)
 
     def window_diagnostics(self) -> dict[str, float]:

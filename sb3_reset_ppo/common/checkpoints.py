@@ -99,7 +99,7 @@ def legacy_settings(path: str | pathlib.Path | io.BufferedIOBase) -> dict[str, A
     :return: The missing settings and their values, for ``load``'s overrides
     """
     saved = _saved_attributes(path)
-    if not all(name in saved for name in _RESET_PPO_SETTINGS):
+    if not saved.issuperset(_RESET_PPO_SETTINGS):
         return {}
     return {name: value for name, value in LEGACY_SETTINGS.items() if name not in saved}
 
@@ -150,7 +150,5 @@ def check_memory_kind(policy_state: Mapping[str, Any], policy_name: str, saved: 
 
 
 def checkpoint_algorithm(path: str | pathlib.Path | io.BufferedIOBase) -> str:
-    """``"ResetPPO"`` for a checkpoint that stores ResetPPO's window settings, else ``"RecurrentPPO"`` (the other one
-    with recurrent policies)."""
-    saved = _saved_attributes(path)
-    return "ResetPPO" if all(name in saved for name in _RESET_PPO_SETTINGS) else "RecurrentPPO"
+    """``"ResetPPO"`` for a checkpoint that stores ResetPPO's window settings, else ``"RecurrentPPO"``."""
+    return "ResetPPO" if _saved_attributes(path).issuperset(_RESET_PPO_SETTINGS) else "RecurrentPPO"

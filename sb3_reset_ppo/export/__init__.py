@@ -1,5 +1,6 @@
 """
-:func:`export_onnx` writes one step of a recurrent policy's actor to an ONNX file, the memory as inputs and outputs
+:func:`export_onnx` writes one step of a policy's actor to an ONNX file, its memory (an LSTM's or GRU's state, or
+attention memory) as inputs and outputs
 (``python -m sb3_reset_ppo.export MODEL.zip OUT.onnx``; the ``deploy`` extra; docs/guide/deploy.md).
 """
 

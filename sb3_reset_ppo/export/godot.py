@@ -9,7 +9,7 @@ from gymnasium import spaces
 from torch import nn
 
 from sb3_reset_ppo.common.utils import warn_user
-from sb3_reset_ppo.export.actor import ActorStep, ExportablePolicy, ExportSpec, join_memory, observation_shapes, split_memory
+from sb3_reset_ppo.export.actor import ActorStep, ExportablePolicy, ExportSpec, observation_shapes
 from sb3_reset_ppo.export.layout import ExportOptions, Graph, Layout
 
 GODOT_MEMORY_INPUT = "state_ins"
@@ -37,11 +37,11 @@ class GodotStep(nn.Module):
         *flat_obs, state_ins = inputs
         # (batch, n) -> (batch, *shape); a Discrete index (batch, 1) -> (batch,)
         obs = [tensor.reshape(-1, *shape) for tensor, shape in zip(flat_obs, self.obs_shapes, strict=True)]
-        memory = split_memory(state_ins, spec)  # (batch, memory_size) -> each (L, batch, H)
+        memory = spec.memory.split(state_ins)  # (batch, memory_size) -> the memory's tensors
         action, new_memory, parameters = self.actor(obs, memory)
         # Discrete: the (batch, sum of branches) logits; Box: the action, (batch, *shape) -> (batch, action_dim)
         output = parameters[0] if spec.branches else action.reshape(action.shape[0], -1)
-        state_outs = join_memory(new_memory, spec)  # each (L, batch, H) -> [h | c] (batch, memory_size)
+        state_outs = spec.memory.join(new_memory)  # the memory's tensors -> (batch, memory_size)
         return output, state_outs
 
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import torch as th
 from torch import nn
 
-from sb3_reset_ppo.export.actor import ATTENTION, ActorStep, ExportablePolicy, ExportOptions, ExportSpec
+from sb3_reset_ppo.export.actor import ActorStep, ExportablePolicy, ExportOptions, ExportSpec
 
 # The default opset of the layouts whose engines read any recent opset (onnxruntime)
 DEFAULT_OPSET = 17
@@ -61,6 +61,8 @@ class Layout(ABC):
     :cvar fused_cells: The cells whose ONNX operator the engine implements (``cell_ops="auto"`` writes the others)
     :cvar images_in_unit_range: Whether the engine gives uint8-bounded images in [0, 1], not divided by 255
     :cvar distribution_outputs: Whether the layout can output the distribution's parameters
+    :cvar flat_memory: Whether the memory is one flat tensor (:attr:`Memory.size
+        <sb3_reset_ppo.export.memory.Memory.size>` wide), not the memory's own tensors
     :cvar memory_shape: The memory's shape in the metadata
     :cvar memory_reset: How an episode start resets the memory, in the metadata
     """
@@ -70,6 +72,7 @@ class Layout(ABC):
     fused_cells: ClassVar[tuple[str, ...]] = ("LSTM", "GRU")
     images_in_unit_range: ClassVar[bool] = False
     distribution_outputs: ClassVar[bool] = False
+    flat_memory: ClassVar[bool] = True
     memory_shape: ClassVar[tuple[str | int, ...]] = ("batch", 1, "memory_size")
     memory_reset: ClassVar[str] = "zeros at an episode start"
 
@@ -115,20 +118,8 @@ class Layout(ABC):
             "memory_size": spec.memory_size,
             "reset": self.memory_reset,
         }
-        if spec.cell == ATTENTION:
-            memory.update(memory_length=spec.memory_length, **self.attention_memory_metadata(spec))
+        memory.update(spec.memory.metadata(self.flat_memory))
         return memory
-
-    def attention_memory_metadata(self, spec: ExportSpec) -> dict[str, Any]:
-        """A TrXL's own ``memory`` entries: how its memory is laid out (the flat layouts' by default)."""
-        return {
-            "shape": ["batch", spec.memory_size],
-            "layout": (
-                f"per env: the memory positions (memory_length, n_layers, hidden_size) = ({spec.memory_length}, "
-                f"{spec.n_layers}, {spec.hidden_size}) row-major, oldest first, then n_valid (a float)"
-            ),
-            "reset": "zeros at an episode start (n_valid 0: no position is attended to)",
-        }
 
     def extra_metadata(self, spec: ExportSpec) -> dict[str, str]:
         """The layout's own metadata entries, by default none."""

@@ -7,15 +7,7 @@ from gymnasium import spaces
 from torch import nn
 
 from sb3_reset_ppo.common.utils import warn_user
-from sb3_reset_ppo.export.actor import (
-    ActorStep,
-    ExportablePolicy,
-    ExportSpec,
-    join_memory,
-    observation_shapes,
-    observation_spaces,
-    split_memory,
-)
+from sb3_reset_ppo.export.actor import ActorStep, ExportablePolicy, ExportSpec, observation_shapes, observation_spaces
 from sb3_reset_ppo.export.layout import MASKS, ExportOptions, Graph, Layout
 
 # Unity ML-Agents' model API version of the files its 2.x and 3.x trainers write (ModelApiVersion.MLAgents2_0)
@@ -58,9 +50,9 @@ class MlAgentsStep(nn.Module):
             for tensor, discrete in zip(inputs[:n_obs], self.discrete_obs, strict=True)
         ]
         masks = inputs[n_obs] if spec.with_masks else None
-        memory = split_memory(inputs[-1][:, 0], spec)  # (batch, 1, memory_size) -> (batch, memory_size) -> parts
+        memory = spec.memory.split(inputs[-1][:, 0])  # (batch, 1, memory_size) -> (batch, memory_size) -> parts
         action, new_memory, _ = self.actor(obs, memory, None, masks)
-        recurrent_out = join_memory(new_memory, spec).unsqueeze(1)  # [h | c] (batch, memory_size) -> (batch, 1, memory_size)
+        recurrent_out = spec.memory.join(new_memory).unsqueeze(1)  # (batch, memory_size) -> (batch, 1, memory_size)
         # ML-Agents' stochastic outputs carry the deterministic action too (no sampling in the graph)
         return (self.version_number, self.memory_size, action, self.action_output_shape, action, recurrent_out)
 

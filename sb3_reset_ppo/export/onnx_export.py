@@ -1,4 +1,4 @@
-"""ONNX export of one step of a recurrent policy's actor, under the tensor names of a layout (docs/guide/deploy.md)."""
+"""ONNX export of one step of a policy's actor with its memory, under the tensor names of a layout (docs/guide/deploy.md)."""
 
 import copy
 import json
@@ -8,13 +8,12 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution, MaskableMultiCategoricalDistribution
-from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.distributions import (
     BernoulliDistribution,
@@ -25,15 +24,13 @@ from stable_baselines3.common.distributions import (
     StateDependentNoiseDistribution,
 )
 from stable_baselines3.common.vec_env import VecNormalize
-from torch import nn
 
-from sb3_reset_ppo.export.actor import ATTENTION, ActorStep, ElementaryRecurrent, ExportablePolicy, ExportOptions, ExportSpec
+from sb3_reset_ppo.export.actor import MEMORY_KINDS, ActorStep, ExportablePolicy, ExportOptions, ExportSpec
 from sb3_reset_ppo.export.godot import GodotLayout
 from sb3_reset_ppo.export.layout import Graph, Layout
 from sb3_reset_ppo.export.mlagents import MLAGENTS_OPSET, MlAgentsLayout  # noqa: F401 (MLAGENTS_OPSET re-exported)
 from sb3_reset_ppo.export.normalize import load_vec_normalize, observation_normalizer, warn_if_unnormalized
 from sb3_reset_ppo.export.plain import PlainLayout
-from sb3_reset_ppo.reset_ppo.trxl_policies import TrXLActorCriticPolicy
 from sb3_reset_ppo.version import __version__
 
 # The layouts by their public name: a new layout is a new module and one entry here
@@ -43,8 +40,6 @@ EXPORTERS = ("torchscript", "dynamo")
 # The opsets export_onnx accepts
 MIN_OPSET, MAX_OPSET = 14, 20
 CELL_OPS = ("auto", "fused", "elementary")
-# torch's dynamo exporter writes attention's Split with opset 18's num_outputs and does not convert it down
-DYNAMO_ATTENTION_OPSET = 18
 SUPPORTED_OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 SUPPORTED_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 _CONTINUOUS_DISTRIBUTIONS = (DiagGaussianDistribution, StateDependentNoiseDistribution)
@@ -67,13 +62,13 @@ def _policy_of(model: Any) -> ExportablePolicy:
             f"file with python -m sb3_reset_ppo.export {os.fspath(model)} OUT.onnx"
         )
     policy = model.policy if isinstance(model, BaseAlgorithm) else model
-    if not isinstance(policy, RecurrentActorCriticPolicy | TrXLActorCriticPolicy):
+    if not any(isinstance(policy, kind.policy_class) for kind in MEMORY_KINDS):
         raise TypeError(
             f"model must be a ResetPPO, MaskableResetPPO or sb3-contrib RecurrentPPO model, or its recurrent policy "
             f"(a subclass of sb3-contrib's RecurrentActorCriticPolicy: LSTM or GRU, Mlp, Cnn or MultiInput; or of "
             f"TrXLActorCriticPolicy: attention memory); got {type(model).__name__} with policy {type(policy).__name__}"
         )
-    return policy
+    return cast(ExportablePolicy, policy)
 
 
 def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
@@ -87,7 +82,7 @@ def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
     if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
     policy = _policy_of(model)
-    memory = _memory_spec(policy)
+    memory = next(kind.of(policy) for kind in MEMORY_KINDS if isinstance(policy, kind.policy_class))
     space = policy.observation_space
     supported = "Box (images included), Discrete, MultiDiscrete, MultiBinary, or a Dict of these"
     if not isinstance(space, (spaces.Dict, *SUPPORTED_OBSERVATION_SPACES)):
@@ -117,27 +112,9 @@ def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
     elif isinstance(action_space, spaces.MultiBinary):
         branches = (2,) * int(np.prod(action_space.shape))
     with_masks = LAYOUTS[layout].with_masks(maskable, branches)
-    cell, n_layers, hidden_size, memory_length = memory
-    return ExportSpec(cell, n_layers, hidden_size, obs_keys, with_masks, sum(branches), branches, memory_length)
-
-
-def _memory_spec(policy: ExportablePolicy) -> tuple[str, int, int, int]:
-    """The actor's memory: its cell, layers, width and ``memory_length`` (0 for an LSTM or GRU)."""
-    if isinstance(policy, TrXLActorCriticPolicy):
-        memory_length, n_layers, dim = policy.memory_shape
-        return ATTENTION, n_layers, dim, memory_length
-    rnn = policy.lstm_actor
-    if isinstance(rnn, nn.LSTM):
-        if rnn.proj_size:
-            raise ValueError(f"an LSTM with proj_size={rnn.proj_size} is not supported by export: use proj_size=0")
-        cell = "LSTM"
-    elif isinstance(rnn, nn.GRU):
-        cell = "GRU"
-    else:
-        raise TypeError(f"the actor's recurrent layer must be nn.LSTM or nn.GRU, got {type(rnn).__name__}")
-    if rnn.batch_first or rnn.bidirectional:
-        raise ValueError("recurrent layers with batch_first=True or bidirectional=True are not supported by export")
-    return cell, rnn.num_layers, rnn.hidden_size, 0
+    return ExportSpec(
+        memory.cell, memory.n_layers, memory.hidden_size, obs_keys, with_masks, sum(branches), branches, memory.memory_length
+    )
 
 
 def _copy_policy(policy: ExportablePolicy) -> ExportablePolicy:
@@ -199,10 +176,10 @@ def export_onnx(
     vec_normalize: VecNormalize | str | Path | None = None,
 ) -> Path:
     """
-    Export one step of a recurrent policy's actor to an ONNX file, the memory as inputs and outputs. A failed or
+    Export one step of a policy's actor to an ONNX file, the memory as inputs and outputs. A failed or
     refused export leaves an existing file at ``path`` as it was.
 
-    :param model: A ResetPPO, MaskableResetPPO or sb3-contrib RecurrentPPO model, or its recurrent policy
+    :param model: A ResetPPO, MaskableResetPPO or sb3-contrib RecurrentPPO model, or its policy (LSTM, GRU or attention)
     :param path: The ONNX file to write, its missing folders made
     :param layout: The tensor names: ``"plain"``, ``"mlagents"`` (Unity ML-Agents') or ``"godot"`` (Godot RL Agents')
     :param opset: The ONNX opset, 14 to 20; by default 15 for ``"mlagents"`` (Unity's Sentis), else 17
@@ -210,7 +187,8 @@ def export_onnx(
     :param distribution: Whether to also output the distribution's parameters (``"plain"`` layout only)
     :param channels_last: Whether to take image observations as ``(batch, H, W, C)``, as the env gives them
     :param exporter: ``"torchscript"`` (torch's TorchScript-based exporter) or ``"dynamo"`` (needs ``onnxscript``)
-    :param cell_ops: ``"fused"`` (ONNX's LSTM or GRU), ``"elementary"`` or ``"auto"`` (what the layout's engine runs)
+    :param cell_ops: ``"fused"`` (ONNX's LSTM or GRU), ``"elementary"`` or ``"auto"`` (what the layout's engine runs;
+        attention memory is always elementary)
     :param vec_normalize: The ``VecNormalize`` the model was trained with, or its pickle, to normalise in the graph
     :return: ``path``
     """
@@ -225,18 +203,7 @@ def export_onnx(
         raise ValueError(f"exporter must be one of {EXPORTERS}, got {exporter!r}")
     if cell_ops not in CELL_OPS:
         raise ValueError(f"cell_ops must be one of {CELL_OPS}, got {cell_ops!r}")
-    if spec.cell == ATTENTION and cell_ops == "fused":
-        raise ValueError(
-            "cell_ops='fused' needs an LSTM or GRU (ONNX's operators): attention memory is always written as elementary "
-            "operators; use cell_ops='auto' or 'elementary'"
-        )
-    if spec.cell == ATTENTION and exporter == "dynamo" and opset < DYNAMO_ATTENTION_OPSET:
-        raise ValueError(
-            f"exporter='dynamo' with attention memory needs opset >= {DYNAMO_ATTENTION_OPSET}, got {opset}: torch's dynamo "
-            "exporter writes the attention's Split with an opset 18 attribute and cannot convert it to an earlier "
-            f"opset; use exporter='torchscript' (any opset) or opset={DYNAMO_ATTENTION_OPSET}"
-        )
-    elementary = cell_ops == "elementary" or (cell_ops == "auto" and spec.cell not in chosen.fused_cells)
+    elementary = spec.memory.elementary(cell_ops, chosen.fused_cells, exporter, opset)
     options = ExportOptions(DTYPES[dtype], opset, channels_last, distribution, elementary, exporter)
     trained = _policy_of(model)
     chosen.check(trained, spec, options)
@@ -247,8 +214,6 @@ def export_onnx(
         normalizer = observation_normalizer(load_vec_normalize(vec_normalize), trained.observation_space)
     policy = _copy_policy(trained).to(device="cpu", dtype=options.dtype)
     policy.set_training_mode(False)
-    if elementary and isinstance(policy, RecurrentActorCriticPolicy):
-        policy.add_module("lstm_actor", ElementaryRecurrent(policy.lstm_actor))
     normalize_images = policy.normalize_images and not chosen.images_in_unit_range
     actor = ActorStep(policy, spec, options, normalizer, normalize_images).eval()
     graph = chosen.graph(actor, options)

@@ -1,19 +1,19 @@
 """The ``"plain"`` layout (the default): the recurrent layer's own tensors (docs/guide/deploy.md)."""
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch as th
 from gymnasium import spaces
 from torch import nn
 
-from sb3_reset_ppo.export.actor import ATTENTION, ActorStep, ExportSpec, observation_shapes
+from sb3_reset_ppo.export.actor import ActorStep, observation_shapes
 from sb3_reset_ppo.export.layout import MASKS, ExportOptions, Graph, Layout
 
 
 class PlainStep(nn.Module):
     """
     The plain layout's module: ``(*obs, h[, c], episode_start[, action_masks])`` ->
-    ``(action, h_out[, c_out][, parameters])``; a TrXL's ``memory``, ``n_valid`` in place of ``h``, ``c``.
+    ``(action, h_out[, c_out][, parameters])``; attention memory's ``memory``, ``n_valid`` in place of ``h``, ``c``.
 
     :param actor: One step of the actor
     """
@@ -37,12 +37,13 @@ class PlainStep(nn.Module):
 
 class PlainLayout(Layout):
     """
-    The plain layout: ``obs``, ``h``, ``c``, ``episode_start`` -> ``action``, ``h_out``, ``c_out``; a TrXL's
-    ``memory`` and ``n_valid`` (int64), ``predict``'s state, in place of ``h`` and ``c``.
+    The plain layout: ``obs``, ``h``, ``c``, ``episode_start`` -> ``action``, ``h_out``, ``c_out``; the memory's own
+    tensors as ``predict``'s state holds them (attention memory's ``memory`` and ``n_valid``, int64).
     """
 
     name: ClassVar[str] = "plain"
     distribution_outputs: ClassVar[bool] = True
+    flat_memory: ClassVar[bool] = False
     memory_shape: ClassVar[tuple[str | int, ...]] = ("n_layers", "batch", "hidden_size")
     memory_reset: ClassVar[str] = "memory * (1 - episode_start)"
 
@@ -60,14 +61,4 @@ class PlainLayout(Layout):
         memory_out = [f"{name}_out" for name in spec.memory_names]
         parameters = (["logits"] if spec.branches else ["mean", "log_std"]) if options.distribution else []
         outputs: dict[str, int | None] = {"action": 0, **dict.fromkeys(memory_out, 1), **dict.fromkeys(parameters, 0)}
-        # A TrXL's count is predict's int64
-        input_dtypes = {"n_valid": th.int64} if spec.cell == ATTENTION else {}
-        return Graph(PlainStep(actor).eval(), inputs, outputs, options.dtype, input_dtypes)
-
-    def attention_memory_metadata(self, spec: ExportSpec) -> dict[str, Any]:
-        return {
-            "shape": {"memory": ["memory_length", "batch", "n_layers", "hidden_size"], "n_valid": [1, "batch"]},
-            "layout": "predict's state: memory the block inputs of the last memory_length steps (oldest first), "
-            "n_valid (int64) how many of the last of them belong to the episode",
-            "reset": "n_valid read as 0 where episode_start > 0.5 (the memory is kept and masked)",
-        }
+        return Graph(PlainStep(actor).eval(), inputs, outputs, options.dtype, spec.memory.dtypes)

@@ -15,6 +15,7 @@ from sb3_contrib.common.recurrent.policies import (
 )
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from sb3_contrib.ppo_recurrent import policies as contrib_policies
+from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
@@ -74,6 +75,18 @@ class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
         actions, new_pair = super().predict(observation, pair, episode_start, deterministic)
         assert new_pair is not None
         return actions, (new_pair[0],)
+
+
+def heads(
+    policy: ActorCriticPolicy, latent_pi: th.Tensor, latent_vf: th.Tensor, deterministic: bool
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """``forward``'s heads: the actions ``(n_envs, *action shape)``, the values and the actions' log probabilities."""
+    values = policy.value_net(latent_vf)
+    distribution = policy._get_action_dist_from_latent(latent_pi)
+    actions = distribution.get_actions(deterministic=deterministic)
+    log_prob = distribution.log_prob(actions)
+    # (n_envs * ..., ) -> (n_envs, *action shape); a Discrete space's shape is ()
+    return actions.reshape((-1, *(policy.action_space.shape or ()))), values, log_prob
 
 
 def n_observations(observation: Any, observation_space: spaces.Space) -> int:
@@ -225,13 +238,7 @@ class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
         :return: action, value and log probability of the action, and the new memory
         """
         latent_pi, latent_vf, states = recurrent_latents(self, obs, lstm_states, episode_starts)
-        values = self.value_net(latent_vf)
-        distribution = self._get_action_dist_from_latent(latent_pi)
-        actions = distribution.get_actions(deterministic=deterministic)
-        log_prob = distribution.log_prob(actions)
-        # (n_envs * ..., ) -> (n_envs, *action shape); a Discrete space's shape is ()
-        actions = actions.reshape((-1, *(self.action_space.shape or ())))
-        return actions, values, log_prob, states
+        return (*heads(self, latent_pi, latent_vf, deterministic), states)
 
     def _predict(  # type: ignore[override]  # sb3-contrib's recurrent signature, not SB3's _predict(obs, deterministic)
         self,

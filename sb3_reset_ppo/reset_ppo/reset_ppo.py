@@ -285,7 +285,16 @@ class ResetPPO(RecurrentPPO):
         self._check_settings()
         if issubclass(self.policy_class, TrXLActorCriticPolicy):
             self._setup_attention_model()
-            return
+        else:
+            self._setup_recurrent_model()
+        # A loaded checkpoint continues the window generator where the saved model left it
+        state = getattr(self, "_window_generator_state", None)
+        if state is not None:
+            self.rollout_buffer.generator.bit_generator.state = state
+        self._warn_about_batch_size()
+
+    def _setup_recurrent_model(self) -> None:
+        """``_setup_model`` for an LSTM or GRU policy: ``RecurrentPPO``'s, with the window buffer."""
         super()._setup_model()
         check_supported_rnn(self.policy.lstm_actor)
         layer_type = recurrent_layer_type(self.policy.lstm_actor)
@@ -310,11 +319,6 @@ class ResetPPO(RecurrentPPO):
             burn_in=self.burn_in,
             recurrent_layer_type=layer_type,
         )
-        # A loaded checkpoint continues the window generator where the saved model left it
-        state = getattr(self, "_window_generator_state", None)
-        if state is not None:
-            self.rollout_buffer.generator.bit_generator.state = state
-        self._warn_about_batch_size()
 
     def _setup_attention_model(self) -> None:
         """``_setup_model`` for an attention policy: ``RecurrentPPO``'s, with attention memory and its buffer."""
@@ -351,13 +355,9 @@ class ResetPPO(RecurrentPPO):
             consecutive_windows=self._resolved_consecutive_windows(),
             seed=self.seed,
         )
-        state = getattr(self, "_window_generator_state", None)
-        if state is not None:
-            self.rollout_buffer.generator.bit_generator.state = state
         self.clip_range = FloatSchedule(self.clip_range)
         if self.clip_range_vf is not None:
             self.clip_range_vf = FloatSchedule(self.clip_range_vf)
-        self._warn_about_batch_size()
 
     def _warn_about_batch_size(self) -> None:
         """Warn, as SB3's PPO does, when ``batch_size`` does not fit the epochs (``docs/guide/parameters.md``)."""

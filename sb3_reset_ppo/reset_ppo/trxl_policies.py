@@ -25,7 +25,7 @@ from torch import nn
 from sb3_reset_ppo.common.attention import AttentionState, PositionalEncoding, TransformerXL, attention_mask
 from sb3_reset_ppo.common.evaluation import slot_heads
 from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs, WindowRolloutBufferSamples
-from sb3_reset_ppo.reset_ppo.policies import n_observations
+from sb3_reset_ppo.reset_ppo.policies import heads, n_observations
 
 __all__ = ["CnnTrXLPolicy", "MlpTrXLPolicy", "MultiInputTrXLPolicy", "TrXLActorCriticPolicy"]
 
@@ -208,13 +208,7 @@ class TrXLActorCriticPolicy(ActorCriticPolicy):
         :return: action, value and log probability of the action, and the memory entering the next step
         """
         latent_pi, latent_vf, states = self.step_latents(obs, lstm_states, episode_starts)
-        values = self.value_net(latent_vf)
-        distribution = self._get_action_dist_from_latent(latent_pi)
-        actions = distribution.get_actions(deterministic=deterministic)
-        log_prob = distribution.log_prob(actions)
-        # (n_envs * ..., ) -> (n_envs, *action shape); a Discrete space's shape is ()
-        actions = actions.reshape((-1, *(self.action_space.shape or ())))
-        return actions, values, log_prob, states
+        return (*heads(self, latent_pi, latent_vf, deterministic), states)
 
     def step_latents(
         self, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor

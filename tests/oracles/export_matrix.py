@@ -233,8 +233,9 @@ def unpack(flat: np.ndarray, spec: ExportSpec) -> list[np.ndarray]:
     """:func:`pack`'s inverse: ``(N, memory_size)`` -> each ``(L, N, H)``; a TrXL's ``(K, N, L, D)`` and ``(1, N)``."""
     if spec.memory_length:
         shape = (-1, spec.memory_length, spec.n_layers, spec.hidden_size)
-        positions = flat[:, : spec.attention_size].reshape(shape).transpose(1, 0, 2, 3)
-        return [positions, np.rint(flat[:, spec.attention_size :].T).astype(np.int64)]
+        # The positions, then the count in the last column
+        positions = flat[:, :-1].reshape(shape).transpose(1, 0, 2, 3)
+        return [positions, np.rint(flat[:, -1:].T).astype(np.int64)]
     width = spec.n_layers * spec.hidden_size
     return [
         flat[:, index * width : (index + 1) * width].reshape(-1, spec.n_layers, spec.hidden_size).transpose(1, 0, 2)
