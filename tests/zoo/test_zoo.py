@@ -163,7 +163,7 @@ def test_help_and_unknown_script_give_usage_not_tracebacks(capsys: pytest.Captur
     # of CPU); the unknown script below through `python -m`, the way users meet all three
     from sb3_reset_ppo.zoo import main
 
-    exits = {}
+    exits: dict[tuple[str, ...], str | int | None] = {}
     for args in ((), ("--help",)):
         with pytest.raises(SystemExit) as stopped:
             main(list(args))
