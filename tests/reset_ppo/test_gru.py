@@ -247,23 +247,22 @@ def test_unsupported_gru_options(lstm_kwargs: dict[str, Any], match: str) -> Non
         ResetPPO("MlpGruPolicy", _env(), **{**SMALL, "policy_kwargs": {"lstm_hidden_size": 8, "lstm_kwargs": lstm_kwargs}})
 
 
-def test_zoo_config_entry_selects_the_gru_policy(tmp_path: Path) -> None:
-    import subprocess
+def test_zoo_config_entry_selects_the_gru_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The zoo's train through main() in this process (tests/docs/test_readme.py runs the GRU command with python -m)
     import sys
+
+    from sb3_reset_ppo.zoo import main
 
     config = tmp_path / "gru.yml"
     config.write_text(
         "CueRecall-v0:\n  n_envs: 2\n  n_timesteps: 256\n  policy: 'MlpGruPolicy'\n  n_steps: 32\n  batch_size: 64\n"
         '  policy_kwargs: "dict(lstm_hidden_size=16, n_lstm_layers=2)"\n'
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "sb3_reset_ppo.zoo", "train", "--algo", "reset_ppo", "--env", "CueRecall-v0"]
-        + ["--conf-file", str(config), "-f", str(tmp_path / "logs"), "--seed", "0", "--eval-freq", "-1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # main() names the zoo's scripts through sys.argv
+    main(
+        ["train", "--algo", "reset_ppo", "--env", "CueRecall-v0"]
+        + ["--conf-file", str(config), "-f", str(tmp_path / "logs"), "--seed", "0", "--eval-freq", "-1"]
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     model = ResetPPO.load(tmp_path / "logs" / "reset_ppo" / "CueRecall-v0_1" / "CueRecall-v0.zip")
     assert isinstance(model.policy, MlpGruPolicy)
     assert model.policy.lstm_actor.num_layers == 2 and model.policy.lstm_actor.hidden_size == 16
