@@ -8,8 +8,9 @@ from sb3_contrib.common.maskable.distributions import MaskableCategorical
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
+from sb3_reset_ppo.common.categorical import masked_categorical_log_prob_entropy
 from sb3_reset_ppo.common.evaluation import evaluate_windows
-from sb3_reset_ppo.common.masking import maskable_categorical, masked_categorical_log_prob_entropy
+from sb3_reset_ppo.common.masking import maskable_categorical
 
 TOLERANCE = {th.float32: 1e-5, th.float64: 1e-10}
 
