@@ -55,9 +55,11 @@ def categorical_log_prob_entropy(logits: th.Tensor, actions: th.Tensor) -> tuple
     :return: Log-probabilities ``(N,)`` and entropies ``(N,)``
     """
     normalised = log_pmf(logits)
+    # Before the entropy: autograd then sums the gradients of the normalised logits in the distribution's order
+    log_prob = log_prob_of(normalised, actions)
     # Categorical.entropy: the logits clamped to the dtype's smallest, times the probabilities
     p_log_p = th.clamp(normalised, min=th.finfo(normalised.dtype).min) * F.softmax(normalised, dim=-1)
-    return log_prob_of(normalised, actions), -p_log_p.sum(-1)
+    return log_prob, -p_log_p.sum(-1)
 
 
 def masked_categorical_log_prob_entropy(
@@ -74,9 +76,11 @@ def masked_categorical_log_prob_entropy(
     """
     valid = masks.to(th.bool).reshape(logits.shape)
     normalised = masked_log_pmf(logits, valid)
+    # Before the entropy, as in categorical_log_prob_entropy
+    log_prob = log_prob_of(normalised, actions)
     # MaskableCategorical.entropy: the logits (not clamped) times the probabilities, 0 for masked actions
     p_log_p = th.where(valid, normalised * F.softmax(normalised, dim=-1), th.tensor(0.0, device=logits.device))
-    return log_prob_of(normalised, actions), -p_log_p.sum(-1)
+    return log_prob, -p_log_p.sum(-1)
 
 
 def masked_categorical_sample(logits: th.Tensor, masks: th.Tensor, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor]:

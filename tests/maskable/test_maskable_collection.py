@@ -97,9 +97,7 @@ def test_learning_with_the_fast_path_is_bitwise_the_distributions(policy: str, m
 
 
 @pytest.mark.parametrize("action_space", [spaces.MultiDiscrete([3, 2]), spaces.MultiBinary(3)])
-def test_other_action_spaces_sample_from_the_distribution(
-    action_space: spaces.Space, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_other_action_spaces_sample_from_the_distribution(action_space: spaces.Space, monkeypatch: pytest.MonkeyPatch) -> None:
     # The fast path covers Discrete only: MultiDiscrete and MultiBinary build sb3-contrib's distributions
     def refuse(*args: object) -> None:
         raise AssertionError("the fast path sampled a non-Discrete action")
