@@ -65,7 +65,7 @@ def test_window_evaluation_of_a_masked_categorical_builds_no_distribution_object
     model = _maskable(spaces.Discrete(4))
     assert maskable_categorical(model.policy)
     batches = list(model.rollout_buffer.get(model.batch_size))
-    built = []
+    built: list[int] = []
     with monkeypatch.context() as objects:
         objects.setattr(evaluation, "maskable_categorical", lambda policy: False)
         objects.setattr(MaskableCategorical, "entropy", _counted(MaskableCategorical.entropy, built))

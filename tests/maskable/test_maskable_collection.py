@@ -36,7 +36,7 @@ def _slow_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _step(model: MaskableResetPPO, masks: np.ndarray, deterministic: bool, seed: int) -> tuple[th.Tensor, th.Tensor]:
     """One collection step of the model's envs from their first observation and memory, at a given generator state."""
-    obs = th.as_tensor(model._last_obs) * 3  # type: ignore[arg-type]
+    obs = th.as_tensor(model._last_obs) * 3
     starts = th.ones(N_ENVS)
     th.manual_seed(seed)
     with th.no_grad():
@@ -63,9 +63,13 @@ def test_fast_path_draws_the_distributions_actions_and_log_probs(
     masks[np.arange(N_ENVS), rng.integers(0, 5, N_ENVS)] = True
     masks[:8] = False
     masks[np.arange(8), np.arange(8) % 5] = True
-    calls = []
-    sample = categorical.masked_categorical_sample
-    monkeypatch.setattr(policies, "masked_categorical_sample", lambda *args: calls.append(1) or sample(*args))
+    calls: list[int] = []
+
+    def counted(*args: Any) -> tuple[th.Tensor, th.Tensor]:
+        calls.append(1)
+        return categorical.masked_categorical_sample(*args)
+
+    monkeypatch.setattr(policies, "masked_categorical_sample", counted)
     fast = [_step(model, masks, deterministic, seed) for seed in range(4)]
     assert len(calls) == 4
     _slow_path(monkeypatch)
