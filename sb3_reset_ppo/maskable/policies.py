@@ -60,7 +60,8 @@ class ActionMaskingPolicy(ActorCriticPolicy):
     """
 
     action_dist: Any
-    # The masks of the current ``predict`` call, for ``_predict`` (the memory policies' ``predict`` does not pass them)
+    # The masks of the current ``predict`` call, for ``get_distribution`` (the memory policies' ``predict`` and
+    # ``_predict`` do not pass them)
     _predict_action_masks: MaybeMasks = None
     # Where they come from, for the error of an invalid mask
     _predict_masks_at: str = "policy.predict()"
@@ -158,7 +159,7 @@ class ActionMaskingPolicy(ActorCriticPolicy):
         return actions, values, log_prob, states
 
     def _masks_for_predict(self, observation: PyTorchObs, action_masks: MaybeMasks) -> MaybeMasks:
-        """``_predict``'s masks: the given ones, else those of the current ``predict`` call, checked against the envs."""
+        """``get_distribution``'s masks: the given ones, else those of the current ``predict`` call, checked."""
         masks = self._predict_action_masks if action_masks is None else action_masks
         if masks is None:
             return None
