@@ -6,13 +6,9 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.distributions import CategoricalDistribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
-from torch.nn import functional as F
 
-from sb3_reset_ppo.common.masking import (
-    maskable_categorical,
-    masked_categorical_log_prob_entropy,
-    masked_distribution,
-)
+from sb3_reset_ppo.common.categorical import categorical_log_prob_entropy, masked_categorical_log_prob_entropy
+from sb3_reset_ppo.common.masking import maskable_categorical, masked_distribution
 from sb3_reset_ppo.common.memory import burned_in_memory
 from sb3_reset_ppo.common.recurrent import RecurrentLayer, actor_critic_features, critic_variant
 from sb3_reset_ppo.common.type_aliases import WindowRolloutBufferSamples
@@ -50,24 +46,6 @@ def _plain_categorical(policy: ActorCriticPolicy) -> bool:
         type(policy.action_dist) is CategoricalDistribution
         and type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
     )
-
-
-def categorical_log_prob_entropy(logits: th.Tensor, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-    """
-    Log-probabilities and entropies of categorical distributions, with ``torch.distributions.Categorical``'s operations
-    (the same values and gradients) but without building the distribution or validating its arguments.
-
-    :param logits: Unnormalised log-probabilities, ``(N, n_actions)``
-    :param actions: Action indices, ``(N,)`` (integers)
-    :return: Log-probabilities ``(N,)`` and entropies ``(N,)``
-    """
-    # Categorical(logits=...): normalised logits
-    log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)
-    # Categorical.log_prob: (N,) -> (N, 1) -> gathered -> (N,)
-    log_prob = log_pmf.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-    # Categorical.entropy: the logits clamped to the dtype's smallest, times the probabilities
-    p_log_p = th.clamp(log_pmf, min=th.finfo(log_pmf.dtype).min) * F.softmax(log_pmf, dim=-1)
-    return log_prob, -p_log_p.sum(-1)
 
 
 def evaluate_windows(

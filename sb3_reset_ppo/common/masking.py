@@ -7,10 +7,6 @@ import torch as th
 from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
 from stable_baselines3.common.distributions import CategoricalDistribution, Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy
-from torch.nn import functional as F
-
-# sb3-contrib's MaskableCategorical: the logit a masked action gets
-MASKED_LOGIT = -1e8
 
 
 class MaskablePolicy(Protocol):
@@ -40,14 +36,14 @@ def masked_distribution(policy: ActorCriticPolicy, latent_pi: th.Tensor, masks: 
 def _builds_distributions_from_action_net(policy_class: type[ActorCriticPolicy]) -> bool:
     """Whether the class builds its distributions as ``MaskableResetPPO``'s recurrent policies do (not its own way)."""
     # Imported here: the maskable policies import the modules that import this one
-    from sb3_reset_ppo.maskable.policies import _MaskableRecurrentPolicy
+    from sb3_reset_ppo.maskable.policies import ActionMaskingPolicy
 
-    return policy_class._get_action_dist_from_latent is _MaskableRecurrentPolicy._get_action_dist_from_latent
+    return policy_class._get_action_dist_from_latent is ActionMaskingPolicy._get_action_dist_from_latent
 
 
 def maskable_categorical(policy: ActorCriticPolicy) -> bool:
     """
-    Whether the policy is a ``MaskableResetPPO`` recurrent policy over a ``Discrete`` action space: its distribution
+    Whether the policy is a ``MaskableResetPPO`` policy over a ``Discrete`` action space: its distribution
     sb3-contrib's ``MaskableCategorical`` over ``action_net``'s logits with masks, SB3's categorical without.
     """
     return (
@@ -55,28 +51,3 @@ def maskable_categorical(policy: ActorCriticPolicy) -> bool:
         and type(getattr(policy, "unmasked_action_dist", None)) is CategoricalDistribution
         and _builds_distributions_from_action_net(type(policy))
     )
-
-
-def masked_categorical_log_prob_entropy(
-    logits: th.Tensor, actions: th.Tensor, masks: th.Tensor
-) -> tuple[th.Tensor, th.Tensor]:
-    """
-    Log-probabilities of the actions and entropies of masked categorical distributions, as sb3-contrib's
-    ``MaskableCategorical`` computes them (the same operations, so the same values and gradients:
-    ``tests/common/test_masking.py``), without building the distribution objects or validating their arguments.
-
-    :param logits: Unnormalised log-probabilities, ``(N, n_actions)``
-    :param actions: Action indices, ``(N,)`` (integers)
-    :param masks: Which actions are valid, ``(N, n_actions)`` (bool, or 0 and 1)
-    :return: Log-probabilities ``(N,)`` and entropies ``(N,)``
-    """
-    valid = masks.to(th.bool).reshape(logits.shape)
-    # Categorical(logits=...) normalises; apply_masking sets the masked logits and normalises again
-    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)
-    masked = th.where(valid, normalised, th.tensor(MASKED_LOGIT, dtype=logits.dtype, device=logits.device))
-    log_pmf = masked - masked.logsumexp(dim=-1, keepdim=True)
-    # Categorical.log_prob: (N,) -> (N, 1) -> gathered -> (N,)
-    log_prob = log_pmf.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-    # MaskableCategorical.entropy: the logits (not clamped) times the probabilities, 0 for masked actions
-    p_log_p = th.where(valid, log_pmf * F.softmax(log_pmf, dim=-1), th.tensor(0.0, device=logits.device))
-    return log_prob, -p_log_p.sum(-1)

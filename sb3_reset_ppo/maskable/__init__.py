@@ -4,6 +4,7 @@ import warnings
 from typing import Any
 
 from sb3_reset_ppo.common import maskable_evaluation
+from sb3_reset_ppo.maskable import policies
 from sb3_reset_ppo.maskable.buffers import (
     MaskableAttentionWindowRolloutBuffer,
     MaskableDictAttentionWindowRolloutBuffer,
@@ -11,33 +12,15 @@ from sb3_reset_ppo.maskable.buffers import (
     MaskableWindowRolloutBuffer,
 )
 from sb3_reset_ppo.maskable.maskable_reset_ppo import MaskableResetPPO
-from sb3_reset_ppo.maskable.policies import (
-    MaskableCnnGruPolicy,
-    MaskableCnnLstmPolicy,
-    MaskableCnnTrXLPolicy,
-    MaskableMlpGruPolicy,
-    MaskableMlpLstmPolicy,
-    MaskableMlpTrXLPolicy,
-    MaskableMultiInputGruPolicy,
-    MaskableMultiInputLstmPolicy,
-    MaskableMultiInputTrXLPolicy,
-)
+from sb3_reset_ppo.maskable.policies import *  # noqa: F403  (their __all__, listed once there)
 
 __all__ = [
     "MaskableAttentionWindowRolloutBuffer",
-    "MaskableCnnGruPolicy",
-    "MaskableCnnLstmPolicy",
-    "MaskableCnnTrXLPolicy",
     "MaskableDictAttentionWindowRolloutBuffer",
     "MaskableDictWindowRolloutBuffer",
-    "MaskableMlpGruPolicy",
-    "MaskableMlpLstmPolicy",
-    "MaskableMlpTrXLPolicy",
-    "MaskableMultiInputGruPolicy",
-    "MaskableMultiInputLstmPolicy",
-    "MaskableMultiInputTrXLPolicy",
     "MaskableResetPPO",
     "MaskableWindowRolloutBuffer",
+    *policies.__all__,
 ]
 
 # Deprecated aliases of sb3_reset_ppo.common.maskable_evaluation's names

@@ -20,7 +20,7 @@ from sb3_reset_ppo.maskable.buffers import (
     MaskableDictWindowRolloutBuffer,
     MaskableWindowRolloutBuffer,
 )
-from sb3_reset_ppo.maskable.policies import _ActionMasking, _MaskableRecurrentPolicy, check_maskable_action_space
+from sb3_reset_ppo.maskable.policies import ActionMaskingPolicy, MaskableRecurrentPolicy, check_maskable_action_space
 from sb3_reset_ppo.reset_ppo.reset_ppo import ResetPPO
 
 SelfMaskableResetPPO = TypeVar("SelfMaskableResetPPO", bound="MaskableResetPPO")
@@ -47,7 +47,7 @@ class MaskableResetPPO(ResetPPO):
     attention_buffer_class = MaskableAttentionWindowRolloutBuffer
     dict_attention_buffer_class = MaskableDictAttentionWindowRolloutBuffer
     # Typed as ResetPPO types it (the attention policies are read by _attention_policy)
-    policy: _MaskableRecurrentPolicy
+    policy: MaskableRecurrentPolicy
     rollout_buffer: MaskableWindowRolloutBuffer | MaskableDictWindowRolloutBuffer
 
     def __init__(self, policy: str | type[RecurrentActorCriticPolicy], env: GymEnv | str, *args: Any, **kwargs: Any) -> None:
@@ -57,7 +57,7 @@ class MaskableResetPPO(ResetPPO):
     def _setup_model(self) -> None:
         # Before the policy is built, with errors that name the space or the policy
         check_maskable_action_space(self.action_space)
-        if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, _ActionMasking)):
+        if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, ActionMaskingPolicy)):
             raise ValueError(
                 "MaskableResetPPO needs a maskable recurrent policy (LSTM, GRU or attention): one of "
                 f"{sorted(self.policy_aliases)} or a subclass of their classes (sb3_reset_ppo.maskable.policies), got "

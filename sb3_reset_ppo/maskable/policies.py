@@ -12,9 +12,10 @@ from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
-from torch import nn
 
 from sb3_reset_ppo.common.attention import AttentionState
+from sb3_reset_ppo.common.categorical import masked_categorical_sample
+from sb3_reset_ppo.common.masking import maskable_categorical
 from sb3_reset_ppo.common.recurrent import recurrent_latents
 from sb3_reset_ppo.common.spaces import check_action_masks
 from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
@@ -22,6 +23,8 @@ from sb3_reset_ppo.reset_ppo import policies as reset_ppo_policies
 from sb3_reset_ppo.reset_ppo import trxl_policies
 
 __all__ = [
+    "ActionMaskingPolicy",
+    "MaskableAttentionPolicy",
     "MaskableCnnGruPolicy",
     "MaskableCnnLstmPolicy",
     "MaskableCnnTrXLPolicy",
@@ -31,6 +34,7 @@ __all__ = [
     "MaskableMultiInputGruPolicy",
     "MaskableMultiInputLstmPolicy",
     "MaskableMultiInputTrXLPolicy",
+    "MaskableRecurrentPolicy",
 ]
 
 MASKABLE_ACTION_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -48,14 +52,16 @@ def check_maskable_action_space(action_space: spaces.Space) -> None:
         )
 
 
-class _ActionMasking(ActorCriticPolicy):
+class ActionMaskingPolicy(ActorCriticPolicy):
     """
-    Invalid-action masks for every way a policy of ResetPPO with memory is asked for actions (before its class): the
-    parts its recurrent and attention versions share.
+    Invalid-action masks for every way a policy of ResetPPO with memory is asked for actions: the parts that
+    :class:`MaskableRecurrentPolicy` and :class:`MaskableAttentionPolicy` share. A maskable policy class lists it (by
+    one of those two) before the ResetPPO policy it masks; ``MaskableResetPPO`` takes subclasses of it only.
     """
 
     action_dist: Any
-    # The masks of the current ``predict`` call, for ``_predict`` (the memory policies' ``predict`` does not pass them)
+    # The masks of the current ``predict`` call, for ``get_distribution`` (the memory policies' ``predict`` and
+    # ``_predict`` do not pass them)
     _predict_action_masks: MaybeMasks = None
     # Where they come from, for the error of an invalid mask
     _predict_masks_at: str = "policy.predict()"
@@ -98,6 +104,28 @@ class _ActionMasking(ActorCriticPolicy):
         """The latents of actor and critic (after ``net_arch``) and the memory after the steps (each memory's own)."""
         raise NotImplementedError
 
+    def _actor_latent(
+        self, obs: PyTorchObs, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor
+    ) -> tuple[th.Tensor, tuple[th.Tensor, ...]]:
+        """The actor's latent (after ``net_arch``) and its memory after the steps (the memory's own)."""
+        raise NotImplementedError
+
+    def get_distribution(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
+        self, obs: PyTorchObs, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor, action_masks: MaybeMasks = None
+    ) -> tuple[Distribution, Any]:  # the memory as the policy holds it: an LSTM's (hidden, cell), an AttentionState
+        """
+        The actor's masked action distribution and its new memory (sb3-contrib's ``get_distribution`` with masks). The
+        memory policies' ``_predict`` calls it without masks: those of the current ``predict`` call apply then.
+
+        :param obs: Observation
+        :param lstm_states: The actor's memory
+        :param episode_starts: Whether the observations start new episodes
+        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)``; ``None``: those given to ``predict``
+        :return: The distribution and the actor's new memory
+        """
+        latent_pi, states = self._actor_latent(obs, lstm_states, episode_starts)
+        return self._get_action_dist_from_latent(latent_pi, self._masks_for_predict(obs, action_masks)), states
+
     def forward(  # type: ignore[override]  # as sb3-contrib's recurrent policies, with the masks
         self,
         obs: PyTorchObs,
@@ -118,15 +146,20 @@ class _ActionMasking(ActorCriticPolicy):
         """
         latent_pi, latent_vf, states = self._latents(obs, lstm_states, episode_starts)
         values = self.value_net(latent_vf)
-        distribution = self._get_action_dist_from_latent(latent_pi, action_masks)
-        actions = distribution.get_actions(deterministic=deterministic)
-        log_prob = distribution.log_prob(actions)
+        if action_masks is not None and maskable_categorical(self):
+            # sb3-contrib's masked categorical with its operations, without its two Categorical objects
+            valid = th.as_tensor(action_masks, dtype=th.bool, device=latent_pi.device)
+            actions, log_prob = masked_categorical_sample(self.action_net(latent_pi), valid, deterministic)
+        else:
+            distribution = self._get_action_dist_from_latent(latent_pi, action_masks)
+            actions = distribution.get_actions(deterministic=deterministic)
+            log_prob = distribution.log_prob(actions)
         # (n_envs * ..., ) -> (n_envs, *action shape); a Discrete space's shape is ()
         actions = actions.reshape((-1, *(self.action_space.shape or ())))
         return actions, values, log_prob, states
 
     def _masks_for_predict(self, observation: PyTorchObs, action_masks: MaybeMasks) -> MaybeMasks:
-        """``_predict``'s masks: the given ones, else those of the current ``predict`` call, checked against the envs."""
+        """``get_distribution``'s masks: the given ones, else those of the current ``predict`` call, checked."""
         masks = self._predict_action_masks if action_masks is None else action_masks
         if masks is None:
             return None
@@ -162,49 +195,21 @@ class _ActionMasking(ActorCriticPolicy):
             self._predict_action_masks, self._predict_masks_at = None, "policy.predict()"
 
 
-class _MaskableRecurrentPolicy(_ActionMasking, RecurrentActorCriticPolicy):
-    """Invalid-action masks for a recurrent policy of ResetPPO (LSTM, GRU; before its class)."""
+class MaskableRecurrentPolicy(ActionMaskingPolicy, RecurrentActorCriticPolicy):
+    """Invalid-action masks for a recurrent policy of ResetPPO (LSTM, GRU; listed before its class)."""
 
     def _latents(
         self, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
         return recurrent_latents(self, obs, lstm_states, episode_starts)
 
-    def get_distribution(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
-        self, obs: th.Tensor, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor, action_masks: MaybeMasks = None
-    ) -> tuple[Distribution, tuple[th.Tensor, ...]]:
-        """
-        The actor's masked action distribution and its new memory (sb3-contrib's ``get_distribution`` with masks).
-
-        :param obs: Observation
-        :param lstm_states: The actor's memory
-        :param episode_starts: Whether the observations start new episodes
-        :param action_masks: Which actions are valid; ``None``: all
-        :return: The distribution and the actor's new memory
-        """
+    def _actor_latent(
+        self, obs: PyTorchObs, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor
+    ) -> tuple[th.Tensor, tuple[th.Tensor, ...]]:
         features = BasePolicy.extract_features(self, obs, self.pi_features_extractor)
         process: Any = self._process_sequence
         latent_pi, states = process(features, lstm_states, episode_starts, self.lstm_actor)
-        latent_pi = self.mlp_extractor.forward_actor(latent_pi)
-        return self._get_action_dist_from_latent(latent_pi, action_masks), states
-
-    def _predict(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
-        self,
-        observation: th.Tensor,
-        lstm_states: tuple[th.Tensor, ...],
-        episode_starts: th.Tensor,
-        deterministic: bool = False,
-        action_masks: MaybeMasks = None,
-    ) -> tuple[th.Tensor, tuple[th.Tensor, th.Tensor]]:
-        masks = self._masks_for_predict(observation, action_masks)
-        # sb3-contrib's predict hands over a (hidden, cell) pair, a GRU policy's is (hidden, hidden): see its predict
-        is_gru = isinstance(self.lstm_actor, nn.GRU)
-        distribution, states = self.get_distribution(
-            observation, lstm_states[:1] if is_gru else lstm_states, episode_starts, masks
-        )
-        actions = distribution.get_actions(deterministic=deterministic)
-        # The (hidden, cell) pair sb3-contrib's predict reads: a GRU's hidden state twice
-        return actions, (states[0], states[0] if is_gru else states[1])
+        return self.mlp_extractor.forward_actor(latent_pi), states
 
     def evaluate_actions(  # type: ignore[override]  # sb3-contrib's recurrent signature, with the masks
         self,
@@ -229,10 +234,10 @@ class _MaskableRecurrentPolicy(_ActionMasking, RecurrentActorCriticPolicy):
         return self.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
 
 
-class _MaskableAttentionPolicy(_ActionMasking, trxl_policies.TrXLActorCriticPolicy):
+class MaskableAttentionPolicy(ActionMaskingPolicy, trxl_policies.TrXLActorCriticPolicy):
     """
-    Invalid-action masks for an attention policy of ResetPPO (before its class). In training, each slot's mask is
-    applied to its distribution by the window evaluation (``slot_heads``), as for the recurrent policies.
+    Invalid-action masks for an attention policy of ResetPPO (listed before its class). In training, each slot's mask
+    is applied to its distribution by the window evaluation (``slot_heads``), as for the recurrent policies.
     """
 
     def _latents(
@@ -240,66 +245,45 @@ class _MaskableAttentionPolicy(_ActionMasking, trxl_policies.TrXLActorCriticPoli
     ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
         return self.step_latents(obs, lstm_states, episode_starts)
 
-    def get_distribution(  # type: ignore[override]  # the attention policy's signature, with the masks
-        self, obs: PyTorchObs, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor, action_masks: MaybeMasks = None
-    ) -> tuple[Distribution, AttentionState]:
-        """
-        The actor's masked action distribution of one step of every env, and its memory entering the next step.
-
-        :param obs: Observations, one per env
-        :param lstm_states: The actor's memory entering the step, ``(memory, count)``
-        :param episode_starts: Whether the observations start new episodes
-        :param action_masks: Which actions are valid, ``(n_envs, mask_dims)``; ``None``: all
-        :return: The distribution and the next memory
-        """
+    def _actor_latent(
+        self, obs: PyTorchObs, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor
+    ) -> tuple[th.Tensor, AttentionState]:
         pi_features, _ = self._features(obs)
         latent_pi, state = self.trxl_actor.step(pi_features, lstm_states, episode_starts)
-        return self._get_action_dist_from_latent(self.mlp_extractor.forward_actor(latent_pi), action_masks), state
-
-    def _predict(  # type: ignore[override]  # the attention policy's signature, with the masks
-        self,
-        observation: PyTorchObs,
-        lstm_states: tuple[th.Tensor, ...],
-        episode_starts: th.Tensor,
-        deterministic: bool = False,
-        action_masks: MaybeMasks = None,
-    ) -> tuple[th.Tensor, AttentionState]:
-        masks = self._masks_for_predict(observation, action_masks)
-        distribution, state = self.get_distribution(observation, lstm_states, episode_starts, masks)
-        return distribution.get_actions(deterministic=deterministic), state
+        return self.mlp_extractor.forward_actor(latent_pi), state
 
 
-class MaskableMlpLstmPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MlpLstmPolicy):
+class MaskableMlpLstmPolicy(MaskableRecurrentPolicy, reset_ppo_policies.MlpLstmPolicy):
     """ResetPPO's ``MlpLstmPolicy`` with invalid-action masking."""
 
 
-class MaskableCnnLstmPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.CnnLstmPolicy):
+class MaskableCnnLstmPolicy(MaskableRecurrentPolicy, reset_ppo_policies.CnnLstmPolicy):
     """ResetPPO's ``CnnLstmPolicy`` with invalid-action masking."""
 
 
-class MaskableMultiInputLstmPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MultiInputLstmPolicy):
+class MaskableMultiInputLstmPolicy(MaskableRecurrentPolicy, reset_ppo_policies.MultiInputLstmPolicy):
     """ResetPPO's ``MultiInputLstmPolicy`` with invalid-action masking."""
 
 
-class MaskableMlpGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MlpGruPolicy):
+class MaskableMlpGruPolicy(MaskableRecurrentPolicy, reset_ppo_policies.MlpGruPolicy):
     """ResetPPO's ``MlpGruPolicy`` with invalid-action masking."""
 
 
-class MaskableCnnGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.CnnGruPolicy):
+class MaskableCnnGruPolicy(MaskableRecurrentPolicy, reset_ppo_policies.CnnGruPolicy):
     """ResetPPO's ``CnnGruPolicy`` with invalid-action masking."""
 
 
-class MaskableMultiInputGruPolicy(_MaskableRecurrentPolicy, reset_ppo_policies.MultiInputGruPolicy):
+class MaskableMultiInputGruPolicy(MaskableRecurrentPolicy, reset_ppo_policies.MultiInputGruPolicy):
     """ResetPPO's ``MultiInputGruPolicy`` with invalid-action masking."""
 
 
-class MaskableMlpTrXLPolicy(_MaskableAttentionPolicy, trxl_policies.MlpTrXLPolicy):
+class MaskableMlpTrXLPolicy(MaskableAttentionPolicy, trxl_policies.MlpTrXLPolicy):
     """ResetPPO's ``MlpTrXLPolicy`` (attention memory) with invalid-action masking."""
 
 
-class MaskableCnnTrXLPolicy(_MaskableAttentionPolicy, trxl_policies.CnnTrXLPolicy):
+class MaskableCnnTrXLPolicy(MaskableAttentionPolicy, trxl_policies.CnnTrXLPolicy):
     """ResetPPO's ``CnnTrXLPolicy`` (attention memory) with invalid-action masking."""
 
 
-class MaskableMultiInputTrXLPolicy(_MaskableAttentionPolicy, trxl_policies.MultiInputTrXLPolicy):
+class MaskableMultiInputTrXLPolicy(MaskableAttentionPolicy, trxl_policies.MultiInputTrXLPolicy):
     """ResetPPO's ``MultiInputTrXLPolicy`` (attention memory) with invalid-action masking."""

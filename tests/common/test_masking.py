@@ -1,5 +1,8 @@
 """The masking hook: the masked categorical's log-probabilities and entropies without sb3-contrib's distribution objects."""
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch as th
 from gymnasium import spaces
@@ -8,8 +11,10 @@ from sb3_contrib.common.maskable.distributions import MaskableCategorical
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
+from sb3_reset_ppo.common import evaluation
+from sb3_reset_ppo.common.categorical import masked_categorical_log_prob_entropy
 from sb3_reset_ppo.common.evaluation import evaluate_windows
-from sb3_reset_ppo.common.masking import maskable_categorical, masked_categorical_log_prob_entropy
+from sb3_reset_ppo.common.masking import maskable_categorical
 
 TOLERANCE = {th.float32: 1e-5, th.float64: 1e-10}
 
@@ -55,18 +60,25 @@ def _maskable(action_space: spaces.Space) -> MaskableResetPPO:
 
 
 def test_window_evaluation_of_a_masked_categorical_builds_no_distribution_object(monkeypatch: pytest.MonkeyPatch) -> None:
-    # MaskableResetPPO's Discrete policies take the categorical fast path, with masks and without, as ResetPPO's do
+    # MaskableResetPPO's Discrete policies take the categorical fast path, with masks and without, as ResetPPO's do;
+    # its values are those of the distribution objects (sb3-contrib's MaskableCategorical, torch's Categorical)
     model = _maskable(spaces.Discrete(4))
     assert maskable_categorical(model.policy)
     batches = list(model.rollout_buffer.get(model.batch_size))
-    with th.no_grad():
-        wanted = [evaluate_windows(model.policy, samples) for samples in batches]
+    built: list[int] = []
+    with monkeypatch.context() as objects:
+        objects.setattr(evaluation, "maskable_categorical", lambda policy: False)
+        objects.setattr(MaskableCategorical, "entropy", _counted(MaskableCategorical.entropy, built))
+        with th.no_grad():
+            wanted = [evaluate_windows(model.policy, samples) for samples in batches]
+            wanted_unmasked = [evaluate_windows(model.policy, samples._replace(action_masks=None)) for samples in batches]
+    assert len(built) == len(batches)
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a distribution object was built")
 
     monkeypatch.setattr(th.distributions.Categorical, "__init__", refuse)
-    for samples, (values, log_prob, entropy) in zip(batches, wanted, strict=True):
+    for samples, (values, log_prob, entropy), unmasked_wanted in zip(batches, wanted, wanted_unmasked, strict=True):
         assert samples.action_masks is not None
         with th.no_grad():
             actual = evaluate_windows(model.policy, samples)
@@ -75,8 +87,21 @@ def test_window_evaluation_of_a_masked_categorical_builds_no_distribution_object
         assert entropy is not None and actual[2] is not None and th.equal(actual[2], entropy)
         # Before any update every slot's log-prob is the rollout's, drawn from the masked distribution
         th.testing.assert_close(log_prob, samples.old_log_prob, rtol=1e-5, atol=1e-5)
-        # Without masks too (use_masking=False): no distribution object
+        # Without masks too (use_masking=False): no distribution object, torch's Categorical's values
         assert unmasked[1].shape == log_prob.shape
+        assert all(th.equal(a, b) for a, b in zip(unmasked, unmasked_wanted, strict=True) if a is not None and b is not None)
+        # The masks matter: some slot's masked log-prob differs from its unmasked one
+        assert not th.equal(unmasked[1], log_prob)
+
+
+def _counted(method: Callable[..., th.Tensor], calls: list[int]) -> Callable[..., th.Tensor]:
+    """``method``, counting its calls in ``calls``."""
+
+    def counted(*args: Any) -> th.Tensor:
+        calls.append(1)
+        return method(*args)
+
+    return counted
 
 
 @pytest.mark.parametrize("action_space", [spaces.MultiDiscrete([3, 2]), spaces.MultiBinary(3)])

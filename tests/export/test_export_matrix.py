@@ -83,6 +83,19 @@ def test_dynamo_writes_opset_15_with_two_layers(tmp_path: Path) -> None:
     check_combination(Combination(tuple(values[name] for name in OPTIONS)), tmp_path)
 
 
+def test_masked_attention_plays_as_predict_with_its_masks_in_float32(tmp_path: Path) -> None:
+    """
+    A cell of the whole matrix that the pairs miss: a maskable attention policy fed its masks in float32, so its
+    actions are compared exactly (the pairs hold masked attention in float16 and in Godot's layout, which takes none).
+    """
+    values = {**dict(zip(OPTIONS, COMBINATIONS[0].values, strict=True)), "cell": "TrXL", "n_layers": 2, "masks": True}
+    values.update(observation="box", action="multidiscrete", layout="mlagents", dtype="float32", opset=15)
+    values.update(exporter="torchscript", cell_ops="elementary", vec_normalize=False)
+    combination = Combination(tuple(values[name] for name in OPTIONS))
+    assert allowed(dict(zip(OPTIONS, combination.values, strict=True)))
+    check_combination(combination, tmp_path)
+
+
 def check_combination(combination: Combination, tmp_path: Path) -> None:
     """Export ``combination`` and play it beside ``predict`` (see the module's docstring)."""
     model = build(combination)

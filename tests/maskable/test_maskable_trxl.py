@@ -20,7 +20,7 @@ from sb3_reset_ppo.maskable import (
     MaskableMlpTrXLPolicy,
     MaskableMultiInputTrXLPolicy,
 )
-from sb3_reset_ppo.maskable.policies import _MaskableAttentionPolicy
+from sb3_reset_ppo.maskable.policies import MaskableAttentionPolicy
 
 ACTION_SPACES = {
     "discrete": spaces.Discrete(4),
@@ -126,7 +126,7 @@ def test_float64_windows_equal_the_step_by_step_masked_policy(obs_kind: str, mon
     model = rolled_out_model(policy_name, "multidiscrete", obs_kind)
     # In place: the model is not run again (a deep copy meets the last minibatch's distribution, not a leaf tensor)
     policy = model.policy.double()
-    assert isinstance(policy, _MaskableAttentionPolicy)
+    assert isinstance(policy, MaskableAttentionPolicy)
     # SB3's preprocessing makes observations float32 (exactly, from the stored float32 and uint8 ones): the features
     # extractors take them as float64
     for extractor in {policy.features_extractor, policy.pi_features_extractor, policy.vf_features_extractor}:

@@ -73,11 +73,8 @@ def allowed(given: dict[str, Any]) -> bool:
     if given.get("vec_normalize") and given.get("observation") not in (None, *NORMALISABLE):
         return False
     # Attention memory has no ONNX operator (export_onnx refuses cell_ops="fused"), and torch's dynamo exporter
-    # writes it at opset 18 and above only (refused at the matrix's opsets); MaskableResetPPO has no attention policy
-    # yet (lift that constraint when it has one)
-    if given.get("cell") == "TrXL" and (
-        given.get("cell_ops") == "fused" or given.get("exporter") == "dynamo" or given.get("masks")
-    ):
+    # writes it at opset 18 and above only (refused at the matrix's opsets)
+    if given.get("cell") == "TrXL" and (given.get("cell_ops") == "fused" or given.get("exporter") == "dynamo"):
         return False
     # Godot RL Agents' plugin feeds float32 tensors (export_onnx refuses float16 there)
     return not (given.get("layout") == "godot" and given.get("dtype") == "float16")
@@ -88,7 +85,6 @@ _CONSTRAINTS = [
     {"operator": "fn", "requires": ["vec_normalize", "observation"], "evaluate": allowed},
     {"operator": "fn", "requires": ["cell", "cell_ops"], "evaluate": allowed},
     {"operator": "fn", "requires": ["cell", "exporter"], "evaluate": allowed},
-    {"operator": "fn", "requires": ["cell", "masks"], "evaluate": allowed},
     {"operator": "fn", "requires": ["layout", "dtype"], "evaluate": allowed},
 ]
 
