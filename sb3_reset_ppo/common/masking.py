@@ -1,7 +1,8 @@
 """The masking hook: how the window evaluation applies each slot's action mask to a maskable policy's distribution."""
 
 import functools
-from typing import Protocol, TypeGuard
+from collections.abc import Callable
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 import torch as th
 from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
@@ -32,13 +33,24 @@ def masked_distribution(policy: ActorCriticPolicy, latent_pi: th.Tensor, masks: 
     return policy._get_action_dist_from_latent(latent_pi, masks)
 
 
+# The attribute that marks the ``_get_action_dist_from_latent`` building sb3-contrib's masked distribution over
+# ``action_net``'s logits (``ActionMaskingPolicy``'s): a marker, not an import, since the maskable policies import
+# the modules that import this one
+_FROM_ACTION_NET = "_masked_distribution_from_action_net"
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def builds_from_action_net(method: Method) -> Method:
+    """Marks ``method`` as a ``_get_action_dist_from_latent`` that builds the masked distribution over ``action_net``."""
+    setattr(method, _FROM_ACTION_NET, True)
+    return method
+
+
 @functools.cache
 def _builds_distributions_from_action_net(policy_class: type[ActorCriticPolicy]) -> bool:
     """Whether the class builds its distributions as ``MaskableResetPPO``'s recurrent policies do (not its own way)."""
-    # Imported here: the maskable policies import the modules that import this one
-    from sb3_reset_ppo.maskable.policies import ActionMaskingPolicy
-
-    return policy_class._get_action_dist_from_latent is ActionMaskingPolicy._get_action_dist_from_latent
+    return getattr(policy_class._get_action_dist_from_latent, _FROM_ACTION_NET, False)
 
 
 def maskable_categorical(policy: ActorCriticPolicy) -> bool:

@@ -15,7 +15,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 
 from sb3_reset_ppo.common.attention import AttentionState
 from sb3_reset_ppo.common.categorical import masked_categorical_sample
-from sb3_reset_ppo.common.masking import maskable_categorical
+from sb3_reset_ppo.common.masking import builds_from_action_net, maskable_categorical
 from sb3_reset_ppo.common.recurrent import recurrent_latents
 from sb3_reset_ppo.common.spaces import check_action_masks
 from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
@@ -81,6 +81,7 @@ class ActionMaskingPolicy(ActorCriticPolicy):
         # The optimizer is built again over every parameter by the memory policy's constructor
         self.action_dist = self.masked_action_dist
 
+    @builds_from_action_net
     def _get_action_dist_from_latent(self, latent_pi: th.Tensor, action_masks: MaybeMasks = None) -> Distribution:
         """
         The action distribution of the actor's latent: the unmasked policy's, or the maskable one with the masks applied.

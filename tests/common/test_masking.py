@@ -15,6 +15,7 @@ from sb3_reset_ppo.common import evaluation
 from sb3_reset_ppo.common.categorical import masked_categorical_log_prob_entropy
 from sb3_reset_ppo.common.evaluation import evaluate_windows
 from sb3_reset_ppo.common.masking import maskable_categorical
+from sb3_reset_ppo.maskable import MaskableMlpLstmPolicy
 
 TOLERANCE = {th.float32: 1e-5, th.float64: 1e-10}
 
@@ -112,4 +113,17 @@ def test_other_maskable_action_spaces_keep_the_distribution(action_space: spaces
 
 def test_reset_ppo_policies_are_not_maskable_categoricals() -> None:
     model = ResetPPO("MlpLstmPolicy", "CartPole-v1", n_steps=16, batch_size=16, policy_kwargs={"lstm_hidden_size": 4})
+    assert not maskable_categorical(model.policy)
+
+
+def test_a_policy_that_builds_its_own_distribution_is_not_a_maskable_categorical() -> None:
+    # The fast path computes sb3-contrib's masked categorical over action_net's logits; a subclass that builds its
+    # distribution another way keeps its own
+    class OwnDistribution(MaskableMlpLstmPolicy):
+        def _get_action_dist_from_latent(self, latent_pi: th.Tensor, action_masks: Any = None) -> Any:
+            return super()._get_action_dist_from_latent(latent_pi, action_masks)
+
+    model = _maskable(spaces.Discrete(3))
+    assert maskable_categorical(model.policy)
+    model.policy.__class__ = OwnDistribution
     assert not maskable_categorical(model.policy)
