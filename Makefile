@@ -63,23 +63,17 @@ pyversions: install
 
 test: lint type pyversions test-package test-benchmarks
 
-# The test files that hold the longest tests (a Ray cluster, PostgreSQL, real training through the RL Zoo, the docs'
-# commands, a wheel's install), named first so that they start first, and the tests handed to the two workers one at a
-# time (--maxschedchunk 1): a worker free takes the next, so the workers end within a short test of each other instead
-# of one waiting for a long test that started last
-LONGEST_TESTS := tests/experiments/test_ray_cluster.py tests/experiments/test_compare.py \
-	tests/experiments/test_postgres_tuning.py tests/docs/test_docs.py tests/packaging/test_packaging.py \
-	tests/maskable/test_upstream_invalid_actions.py tests/docs/test_readme.py tests/zoo/test_zoo.py
-
-# The package's tests
+# The tests handed to the two workers one at a time (--maxschedchunk 1): a worker free takes the next. The longest
+# tests come first (tests/conftest.py and benchmarks/tests/conftest.py name them), so that the workers end within a
+# short test of each other instead of one waiting for a long test that started last. The package's tests
 test-package: install
-	$(BIN)/python -m pytest -n 2 --dist load --maxschedchunk 1 -rs $(LONGEST_TESTS) tests
+	$(BIN)/python -m pytest -n 2 --dist load --maxschedchunk 1 -rs tests
 
 # The benchmarks' tests (benchmarks/tests: the study kit, every study's pages regenerated from its stored runs, the
 # speed scripts); loadgroup: the tests that read one study's regenerated pages share one worker, which makes them once.
-# The study regenerations (the longest tests) named first, so that they start first
+# The longest tests (the study regenerations) start first: benchmarks/tests/conftest.py orders them
 test-benchmarks: install
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -rs benchmarks/tests/test_studies.py benchmarks/tests
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -rs benchmarks/tests
 
 # The whole settings matrix (tests/oracles/matrix.py): every triple of option values in some combination (the default suite
 # runs every pair); its last result is summarised in docs/guide/reliability.md

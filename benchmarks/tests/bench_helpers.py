@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 import torch as th
 
 # Two cores are shared by two pytest workers: one torch thread each (as the package's tests/conftest.py sets)
@@ -99,3 +100,24 @@ def _interrupted(code: str, *args: str) -> dict[str, Any]:
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+# The longest tests of benchmarks/tests (a study's pages regenerated with 2,000-resample bootstraps), longest first.
+# They run first (conftest.py): pytest orders the paths of the command line by folder, so a long test may otherwise
+# start last and leave the other xdist worker idle at the end. test_test_order.py checks that each id is collected
+LONGEST_FIRST = (
+    "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[masking_fair]",
+    "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[gru]",
+    "benchmarks/tests/test_bench_decisions.py::test_evidence_report_writes_the_protocols_reports_and_readme_tables",
+    "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[masking]",
+    "benchmarks/tests/test_coverage_study.py::test_grid_analysis_and_decision_on_a_synthetic_grid",
+    "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[zoo_rows]",
+    "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[remainder]",
+)
+
+
+def longest_first(items: list[pytest.Item]) -> None:
+    """Put the tests of ``LONGEST_FIRST`` first, in its order; every other test keeps its place."""
+    rank = {node_id: index for index, node_id in enumerate(LONGEST_FIRST)}
+    # list.sort is stable: the tests not listed keep their collection order, after the listed ones
+    items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))
