@@ -11,7 +11,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import is_image_space, preprocess_obs
 from torch import nn
 
-from sb3_reset_ppo.common.masking import MASKED_LOGIT
+from sb3_reset_ppo.common.categorical import MASKED_LOGIT
 from sb3_reset_ppo.export.attention import AttentionMemory
 from sb3_reset_ppo.export.memory import Memory, RecurrentMemory
 from sb3_reset_ppo.export.normalize import ObservationNormalizer
