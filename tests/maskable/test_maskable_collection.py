@@ -30,7 +30,7 @@ def _model(policy: str = "MlpLstmPolicy", action_space: spaces.Space | None = No
 
 
 def _slow_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Collection as before the fast path: sb3-contrib's masked distribution objects."""
+    """Collection without the fast path: sb3-contrib's masked distribution objects."""
     monkeypatch.setattr(policies, "maskable_categorical", lambda policy: False)
 
 
