@@ -31,6 +31,7 @@ Usage::
 
 import argparse
 import base64
+import fcntl
 import gzip
 import hashlib
 import io
@@ -46,6 +47,8 @@ RESULTS = Path(__file__).resolve().parent.parent / "results"
 CODE_VERSIONS = RESULTS / "code_versions.jsonl.gz"
 # Written into an unpacked folder: the hash of the tables it was unpacked from
 STAMP = ".unpacked"
+# Locked while a process unpacks a folder (:func:`ensure`), so that a second one waits and then finds it unpacked
+LOCK = ".unpacking"
 # The files that mark a run's folder
 RUN_MARKERS = ("run.json", "failed.json")
 # JSON as the runners write it: (indent, separators, trailing newline); a stored cell names its style by its index (so
@@ -132,7 +135,8 @@ def decode(cell: dict[str, Any], diffs: dict[str, str]) -> bytes:
         np.savez(buffer, **arrays)
         return buffer.getvalue()
     if "gz" in cell:
-        return gzip.compress(cell["gz"].encode(), mtime=0)
+        # Level 1: an archive's contents are stored, not its bytes, and level 9 took most of an unpack's CPU time
+        return gzip.compress(cell["gz"].encode(), compresslevel=1, mtime=0)
     if "bytes" in cell:
         return base64.b64decode(cell["bytes"])
     if "json" in cell:
@@ -150,13 +154,16 @@ NOT_STORED = ("*.zip", "*.pkl", "*.monitor.csv", "log.txt")
 
 def _stored_files(folder: Path) -> list[Path]:
     """
-    The files of a study folder that the tables hold: all but hand-written documents, the unpack stamp and
+    The files of a study folder that the tables hold: all but hand-written documents, the unpack stamp and lock and
     :data:`NOT_STORED`.
     """
     return sorted(
         p
         for p in folder.rglob("*")
-        if p.is_file() and p.suffix != ".md" and p.name != STAMP and not any(p.match(pattern) for pattern in NOT_STORED)
+        if p.is_file()
+        and p.suffix != ".md"
+        and p.name not in (STAMP, LOCK)
+        and not any(p.match(pattern) for pattern in NOT_STORED)
     )
 
 
@@ -266,11 +273,14 @@ def unpack(name: str, results: Path = RESULTS) -> int:
         raise ValueError(f"name must be one of {packed_names(results)}, got {name!r}")
     folder = results / name
     files = unpacked(name, results)
+    made: set[Path] = set()
     for inside, data in files.items():
         path = folder / inside
         if _extends(path, data):
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.add(path.parent)
         path.write_bytes(data)
     _stamp(name, results)
     return len(files)
@@ -289,8 +299,12 @@ def ensure(path: Path, results: Path = RESULTS) -> None:
     if not runs_table(name, results).exists():
         return
     stamp = results / name / STAMP
-    if not stamp.exists() or stamp.read_text().strip() != _tables_hash(name, results):
-        unpack(name, results)
+    (results / name).mkdir(exist_ok=True)
+    # One process unpacks (the test workers regenerate several studies' pages at once); the others wait for it
+    with open(results / name / LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.exists() or stamp.read_text().strip() != _tables_hash(name, results):
+            unpack(name, results)
 
 
 def ensure_all(results: Path = RESULTS) -> None:

@@ -4,8 +4,10 @@ package diff is stored once however many records carry it, and the folders are u
 changed.
 """
 
+import fcntl
 import gzip
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +126,27 @@ def test_ensure_unpacks_only_when_the_tables_changed(tmp_path: Path) -> None:
     rundata.ensure(tmp_path / "elsewhere", tmp_path)  # a folder without tables: nothing to do
     with pytest.raises(ValueError, match="name must be one of"):
         rundata.unpack("elsewhere", tmp_path)
+
+
+def test_ensure_waits_for_a_process_unpacking_the_folder_and_does_not_unpack_it_again(tmp_path: Path) -> None:
+    folder = _study(tmp_path)
+    rundata.pack("s", tmp_path)
+    (folder / ".unpacked").write_text("other tables\n")
+    record = folder / "reset" / "CueRecall-v0" / "seed1" / "run.json"
+    record.unlink()
+    with open(folder / rundata.LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process (a test worker) is unpacking
+        waiter = threading.Thread(target=rundata.ensure, args=(folder, tmp_path))
+        waiter.start()
+        waiter.join(timeout=0.5)
+        assert waiter.is_alive() and not record.exists()
+        rundata.unpack("s", tmp_path)  # what the other process does before it lets go
+        record.unlink()  # so that an unpack by the waiter would show
+    waiter.join(timeout=30)
+    assert not waiter.is_alive()
+    assert not record.exists()
+    rundata.pack("s", tmp_path)
+    assert all(not path.endswith(rundata.LOCK) for path in rundata.stored_paths("s", tmp_path))
 
 
 def test_the_index_counts_the_runs_in_the_tables() -> None:
