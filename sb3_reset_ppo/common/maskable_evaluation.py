@@ -34,12 +34,7 @@ class MaskablePredictor(Protocol):
 
 
 class _EnvMasksPredictor:
-    """
-    ``model`` as SB3's ``evaluate_policy`` calls it (``predict`` without masks), given the env's checked action masks.
-
-    :param model: The model to evaluate
-    :param env: The evaluation env, whose ``action_masks()`` are read at each ``predict``
-    """
+    """``model`` as SB3's ``evaluate_policy`` calls it (``predict`` without masks), given ``env``'s checked action masks."""
 
     def __init__(self, model: MaskablePredictor, env: VecEnv) -> None:
         self.model = model

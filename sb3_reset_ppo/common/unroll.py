@@ -63,11 +63,7 @@ def _contiguous_views(weights: Sequence[th.Tensor]) -> list[th.Tensor]:
 
 
 def check_supported_rnn(rnn: RecurrentLayer) -> None:
-    """
-    Raise a ``ValueError`` for recurrent-layer options the window unroll (and sb3-contrib's policies) do not support.
-
-    :param rnn: The policy's LSTM or GRU
-    """
+    """Raise a ``ValueError`` for recurrent-layer options the window unroll (and sb3-contrib's policies) do not support."""
     for option, value in (
         ("bidirectional", rnn.bidirectional),
         ("batch_first", rnn.batch_first),
@@ -113,10 +109,9 @@ def _reset_weight(rnn: RecurrentLayer, layer: int, like: th.Tensor) -> th.Tensor
     hidden_size = rnn.hidden_size
     if isinstance(rnn, nn.LSTM):
         return _lstm_reset_column(hidden_size, like.dtype, like.device)
-    else:
-        gates = like.new_full((2 * hidden_size,), RESET_PREACTIVATION)
-        candidate = -getattr(rnn, f"bias_ih_l{layer}")[2 * hidden_size :] if rnn.bias else like.new_zeros(hidden_size)
-        column = th.cat([gates, candidate.to(like.dtype)])
+    gates = like.new_full((2 * hidden_size,), RESET_PREACTIVATION)
+    candidate = -getattr(rnn, f"bias_ih_l{layer}")[2 * hidden_size :] if rnn.bias else like.new_zeros(hidden_size)
+    column = th.cat([gates, candidate.to(like.dtype)])
     # (gates * hidden,) -> (gates * hidden, 1)
     return column[:, None]
 

@@ -28,12 +28,7 @@ _LIBRARY_DIRS = tuple(
 
 
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
-    """
-    Issue a warning attributed to the user's line: the first frame outside sb3-reset-ppo, SB3 and sb3-contrib.
-
-    :param message: The warning
-    :param category: The warning class
-    """
+    """Issue a warning attributed to the user's line: the first frame outside sb3-reset-ppo, SB3 and sb3-contrib."""
     frame = sys._getframe(1)
     level = 2
     while frame.f_back is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(_LIBRARY_DIRS):
@@ -123,13 +118,7 @@ def thread_advice(
 
 
 def relative_distance(new: Iterable[th.Tensor], old: Iterable[th.Tensor]) -> th.Tensor:
-    """
-    ``||new - old|| / ||old||``, the tensors of each side taken together as one vector.
-
-    :param new: The tensors compared
-    :param old: The tensors they are compared with, in the same order and shapes
-    :return: A 0-d tensor on the tensors' device (no host read)
-    """
+    """``||new - old|| / ||old||``, each side's tensors (same order and shapes) as one vector: a 0-d tensor, no host read."""
     pairs = list(zip(new, old, strict=True))
     difference = sum(((a - b) ** 2).sum() for a, b in pairs)
     size = sum((b**2).sum() for _, b in pairs)
