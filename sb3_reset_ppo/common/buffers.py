@@ -34,8 +34,6 @@ class WindowSampler:
     """
     The stored rollout as env-major flat tensors on the buffer's device, built once per rollout, and the window
     minibatches gathered from them by index; index plans are made on the host, so nothing is read back from the device.
-
-    :param buffer: The full window rollout buffer
     """
 
     def __init__(self, buffer: "_WindowBufferMixin") -> None:
@@ -87,7 +85,6 @@ class WindowSampler:
         """
         Recompute the memory entering every step with the policy's current parameters; windows then start from it.
 
-        :param policy: The recurrent policy
         :return: Staleness of the recorded memory, ``||refreshed - recorded|| / ||recorded||``, a 0-d tensor
         """
         n_steps = self.n_steps
@@ -351,11 +348,7 @@ class _WindowBufferMixin:
         return self.window_settings.window_coverage
 
     def seed(self, seed: int | None = None) -> None:
-        """
-        Seed the generator that orders the windows (its own, untouched by other code).
-
-        :param seed: Seed; ``None`` draws fresh entropy
-        """
+        """Seed the generator that orders the windows (its own, untouched by other code); ``None`` draws fresh entropy."""
         self.generator = np.random.default_rng(seed)
 
     @property

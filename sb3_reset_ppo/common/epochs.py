@@ -83,11 +83,7 @@ def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) ->
 
 
 def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batch_size: int | None) -> float:
-    """
-    The divisor of every minibatch's loss under ``weighting="uniform"``: ``min(batch_size, expected epoch slots)``.
-
-    :param batch_size: Minibatch size in transitions, or ``None`` (the whole epoch)
-    """
+    """The divisor of every minibatch's loss under ``weighting="uniform"``: ``min(batch_size, expected epoch slots)``."""
     slots = expected_epoch_slots(n_steps, n_envs, settings)
     full = minibatch_slots(batch_size, settings.window_size)
     return slots if full is None else min(float(full), slots)

@@ -123,20 +123,8 @@ def evaluate_policy(
 class MaskableEvalCallback(UpstreamMaskableEvalCallback):
     """
     sb3-contrib's ``MaskableEvalCallback`` (same arguments, logged keys and saved files) evaluating with
-    :func:`evaluate_policy`, which keeps recurrent memory.
-
-    :param eval_env: The env to evaluate on; with ``use_masking`` it must have an ``action_masks()`` method
-    :param callback_on_new_best: Callback to trigger when there is a new best model according to the mean return
-    :param callback_after_eval: Callback to trigger after every evaluation
-    :param n_eval_episodes: The number of episodes to test the agent
-    :param eval_freq: Evaluate the agent every ``eval_freq`` calls of the callback
-    :param log_path: Folder where the evaluations (``evaluations.npz``) are saved
-    :param best_model_save_path: Folder where the best model on the eval env is saved
-    :param deterministic: Whether the evaluation uses deterministic or stochastic actions
-    :param render: Whether to render the env during evaluation
-    :param verbose: Verbosity level: 0 no output, 1 the evaluation results
-    :param warn: Passed to :func:`evaluate_policy` (warns if ``eval_env`` has no ``Monitor`` wrapper)
-    :param use_masking: Whether to use invalid action masks during evaluation
+    :func:`evaluate_policy`, which keeps recurrent memory; with ``use_masking``, ``eval_env`` must have an
+    ``action_masks()`` method.
     """
 
     def _on_step(self) -> bool:

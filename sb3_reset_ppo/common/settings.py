@@ -52,21 +52,13 @@ DEFAULT_WINDOW_COVERAGE: Coverage = "full"
 
 @dataclass(frozen=True)
 class WindowSettings:
-    """
-    The window settings, validated once (:meth:`validated`, with ResetPPO's defaults), typed and resolved.
+    """The window settings, validated once (:meth:`validated`, with ResetPPO's defaults), typed and resolved."""
 
-    :param window_size: Steps per window (resolved: an int)
-    :param boundary: ``"reset"`` or ``"mask"``
-    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
-    :param window_stride: Steps between the starts of the windows of an epoch (resolved: ``None`` is ``window_size``)
-    :param window_coverage: ``"full"`` or ``"inside"``
-    """
-
-    window_size: int
-    boundary: Boundary
-    weighting: Weighting
-    window_stride: int
-    window_coverage: Coverage
+    window_size: int  #: steps per window (resolved: an int)
+    boundary: Boundary  #: ``"reset"`` or ``"mask"``
+    weighting: Weighting  #: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
+    window_stride: int  #: steps between the starts of the windows of an epoch (resolved: ``None`` is ``window_size``)
+    window_coverage: Coverage  #: ``"full"`` or ``"inside"``
 
     @classmethod
     def validated(

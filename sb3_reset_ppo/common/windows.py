@@ -125,9 +125,8 @@ def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary,
 
 class RolloutWindowStats:
     """
-    Per-step counts and expected weights of one rollout over one epoch, computed by a scan over all its windows.
-
-    :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
+    Per-step counts and expected weights of one rollout of ``(n_envs, n_steps)`` flags over one epoch, computed by a
+    scan over all its windows.
     """
 
     def __init__(self, episode_starts: th.Tensor, settings: WindowSettings) -> None:
