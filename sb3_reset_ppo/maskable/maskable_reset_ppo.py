@@ -94,15 +94,9 @@ class MaskableResetPPO(ResetPPO):
         progress_bar: bool = False,
     ) -> SelfMaskableResetPPO:
         """
-        Learn as ``ResetPPO.learn``, with ``MaskablePPO``'s ``use_masking``.
+        Learn as ``ResetPPO.learn`` (same arguments), with ``MaskablePPO``'s ``use_masking``.
 
-        :param total_timesteps: The total number of env steps to train on
-        :param callback: Callback(s) called at every step
-        :param log_interval: Log every this many rollouts
-        :param tb_log_name: The name of the run for TensorBoard logging
-        :param reset_num_timesteps: Whether or not to reset the current timestep number (used in logging)
         :param use_masking: Whether to collect the env's action masks and train with them
-        :param progress_bar: Display a progress bar using tqdm and rich
         :return: The trained model
         """
         if not isinstance(use_masking, bool):
@@ -133,14 +127,8 @@ class MaskableResetPPO(ResetPPO):
         :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` or ``(mask_dims,)``; ``None``: every action
         :return: The action and the next memory
         """
-        return self.policy.predict(
-            observation,
-            state,
-            episode_start,
-            deterministic,
-            action_masks=action_masks,
-            masks_at=f"predict() (the model's num_timesteps: {self.num_timesteps})",
-        )
+        at = f"predict() (the model's num_timesteps: {self.num_timesteps})"
+        return self.policy.predict(observation, state, episode_start, deterministic, action_masks=action_masks, masks_at=at)
 
     def _excluded_save_params(self) -> list[str]:
         # Set by each learn()

@@ -61,8 +61,6 @@ def _prefer_foreach(optimizer: th.optim.Optimizer) -> None:
     """
     Step all parameters with torch's ``_foreach`` kernels (the same arithmetic, no Python loop) where the optimizer
     leaves ``foreach`` at ``None``, which torch resolves to them on CUDA only; other settings are left as they are.
-
-    :param optimizer: The policy's optimizer
     """
     for group in optimizer.param_groups:
         if "foreach" in group and group["foreach"] is None and not group.get("fused") and not group.get("differentiable"):
@@ -436,11 +434,7 @@ class ResetPPO(RecurrentPPO):
         return -(-settings.window_size // settings.stride(self.n_steps)) if has_images else 1
 
     def set_random_seed(self, seed: int | None = None) -> None:
-        """
-        Set the seed of the pseudo-random generators (python, numpy, pytorch, gym, action_space, windows); None does nothing.
-
-        :param seed: Seed
-        """
+        """Seed the pseudo-random generators (python, numpy, pytorch, gym, action_space, windows); None does nothing."""
         if seed is None:
             return
         super().set_random_seed(seed)
@@ -451,13 +445,8 @@ class ResetPPO(RecurrentPPO):
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
         """
-        Collect experiences into the window rollout buffer: ``RecurrentPPO``'s collection, with memory of any cell.
-
-        :param env: The training environment
-        :param callback: Callback called at each step (and at the start and end of the rollout)
-        :param rollout_buffer: Buffer to fill
-        :param n_rollout_steps: Number of steps to collect per environment
-        :return: True if ``n_rollout_steps`` were collected, False if the callback stopped the rollout
+        Collect ``n_rollout_steps`` per env into the window rollout buffer: ``RecurrentPPO``'s collection (same arguments),
+        with memory of any cell; False if the callback stopped the rollout.
         """
         assert isinstance(rollout_buffer, (WindowRolloutBuffer, DictWindowRolloutBuffer))
         assert self._last_obs is not None, "No previous observation was provided"
@@ -677,11 +666,8 @@ class ResetPPO(RecurrentPPO):
         include: Iterable[str] | None = None,
     ) -> None:
         """
-        Save the model as SB3 does, with the state of the generator that orders the windows (a loaded model continues it).
-
-        :param path: Path to the file where the model should be saved
-        :param exclude: Names of parameters that should be excluded in addition to the default ones
-        :param include: Names of parameters that might be excluded but should be included anyway
+        Save the model as SB3's ``save`` does (same arguments), with the state of the generator that orders the windows
+        (a loaded model continues it).
         """
         self._window_generator_state = self.rollout_buffer.generator.bit_generator.state
         super().save(path, exclude, include)
