@@ -95,7 +95,6 @@ def minibatch_cuts(n_slots: int, batch_size: int | None, generator: np.random.Ge
 
     :param n_slots: Real slots of the epoch (at least 1)
     :param batch_size: Minibatch size in transitions; ``None`` or more than ``n_slots``: one minibatch of all
-    :param generator: Source of the offset
     :return: ``(n_minibatches, size, offset)``
     """
     if batch_size is None or batch_size >= n_slots:

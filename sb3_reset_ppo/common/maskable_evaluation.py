@@ -82,13 +82,6 @@ def evaluate_policy(
 
     :param model: The agent to evaluate: anything with ``MaskablePPO``'s ``predict`` (any ``predict`` without masking)
     :param env: The env, or a ``VecEnv``; with ``use_masking`` it must have an ``action_masks()`` method
-    :param n_eval_episodes: Number of episodes to evaluate the agent on
-    :param deterministic: Whether to use deterministic or stochastic actions
-    :param render: Whether to render the env at each step
-    :param callback: Called after each step with ``locals()`` and ``globals()`` (of SB3's function)
-    :param reward_threshold: Minimum expected reward per episode, this will raise an error if the performance is not met
-    :param return_episode_rewards: Return the episode returns and lengths instead of their mean and standard deviation
-    :param warn: Warn if the env has no ``Monitor`` wrapper
     :param use_masking: Whether to pass the env's action masks to ``predict``
     :return: Mean and standard deviation of the episode returns, or the episode returns and lengths (in steps)
     """

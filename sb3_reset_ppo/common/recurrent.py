@@ -53,7 +53,6 @@ class CriticVariant(NamedTuple):
         :param states_pi: The actor's memory after the steps
         :param run_rnn: Runs the critic's features through its recurrent layer: its output and memory
         :param run_linear: Runs the critic's features through its linear layer: its output
-        :return: The critic's latent and memory
         """
         if self.rnn is not None:
             return run_rnn(self.rnn)
@@ -97,7 +96,6 @@ def recurrent_latents(
     :param obs: Observations, sequences one after the other
     :param lstm_states: The memory of actor and critic entering the sequences
     :param episode_starts: Whether each step starts an episode (the memory is reset there)
-    :return: The actor's latent, the critic's latent, and the memory after the last step
     """
     pi_features, vf_features = actor_critic_features(policy, obs)
     # Typed by sb3-contrib for an LSTM's (hidden, cell); a GRU policy's takes (hidden,)

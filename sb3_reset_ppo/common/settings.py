@@ -81,7 +81,6 @@ class WindowSettings:
         :param window_coverage: ``"full"`` or ``"inside"``
         :param n_steps: Rollout length per env, when known (``window_size`` may not exceed it)
         :param batch_size: Minibatch size in transitions (for ``window_size="batch"``), or ``None``
-        :return: The settings
         """
         # The rollout and minibatch sizes first: a window_size derived from them cannot be checked otherwise
         if n_steps is not None:

@@ -26,13 +26,9 @@ class MaskedCueRecallEnv(CueRecallEnv):
     - at the query: the ``n_cues`` answers; the cue gives reward 1 (``info["is_success"]``), another 0; both end it.
     - an invalid action gives reward -1 and ends the episode (``info["invalid_action"]`` is ``True``).
 
-    Returns and bounds: ``docs/api/envs.md``.
+    Returns and bounds: ``docs/api/envs.md``. The other parameters are ``CueRecallEnv``'s.
 
-    :param n_cues: Number of distinct cues (and answer actions)
-    :param min_delay: Shortest number of blank steps between cue and query
-    :param max_delay: Longest number of blank steps between cue and query
     :param n_wait: Number of wait actions, one of which is valid at each step before the query
-    :param render_mode: ``None`` or ``"rgb_array"`` (a row of gray pixels; ``gymnasium.make`` adds ``"human"``)
     """
 
     invalid_reward = -1.0  # reward of an invalid action (which also ends the episode)

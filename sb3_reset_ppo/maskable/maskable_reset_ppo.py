@@ -120,10 +120,7 @@ class MaskableResetPPO(ResetPPO):
         """
         Get the policy action from an observation and the memory, with only the valid actions (``MaskablePPO``'s).
 
-        :param observation: The input observation
         :param state: The memory returned by the previous call (``None``: zeros)
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
         :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` or ``(mask_dims,)``; ``None``: every action
         :return: The action and the next memory
         """

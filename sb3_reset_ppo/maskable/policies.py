@@ -174,10 +174,7 @@ class ActionMaskingPolicy(ActorCriticPolicy):
         Get the policy action from an observation and the memory, with only the actions that ``action_masks`` allows
         (as ``MaskableActorCriticPolicy.predict``).
 
-        :param observation: The input observation
         :param state: The memory, as the unmasked policy's ``predict``; ``None``: its initial memory
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
         :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` or ``(mask_dims,)``; ``None``: every action
         :param masks_at: Where the call comes from, named by the error of an invalid mask
         :return: The action and the next memory

@@ -60,10 +60,7 @@ class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
         """
         Get the policy action from an observation and the memory, as sb3-contrib's recurrent policies do.
 
-        :param observation: The input observation
         :param state: The memory (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each ``(n_layers, n_envs, hidden_size)``
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
         :return: The action and the next memory
         """
         is_gru = isinstance(self.lstm_actor, nn.GRU)
@@ -213,12 +210,9 @@ class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
         self, obs: th.Tensor, lstm_states: RNNStates, episode_starts: th.Tensor, deterministic: bool = False
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates]:
         """
-        Forward pass in all the networks (actor and critic), as sb3-contrib's, with ``(hidden,)`` states.
+        Forward pass in all the networks (actor and critic), as sb3-contrib's (its arguments), with ``(hidden,)`` states.
 
-        :param obs: Observation
         :param lstm_states: The memory of actor and critic, each ``(hidden,)``
-        :param episode_starts: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether to sample or use deterministic actions
         :return: action, value and log probability of the action, and the new memory
         """
         latent_pi, latent_vf, states = recurrent_latents(self, obs, lstm_states, episode_starts)

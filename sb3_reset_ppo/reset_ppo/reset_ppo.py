@@ -685,7 +685,6 @@ class ResetPPO(RecurrentPPO):
 
         :param load_path_or_dict: A checkpoint (a path or an open binary file) or a dict of state dicts, by attribute
         :param exact_match: Whether every parameter of the model must be set (missing ones raise)
-        :param device: Device on which the parameters are loaded
         """
         params: Any = load_path_or_dict
         source = "parameters"

@@ -283,9 +283,8 @@ see them with, e.g., `python -m sb3_reset_ppo.zoo train --help`. train and enjoy
 
 def main(argv: list[str] | None = None) -> None:
     """
-    Run the RL Zoo's command line with ``reset_ppo`` and ``maskable_reset_ppo`` (masked: :func:`masked_evaluation`).
-
-    :param argv: Arguments after the program name (default: ``sys.argv[1:]``), e.g. ``["train", "--algo", ...]``
+    Run the RL Zoo's command line on ``argv`` (default: ``sys.argv[1:]``) with ``reset_ppo`` and ``maskable_reset_ppo``
+    (masked: :func:`masked_evaluation`).
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not arguments:
