@@ -425,16 +425,10 @@ class _WindowBufferMixin:
 class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: ignore[misc]  # get yields windows
     """
     Rollout buffer that stores the LSTM or GRU memory entering every step and yields minibatches of windows
-    (:class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples`); storage and ``add`` are sb3-contrib's.
+    (:class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples`); storage and ``add`` are sb3-contrib's, and
+    so are the arguments before ``window_settings`` (``buffer_size`` is ``n_steps``; ``hidden_state_shape``
+    ``(n_steps, n_layers, n_envs, hidden_size)``, the shape of each memory tensor).
 
-    :param buffer_size: Steps per env (``n_steps``)
-    :param observation_space: Observation space
-    :param action_space: Action space
-    :param hidden_state_shape: ``(n_steps, n_layers, n_envs, hidden_size)`` of each memory tensor
-    :param device: PyTorch device
-    :param gae_lambda: GAE lambda
-    :param gamma: Discount factor
-    :param n_envs: Number of parallel environments
     :param window_settings: The window settings (:meth:`~sb3_reset_ppo.common.settings.WindowSettings.validated`)
     :param consecutive_windows: Consecutive windows of one env kept together in the shuffled order
     :param seed: Seed of the generator that orders the windows

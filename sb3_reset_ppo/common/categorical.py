@@ -68,7 +68,6 @@ def masked_categorical_sample(logits: th.Tensor, masks: th.Tensor, deterministic
     :return: Actions ``(N,)`` (int64) and their log-probabilities ``(N,)``
     """
     normalised = masked_log_pmf(logits, masks.reshape(logits.shape))
-    # Categorical.probs
     probs = F.softmax(normalised, dim=-1)
     # The distribution's mode, or Categorical.sample: one draw per row with replacement, (N, 1) -> (N,)
     actions = th.argmax(probs, dim=1) if deterministic else th.multinomial(probs, 1, True).reshape(-1)

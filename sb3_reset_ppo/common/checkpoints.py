@@ -15,16 +15,9 @@ _REQUIRED_MEMBERS = ("data", "policy.pth")  # what every SB3 checkpoint holds
 # Settings that ResetPPO checkpoints have stored from the first one on: a checkpoint holding them is ResetPPO's
 _RESET_PPO_SETTINGS = ("window_size", "boundary", "weighting")
 
-# Settings a ResetPPO checkpoint may lack, each with the value that reproduces how such a checkpoint trained
-LEGACY_SETTINGS: dict[str, Any] = {
-    # Fully shuffled windows
-    "consecutive_windows": 1,
-    # Windows start from the memory recorded during the rollout
-    "memory_refresh": 0,
-    "burn_in": 0,
-    # Windows inside the rollout only
-    "window_coverage": "inside",
-}
+# Settings a ResetPPO checkpoint may lack, each with the value that reproduces how such a checkpoint trained: fully
+# shuffled windows, inside the rollout only, starting from the memory recorded during the rollout
+LEGACY_SETTINGS: dict[str, Any] = {"consecutive_windows": 1, "memory_refresh": 0, "burn_in": 0, "window_coverage": "inside"}
 
 
 def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:

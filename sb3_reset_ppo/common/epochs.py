@@ -203,5 +203,4 @@ def window_order(
     run = (position + phase[env_of]) // consecutive_windows
     runs_per_env = int(position.max()) // consecutive_windows + 2
     run_rank = generator.permutation(n_envs * runs_per_env)[env_of * runs_per_env + run]
-    # Sort by run rank, then position in the run
     return np.lexsort((position, run_rank))

@@ -113,8 +113,6 @@ def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_en
     Accepted: ``(n_envs, mask_dims)``, ``(mask_dims,)``, ``(n_envs * mask_dims,)``, or a sequence of ``n_envs`` masks
     (``VecEnv.env_method("action_masks")``); a non-zero entry allows its action.
 
-    :param action_space: The action space they are masks of (``Discrete``, ``MultiDiscrete`` or ``MultiBinary``)
-    :param n_envs: The number of envs (observations) they are for
     :param step: The step the masks are for, named by the error (e.g. ``"evaluation step 2 (counted from 0)"``)
     :return: The masks, ``(n_envs, mask_dims)``, ``True`` where an action is allowed
     """

@@ -34,13 +34,8 @@ def fused_lstm_layer(
 
 def fused_gru_layer(inputs: th.Tensor, hidden: th.Tensor, weights: Sequence[th.Tensor], training: bool) -> th.Tensor:
     """
-    One layer of torch's fused GRU over a whole sequence, as :func:`fused_lstm_layer` (``tests/reset_ppo/test_gru.py``).
-
-    :param inputs: Sequence, shape ``(steps, batch, input_size)``
-    :param hidden: Hidden state entering the first step, ``(1, batch, hidden_size)``
-    :param weights: ``[w_ih, w_hh]`` or ``[w_ih, w_hh, b_ih, b_hh]`` of one layer (gates in PyTorch's order r, z, n)
-    :param training: Training mode (no effect without dropout; passed as ``nn.GRU`` does)
-    :return: Outputs of every step, shape ``(steps, batch, hidden_size)``
+    One layer of torch's fused GRU over a whole sequence, as :func:`fused_lstm_layer` (``tests/reset_ppo/test_gru.py``),
+    from the ``hidden`` state ``(1, batch, hidden_size)`` (the weights' gates in PyTorch's order r, z, n).
     """
     outputs, _ = th.gru(inputs, hidden, _contiguous_views(weights), len(weights) == 4, 1, 0.0, training, False, False)
     return outputs

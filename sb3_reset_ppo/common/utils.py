@@ -88,13 +88,11 @@ def thread_advice(
     load: float | None = None,
 ) -> str | None:
     """
-    The advice to train with one torch thread where :data:`THREAD_MEASUREMENTS` found more threads slower; else None.
+    The advice to ``algorithm`` (the class name), running ``num_threads`` torch threads, to train with one where
+    :data:`THREAD_MEASUREMENTS` found more threads slower for its recurrent ``hidden_size`` (``convolutional``: with
+    convolutions); else None.
 
-    :param algorithm: The class name, for the message
-    :param num_threads: ``torch.get_num_threads()``
-    :param hidden_size: The policy's recurrent hidden size
     :param device_type: The model's device type (``"cpu"``, ``"cuda"``, ...): only the CPU's threads are advised on
-    :param convolutional: Whether the policy has convolutional layers
     :param load: The machine's 1-minute load average (:func:`machine_load`); None: idle
     :return: One line saying what was measured and how to change it, or None
     """

@@ -34,8 +34,7 @@ class MaskableResetPPO(ResetPPO):
 
     :param policy: A policy name (``"MlpLstmPolicy"``, ..., ``"MultiInputTrXLPolicy"``) or a maskable policy class
     :param env: The environment to learn from (if registered in Gym, can be str), with an ``action_masks()`` method
-    :param args: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, in its order
-    :param kwargs: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, by name
+    :param args: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, in its order (``kwargs``: by name)
     """
 
     # ResetPPO's policy names, each for its maskable version
