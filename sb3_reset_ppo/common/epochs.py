@@ -76,7 +76,7 @@ def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
 
 
 def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) -> float:
-    """Expected real slots (transitions) of one epoch over the phases: every window's of the rollout over the stride."""
+    """Expected real slots (transitions) of one epoch, over the phases: all windows' real slots over the stride."""
     size = settings.window_size
     steps_in_windows = n_steps if settings.window_coverage == "full" else n_steps - size + 1
     return n_envs * steps_in_windows * size / settings.stride(n_steps)

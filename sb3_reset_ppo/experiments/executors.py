@@ -149,7 +149,7 @@ SCRATCH_PREFIX = "sb3_reset_ppo_run_"
 
 
 def scratch_prefix(pid: int | None = None) -> str:
-    """The name's start of a temporary folder of :func:`train_packed`: the worker's ``pid`` (default: this process's), host."""
+    """The start of :func:`train_packed`'s temporary folder names: the worker's ``pid`` (default: this process's) and host."""
     host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname()) or "host"
     return f"{SCRATCH_PREFIX}{os.getpid() if pid is None else pid}_{host}_"
 

@@ -51,7 +51,8 @@ class Layout(ABC):
     default_opset: ClassVar[int] = DEFAULT_OPSET  #: the opset exported when none is asked for
     #: the cells whose ONNX operator the engine implements (``cell_ops="auto"`` writes the others as elementary operators)
     fused_cells: ClassVar[tuple[str, ...]] = ("LSTM", "GRU")
-    images_in_unit_range: ClassVar[bool] = False  #: whether the engine gives uint8-bounded images in [0, 1], not 0 to 255
+    #: whether the engine gives uint8-bounded images in [0, 1], so that the graph does not divide them by 255
+    images_in_unit_range: ClassVar[bool] = False
     distribution_outputs: ClassVar[bool] = False  #: whether the layout can output the distribution's parameters
     flat_memory: ClassVar[bool] = True  #: whether the memory is one flat tensor (``Memory.size`` wide), not its own tensors
     memory_shape: ClassVar[tuple[str | int, ...]] = ("batch", 1, "memory_size")  #: the memory's shape in the metadata

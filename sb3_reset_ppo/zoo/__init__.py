@@ -55,7 +55,7 @@ def _with_window_size(hyperparams: dict[str, Any], window_size: int | str) -> di
 
 
 def sample_reset_ppo_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
-    """Optuna sampler for ResetPPO, the zoo's sampler signature: the zoo's ``ppo_lstm`` search space plus ``window_size``."""
+    """Optuna sampler for ResetPPO (the zoo's sampler arguments): the zoo's ``ppo_lstm`` search space plus ``window_size``."""
     window_size = cast(int | str, trial.suggest_categorical("window_size", list(WINDOW_SIZES)))
     hyperparams = hyperparams_opt.sample_ppo_lstm_params(trial, n_actions, n_envs, additional_args)
     return _with_window_size(hyperparams, window_size)
