@@ -126,7 +126,6 @@ class ResetPPO(RecurrentPPO):
     policy: RecurrentActorCriticPolicy
     window_buffer_class: ClassVar[type[WindowRolloutBuffer]] = WindowRolloutBuffer
     dict_window_buffer_class: ClassVar[type[DictWindowRolloutBuffer]] = DictWindowRolloutBuffer
-    # ... and with attention memory
     attention_buffer_class: ClassVar[type[AttentionWindowRolloutBuffer]] = AttentionWindowRolloutBuffer
     dict_attention_buffer_class: ClassVar[type[DictAttentionWindowRolloutBuffer]] = DictAttentionWindowRolloutBuffer
     # The memory after the last collected step (sb3-contrib declares it None until _setup_model sets it)
@@ -715,12 +714,7 @@ class ResetPPO(RecurrentPPO):
         Checkpoints are zip files that SB3 unpickles: load only files you trust. For an untrusted file, build
         the model yourself and call ``model.set_parameters(path)``, which reads tensors only.
 
-        :param path: Path to the checkpoint (``.zip`` may be omitted) or an open binary file
-        :param env: The environment to continue training in (or ``None``)
-        :param device: Device on which the code should run
-        :param custom_objects: Objects to replace on load, as in SB3
-        :param print_system_info: Print the system info of the saving machine
-        :param force_reset: Reset the env before the next ``learn()``
+        :param path: Path to the checkpoint (``.zip`` may be omitted) or an open binary file; the next arguments are SB3's
         :param kwargs: Attributes to override on load (e.g. ``window_size=8``, ``batch_size=32``)
         :return: The loaded model
         """
