@@ -34,8 +34,6 @@ class WindowSampler:
     """
     The stored rollout as env-major flat tensors on the buffer's device, built once per rollout, and the window
     minibatches gathered from them by index; index plans are made on the host, so nothing is read back from the device.
-
-    :param buffer: The full window rollout buffer
     """
 
     def __init__(self, buffer: "_WindowBufferMixin") -> None:
@@ -87,7 +85,6 @@ class WindowSampler:
         """
         Recompute the memory entering every step with the policy's current parameters; windows then start from it.
 
-        :param policy: The recurrent policy
         :return: Staleness of the recorded memory, ``||refreshed - recorded|| / ||recorded||``, a 0-d tensor
         """
         n_steps = self.n_steps
@@ -351,11 +348,7 @@ class _WindowBufferMixin:
         return self.window_settings.window_coverage
 
     def seed(self, seed: int | None = None) -> None:
-        """
-        Seed the generator that orders the windows (its own, untouched by other code).
-
-        :param seed: Seed; ``None`` draws fresh entropy
-        """
+        """Seed the generator that orders the windows (its own, untouched by other code); ``None`` draws fresh entropy."""
         self.generator = np.random.default_rng(seed)
 
     @property
@@ -432,16 +425,10 @@ class _WindowBufferMixin:
 class WindowRolloutBuffer(_WindowBufferMixin, RecurrentRolloutBuffer):  # type: ignore[misc]  # get yields windows
     """
     Rollout buffer that stores the LSTM or GRU memory entering every step and yields minibatches of windows
-    (:class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples`); storage and ``add`` are sb3-contrib's.
+    (:class:`~sb3_reset_ppo.common.type_aliases.WindowRolloutBufferSamples`); storage and ``add`` are sb3-contrib's, and
+    so are the arguments before ``window_settings`` (``buffer_size`` is ``n_steps``; ``hidden_state_shape``
+    ``(n_steps, n_layers, n_envs, hidden_size)``, the shape of each memory tensor).
 
-    :param buffer_size: Steps per env (``n_steps``)
-    :param observation_space: Observation space
-    :param action_space: Action space
-    :param hidden_state_shape: ``(n_steps, n_layers, n_envs, hidden_size)`` of each memory tensor
-    :param device: PyTorch device
-    :param gae_lambda: GAE lambda
-    :param gamma: Discount factor
-    :param n_envs: Number of parallel environments
     :param window_settings: The window settings (:meth:`~sb3_reset_ppo.common.settings.WindowSettings.validated`)
     :param consecutive_windows: Consecutive windows of one env kept together in the shuffled order
     :param seed: Seed of the generator that orders the windows

@@ -15,16 +15,9 @@ _REQUIRED_MEMBERS = ("data", "policy.pth")  # what every SB3 checkpoint holds
 # Settings that ResetPPO checkpoints have stored from the first one on: a checkpoint holding them is ResetPPO's
 _RESET_PPO_SETTINGS = ("window_size", "boundary", "weighting")
 
-# Settings a ResetPPO checkpoint may lack, each with the value that reproduces how such a checkpoint trained
-LEGACY_SETTINGS: dict[str, Any] = {
-    # Fully shuffled windows
-    "consecutive_windows": 1,
-    # Windows start from the memory recorded during the rollout
-    "memory_refresh": 0,
-    "burn_in": 0,
-    # Windows inside the rollout only
-    "window_coverage": "inside",
-}
+# Settings a ResetPPO checkpoint may lack, each with the value that reproduces how such a checkpoint trained: fully
+# shuffled windows, inside the rollout only, starting from the memory recorded during the rollout
+LEGACY_SETTINGS: dict[str, Any] = {"consecutive_windows": 1, "memory_refresh": 0, "burn_in": 0, "window_coverage": "inside"}
 
 
 def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
@@ -96,7 +89,6 @@ def legacy_settings(path: str | pathlib.Path | io.BufferedIOBase) -> dict[str, A
     for another algorithm's checkpoint and for one that stores them all.
 
     :param path: A checkpoint that :func:`check_checkpoint` accepted (a path or an open binary file, left at its start)
-    :return: The missing settings and their values, for ``load``'s overrides
     """
     saved = _saved_attributes(path)
     if not saved.issuperset(_RESET_PPO_SETTINGS):
@@ -114,10 +106,8 @@ _MEMORY_POLICIES = {
 
 def memory_kind(policy_state: Mapping[str, Any]) -> str | None:
     """
-    The memory whose parameters a policy's state dict holds, from their names (no unpickling).
-
-    :param policy_state: A policy's ``state_dict()`` (or a checkpoint's ``policy`` member)
-    :return: ``"LSTM"``, ``"GRU"``, ``"attention"``, or ``None`` for a policy without memory
+    The memory whose parameters a policy's ``state_dict()`` (or a checkpoint's ``policy`` member) holds, from their names:
+    ``"LSTM"``, ``"GRU"``, ``"attention"``, or ``None`` for a policy without memory.
     """
     if any(key.startswith("trxl_actor.") for key in policy_state):
         return "attention"
@@ -133,8 +123,7 @@ def check_memory_kind(policy_state: Mapping[str, Any], policy_name: str, saved: 
     Raise a ``ValueError`` naming both policies when parameters of attention memory are loaded into a recurrent
     (LSTM, GRU) policy or the reverse: their parameters do not correspond, and SB3 would report missing keys.
 
-    :param policy_state: The receiving policy's ``state_dict()``
-    :param policy_name: The receiving policy's name
+    :param policy_state: The receiving policy's ``state_dict()``; ``policy_name``, its name
     :param saved: The parameters to load into it (a checkpoint's ``policy`` member)
     :param source: Where they come from, for the message (``"a RecurrentPPO checkpoint"``, ...)
     """

@@ -34,12 +34,7 @@ def epoch_window_starts(
     generator: np.random.Generator,
     window_coverage: Coverage,
 ) -> EpochWindows:
-    """
-    The windows of one epoch: per env a random phase ``p`` in ``[0, k)`` and the windows starting at ``p + j * k``.
-
-    :param generator: Source of the phases
-    :return: The epoch's windows in env-major order
-    """
+    """The windows of one epoch, env-major: per env a random phase ``p`` in ``[0, k)``, windows starting at ``p + j * k``."""
     stride = effective_stride(n_steps, window_size, window_stride, window_coverage)
     n_starts = n_window_starts(n_steps, window_size, window_coverage)
     offset = first_window_start(window_size, window_coverage)
@@ -81,26 +76,14 @@ def window_units(windows: EpochWindows, window_size: int) -> np.ndarray:
 
 
 def expected_epoch_slots(n_steps: int, n_envs: int, settings: WindowSettings) -> float:
-    """
-    Expected real slots (transitions) of one epoch: those of every window of the rollout over the epoch's stride.
-
-    :return: Real slots per epoch, on average over the phases
-    """
+    """Expected real slots (transitions) of one epoch, over the phases: all windows' real slots over the stride."""
     size = settings.window_size
     steps_in_windows = n_steps if settings.window_coverage == "full" else n_steps - size + 1
     return n_envs * steps_in_windows * size / settings.stride(n_steps)
 
 
 def uniform_normaliser(n_steps: int, n_envs: int, settings: WindowSettings, batch_size: int | None) -> float:
-    """
-    The divisor of every minibatch's loss under ``weighting="uniform"``: ``min(batch_size, expected epoch slots)``.
-
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param settings: The window settings
-    :param batch_size: Minibatch size in transitions, or ``None`` (the whole epoch)
-    :return: The normaliser
-    """
+    """The divisor of every minibatch's loss under ``weighting="uniform"``: ``min(batch_size, expected epoch slots)``."""
     slots = expected_epoch_slots(n_steps, n_envs, settings)
     full = minibatch_slots(batch_size, settings.window_size)
     return slots if full is None else min(float(full), slots)
@@ -112,7 +95,6 @@ def minibatch_cuts(n_slots: int, batch_size: int | None, generator: np.random.Ge
 
     :param n_slots: Real slots of the epoch (at least 1)
     :param batch_size: Minibatch size in transitions; ``None`` or more than ``n_slots``: one minibatch of all
-    :param generator: Source of the offset
     :return: ``(n_minibatches, size, offset)``
     """
     if batch_size is None or batch_size >= n_slots:
@@ -147,13 +129,9 @@ def plan_epoch(
     """
     Plan one epoch: its windows in units, ordered and cut into full minibatches (``docs/design.md``, "Epochs").
 
-    :param n_steps: Rollout length per env
-    :param n_envs: Number of envs
-    :param settings: The window settings
     :param batch_size: Transitions (real slots) per minibatch; ``None``: the whole epoch
     :param consecutive_windows: Units per run of one env in the epoch's order (:func:`window_order`)
     :param generator: Source of the phases, the order and the offset
-    :return: The plan
     """
     size = settings.window_size
     epoch = epoch_window_starts(n_steps, n_envs, size, settings.window_stride, generator, settings.window_coverage)
@@ -193,21 +171,12 @@ def plan_epoch(
 
 
 def minibatch_slots(batch_size: int | None, window_size: int) -> int | None:
-    """
-    Real slots (transitions) of a full minibatch: ``batch_size``, at least ``window_size`` (one window's worth).
-
-    :param batch_size: Minibatch size in transitions, as in SB3 and RecurrentPPO; ``None``: the whole epoch
-    :return: Slots per full minibatch, or ``None`` for the whole epoch
-    """
+    """Real slots of a full minibatch: ``batch_size``, at least ``window_size``; ``None`` (the whole epoch) stays ``None``."""
     return None if batch_size is None else max(int(batch_size), window_size)
 
 
 def epoch_slot_range(n_steps: int, n_envs: int, settings: WindowSettings) -> tuple[int, int]:
-    """
-    Fewest and most real slots an epoch can hold (over the phases; equal when the number does not depend on them).
-
-    :return: ``(fewest, most)``
-    """
+    """``(fewest, most)`` real slots an epoch can hold over the phases (equal when the number does not depend on them)."""
     stride = settings.stride(n_steps)
     _, lengths = every_window(n_steps, settings.window_size, settings.window_coverage)
     # Real slots of one env's epoch for every phase p: the windows starting at p, p + k, ...
@@ -223,8 +192,6 @@ def window_order(
 
     :param env_of: Env of every window of the epoch, shape ``(n_windows,)``
     :param position: Position of every window among its env's windows of the epoch, shape ``(n_windows,)``
-    :param consecutive_windows: Windows per run
-    :param generator: Source of randomness
     :return: Permutation of ``range(n_windows)``
     """
     n_windows = env_of.shape[0]
@@ -236,5 +203,4 @@ def window_order(
     run = (position + phase[env_of]) // consecutive_windows
     runs_per_env = int(position.max()) // consecutive_windows + 2
     run_rank = generator.permutation(n_envs * runs_per_env)[env_of * runs_per_env + run]
-    # Sort by run rank, then position in the run
     return np.lexsort((position, run_rank))

@@ -55,7 +55,6 @@ def evaluate_windows(
     Values, log-probabilities and entropies of every slot of a minibatch of windows: ``evaluate_actions`` over
     windows, with the memory given by :func:`unroll_rnn`.
 
-    :param policy: The recurrent policy
     :param samples: A minibatch of windows (with ``action_masks``: each slot's mask is applied to the distribution)
     :return: values, log-probabilities and entropies (``None`` without a closed form), each ``(B, W)``
     """
@@ -96,7 +95,6 @@ def slot_heads(
     """
     Values, log-probabilities and entropies of every slot from the memory's outputs, as ``evaluate_actions`` does.
 
-    :param policy: The policy
     :param latent_pi: The actor's memory output of every slot, ``(B * W, hidden)``
     :param latent_vf: The critic's, ``(B * W, hidden)``
     :param samples: The minibatch (its actions, and its action masks for a maskable policy)
@@ -134,8 +132,4 @@ def slot_heads(
     values = policy.value_net(latent_vf)
     # (B * W,) or (B * W, 1) -> (B, W)
     shape = (n_windows, window_size)
-    return (
-        values.reshape(shape),
-        log_prob.reshape(shape),
-        None if entropy is None else entropy.reshape(shape),
-    )
+    return values.reshape(shape), log_prob.reshape(shape), None if entropy is None else entropy.reshape(shape)

@@ -12,22 +12,12 @@ Flags = TypeVar("Flags", th.Tensor, np.ndarray)
 
 
 def is_episode_start(episode_starts: Flags) -> Flags:
-    """
-    Which steps start an episode: SB3 stores the flags as floats 0.0 and 1.0, read here halfway between them.
-
-    :param episode_starts: SB3's episode-start flags, any shape (a tensor or an array)
-    :return: bool flags of the same shape and kind
-    """
+    """Which steps start an episode: SB3's float flags 0.0 and 1.0 read halfway between them (bool, same shape and kind)."""
     return episode_starts > EPISODE_START_THRESHOLD
 
 
 def slot_resets(episode_starts: Flags) -> Flags:
-    """
-    Reset flag of every slot: slot ``i >= 1`` resets when its step starts an episode; slot 0 never does.
-
-    :param episode_starts: SB3's episode-start flags of the slots' steps, shape ``(B, W)`` (a tensor or an array)
-    :return: bool flags of shape ``(B, W)``, of the input's kind
-    """
+    """Bool reset flag of every slot of ``(B, W)`` flags: slot ``i >= 1`` resets where its step starts an episode, 0 never."""
     resets = is_episode_start(episode_starts)
     resets[:, 0] = False
     return resets

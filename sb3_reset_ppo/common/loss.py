@@ -61,8 +61,6 @@ def window_ppo_loss(
     :param values: Values under the current policy
     :param entropy: Entropies, or ``None`` to use ``-log_prob`` as in SB3
     :param targets: The minibatch's recorded values, kept flags and weights
-    :param settings: The PPO settings
-    :return: The loss and its parts
     """
     old_log_prob, advantages, old_values, returns, kept, weights, n_real_slots, uniform_normaliser = targets
     weighting, clip_range, clip_range_vf, ent_coef, vf_coef, normalize_advantage = settings

@@ -34,12 +34,7 @@ class MaskablePredictor(Protocol):
 
 
 class _EnvMasksPredictor:
-    """
-    ``model`` as SB3's ``evaluate_policy`` calls it (``predict`` without masks), given the env's checked action masks.
-
-    :param model: The model to evaluate
-    :param env: The evaluation env, whose ``action_masks()`` are read at each ``predict``
-    """
+    """``model`` as SB3's ``evaluate_policy`` calls it (``predict`` without masks), given ``env``'s checked action masks."""
 
     def __init__(self, model: MaskablePredictor, env: VecEnv) -> None:
         self.model = model
@@ -87,13 +82,6 @@ def evaluate_policy(
 
     :param model: The agent to evaluate: anything with ``MaskablePPO``'s ``predict`` (any ``predict`` without masking)
     :param env: The env, or a ``VecEnv``; with ``use_masking`` it must have an ``action_masks()`` method
-    :param n_eval_episodes: Number of episodes to evaluate the agent on
-    :param deterministic: Whether to use deterministic or stochastic actions
-    :param render: Whether to render the env at each step
-    :param callback: Called after each step with ``locals()`` and ``globals()`` (of SB3's function)
-    :param reward_threshold: Minimum expected reward per episode, this will raise an error if the performance is not met
-    :param return_episode_rewards: Return the episode returns and lengths instead of their mean and standard deviation
-    :param warn: Warn if the env has no ``Monitor`` wrapper
     :param use_masking: Whether to pass the env's action masks to ``predict``
     :return: Mean and standard deviation of the episode returns, or the episode returns and lengths (in steps)
     """
@@ -128,20 +116,8 @@ def evaluate_policy(
 class MaskableEvalCallback(UpstreamMaskableEvalCallback):
     """
     sb3-contrib's ``MaskableEvalCallback`` (same arguments, logged keys and saved files) evaluating with
-    :func:`evaluate_policy`, which keeps recurrent memory.
-
-    :param eval_env: The env to evaluate on; with ``use_masking`` it must have an ``action_masks()`` method
-    :param callback_on_new_best: Callback to trigger when there is a new best model according to the mean return
-    :param callback_after_eval: Callback to trigger after every evaluation
-    :param n_eval_episodes: The number of episodes to test the agent
-    :param eval_freq: Evaluate the agent every ``eval_freq`` calls of the callback
-    :param log_path: Folder where the evaluations (``evaluations.npz``) are saved
-    :param best_model_save_path: Folder where the best model on the eval env is saved
-    :param deterministic: Whether the evaluation uses deterministic or stochastic actions
-    :param render: Whether to render the env during evaluation
-    :param verbose: Verbosity level: 0 no output, 1 the evaluation results
-    :param warn: Passed to :func:`evaluate_policy` (warns if ``eval_env`` has no ``Monitor`` wrapper)
-    :param use_masking: Whether to use invalid action masks during evaluation
+    :func:`evaluate_policy`, which keeps recurrent memory; with ``use_masking``, ``eval_env`` must have an
+    ``action_masks()`` method.
     """
 
     def _on_step(self) -> bool:

@@ -10,14 +10,7 @@ from sb3_reset_ppo.common.unroll import layer_rows, layer_weights
 
 
 def _linear_recurrence(decay: th.Tensor, drive: th.Tensor, initial: th.Tensor) -> th.Tensor:
-    """
-    ``c_t = decay_t * c_{t-1} + drive_t`` from ``c_{-1} = initial``, as a parallel scan (``log2(L)`` vectorised passes).
-
-    :param decay: ``(B, L, H)``
-    :param drive: ``(B, L, H)``
-    :param initial: ``(B, H)``
-    :return: ``c_t`` for every step, ``(B, L, H)``
-    """
+    """``c_t = decay_t * c_{t-1} + drive_t`` from ``c_{-1} = initial`` ``(B, H)``, each ``(B, L, H)``, as a parallel scan."""
     # Fold the initial value into step 0: c_0 = decay_0 * initial + drive_0, and nothing before it
     drive = th.cat([decay[:, :1] * initial[:, None] + drive[:, :1], drive[:, 1:]], dim=1)
     decay = th.cat([th.zeros_like(decay[:, :1]), decay[:, 1:]], dim=1)
@@ -42,7 +35,6 @@ def rnn_step_states(
     The memory entering every step of ``B`` sequences of ``L`` steps as the rollout buffer records it, without gradient
     or dropout (``docs/design.md``, "Fresh memory").
 
-    :param rnn: The LSTM or GRU
     :param features: Inputs, ``(B, L, input_size)``
     :param initial: Memory entering step 0 as recorded (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each ``(B, L, H)``
     :param episode_starts: SB3's episode-start flags, ``(B, L)``
@@ -99,7 +91,6 @@ def burned_in_memory(
     The memory entering each window's first step after its burn-in: the LSTM or GRU run without gradient over the
     steps before the window from the stored memory of the first of them, with SB3's episode-start rule.
 
-    :param rnn: The LSTM or GRU
     :param step_features: Features of the minibatch's distinct steps, ``(U, F)``
     :param burn_in: The burn-in rows (see :class:`~sb3_reset_ppo.common.type_aliases.BurnIn`)
     :param first_memory: Stored memory entering each row's first step (LSTM ``(hidden, cell)``, GRU ``(hidden,)``)

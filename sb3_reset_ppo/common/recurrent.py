@@ -15,11 +15,7 @@ RecurrentLayerType = Literal["lstm", "gru"]
 
 
 def recurrent_layer_type(rnn: nn.Module) -> RecurrentLayerType:
-    """
-    ``"lstm"`` or ``"gru"``: the kind of a policy's recurrent layer.
-
-    :param rnn: The recurrent layer
-    """
+    """``"lstm"`` or ``"gru"``: the kind of a policy's recurrent layer."""
     if isinstance(rnn, nn.LSTM):
         return "lstm"
     if isinstance(rnn, nn.GRU):
@@ -57,7 +53,6 @@ class CriticVariant(NamedTuple):
         :param states_pi: The actor's memory after the steps
         :param run_rnn: Runs the critic's features through its recurrent layer: its output and memory
         :param run_linear: Runs the critic's features through its linear layer: its output
-        :return: The critic's latent and memory
         """
         if self.rnn is not None:
             return run_rnn(self.rnn)
@@ -68,10 +63,8 @@ class CriticVariant(NamedTuple):
 
 def critic_variant(policy: RecurrentActorCriticPolicy) -> CriticVariant:
     """
-    The critic of a recurrent policy: the one place the cases of ``enable_critic_lstm`` and ``shared_lstm`` are told apart.
-
-    :param policy: The recurrent policy
-    :return: Its critic's variant and layer (see :class:`CriticVariant`)
+    The critic of a recurrent policy (:class:`CriticVariant`): the one place the cases of ``enable_critic_lstm`` and
+    ``shared_lstm`` are told apart.
     """
     rnn: RecurrentLayer | None = policy.lstm_critic
     if rnn is not None:
@@ -84,23 +77,12 @@ def critic_variant(policy: RecurrentActorCriticPolicy) -> CriticVariant:
 
 
 def memory_state_names(layer_type: RecurrentLayerType) -> tuple[str, ...]:
-    """
-    The tensors that make a layer's memory, in the order of its state tuple.
-
-    :param layer_type: ``"lstm"`` or ``"gru"``
-    :return: ``("hidden", "cell")`` or ``("hidden",)``
-    """
+    """The tensors of a layer's memory, in its state tuple's order: ``("hidden", "cell")`` (LSTM) or ``("hidden",)`` (GRU)."""
     return ("hidden", "cell") if layer_type == "lstm" else ("hidden",)
 
 
 def actor_critic_features(policy: RecurrentActorCriticPolicy, observations: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
-    """
-    The actor's and the critic's features of some observations (the same tensor twice with a shared extractor).
-
-    :param policy: The recurrent policy
-    :param observations: The observations (a tensor, or a dict of tensors)
-    :return: Actor features and critic features
-    """
+    """The actor's and the critic's features of some observations (the same tensor twice with a shared extractor)."""
     features = policy.extract_features(observations)
     return features if isinstance(features, tuple) else (features, features)
 
@@ -111,11 +93,9 @@ def recurrent_latents(
     """
     Latents of actor and critic and the memory after the steps: sb3-contrib's ``forward`` without the heads.
 
-    :param policy: The recurrent policy
     :param obs: Observations, sequences one after the other
     :param lstm_states: The memory of actor and critic entering the sequences
     :param episode_starts: Whether each step starts an episode (the memory is reset there)
-    :return: The actor's latent, the critic's latent, and the memory after the last step
     """
     pi_features, vf_features = actor_critic_features(policy, obs)
     # Typed by sb3-contrib for an LSTM's (hidden, cell); a GRU policy's takes (hidden,)

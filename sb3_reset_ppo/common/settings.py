@@ -27,10 +27,8 @@ def _check_int(name: str, value: object, minimum: int, what: str) -> None:
 
 def check_positive_int(name: str, value: object, alternatives: str = "") -> None:
     """
-    Raise a ``TypeError`` / ``ValueError`` naming the parameter unless ``value`` is a positive int.
+    Raise a ``TypeError`` / ``ValueError`` naming the parameter ``name`` unless ``value`` is a positive int.
 
-    :param name: Parameter name, for the message
-    :param value: The value given
     :param alternatives: The other values the parameter takes, appended to the message (e.g. ``"; or 'auto'"``)
     """
     try:
@@ -54,21 +52,13 @@ DEFAULT_WINDOW_COVERAGE: Coverage = "full"
 
 @dataclass(frozen=True)
 class WindowSettings:
-    """
-    The window settings, validated once (:meth:`validated`, with ResetPPO's defaults), typed and resolved.
+    """The window settings, validated once (:meth:`validated`, with ResetPPO's defaults), typed and resolved."""
 
-    :param window_size: Steps per window (resolved: an int)
-    :param boundary: ``"reset"`` or ``"mask"``
-    :param weighting: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
-    :param window_stride: Steps between the starts of the windows of an epoch (resolved: ``None`` is ``window_size``)
-    :param window_coverage: ``"full"`` or ``"inside"``
-    """
-
-    window_size: int
-    boundary: Boundary
-    weighting: Weighting
-    window_stride: int
-    window_coverage: Coverage
+    window_size: int  #: steps per window (resolved: an int)
+    boundary: Boundary  #: ``"reset"`` or ``"mask"``
+    weighting: Weighting  #: ``"uniform"``, ``"importance"`` or ``"kept_mean"``
+    window_stride: int  #: steps between the starts of the windows of an epoch (resolved: ``None`` is ``window_size``)
+    window_coverage: Coverage  #: ``"full"`` or ``"inside"``
 
     @classmethod
     def validated(
@@ -91,7 +81,6 @@ class WindowSettings:
         :param window_coverage: ``"full"`` or ``"inside"``
         :param n_steps: Rollout length per env, when known (``window_size`` may not exceed it)
         :param batch_size: Minibatch size in transitions (for ``window_size="batch"``), or ``None``
-        :return: The settings
         """
         # The rollout and minibatch sizes first: a window_size derived from them cannot be checked otherwise
         if n_steps is not None:
@@ -149,13 +138,7 @@ def check_window_size_setting(window_size: object) -> None:
 
 
 def resolve_window_size(window_size: int | str, n_steps: int, batch_size: int | None) -> int:
-    """
-    The window length as an int: ``"batch"`` is ``min(batch_size, n_steps)``, ``"rollout"`` is ``n_steps``.
-
-    :param window_size: The user's ``window_size``
-    :param batch_size: Minibatch size in transitions, or ``None``
-    :return: Steps per window
-    """
+    """The window length as an int: ``"batch"`` is ``min(batch_size, n_steps)``, ``"rollout"`` is ``n_steps``."""
     check_window_size_setting(window_size)
     if window_size == "rollout":
         return n_steps
@@ -170,11 +153,7 @@ def resolve_window_stride(window_stride: int | None, window_size: int) -> int:
 
 
 def n_window_starts(n_steps: int, window_size: int, window_coverage: Coverage) -> int:
-    """
-    Number of window starts per env: ``T - W + 1`` for ``"inside"``, ``T + W - 1`` for ``"full"`` (``-(W-1) .. T-1``).
-
-    :return: Window starts per env
-    """
+    """Number of window starts per env: ``T - W + 1`` for ``"inside"``, ``T + W - 1`` for ``"full"`` (``-(W-1) .. T-1``)."""
     return n_steps + window_size - 1 if window_coverage == "full" else n_steps - window_size + 1
 
 
@@ -185,31 +164,22 @@ def first_window_start(window_size: int, window_coverage: Coverage) -> int:
 
 def effective_stride(n_steps: int, window_size: int, window_stride: int, window_coverage: Coverage) -> int:
     """
-    The stride an epoch uses: ``window_stride``, capped at :func:`n_window_starts` (at least one window per env).
-
-    :return: The stride ``k`` an epoch uses; every window start is drawn with probability ``1 / k`` per epoch
+    The stride ``k`` an epoch uses: ``window_stride``, capped at :func:`n_window_starts` (at least one window per env);
+    every window start is drawn with probability ``1 / k`` per epoch.
     """
     return max(1, min(window_stride, n_window_starts(n_steps, window_size, window_coverage)))
 
 
 def clip_windows(starts: np.ndarray, n_steps: int, window_size: int) -> tuple[np.ndarray, np.ndarray]:
     """
-    Clip (virtual) window starts of one env to the rollout ``0 .. n_steps - 1``.
-
-    :param starts: Window starts within their env, any shape, each in ``[-(W-1), n_steps - 1]``
-    :return: The first step of each clipped window within its env and its real slots (``1 .. W``), shaped as ``starts``
+    Clip (virtual) window starts of one env, any shape, each in ``[-(W-1), n_steps - 1]``, to the rollout: the first
+    step of each clipped window within its env and its real slots (``1 .. W``), shaped as ``starts``.
     """
     first = np.maximum(starts, 0)
     return first, np.minimum(starts + window_size, n_steps) - first
 
 
 def every_window(n_steps: int, window_size: int, window_coverage: Coverage) -> tuple[np.ndarray, np.ndarray]:
-    """
-    Every window of one env, one at every start (:func:`n_window_starts`), clipped to the rollout (:func:`clip_windows`).
-
-    :return: The first step of each window within its env and its number of real slots, each ``(n_window_starts,)``
-    """
-    virtual = np.arange(n_window_starts(n_steps, window_size, window_coverage)) + first_window_start(
-        window_size, window_coverage
-    )
-    return clip_windows(virtual, n_steps, window_size)
+    """Every window of one env, one at every start, clipped to the rollout (:func:`clip_windows`): ``(n_window_starts,)``."""
+    virtual = np.arange(n_window_starts(n_steps, window_size, window_coverage))
+    return clip_windows(virtual + first_window_start(window_size, window_coverage), n_steps, window_size)

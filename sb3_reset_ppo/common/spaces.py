@@ -26,7 +26,6 @@ def check_observation_space(
     (a ``Dict`` under a one-array policy, an image smaller than ``NatureCNN`` takes), which SB3 only finds in ``learn()``.
 
     :param observation_space: The observation space (images channel-first, as SB3 wraps them)
-    :param policy_class: The policy class
     :param policy_kwargs: The policy's keyword arguments (an extractor of the user's own is not checked)
     :param policy_name: The name the user gave the policy by; default: its class's name
     """
@@ -71,8 +70,6 @@ def check_action_space(action_space: spaces.Space) -> None:
     """
     Raise a ``ValueError`` naming ``action_space`` and the flat space to use unless the policies' action distributions
     can represent it: ``MultiBinary`` needs an int ``n``, ``MultiDiscrete`` a flat ``nvec`` (``docs/guide/masking.md``).
-
-    :param action_space: The env's action space
     """
     if isinstance(action_space, spaces.MultiBinary) and not isinstance(action_space.n, (int, np.integer)):
         flat = int(np.prod(action_space.n))
@@ -91,12 +88,7 @@ def check_action_space(action_space: spaces.Space) -> None:
 
 
 def mask_sizes(action_space: spaces.Space) -> list[int]:
-    """
-    The pieces of one step's action mask, one per sub-action, as sb3-contrib's maskable distributions split it.
-
-    :param action_space: The action space
-    :return: The length of each piece, in the mask's order
-    """
+    """The lengths of one step's action mask's pieces (one per sub-action), as sb3-contrib's maskable distributions cut it."""
     if isinstance(action_space, spaces.Discrete):
         return [int(action_space.n)]
     if isinstance(action_space, spaces.MultiDiscrete):
@@ -109,12 +101,7 @@ def mask_sizes(action_space: spaces.Space) -> list[int]:
 
 
 def mask_dims(action_space: spaces.Space) -> int:
-    """
-    Entries of one step's action mask, as sb3-contrib counts them (``2 * n`` for ``MultiBinary(n)``: one per outcome).
-
-    :param action_space: The action space
-    :return: The mask's length
-    """
+    """Entries of one step's action mask, as sb3-contrib counts them (``2 * n`` for ``MultiBinary(n)``: one per outcome)."""
     return sum(mask_sizes(action_space))
 
 
@@ -126,9 +113,6 @@ def check_action_masks(action_masks: MasksLike, action_space: spaces.Space, n_en
     Accepted: ``(n_envs, mask_dims)``, ``(mask_dims,)``, ``(n_envs * mask_dims,)``, or a sequence of ``n_envs`` masks
     (``VecEnv.env_method("action_masks")``); a non-zero entry allows its action.
 
-    :param action_masks: The masks
-    :param action_space: The action space they are masks of (``Discrete``, ``MultiDiscrete`` or ``MultiBinary``)
-    :param n_envs: The number of envs (observations) they are for
     :param step: The step the masks are for, named by the error (e.g. ``"evaluation step 2 (counted from 0)"``)
     :return: The masks, ``(n_envs, mask_dims)``, ``True`` where an action is allowed
     """

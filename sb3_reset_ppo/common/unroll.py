@@ -34,13 +34,8 @@ def fused_lstm_layer(
 
 def fused_gru_layer(inputs: th.Tensor, hidden: th.Tensor, weights: Sequence[th.Tensor], training: bool) -> th.Tensor:
     """
-    One layer of torch's fused GRU over a whole sequence, as :func:`fused_lstm_layer` (``tests/reset_ppo/test_gru.py``).
-
-    :param inputs: Sequence, shape ``(steps, batch, input_size)``
-    :param hidden: Hidden state entering the first step, ``(1, batch, hidden_size)``
-    :param weights: ``[w_ih, w_hh]`` or ``[w_ih, w_hh, b_ih, b_hh]`` of one layer (gates in PyTorch's order r, z, n)
-    :param training: Training mode (no effect without dropout; passed as ``nn.GRU`` does)
-    :return: Outputs of every step, shape ``(steps, batch, hidden_size)``
+    One layer of torch's fused GRU over a whole sequence, as :func:`fused_lstm_layer` (``tests/reset_ppo/test_gru.py``),
+    from the ``hidden`` state ``(1, batch, hidden_size)`` (the weights' gates in PyTorch's order r, z, n).
     """
     outputs, _ = th.gru(inputs, hidden, _contiguous_views(weights), len(weights) == 4, 1, 0.0, training, False, False)
     return outputs
@@ -63,11 +58,7 @@ def _contiguous_views(weights: Sequence[th.Tensor]) -> list[th.Tensor]:
 
 
 def check_supported_rnn(rnn: RecurrentLayer) -> None:
-    """
-    Raise a ``ValueError`` for recurrent-layer options the window unroll (and sb3-contrib's policies) do not support.
-
-    :param rnn: The policy's LSTM or GRU
-    """
+    """Raise a ``ValueError`` for recurrent-layer options the window unroll (and sb3-contrib's policies) do not support."""
     for option, value in (
         ("bidirectional", rnn.bidirectional),
         ("batch_first", rnn.batch_first),
@@ -113,10 +104,9 @@ def _reset_weight(rnn: RecurrentLayer, layer: int, like: th.Tensor) -> th.Tensor
     hidden_size = rnn.hidden_size
     if isinstance(rnn, nn.LSTM):
         return _lstm_reset_column(hidden_size, like.dtype, like.device)
-    else:
-        gates = like.new_full((2 * hidden_size,), RESET_PREACTIVATION)
-        candidate = -getattr(rnn, f"bias_ih_l{layer}")[2 * hidden_size :] if rnn.bias else like.new_zeros(hidden_size)
-        column = th.cat([gates, candidate.to(like.dtype)])
+    gates = like.new_full((2 * hidden_size,), RESET_PREACTIVATION)
+    candidate = -getattr(rnn, f"bias_ih_l{layer}")[2 * hidden_size :] if rnn.bias else like.new_zeros(hidden_size)
+    column = th.cat([gates, candidate.to(like.dtype)])
     # (gates * hidden,) -> (gates * hidden, 1)
     return column[:, None]
 

@@ -28,12 +28,7 @@ _LIBRARY_DIRS = tuple(
 
 
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
-    """
-    Issue a warning attributed to the user's line: the first frame outside sb3-reset-ppo, SB3 and sb3-contrib.
-
-    :param message: The warning
-    :param category: The warning class
-    """
+    """Issue a warning attributed to the user's line: the first frame outside sb3-reset-ppo, SB3 and sb3-contrib."""
     frame = sys._getframe(1)
     level = 2
     while frame.f_back is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(_LIBRARY_DIRS):
@@ -93,13 +88,11 @@ def thread_advice(
     load: float | None = None,
 ) -> str | None:
     """
-    The advice to train with one torch thread where :data:`THREAD_MEASUREMENTS` found more threads slower; else None.
+    The advice to ``algorithm`` (the class name), running ``num_threads`` torch threads, to train with one where
+    :data:`THREAD_MEASUREMENTS` found more threads slower for its recurrent ``hidden_size`` (``convolutional``: with
+    convolutions); else None.
 
-    :param algorithm: The class name, for the message
-    :param num_threads: ``torch.get_num_threads()``
-    :param hidden_size: The policy's recurrent hidden size
     :param device_type: The model's device type (``"cpu"``, ``"cuda"``, ...): only the CPU's threads are advised on
-    :param convolutional: Whether the policy has convolutional layers
     :param load: The machine's 1-minute load average (:func:`machine_load`); None: idle
     :return: One line saying what was measured and how to change it, or None
     """
@@ -123,13 +116,7 @@ def thread_advice(
 
 
 def relative_distance(new: Iterable[th.Tensor], old: Iterable[th.Tensor]) -> th.Tensor:
-    """
-    ``||new - old|| / ||old||``, the tensors of each side taken together as one vector.
-
-    :param new: The tensors compared
-    :param old: The tensors they are compared with, in the same order and shapes
-    :return: A 0-d tensor on the tensors' device (no host read)
-    """
+    """``||new - old|| / ||old||``, each side's tensors (same order and shapes) as one vector: a 0-d tensor, no host read."""
     pairs = list(zip(new, old, strict=True))
     difference = sum(((a - b) ** 2).sum() for a, b in pairs)
     size = sum((b**2).sum() for _, b in pairs)

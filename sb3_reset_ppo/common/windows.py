@@ -31,12 +31,7 @@ _CHUNK_WINDOWS = 1 << 16  # number of windows handled at once when scanning a wh
 def window_starts(
     n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", *, window_coverage: Coverage
 ) -> th.Tensor:
-    """
-    Flat (env-major) index of the first real step of every window of a rollout (one at every start).
-
-    :param device: Device of the returned tensor
-    :return: int64 tensor of shape ``(n_envs * n_window_starts,)`` (see :func:`n_window_starts`)
-    """
+    """Flat (env-major) index of the first real step of every window of a rollout: int64 ``(n_envs * n_window_starts,)``."""
     first, _ = every_window(n_steps, window_size, window_coverage)
     starts = th.as_tensor(first, device=device)
     env_offsets = th.arange(n_envs, device=device) * n_steps
@@ -47,12 +42,7 @@ def window_starts(
 def window_lengths(
     n_steps: int, n_envs: int, window_size: int, device: th.device | str = "cpu", *, window_coverage: Coverage
 ) -> th.Tensor:
-    """
-    Real slots of every window of :func:`window_starts` (``window_size`` for every window inside the rollout).
-
-    :param device: Device of the returned tensor
-    :return: int64 tensor of shape ``(n_envs * n_window_starts,)``
-    """
+    """Real slots of every window of :func:`window_starts` (``window_size`` inside the rollout): int64, the same shape."""
     _, lengths = every_window(n_steps, window_size, window_coverage)
     # (windows_per_env,) -> (n_envs * windows_per_env,)
     return th.as_tensor(lengths, device=device).repeat(n_envs)
@@ -74,12 +64,7 @@ def slot_indices(starts: th.Tensor, window_size: int, lengths: th.Tensor | None 
 
 
 def real_slots(lengths: th.Tensor, window_size: int) -> th.Tensor:
-    """
-    Which slots of the given windows hold a real step (the others are padding of a clipped window).
-
-    :param lengths: Real slots of each window, shape ``(B,)``
-    :return: bool tensor of shape ``(B, W)``
-    """
+    """Which slots of windows of ``lengths`` ``(B,)`` real slots hold a real step, bool ``(B, W)`` (the rest is padding)."""
     return th.arange(window_size, device=lengths.device)[None, :] < lengths[:, None]
 
 
@@ -113,12 +98,7 @@ def slot_weights(kept: th.Tensor, step_counts: th.Tensor, weighting: Weighting) 
 def _window_chunks(
     episode_starts: th.Tensor, window_size: int, window_coverage: Coverage
 ) -> Iterator[tuple[th.Tensor, th.Tensor, th.Tensor]]:
-    """
-    All windows of a rollout (one at every start, see :func:`window_starts`), a bounded number at a time.
-
-    :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
-    :return: Iterator of ``(slots, resets, real)``, each of shape ``(chunk, W)``
-    """
+    """All windows of a rollout of ``(n_envs, n_steps)`` flags, a bounded number at a time: ``(slots, resets, real)``."""
     n_envs, n_steps = episode_starts.shape
     # (n_envs, n_steps) -> (n_envs * n_steps,): env-major flat layout
     flat_starts = episode_starts.reshape(-1)
@@ -133,10 +113,8 @@ def _window_chunks(
 
 def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary, window_coverage: Coverage) -> th.Tensor:
     """
-    For every step, the number of windows (of all windows of the rollout, one at every start) in which it is kept.
-
-    :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
-    :return: float32 tensor of shape ``(n_envs * n_steps,)`` (env-major flat layout)
+    For every step of ``(n_envs, n_steps)`` flags, the windows (one at every start) in which it is kept: float32,
+    ``(n_envs * n_steps,)`` env-major.
     """
     counts = th.zeros(episode_starts.numel(), device=episode_starts.device)
     for slots, resets, real in _window_chunks(episode_starts, window_size, window_coverage):
@@ -147,9 +125,8 @@ def kept_counts(episode_starts: th.Tensor, window_size: int, boundary: Boundary,
 
 class RolloutWindowStats:
     """
-    Per-step counts and expected weights of one rollout over one epoch, computed by a scan over all its windows.
-
-    :param episode_starts: Episode-start flags, shape ``(n_envs, n_steps)``
+    Per-step counts and expected weights of one rollout of ``(n_envs, n_steps)`` flags over one epoch, computed by a
+    scan over all its windows.
     """
 
     def __init__(self, episode_starts: th.Tensor, settings: WindowSettings) -> None:

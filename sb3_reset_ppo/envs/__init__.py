@@ -21,12 +21,9 @@ __all__ = [
 
 def random_policy_return(env_id: str, n_episodes: int, seed: int = 0) -> float:
     """
-    Mean return of a uniformly random policy.
+    Mean return of a uniformly random policy on the registered env ``env_id`` over ``n_episodes`` episodes.
 
-    :param env_id: A registered environment id
-    :param n_episodes: Episodes to average over
     :param seed: Seed of the action space and of the episodes (``seed + episode``)
-    :return: The mean episode return
     """
     env = gym.make(env_id)
     env.action_space.seed(seed)

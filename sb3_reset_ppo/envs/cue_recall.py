@@ -86,12 +86,7 @@ class CueRecallImageEnv(CueRecallEnv):
     :class:`CueRecallEnv` with 64x64 grayscale image observations (for ``CnnLstmPolicy``).
 
     The cue is a bright 16x16 square in one of ``n_cues`` positions; blank steps are black frames; the
-    query frame has a bright border.
-
-    :param n_cues: Number of distinct cues (and actions), at most 16
-    :param min_delay: Shortest number of blank steps between cue and query
-    :param max_delay: Longest number of blank steps between cue and query
-    :param render_mode: ``None`` or ``"rgb_array"``
+    query frame has a bright border. The parameters are :class:`CueRecallEnv`'s, with at most 16 cues.
     """
 
     size = 64

@@ -8,10 +8,6 @@ def normalised_score(episode_return: float, n_cues: int = 4) -> float:
     """
     A :class:`MaskedCueRecallEnv` return (or mean return) on a scale where chance is 0 and perfect recall is 1:
     ``(episode_return - 1 / n_cues) / (1 - 1 / n_cues)``, negative with invalid actions.
-
-    :param episode_return: The return of an episode, or a mean of returns
-    :param n_cues: The env's number of cues
-    :return: The normalised score
     """
     if n_cues < 2:
         raise ValueError(f"n_cues must be at least 2, got {n_cues}")
@@ -30,13 +26,9 @@ class MaskedCueRecallEnv(CueRecallEnv):
     - at the query: the ``n_cues`` answers; the cue gives reward 1 (``info["is_success"]``), another 0; both end it.
     - an invalid action gives reward -1 and ends the episode (``info["invalid_action"]`` is ``True``).
 
-    Returns and bounds: ``docs/api/envs.md``.
+    Returns and bounds: ``docs/api/envs.md``. The other parameters are ``CueRecallEnv``'s.
 
-    :param n_cues: Number of distinct cues (and answer actions)
-    :param min_delay: Shortest number of blank steps between cue and query
-    :param max_delay: Longest number of blank steps between cue and query
     :param n_wait: Number of wait actions, one of which is valid at each step before the query
-    :param render_mode: ``None`` or ``"rgb_array"`` (a row of gray pixels; ``gymnasium.make`` adds ``"human"``)
     """
 
     invalid_reward = -1.0  # reward of an invalid action (which also ends the episode)
@@ -58,11 +50,7 @@ class MaskedCueRecallEnv(CueRecallEnv):
         self._valid_wait = self.n_cues + int(self.np_random.integers(self.n_wait))
 
     def action_masks(self) -> np.ndarray:
-        """
-        The valid actions at the current step (after the end of an episode: those of its last step).
-
-        :return: A bool array of shape ``(n_cues + n_wait,)``, ``True`` where the action is valid
-        """
+        """The valid actions at the current step, bool ``(n_cues + n_wait,)`` (after an episode's end: its last step's)."""
         mask = np.zeros(self.n_cues + self.n_wait, dtype=bool)
         if self._is_query():
             mask[: self.n_cues] = True

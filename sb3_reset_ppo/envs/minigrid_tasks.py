@@ -27,12 +27,7 @@ class _Float32View(gym.ObservationWrapper):
 
 
 def make_memory_s7(**kwargs: Any) -> gym.Env:
-    """
-    Make ``MiniGrid-MemoryS7-v0`` with the agent's view only, as float32.
-
-    :param kwargs: Passed to ``gymnasium.make`` (e.g. ``render_mode``)
-    :return: The environment
-    """
+    """Make ``MiniGrid-MemoryS7-v0`` with the agent's view only, as float32 (``kwargs`` go to ``gymnasium.make``)."""
     try:
         wrappers = importlib.import_module("minigrid.wrappers")  # importing minigrid registers its envs
     except ImportError as error:

@@ -45,7 +45,6 @@ def make_popgym(task: str, **kwargs: Any) -> gym.Env:
 
     :param task: E.g. ``"RepeatPreviousEasy"``
     :param kwargs: Passed to the task's constructor
-    :return: The environment
     """
     try:
         envs = importlib.import_module("popgym.envs")

@@ -149,21 +149,15 @@ SCRATCH_PREFIX = "sb3_reset_ppo_run_"
 
 
 def scratch_prefix(pid: int | None = None) -> str:
-    """
-    The name's start of a temporary folder of :func:`train_packed`, with the worker's pid and this machine's host name.
-
-    :param pid: The worker's process id (default: this process's)
-    """
+    """The start of :func:`train_packed`'s temporary folder names: the worker's ``pid`` (default: this process's) and host."""
     host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname()) or "host"
     return f"{SCRATCH_PREFIX}{os.getpid() if pid is None else pid}_{host}_"
 
 
 def remove_stale_scratch(folder: Path | None = None) -> list[Path]:
     """
-    Remove this machine's temporary folders of :func:`train_packed` whose worker process no longer runs.
-
-    :param folder: Where the temporary folders are (default: :func:`tempfile.gettempdir`)
-    :return: The folders removed
+    Remove, and return, this machine's temporary folders of :func:`train_packed` in ``folder`` (default:
+    :func:`tempfile.gettempdir`) whose worker process no longer runs.
     """
     removed = []
     for path in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
@@ -219,7 +213,6 @@ def run_ray(
     ``run_dir`` here; a task lost with its machine is sent again. Results come back pickled: every machine of the
     cluster must be trusted (:doc:`/guide/compare`).
 
-    :param specs: The runs
     :param address: The cluster's address, as ``ray.init(address=...)`` takes it
     :param on_result: Called once per run with its record (of the last attempt)
     :param init: Connects to the cluster (default ``ray.init``; the tests' seam)

@@ -33,39 +33,22 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass
 class RunSpec:
-    """
-    One training run.
+    """One training run: what the zoo trains it with."""
 
-    :param algo: The zoo's algorithm name (``reset_ppo``, ``ppo_lstm``, ``ppo``, ...)
-    :param env: The env id
-    :param seed: The training seed (the zoo's ``--seed``)
-    :param run_dir: The folder the run writes to (the zoo's log folder inside it)
-    :param conf_file: The zoo hyperparameter file (``--conf-file``); it must hold an entry for ``env``
-    :param hyperparams: Settings added on the zoo's command line (``--hyperparams``, ``key:value`` each)
-    :param eval_episodes: Episodes per evaluation (``--eval-episodes``)
-    :param evaluations: Evaluations over the budget (``--eval-freq`` is the budget over this)
-    :param steps: The budget in env steps (``-n``); None: the file's ``n_timesteps``
-    :param gym_packages: Modules the trainer imports first to register the user's envs (``--gym-packages``)
-    :param keep_log: Log every update and keep the training log (``log.txt.gz``) and its curves (``progress.csv.gz``)
-    :param label: The name recorded as the run's ``variant`` (default: ``algo``)
-    :param extra: More fields for ``run.json``
-    :param num_threads: The trainer's torch threads (``--num-threads``; -1: torch's default; :doc:`/guide/install`)
-    """
-
-    algo: str
-    env: str
-    seed: int
-    run_dir: Path
-    conf_file: Path
-    hyperparams: list[str] = field(default_factory=list)
-    eval_episodes: int = 20
-    evaluations: int = EVALUATIONS_PER_RUN
-    steps: int | None = None
-    gym_packages: list[str] = field(default_factory=list)
-    keep_log: bool = False
-    label: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    num_threads: int = 1
+    algo: str  #: the zoo's algorithm name (``reset_ppo``, ``ppo_lstm``, ``ppo``, ...)
+    env: str  #: the env id
+    seed: int  #: the training seed (the zoo's ``--seed``)
+    run_dir: Path  #: the folder the run writes to (the zoo's log folder inside it)
+    conf_file: Path  #: the zoo hyperparameter file (``--conf-file``); it must hold an entry for ``env``
+    hyperparams: list[str] = field(default_factory=list)  #: settings on the zoo's command line (``--hyperparams``)
+    eval_episodes: int = 20  #: episodes per evaluation (``--eval-episodes``)
+    evaluations: int = EVALUATIONS_PER_RUN  #: evaluations over the budget (``--eval-freq`` is the budget over this)
+    steps: int | None = None  #: the budget in env steps (``-n``); None: the file's ``n_timesteps``
+    gym_packages: list[str] = field(default_factory=list)  #: modules that register the user's envs (``--gym-packages``)
+    keep_log: bool = False  #: log every update; keep the log (``log.txt.gz``) and its curves (``progress.csv.gz``)
+    label: str | None = None  #: the name recorded as the run's ``variant`` (default: ``algo``)
+    extra: dict[str, Any] = field(default_factory=dict)  #: more fields for ``run.json``
+    num_threads: int = 1  #: the trainer's torch threads (``--num-threads``; -1: torch's default; :doc:`/guide/install`)
 
     def __post_init__(self) -> None:
         check_num_threads(self.num_threads)
@@ -174,9 +157,8 @@ def code_version(root: Path = _PACKAGE_ROOT) -> dict[str, Any]:
 
 def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     """
-    The machine a run trains on: CPU model, cores and the vector extensions that decide which kernels torch picks.
-
-    :param cpuinfo: Linux's CPU description (elsewhere absent: the CPU is then "unknown CPU")
+    The machine a run trains on: CPU model (from Linux's ``cpuinfo``, else "unknown CPU"), cores and the vector
+    extensions that decide which kernels torch picks.
     """
     cpu, flags = "unknown CPU", set[str]()
     if cpuinfo.exists():
@@ -268,7 +250,6 @@ def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
     """
     Train and evaluate one run into ``spec.run_dir``, replacing an earlier attempt's folder, and record it.
 
-    :param spec: The run
     :param command: The trainer's command (default :func:`zoo_command`)
     :raises FileExistsError: ``spec.run_dir`` exists and is not a run's folder (:func:`check_run_dir`)
     :return: The run's record (``variant``, ``env``, ``seed``, ``returncode``, ``seconds``, ``commit``, ``machine``, ...)

@@ -29,12 +29,7 @@ class ModelFileError(ValueError):
 
 
 def model_path(path: str | Path) -> Path:
-    """
-    The model's file, ``.zip`` optional as in SB3's ``load``.
-
-    :param path: The model's zip, with or without ``.zip``
-    :return: ``path`` if it exists, else ``path`` with ``.zip`` added if that exists, else ``path``
-    """
+    """The model's file, ``.zip`` optional as in SB3's ``load``: ``path``, or ``path`` + ``.zip`` where only that exists."""
     path = Path(path)
     zipped = path.with_name(path.name + ".zip")
     return zipped if not path.exists() and path.suffix != ".zip" and zipped.exists() else path
@@ -75,12 +70,7 @@ def policy_alias(model: BaseAlgorithm) -> str:
 
 
 def read_model_data(path: str | Path) -> dict[str, Any]:
-    """
-    The ``data`` entry (JSON) of a model saved by SB3's ``model.save``, read without unpickling.
-
-    :param path: The model's zip (``.zip`` optional, as in SB3's ``load``)
-    :return: The decoded ``data``
-    """
+    """The decoded ``data`` entry (JSON) of a model that ``model.save`` wrote (``.zip`` optional), read without unpickling."""
     path = model_path(path)
     if not path.exists():
         raise ModelFileError(f"{path}: no such file; give the .zip that model.save() wrote")
@@ -102,9 +92,7 @@ def load_model(path: str | Path, algo: str = "auto") -> BaseAlgorithm:
     """
     Load a saved model on the CPU, refusing one without memory (read from its zip without unpickling it).
 
-    :param path: The model's zip
     :param algo: One of ``ALGOS``, ``"auto"`` to read it from the zip
-    :return: The model
     """
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
@@ -198,12 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    """
-    Run the command line.
-
-    :param argv: The arguments, by default ``sys.argv``
-    :return: The ONNX file written
-    """
+    """Run the command line on ``argv`` (by default ``sys.argv``) and return the ONNX file written."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

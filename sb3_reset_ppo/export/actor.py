@@ -24,27 +24,16 @@ ExportablePolicy: TypeAlias = ActorCriticPolicy
 
 @dataclass(frozen=True)
 class ExportSpec:
-    """
-    What an exported file holds, derived from the policy.
+    """What an exported file holds, derived from the policy."""
 
-    :param cell: The kind of memory: ``"LSTM"``, ``"GRU"`` or ``"TrXL"`` (attention memory)
-    :param n_layers: Number of recurrent (or transformer) layers of the actor
-    :param hidden_size: Hidden size of each layer (a transformer's width)
-    :param obs_keys: The ``Dict`` observation's keys in input order, ``()`` for a single observation
-    :param with_masks: Whether the graph takes ``action_masks``
-    :param mask_dims: Width of ``action_masks``: the sum of the sub-actions' sizes
-    :param branches: Sizes of the discrete sub-actions (2 per ``MultiBinary`` entry), ``()`` for a ``Box``
-    :param memory_length: A transformer's ``memory_length`` ``K``; 0 for an LSTM or GRU
-    """
-
-    cell: str
-    n_layers: int
-    hidden_size: int
-    obs_keys: tuple[str, ...]
-    with_masks: bool
-    mask_dims: int
-    branches: tuple[int, ...]
-    memory_length: int = 0
+    cell: str  #: the kind of memory: ``"LSTM"``, ``"GRU"`` or ``"TrXL"`` (attention memory)
+    n_layers: int  #: number of recurrent (or transformer) layers of the actor
+    hidden_size: int  #: hidden size of each layer (a transformer's width)
+    obs_keys: tuple[str, ...]  #: the ``Dict`` observation's keys in input order, ``()`` for a single observation
+    with_masks: bool  #: whether the graph takes ``action_masks``
+    mask_dims: int  #: width of ``action_masks``: the sum of the sub-actions' sizes
+    branches: tuple[int, ...]  #: sizes of the discrete sub-actions (2 per ``MultiBinary`` entry), ``()`` for a ``Box``
+    memory_length: int = 0  #: a transformer's ``memory_length`` ``K``; 0 for an LSTM or GRU
 
     @property
     def memory(self) -> Memory:
@@ -75,23 +64,14 @@ class ExportSpec:
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """
-    The checked arguments of ``export_onnx``.
+    """The checked arguments of ``export_onnx``."""
 
-    :param dtype: The float dtype of the graph
-    :param opset: The ONNX opset
-    :param channels_last: Whether image observations arrive ``(batch, H, W, C)``
-    :param distribution: Whether the distribution's parameters are outputs
-    :param elementary: Whether the recurrent layer is written as elementary operators
-    :param exporter: torch's exporter: ``"torchscript"`` or ``"dynamo"``
-    """
-
-    dtype: th.dtype
-    opset: int
-    channels_last: bool
-    distribution: bool
-    elementary: bool
-    exporter: str
+    dtype: th.dtype  #: the float dtype of the graph
+    opset: int  #: the ONNX opset
+    channels_last: bool  #: whether image observations arrive ``(batch, H, W, C)``
+    distribution: bool  #: whether the distribution's parameters are outputs
+    elementary: bool  #: whether the recurrent layer is written as elementary operators
+    exporter: str  #: torch's exporter: ``"torchscript"`` or ``"dynamo"``
 
 
 def observation_spaces(policy: ExportablePolicy, spec: ExportSpec) -> list[spaces.Space]:
@@ -101,14 +81,7 @@ def observation_spaces(policy: ExportablePolicy, spec: ExportSpec) -> list[space
 
 
 def observation_shapes(policy: ExportablePolicy, spec: ExportSpec, channels_last: bool) -> list[tuple[int, ...]]:
-    """
-    The observation inputs' shapes as :class:`ActorStep` takes them, without the batch axis.
-
-    :param policy: The recurrent policy
-    :param spec: The export's description
-    :param channels_last: Whether image observations arrive ``(batch, H, W, C)``
-    :return: One shape per observation input
-    """
+    """The observation inputs' shapes as :class:`ActorStep` takes them, without the batch axis, in input order."""
     shapes = []
     for space in observation_spaces(policy, spec):
         shape = tuple(int(n) for n in (space.shape or ()))
@@ -127,8 +100,6 @@ class ActorStep(nn.Module):
     One deterministic step of the actor of ``policy``, as ``predict`` computes it, on the recurrent layer's own tensors.
 
     :param policy: The policy (a copy on the CPU, in eval mode, of the graph's dtype)
-    :param spec: The export's description
-    :param options: The export's options
     :param normalizer: ``VecNormalize``'s observation normalisation, or ``None``
     :param normalize_images: Whether uint8-bounded images are divided by 255
     """

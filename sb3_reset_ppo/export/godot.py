@@ -23,7 +23,6 @@ class GodotStep(nn.Module):
     """
     The Godot layout's module: ``(*flat_obs, state_ins)`` -> ``(output, state_outs)``.
 
-    :param actor: One step of the actor
     :param obs_shapes: Each observation input's shape as the actor takes it, without the batch axis
     """
 

@@ -17,21 +17,13 @@ MASKS = "action_masks"
 
 @dataclass
 class Graph:
-    """
-    A layout's module and its named tensors, as ``torch.onnx.export`` takes them.
+    """A layout's module and its named tensors, as ``torch.onnx.export`` takes them."""
 
-    :param module: The module exported: its ``forward`` takes the inputs and returns the outputs, in order
-    :param inputs: Each input's shape, ``"batch"`` for the batch axis
-    :param outputs: Each output's batch axis, ``None`` for a constant
-    :param dtype: The float dtype of the inputs
-    :param input_dtypes: The dtype of each input that is not of ``dtype``
-    """
-
-    module: nn.Module
-    inputs: dict[str, tuple[int | str, ...]]
-    outputs: dict[str, int | None]
-    dtype: th.dtype
-    input_dtypes: dict[str, th.dtype] = field(default_factory=dict)
+    module: nn.Module  #: the module exported: its ``forward`` takes the inputs and returns the outputs, in order
+    inputs: dict[str, tuple[int | str, ...]]  #: each input's shape, ``"batch"`` for the batch axis
+    outputs: dict[str, int | None]  #: each output's batch axis, ``None`` for a constant
+    dtype: th.dtype  #: the float dtype of the inputs
+    input_dtypes: dict[str, th.dtype] = field(default_factory=dict)  #: the dtype of each input not of ``dtype``
 
     def example(self, batch: int = 2) -> tuple[th.Tensor, ...]:
         """Example inputs: zeros, and ones (all allowed) for the masks."""
@@ -53,28 +45,18 @@ class Graph:
 
 
 class Layout(ABC):
-    """
-    A layout: its name, defaults and checks, its module around the actor's step, and its metadata.
+    """A layout: its name, defaults and checks, its module around the actor's step, and its metadata."""
 
-    :cvar name: The public name (``export_onnx(layout=...)``, ``--layout``)
-    :cvar default_opset: The opset exported when none is asked for
-    :cvar fused_cells: The cells whose ONNX operator the engine implements (``cell_ops="auto"`` writes the others)
-    :cvar images_in_unit_range: Whether the engine gives uint8-bounded images in [0, 1], not divided by 255
-    :cvar distribution_outputs: Whether the layout can output the distribution's parameters
-    :cvar flat_memory: Whether the memory is one flat tensor (:attr:`Memory.size
-        <sb3_reset_ppo.export.memory.Memory.size>` wide), not the memory's own tensors
-    :cvar memory_shape: The memory's shape in the metadata
-    :cvar memory_reset: How an episode start resets the memory, in the metadata
-    """
-
-    name: ClassVar[str]
-    default_opset: ClassVar[int] = DEFAULT_OPSET
+    name: ClassVar[str]  #: the public name (``export_onnx(layout=...)``, ``--layout``)
+    default_opset: ClassVar[int] = DEFAULT_OPSET  #: the opset exported when none is asked for
+    #: the cells whose ONNX operator the engine implements (``cell_ops="auto"`` writes the others as elementary operators)
     fused_cells: ClassVar[tuple[str, ...]] = ("LSTM", "GRU")
+    #: whether the engine gives uint8-bounded images in [0, 1], so that the graph does not divide them by 255
     images_in_unit_range: ClassVar[bool] = False
-    distribution_outputs: ClassVar[bool] = False
-    flat_memory: ClassVar[bool] = True
-    memory_shape: ClassVar[tuple[str | int, ...]] = ("batch", 1, "memory_size")
-    memory_reset: ClassVar[str] = "zeros at an episode start"
+    distribution_outputs: ClassVar[bool] = False  #: whether the layout can output the distribution's parameters
+    flat_memory: ClassVar[bool] = True  #: whether the memory is one flat tensor (``Memory.size`` wide), not its own tensors
+    memory_shape: ClassVar[tuple[str | int, ...]] = ("batch", 1, "memory_size")  #: the memory's shape in the metadata
+    memory_reset: ClassVar[str] = "zeros at an episode start"  #: how an episode start resets the memory, in the metadata
 
     def with_masks(self, maskable: bool, branches: tuple[int, ...]) -> bool:
         """
@@ -82,18 +64,11 @@ class Layout(ABC):
 
         :param maskable: Whether the policy is MaskableResetPPO's
         :param branches: The discrete sub-actions' sizes, ``()`` for a ``Box``
-        :return: Whether the graph takes the masks
         """
         return bool(branches) and maskable
 
     def check(self, policy: ExportablePolicy, spec: ExportSpec, options: ExportOptions) -> None:
-        """
-        Refuse (``ValueError``) what the layout's engine cannot run; warn about what it runs differently.
-
-        :param policy: The policy exported
-        :param spec: The export's description
-        :param options: The export's options
-        """
+        """Refuse (``ValueError``) what the layout's engine cannot run; warn about what it runs differently."""
         if options.distribution and not self.distribution_outputs:
             raise ValueError(
                 f"distribution=True needs layout='plain' (the engines' layouts have no such outputs), got {self.name!r}"

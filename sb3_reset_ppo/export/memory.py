@@ -15,14 +15,7 @@ from torch import nn
 
 @dataclass(frozen=True)
 class Memory(ABC):
-    """
-    The actor's memory as an exported step carries it.
-
-    :param cell: The kind of memory: ``"LSTM"``, ``"GRU"`` or ``"TrXL"``
-    :param n_layers: Number of recurrent (or transformer) layers of the actor
-    :param hidden_size: Hidden size of each layer (a transformer's width)
-    :param memory_length: A transformer's ``memory_length`` ``K``; 0 for an LSTM or GRU
-    """
+    """The actor's memory as an exported step carries it (the fields as :class:`~sb3_reset_ppo.export.ExportSpec`'s)."""
 
     cell: str
     n_layers: int
@@ -82,9 +75,7 @@ class Memory(ABC):
 class ElementaryRecurrent(nn.Module):
     """
     ``nn.LSTM`` / ``nn.GRU`` written as matrix products and pointwise operations, for engines that lack ONNX's
-    ``LSTM`` or ``GRU`` operator; called as the layer it wraps.
-
-    :param rnn: The recurrent layer whose weights it uses (not copied)
+    ``LSTM`` or ``GRU`` operator; called as the layer ``rnn`` it wraps, whose weights it uses (not copied).
     """
 
     def __init__(self, rnn: nn.LSTM | nn.GRU) -> None:
@@ -128,11 +119,7 @@ class ElementaryRecurrent(nn.Module):
 
 
 class RecurrentStep(nn.Module):
-    """
-    One step of an LSTM or GRU on its own tensors, with sb3-contrib's episode-start rule.
-
-    :param rnn: The policy's ``lstm_actor`` (not copied)
-    """
+    """One step of the policy's ``lstm_actor`` (``rnn``, not copied) on its tensors, with sb3-contrib's episode-start rule."""
 
     def __init__(self, rnn: nn.Module) -> None:
         super().__init__()

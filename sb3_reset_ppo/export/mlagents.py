@@ -20,8 +20,6 @@ class MlAgentsStep(nn.Module):
     """
     The ML-Agents layout's module: ``(*obs_i[, action_masks], recurrent_in)`` -> ``(version_number, memory_size,
     *_actions, *_action_output_shape, deterministic_*_actions, recurrent_out)``.
-
-    :param actor: One step of the actor
     """
 
     # ML-Agents' constants, outputs of the graph (float vectors, as its trainers export them)

@@ -26,10 +26,8 @@ _SINGLE = ""
 
 def load_vec_normalize(source: VecNormalize | str | Path) -> VecNormalize:
     """
-    A ``VecNormalize``, or one read without an env from its pickle: unpickling runs code, as ``VecNormalize.load``.
-
-    :param source: The object, or the path of its pickle
-    :return: The ``VecNormalize``
+    ``source`` if a ``VecNormalize``, else one read from its pickle without an env (unpickling runs code, as
+    ``VecNormalize.load``).
     """
     if isinstance(source, VecNormalize):
         return source
@@ -56,12 +54,7 @@ def load_vec_normalize(source: VecNormalize | str | Path) -> VecNormalize:
 
 
 def find_vec_normalize(model_path: str | Path) -> Path | None:
-    """
-    The ``VecNormalize`` pickle the RL Zoo saved beside a model, if any: in ``<run>/<env>/`` or ``<run>/``.
-
-    :param model_path: The model's zip
-    :return: The pickle's path, or ``None``
-    """
+    """The ``VecNormalize`` pickle the RL Zoo saved beside a model's zip, if any: in ``<run>/<env>/`` or ``<run>/``."""
     folder = _stats_folder(Path(model_path))
     if folder is not None and (folder / VEC_NORMALIZE_FILE).is_file():
         return folder / VEC_NORMALIZE_FILE
@@ -70,12 +63,7 @@ def find_vec_normalize(model_path: str | Path) -> Path | None:
 
 
 def zoo_config_normalizes(model_path: str | Path) -> bool:
-    """
-    Whether the RL Zoo's ``config.yml`` beside a model says that its observations were normalised.
-
-    :param model_path: The model's zip
-    :return: Whether the zoo normalised the model's observations
-    """
+    """Whether the RL Zoo's ``config.yml`` beside a model's zip says that its observations were normalised."""
     folder = _stats_folder(Path(model_path))
     if folder is None or not (folder / _ZOO_CONFIG_FILE).is_file():
         return False
@@ -95,10 +83,8 @@ def zoo_config_normalizes(model_path: str | Path) -> bool:
 
 def warn_if_unnormalized(model: Any, model_path: str | Path | None = None) -> None:
     """
-    Warn that ``model`` was trained on normalised observations where its env or the zoo's ``config.yml`` says so.
-
-    :param model: The model (or policy) exported
-    :param model_path: The zip it was loaded from, if any
+    Warn that ``model`` (or policy) was trained on normalised observations where its env, or the zoo's ``config.yml``
+    beside the zip it was loaded from (``model_path``), says so.
     """
     reason = None
     if isinstance(model, BaseAlgorithm):
@@ -140,12 +126,7 @@ class ObservationNormalizer(nn.Module):
             self.register_buffer(f"std_{index}", th.as_tensor(std, dtype=th.float32))
 
     def metadata(self, source: str) -> dict[str, Any]:
-        """
-        The metadata's ``vec_normalize`` entry, before JSON.
-
-        :param source: Where the statistics came from: a path, or ``"object"``
-        :return: The keys normalised, ``clip_obs``, ``epsilon``, the formula and the source
-        """
+        """The metadata's ``vec_normalize`` entry, before JSON; ``source``: the statistics' path, or ``"object"``."""
         return {
             "in_graph": True,
             "source": source,
@@ -166,11 +147,8 @@ class ObservationNormalizer(nn.Module):
 
 def observation_normalizer(vec_normalize: VecNormalize, observation_space: spaces.Space) -> ObservationNormalizer | None:
     """
-    The graph's normaliser, checked against the policy's observation space.
-
-    :param vec_normalize: The ``VecNormalize`` the model was trained with
-    :param observation_space: The policy's observation space
-    :return: The normaliser; ``None`` when ``vec_normalize`` does not normalise observations (``norm_obs=False``)
+    The graph's normaliser, checked against the policy's observation space; ``None`` when ``vec_normalize`` does not
+    normalise observations (``norm_obs=False``).
     """
     if not vec_normalize.norm_obs:
         return None

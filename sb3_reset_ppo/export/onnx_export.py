@@ -77,7 +77,6 @@ def export_spec(model: Any, layout: str = "plain") -> ExportSpec:
 
     :param model: A ResetPPO, MaskableResetPPO or RecurrentPPO model, or its policy
     :param layout: ``"plain"``, ``"mlagents"`` or ``"godot"``
-    :return: The export's description
     """
     if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")

@@ -14,8 +14,6 @@ class PlainStep(nn.Module):
     """
     The plain layout's module: ``(*obs, h[, c], episode_start[, action_masks])`` ->
     ``(action, h_out[, c_out][, parameters])``; attention memory's ``memory``, ``n_valid`` in place of ``h``, ``c``.
-
-    :param actor: One step of the actor
     """
 
     def __init__(self, actor: ActorStep) -> None:

@@ -35,11 +35,7 @@ class _MaskBufferMixin(_WindowBufferMixin):
         self.masks_stored = False
 
     def add(self, *args: Any, action_masks: np.ndarray | None = None, **kwargs: Any) -> None:
-        """
-        Add one step (``WindowRolloutBuffer.add``) and its action masks.
-
-        :param action_masks: Which actions were valid, ``(n_envs, mask_dims)``; ``None``: every action
-        """
+        """Add a step (``WindowRolloutBuffer.add``) with its ``action_masks`` ``(n_envs, mask_dims)`` (``None``: all valid)."""
         if action_masks is not None:
             # (n_envs, ...) -> (n_envs, mask_dims)
             self.action_masks[self.pos] = np.asarray(action_masks, dtype=np.float32).reshape((self.n_envs, self.mask_dims))

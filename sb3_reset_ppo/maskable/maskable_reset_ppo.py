@@ -34,8 +34,7 @@ class MaskableResetPPO(ResetPPO):
 
     :param policy: A policy name (``"MlpLstmPolicy"``, ..., ``"MultiInputTrXLPolicy"``) or a maskable policy class
     :param env: The environment to learn from (if registered in Gym, can be str), with an ``action_masks()`` method
-    :param args: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, in its order
-    :param kwargs: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, by name
+    :param args: The other arguments of :class:`~sb3_reset_ppo.ResetPPO`, in its order (``kwargs``: by name)
     """
 
     # ResetPPO's policy names, each for its maskable version
@@ -94,15 +93,9 @@ class MaskableResetPPO(ResetPPO):
         progress_bar: bool = False,
     ) -> SelfMaskableResetPPO:
         """
-        Learn as ``ResetPPO.learn``, with ``MaskablePPO``'s ``use_masking``.
+        Learn as ``ResetPPO.learn`` (same arguments), with ``MaskablePPO``'s ``use_masking``.
 
-        :param total_timesteps: The total number of env steps to train on
-        :param callback: Callback(s) called at every step
-        :param log_interval: Log every this many rollouts
-        :param tb_log_name: The name of the run for TensorBoard logging
-        :param reset_num_timesteps: Whether or not to reset the current timestep number (used in logging)
         :param use_masking: Whether to collect the env's action masks and train with them
-        :param progress_bar: Display a progress bar using tqdm and rich
         :return: The trained model
         """
         if not isinstance(use_masking, bool):
@@ -126,21 +119,12 @@ class MaskableResetPPO(ResetPPO):
         """
         Get the policy action from an observation and the memory, with only the valid actions (``MaskablePPO``'s).
 
-        :param observation: The input observation
         :param state: The memory returned by the previous call (``None``: zeros)
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
         :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` or ``(mask_dims,)``; ``None``: every action
         :return: The action and the next memory
         """
-        return self.policy.predict(
-            observation,
-            state,
-            episode_start,
-            deterministic,
-            action_masks=action_masks,
-            masks_at=f"predict() (the model's num_timesteps: {self.num_timesteps})",
-        )
+        at = f"predict() (the model's num_timesteps: {self.num_timesteps})"
+        return self.policy.predict(observation, state, episode_start, deterministic, action_masks=action_masks, masks_at=at)
 
     def _excluded_save_params(self) -> list[str]:
         # Set by each learn()

@@ -88,7 +88,6 @@ class ActionMaskingPolicy(ActorCriticPolicy):
 
         :param latent_pi: The actor's latent, ``(n, latent_dim)``
         :param action_masks: Which actions are valid, ``(n, mask_dims)``; ``None``: all (the unmasked distribution)
-        :return: The distribution
         """
         logits = self.action_net(latent_pi)
         if action_masks is None:
@@ -118,9 +117,7 @@ class ActionMaskingPolicy(ActorCriticPolicy):
         The actor's masked action distribution and its new memory (sb3-contrib's ``get_distribution`` with masks). The
         memory policies' ``_predict`` calls it without masks: those of the current ``predict`` call apply then.
 
-        :param obs: Observation
         :param lstm_states: The actor's memory
-        :param episode_starts: Whether the observations start new episodes
         :param action_masks: Which actions are valid, ``(n_envs, mask_dims)``; ``None``: those given to ``predict``
         :return: The distribution and the actor's new memory
         """
@@ -136,12 +133,8 @@ class ActionMaskingPolicy(ActorCriticPolicy):
         action_masks: MaybeMasks = None,
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates]:
         """
-        Forward pass in actor and critic, with the actions drawn from the masked distribution.
+        Forward pass in actor and critic (sb3-contrib's arguments), with the actions drawn from the masked distribution.
 
-        :param obs: Observation
-        :param lstm_states: The memory of actor and critic
-        :param episode_starts: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether to sample or use deterministic actions
         :param action_masks: Which actions are valid, ``(n_envs, mask_dims)``; ``None``: all
         :return: action, value and log probability of the action, and the new memory
         """
@@ -181,10 +174,7 @@ class ActionMaskingPolicy(ActorCriticPolicy):
         Get the policy action from an observation and the memory, with only the actions that ``action_masks`` allows
         (as ``MaskableActorCriticPolicy.predict``).
 
-        :param observation: The input observation
         :param state: The memory, as the unmasked policy's ``predict``; ``None``: its initial memory
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
         :param action_masks: Which actions are valid, ``(n_envs, mask_dims)`` or ``(mask_dims,)``; ``None``: every action
         :param masks_at: Where the call comes from, named by the error of an invalid mask
         :return: The action and the next memory
@@ -224,9 +214,7 @@ class MaskableRecurrentPolicy(ActionMaskingPolicy, RecurrentActorCriticPolicy):
         Values, log-probabilities and entropies of the actions under the masked distribution, over sequences.
 
         :param obs: Observations, sequences one after the other
-        :param actions: The actions taken
         :param lstm_states: The memory entering each sequence
-        :param episode_starts: Whether each step starts an episode
         :param action_masks: Which actions were valid at each step; ``None``: all
         :return: values, log-probabilities and entropies
         """

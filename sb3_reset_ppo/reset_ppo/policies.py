@@ -60,10 +60,7 @@ class _RecurrentPolicyParts(RecurrentActorCriticPolicy):
         """
         Get the policy action from an observation and the memory, as sb3-contrib's recurrent policies do.
 
-        :param observation: The input observation
         :param state: The memory (LSTM ``(hidden, cell)``, GRU ``(hidden,)``), each ``(n_layers, n_envs, hidden_size)``
-        :param episode_start: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether or not to return deterministic actions
         :return: The action and the next memory
         """
         is_gru = isinstance(self.lstm_actor, nn.GRU)
@@ -90,13 +87,7 @@ def heads(
 
 
 def n_observations(observation: Any, observation_space: spaces.Space) -> int:
-    """
-    The number of observations (envs) in ``predict``'s ``observation``: its first dimension where it is batched, else 1.
-
-    :param observation: ``predict``'s observation (an array, or a dict of arrays)
-    :param observation_space: The policy's observation space
-    :return: The number of observations
-    """
+    """The number of observations (envs) in ``predict``'s ``observation``: its first dimension where it is batched, else 1."""
     if isinstance(observation, dict) and isinstance(observation_space, spaces.Dict):
         # Keys the space lacks, or missing keys, are left to SB3's own checks
         counts = {
@@ -117,12 +108,7 @@ def n_observations(observation: Any, observation_space: spaces.Space) -> int:
 def check_predict_state(policy: RecurrentActorCriticPolicy, observation: Any, state: Any, n_states: int) -> None:
     """
     Raise a ``ValueError`` unless ``state`` is ``None`` or ``n_states`` arrays ``(n_layers, n_envs, hidden_size)``
-    matching the policy and the observation's batch.
-
-    :param policy: The recurrent policy
-    :param observation: ``predict``'s observation (an array, or a dict of arrays)
-    :param state: ``predict``'s state
-    :param n_states: 2 for an LSTM's ``(hidden, cell)``, 1 for a GRU's ``(hidden,)``
+    (2: an LSTM's ``(hidden, cell)``, 1: a GRU's ``(hidden,)``) matching the policy and the observation's batch.
     """
     n_envs = n_observations(observation, policy.observation_space)
     if state is None:
@@ -155,12 +141,7 @@ class MultiInputLstmPolicy(_RecurrentPolicyParts, contrib_policies.MultiInputLst
 
 
 class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
-    """
-    sb3-contrib's ``RecurrentActorCriticPolicy`` with GRUs instead of LSTMs (``lstm_kwargs`` go to ``nn.GRU``).
-
-    :param args: Positional arguments of ``RecurrentActorCriticPolicy``
-    :param kwargs: Keyword arguments of ``RecurrentActorCriticPolicy``
-    """
+    """sb3-contrib's ``RecurrentActorCriticPolicy`` (its arguments) with GRUs for LSTMs (``lstm_kwargs`` go to ``nn.GRU``)."""
 
     # sb3-contrib's constructor types them nn.LSTM: a GRU in their place is an incompatible redefinition to mypy
     lstm_actor: nn.GRU  # type: ignore[assignment]
@@ -229,12 +210,9 @@ class RecurrentActorCriticGruPolicy(_RecurrentPolicyParts):
         self, obs: th.Tensor, lstm_states: RNNStates, episode_starts: th.Tensor, deterministic: bool = False
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, RNNStates]:
         """
-        Forward pass in all the networks (actor and critic), as sb3-contrib's, with ``(hidden,)`` states.
+        Forward pass in all the networks (actor and critic), as sb3-contrib's (its arguments), with ``(hidden,)`` states.
 
-        :param obs: Observation
         :param lstm_states: The memory of actor and critic, each ``(hidden,)``
-        :param episode_starts: Whether the observations start new episodes (the memory is reset then)
-        :param deterministic: Whether to sample or use deterministic actions
         :return: action, value and log probability of the action, and the new memory
         """
         latent_pi, latent_vf, states = recurrent_latents(self, obs, lstm_states, episode_starts)

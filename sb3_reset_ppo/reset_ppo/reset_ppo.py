@@ -61,8 +61,6 @@ def _prefer_foreach(optimizer: th.optim.Optimizer) -> None:
     """
     Step all parameters with torch's ``_foreach`` kernels (the same arithmetic, no Python loop) where the optimizer
     leaves ``foreach`` at ``None``, which torch resolves to them on CUDA only; other settings are left as they are.
-
-    :param optimizer: The policy's optimizer
     """
     for group in optimizer.param_groups:
         if "foreach" in group and group["foreach"] is None and not group.get("fused") and not group.get("differentiable"):
@@ -128,7 +126,6 @@ class ResetPPO(RecurrentPPO):
     policy: RecurrentActorCriticPolicy
     window_buffer_class: ClassVar[type[WindowRolloutBuffer]] = WindowRolloutBuffer
     dict_window_buffer_class: ClassVar[type[DictWindowRolloutBuffer]] = DictWindowRolloutBuffer
-    # ... and with attention memory
     attention_buffer_class: ClassVar[type[AttentionWindowRolloutBuffer]] = AttentionWindowRolloutBuffer
     dict_attention_buffer_class: ClassVar[type[DictAttentionWindowRolloutBuffer]] = DictAttentionWindowRolloutBuffer
     # The memory after the last collected step (sb3-contrib declares it None until _setup_model sets it)
@@ -436,11 +433,7 @@ class ResetPPO(RecurrentPPO):
         return -(-settings.window_size // settings.stride(self.n_steps)) if has_images else 1
 
     def set_random_seed(self, seed: int | None = None) -> None:
-        """
-        Set the seed of the pseudo-random generators (python, numpy, pytorch, gym, action_space, windows); None does nothing.
-
-        :param seed: Seed
-        """
+        """Seed the pseudo-random generators (python, numpy, pytorch, gym, action_space, windows); None does nothing."""
         if seed is None:
             return
         super().set_random_seed(seed)
@@ -451,13 +444,8 @@ class ResetPPO(RecurrentPPO):
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
         """
-        Collect experiences into the window rollout buffer: ``RecurrentPPO``'s collection, with memory of any cell.
-
-        :param env: The training environment
-        :param callback: Callback called at each step (and at the start and end of the rollout)
-        :param rollout_buffer: Buffer to fill
-        :param n_rollout_steps: Number of steps to collect per environment
-        :return: True if ``n_rollout_steps`` were collected, False if the callback stopped the rollout
+        Collect ``n_rollout_steps`` per env into the window rollout buffer: ``RecurrentPPO``'s collection (same arguments),
+        with memory of any cell; False if the callback stopped the rollout.
         """
         assert isinstance(rollout_buffer, (WindowRolloutBuffer, DictWindowRolloutBuffer))
         assert self._last_obs is not None, "No previous observation was provided"
@@ -677,11 +665,8 @@ class ResetPPO(RecurrentPPO):
         include: Iterable[str] | None = None,
     ) -> None:
         """
-        Save the model as SB3 does, with the state of the generator that orders the windows (a loaded model continues it).
-
-        :param path: Path to the file where the model should be saved
-        :param exclude: Names of parameters that should be excluded in addition to the default ones
-        :param include: Names of parameters that might be excluded but should be included anyway
+        Save the model as SB3's ``save`` does (same arguments), with the state of the generator that orders the windows
+        (a loaded model continues it).
         """
         self._window_generator_state = self.rollout_buffer.generator.bit_generator.state
         super().save(path, exclude, include)
@@ -699,7 +684,6 @@ class ResetPPO(RecurrentPPO):
 
         :param load_path_or_dict: A checkpoint (a path or an open binary file) or a dict of state dicts, by attribute
         :param exact_match: Whether every parameter of the model must be set (missing ones raise)
-        :param device: Device on which the parameters are loaded
         """
         params: Any = load_path_or_dict
         source = "parameters"
@@ -730,12 +714,7 @@ class ResetPPO(RecurrentPPO):
         Checkpoints are zip files that SB3 unpickles: load only files you trust. For an untrusted file, build
         the model yourself and call ``model.set_parameters(path)``, which reads tensors only.
 
-        :param path: Path to the checkpoint (``.zip`` may be omitted) or an open binary file
-        :param env: The environment to continue training in (or ``None``)
-        :param device: Device on which the code should run
-        :param custom_objects: Objects to replace on load, as in SB3
-        :param print_system_info: Print the system info of the saving machine
-        :param force_reset: Reset the env before the next ``learn()``
+        :param path: Path to the checkpoint (``.zip`` may be omitted) or an open binary file; the next arguments are SB3's
         :param kwargs: Attributes to override on load (e.g. ``window_size=8``, ``batch_size=32``)
         :return: The loaded model
         """

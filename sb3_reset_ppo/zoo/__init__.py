@@ -55,15 +55,7 @@ def _with_window_size(hyperparams: dict[str, Any], window_size: int | str) -> di
 
 
 def sample_reset_ppo_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
-    """
-    Optuna sampler for ResetPPO: the zoo's ``ppo_lstm`` search space plus ``window_size``.
-
-    :param trial: The Optuna trial
-    :param n_actions: Number of actions (unused, as for ppo_lstm)
-    :param n_envs: Number of envs
-    :param additional_args: Extra arguments from the zoo
-    :return: Hyperparameters for ``ResetPPO``
-    """
+    """Optuna sampler for ResetPPO (the zoo's sampler arguments): the zoo's ``ppo_lstm`` search space plus ``window_size``."""
     window_size = cast(int | str, trial.suggest_categorical("window_size", list(WINDOW_SIZES)))
     hyperparams = hyperparams_opt.sample_ppo_lstm_params(trial, n_actions, n_envs, additional_args)
     return _with_window_size(hyperparams, window_size)
@@ -145,12 +137,7 @@ def masked_enjoy() -> Iterator[None]:
 
 
 def timed(callback_class: type[EvalCallback]) -> type[EvalCallback]:
-    """
-    ``callback_class`` that also logs the seconds its evaluations took so far (``time/evaluation_seconds``).
-
-    :param callback_class: ``EvalCallback`` or a subclass of it
-    :return: Its subclass
-    """
+    """A subclass of ``callback_class`` (an ``EvalCallback``) that logs the seconds its evaluations took so far."""
 
     class TimedEvalCallback(callback_class):  # type: ignore[valid-type,misc]
         evaluation_seconds = 0.0
@@ -210,10 +197,8 @@ DEFAULT_NUM_THREADS = 1
 
 def with_default_threads(argv: list[str]) -> list[str]:
     """
-    Add ``--num-threads 1`` to a ``train`` or ``enjoy`` command that gives none (``docs/guide/install.md``, "Threads").
-
-    :param argv: The arguments after the program name, e.g. ``["train", "--algo", "reset_ppo", ...]``
-    :return: ``argv``, with ``--num-threads 1`` added where it gives none
+    Add ``--num-threads 1`` to a ``train`` or ``enjoy`` command (``argv`` after the program name) that gives none
+    (``docs/guide/install.md``, "Threads").
     """
     if not argv or argv[0] not in THREADED_SCRIPTS or "-h" in argv or "--help" in argv:
         return argv
@@ -244,14 +229,7 @@ def no_display_reason(environ: Mapping[str, str] | None = None, platform: str | 
 def _without_render_if_no_display(
     argv: list[str], environ: Mapping[str, str] | None = None, platform: str | None = None
 ) -> list[str]:
-    """
-    Add ``--no-render`` to an ``enjoy`` command that would render where nothing can be seen, and say so on stderr.
-
-    :param argv: The arguments after the program name, e.g. ``["enjoy", "--algo", "reset_ppo", ...]``
-    :param environ: As in :func:`no_display_reason`
-    :param platform: As in :func:`no_display_reason`
-    :return: ``argv``, with ``--no-render`` added where needed
-    """
+    """Add ``--no-render`` to an ``enjoy`` command that would render where nothing can be seen (:func:`no_display_reason`)."""
     # argparse takes any unambiguous prefix of --no-render ("--no-" and longer)
     no_render = any(arg.startswith("--no-") and "--no-render".startswith(arg) for arg in argv)
     if not argv or argv[0] != "enjoy" or no_render or "-h" in argv or "--help" in argv:
@@ -305,9 +283,8 @@ see them with, e.g., `python -m sb3_reset_ppo.zoo train --help`. train and enjoy
 
 def main(argv: list[str] | None = None) -> None:
     """
-    Run the RL Zoo's command line with ``reset_ppo`` and ``maskable_reset_ppo`` (masked: :func:`masked_evaluation`).
-
-    :param argv: Arguments after the program name (default: ``sys.argv[1:]``), e.g. ``["train", "--algo", ...]``
+    Run the RL Zoo's command line on ``argv`` (default: ``sys.argv[1:]``) with ``reset_ppo`` and ``maskable_reset_ppo``
+    (masked: :func:`masked_evaluation`).
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not arguments:

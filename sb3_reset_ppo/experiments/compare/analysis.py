@@ -65,10 +65,7 @@ def analyse(by_arm: dict[str, list[dict[str, Any]]], baseline: str, reps: int, f
     ``learn()`` seconds; per other arm the probability that it beats the baseline (at the end, over training and at
     equal time), with Holm-adjusted Mann-Whitney p-values, and its time ratio in runs that trained side by side.
 
-    :param by_arm: Each arm's finished runs (:func:`load`)
-    :param baseline: The arm the others are compared with
-    :param reps: Bootstrap resamples
-    :param final_evaluations: The evaluations a final return averages
+    :param by_arm: Each arm's finished runs (:func:`load`); the other parameters are :class:`CompareSettings`' fields
     :raises NothingToCompare: the baseline or every other arm has no finished run
     """
     arms = {name: arm_runs for name, arm_runs in by_arm.items() if arm_runs}
@@ -123,10 +120,7 @@ def equal_time(
     """
     The probability that an arm beats the baseline when both stop at the faster arm's median ``learn()`` seconds.
 
-    :param arm_runs: The arm's runs (:func:`load`, with ``times``)
-    :param base_runs: The baseline's runs
-    :param reps: Bootstrap resamples
-    :param final_evaluations: The evaluations a final return averages (``--final-evaluations``)
+    :param arm_runs: The arm's runs (:func:`load`, with ``times``); ``reps``, ``final_evaluations`` as in :func:`analyse`
     :return: ``seconds``, ``probability`` (None where a run has no evaluation by then) and ``scores``; None without logs
     """
     if any(run["times"] is None for run in [*arm_runs, *base_runs]):

@@ -87,10 +87,8 @@ def settings_from_args(args: argparse.Namespace) -> CompareSettings:
 
 def main(argv: Sequence[str] | None = None) -> Path:
     """
-    Run the comparison (resumable) and write its report; a refused command exits with status 2 naming the cause.
-
-    :param argv: The command line's arguments (None: ``sys.argv[1:]``)
-    :return: The report's path
+    Run the comparison on ``argv`` (None: ``sys.argv[1:]``), resumable, and return its report's path; a refused command
+    exits with status 2 naming the cause.
     """
     p = parser()
     args = p.parse_args(argv)

@@ -180,9 +180,7 @@ def markdown(summary: dict[str, Any], recorded: dict[str, Any], lines: list[str]
 
     :param summary: :func:`~sb3_reset_ppo.experiments.compare.analysis.analyse`'s numbers
     :param recorded: The recorded settings (``planning.record``) with the ``command`` and the ``failed`` runs
-    :param lines: The verdict (:func:`verdict`)
-    :param pictures: The figures (:func:`figures`)
-    :param out: The comparison's folder, which the figures' links are relative to
+    :param out: The comparison's folder, which the links to the ``pictures`` (:func:`figures`) are relative to
     """
     baseline, threads = summary["baseline"], recorded.get("num_threads", 1)
     threads_words = "torch's default number of threads" if threads == -1 else f"{threads} torch thread{'s' * (threads > 1)}"
