@@ -154,12 +154,12 @@ def test_the_zoo_trains_and_enjoys_with_one_thread_unless_told(monkeypatch: pyte
     for other in (["plot_train", "-a", "reset_ppo"], ["train", "--help"], []):
         assert with_default_threads(other) == other
     # main() passes it to the zoo's command line
-    import rl_zoo3.cli
+    import rl_zoo3.train
 
     import sb3_reset_ppo.zoo
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(rl_zoo3.cli, "main", lambda: seen.append(list(sys.argv)))
+    monkeypatch.setattr(rl_zoo3.train, "train", lambda: seen.append(list(sys.argv)))
     sb3_reset_ppo.zoo.main(train)
     assert seen[0][-2:] == ["--num-threads", "1"]
 

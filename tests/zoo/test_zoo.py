@@ -172,14 +172,17 @@ def test_help_and_unknown_script_give_usage_not_tracebacks(capsys: pytest.Captur
         assert "usage: python -m sb3_reset_ppo.zoo {train,enjoy," in (err if not args else out)
         assert "Traceback" not in err
     assert exits[("--help",)] == 0 and exits[()] == 2
-    # Every script we list is one the zoo's command line knows
+    # Every script we list is one the zoo's command line knows, and main calls the function that it calls
+    import importlib
     import inspect
 
     from rl_zoo3 import cli
 
-    from sb3_reset_ppo.zoo import SCRIPTS
+    from sb3_reset_ppo.zoo import SCRIPT_MODULES, SCRIPTS
 
     assert all(f'"{script}":' in inspect.getsource(cli.main) for script in SCRIPTS)
+    for script, module in SCRIPT_MODULES.items():
+        assert getattr(importlib.import_module(module), script) is getattr(cli, script), (script, module)
     unknown = _zoo("trian")
     assert unknown.returncode == 1 and "unknown script 'trian'" in unknown.stderr and "Traceback" not in unknown.stderr
 
