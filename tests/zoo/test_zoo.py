@@ -3,6 +3,7 @@
 import csv
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -29,13 +30,39 @@ from sb3_reset_ppo.zoo import (
     timed_evaluation,
 )
 
+# Runs the zoo's command line with the given arguments
+Zoo = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture
+def zoo(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Zoo:
+    """
+    The zoo's command line (:func:`sb3_reset_ppo.zoo.main`, all that ``python -m sb3_reset_ppo.zoo`` runs) in this
+    process: an interpreter that imports torch and the RL Zoo costs seconds of CPU. Its output is read from the file
+    descriptors, as a subprocess's would be; test_help_and_unknown_script_give_usage_not_tracebacks runs the module.
+    """
+    from sb3_reset_ppo.zoo import main
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        monkeypatch.setattr(sys, "argv", list(sys.argv))  # main sets the zoo's; restored after the test
+        capfd.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as stopped:
+            code = stopped.code if isinstance(stopped.code, int) else 1
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["python", "-m", "sb3_reset_ppo.zoo", *args], code, out, err)
+
+    return run
+
 
 def _zoo(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sb3_reset_ppo.zoo", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_train_writes_evaluations_and_enjoy_loads(tmp_path: Path) -> None:
-    result = _zoo(
+def test_train_writes_evaluations_and_enjoy_loads(tmp_path: Path, zoo: Zoo) -> None:
+    result = zoo(
         "train", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-n", "512", "--eval-freq", "256",
         "--eval-episodes", "2", "--n-eval-envs", "1", "-f", str(tmp_path), "--seed", "1",
         "--hyperparams", "n_steps:32", "boundary:'mask'", "window_size:8",
@@ -55,14 +82,14 @@ def test_train_writes_evaluations_and_enjoy_loads(tmp_path: Path) -> None:
     rows = training_log.parse_tables(result.stdout)
     timed_rows = [row for row in rows if "time/fps" in row and runner.EVALUATION_SECONDS in row]
     assert timed_rows and timed_rows[-1][runner.EVALUATION_SECONDS] > 0
-    enjoy = _zoo("enjoy", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-f", str(tmp_path), "-n", "30", "--no-render")
+    enjoy = zoo("enjoy", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-f", str(tmp_path), "-n", "30", "--no-render")
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
 
 
-def test_train_attention_memory_from_its_packaged_config(tmp_path: Path) -> None:
+def test_train_attention_memory_from_its_packaged_config(tmp_path: Path, zoo: Zoo) -> None:
     hyperparams = yaml.safe_load(TRXL_CONF_FILE.read_text())
     assert hyperparams["CueRecall-v0"]["policy"] == "MlpTrXLPolicy"
-    result = _zoo(
+    result = zoo(
         "train", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-n", "512", "--conf-file", str(TRXL_CONF_FILE),
         "-f", str(tmp_path), "--seed", "1", "--hyperparams", "n_steps:32",
     )  # fmt: skip
@@ -147,8 +174,8 @@ def test_optuna_sampler_adds_window_size_and_keeps_batch_size_in_transitions() -
 
 
 @pytest.mark.slow
-def test_optimize_runs_one_trial(tmp_path: Path) -> None:
-    result = _zoo(
+def test_optimize_runs_one_trial(tmp_path: Path, zoo: Zoo) -> None:
+    result = zoo(
         "train", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-n", "256", "-optimize", "--n-trials", "1",
         "--n-jobs", "1", "--sampler", "random", "--pruner", "none", "--n-evaluations", "1", "--eval-episodes", "2",
         "-f", str(tmp_path), "--seed", "2", "--hyperparams", "n_envs:2",
@@ -234,8 +261,8 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
 # maskable_reset_ppo: MaskableResetPPO in the zoo, evaluated and enjoyed with the env's action masks
 
 
-def test_maskable_train_evaluates_with_masks_and_enjoy_uses_them(tmp_path: Path) -> None:
-    result = _zoo(
+def test_maskable_train_evaluates_with_masks_and_enjoy_uses_them(tmp_path: Path, zoo: Zoo) -> None:
+    result = zoo(
         "train", "--algo", "maskable_reset_ppo", "--env", "MaskedCueRecall-v0", "-n", "512", "--eval-freq", "256",
         "--eval-episodes", "20", "--n-eval-envs", "1", "-f", str(tmp_path), "--seed", "1",
         "--hyperparams", "n_steps:32", "window_size:8",
@@ -254,7 +281,7 @@ def test_maskable_train_evaluates_with_masks_and_enjoy_uses_them(tmp_path: Path)
     assert config["n_steps"] == 32 and config["window_size"] == 8
     model = MaskableResetPPO.load(run / "MaskedCueRecall-v0.zip")
     assert type(model) is MaskableResetPPO and model.window_size == 8
-    enjoy = _zoo(
+    enjoy = zoo(
         "enjoy", "--algo", "maskable_reset_ppo", "--env", "MaskedCueRecall-v0", "-f", str(tmp_path), "-n", "100",
         "--no-render",
     )  # fmt: skip
@@ -334,8 +361,8 @@ def test_maskable_trial_eval_callback_reports_memory_keeping_masked_evaluations(
 
 
 @pytest.mark.slow
-def test_maskable_optimize_runs_one_trial_evaluated_with_masks(tmp_path: Path) -> None:
-    result = _zoo(
+def test_maskable_optimize_runs_one_trial_evaluated_with_masks(tmp_path: Path, zoo: Zoo) -> None:
+    result = zoo(
         "train", "--algo", "maskable_reset_ppo", "--env", "MaskedCueRecall-v0", "-n", "256", "-optimize",
         "--n-trials", "1", "--n-jobs", "1", "--sampler", "random", "--pruner", "none", "--n-evaluations", "1",
         "--eval-episodes", "10", "-f", str(tmp_path), "--seed", "2", "--hyperparams", "n_envs:2",
