@@ -11,6 +11,7 @@ import numpy as np
 import optuna
 import pytest
 import yaml
+from helpers import run_zoo_in_process
 
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
@@ -36,25 +37,8 @@ Zoo = Callable[..., subprocess.CompletedProcess]
 
 @pytest.fixture
 def zoo(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Zoo:
-    """
-    The zoo's command line (:func:`sb3_reset_ppo.zoo.main`, all that ``python -m sb3_reset_ppo.zoo`` runs) in this
-    process: an interpreter that imports torch and the RL Zoo costs seconds of CPU. Its output is read from the file
-    descriptors, as a subprocess's would be; test_help_and_unknown_script_give_usage_not_tracebacks runs the module.
-    """
-    from sb3_reset_ppo.zoo import main
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        monkeypatch.setattr(sys, "argv", list(sys.argv))  # main sets the zoo's; restored after the test
-        capfd.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as stopped:
-            code = stopped.code if isinstance(stopped.code, int) else 1
-        out, err = capfd.readouterr()
-        return subprocess.CompletedProcess(["python", "-m", "sb3_reset_ppo.zoo", *args], code, out, err)
-
-    return run
+    """The zoo's command line in this process (:func:`helpers.run_zoo_in_process`)."""
+    return lambda *args: run_zoo_in_process(list(args), capfd, monkeypatch)
 
 
 def _zoo(*args: str) -> subprocess.CompletedProcess:
