@@ -168,9 +168,7 @@ def _table_row(text: str, setting: str, algo: str, condition: str) -> str:
     return next(line for line in text.splitlines() if line.startswith(f"| {setting} | {algo} | {condition} |"))
 
 
-def test_bench_threads_measures_each_thread_count_in_a_fresh_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bench_threads_measures_each_thread_count_in_a_fresh_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bench = _load("bench_threads")
     # The busy condition's process sleeps here instead of spinning: the test checks that each condition is measured
     # and reported, and a spinning loop would take a core from the other test worker for the whole measurement

@@ -252,9 +252,7 @@ def test_a_new_export_replaces_the_file(tmp_path: Path) -> None:
 
 # torch's own notes while exporting with torch.export
 @pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
-def test_a_refused_export_keeps_the_existing_file_and_says_one_line(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
+def test_a_refused_export_keeps_the_existing_file_and_says_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A refused re-export deleted the file a previous export wrote (torch overwrote it, the opset check unlinked
     it) and printed 36 lines with torch's traceback; into a new folder it left the folder behind. The command line
     runs in this process (test_error_in_a_subprocess runs its entry point): capfd reads the file descriptors, so
