@@ -1,9 +1,12 @@
 """Small test environments and helpers shared by the tests."""
 
+import subprocess
+import sys
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch as th
 from gymnasium import spaces
 from hypothesis import settings
@@ -305,3 +308,28 @@ def examples(count: int) -> int:
     profile = settings.default  # None only before Hypothesis loads a profile; conftest.py loads one
     per_hundred = 100 if profile is None else profile.max_examples
     return max(count * per_hundred // 100, min(count, 10))
+
+
+def run_zoo_in_process(
+    args: list[str], capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> subprocess.CompletedProcess:
+    """
+    ``python -m sb3_reset_ppo.zoo ARGS`` as :func:`sb3_reset_ppo.zoo.main` (all that the module runs) in this process:
+    an interpreter that imports torch and the RL Zoo costs seconds of CPU. tests/zoo/test_zoo.py runs the module once.
+
+    :param args: The arguments after ``python -m sb3_reset_ppo.zoo``
+    :param capfd: The test's capture of the file descriptors: the output, as a subprocess's would be read
+    :param monkeypatch: The test's monkeypatch, which restores ``sys.argv`` (main sets the zoo's) after the test
+    :return: The run as a completed process: its exit status (0 unless it exits) and its output
+    """
+    from sb3_reset_ppo.zoo import main
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    capfd.readouterr()
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as stopped:
+        code = stopped.code if isinstance(stopped.code, int) else 1
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["python", "-m", "sb3_reset_ppo.zoo", *args], code, out, err)

@@ -343,10 +343,10 @@ def test_a_database_password_never_reaches_a_command_line(tmp_path: Path) -> Non
 def _sampled_by(main: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], dict[str, Any]]:
     """
     The settings and raw parameters that ``main``'s zoo command line (``train --algo reset_ppo``) samples for a trial:
-    the zoo's own main replaced by one trial of the sampler it would find registered.
+    the zoo's own train replaced by one trial of the sampler it would find registered.
     """
     import optuna
-    import rl_zoo3.cli
+    import rl_zoo3.train
     from rl_zoo3 import hyperparams_opt
 
     for name in ("reset_ppo", "maskable_reset_ppo"):  # restored after the test, as sys.argv
@@ -359,7 +359,7 @@ def _sampled_by(main: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, A
         found["settings"] = hyperparams_opt.HYPERPARAMS_SAMPLER["reset_ppo"](trial, 2, 8, {})
         found["params"] = dict(trial.params)
 
-    monkeypatch.setattr(rl_zoo3.cli, "main", one_trial)
+    monkeypatch.setattr(rl_zoo3.train, "train", one_trial)
     main(["train", "--algo", "reset_ppo", "--env", "CartPoleNoVel-v1"])
     return found["settings"], found["params"]
 

@@ -4,6 +4,7 @@ RL Zoo integration: ``python -m sb3_reset_ppo.zoo train --algo reset_ppo ...`` r
 ``TRXL_CONF_FILE`` is the packaged config of attention memory.
 """
 
+import importlib
 import os
 import sys
 import time
@@ -266,8 +267,17 @@ def owned_trials(owner: str) -> Iterator[None]:
         yield
 
 
-# rl_zoo3.cli.main's scripts (tests/zoo/test_zoo.py checks each is known to it)
-SCRIPTS = ("train", "enjoy", "plot_train", "plot_from_file", "all_plots")
+# rl_zoo3.cli.main's scripts, each with the module that defines it (tests/zoo/test_zoo.py checks both against
+# rl_zoo3.cli). main imports that module only: rl_zoo3.cli imports all three, and rl_zoo3.plots (pandas, scipy,
+# seaborn, statsmodels, rliable) costs train and enjoy over a CPU second of every process's start
+SCRIPT_MODULES = {
+    "train": "rl_zoo3.train",
+    "enjoy": "rl_zoo3.enjoy",
+    "plot_train": "rl_zoo3.plots",
+    "plot_from_file": "rl_zoo3.plots",
+    "all_plots": "rl_zoo3.plots",
+}
+SCRIPTS = tuple(SCRIPT_MODULES)
 USAGE = f"""usage: python -m sb3_reset_ppo.zoo {{{",".join(SCRIPTS)}}} [options]
 
 The RL Zoo's command line with reset_ppo (ResetPPO) and maskable_reset_ppo (MaskableResetPPO, evaluated and
@@ -297,11 +307,10 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE, file=sys.stderr)
         raise SystemExit(f"error: unknown script {arguments[0]!r}; choose one of {', '.join(SCRIPTS)}")
     register()
-    from rl_zoo3.cli import main as zoo_main
-
     arguments = with_default_threads(_without_render_if_no_display(_with_default_conf_file(arguments)))
-    # The zoo's scripts name themselves after sys.argv[0] (argparse's default prog), which `python -m` sets to __main__.py
-    sys.argv = [f"python -m sb3_reset_ppo.zoo {arguments[0]}", *arguments]
+    # The zoo's scripts name themselves after sys.argv[0] (argparse's default prog), which `python -m` sets to
+    # __main__.py; rl_zoo3.cli.main removes the script's name from sys.argv before calling it
+    sys.argv = [f"python -m sb3_reset_ppo.zoo {arguments[0]}", *arguments[1:]]
     masks = {"train": masked_evaluation, "enjoy": masked_enjoy}.get(arguments[0])
     with ExitStack() as stack:
         if masks is not None and _algo(arguments) == MASKABLE_ALGO_NAME:
@@ -310,4 +319,5 @@ def main(argv: list[str] | None = None) -> None:
             stack.enter_context(timed_evaluation())
             if os.environ.get(TRIAL_OWNER_VARIABLE):
                 stack.enter_context(owned_trials(os.environ[TRIAL_OWNER_VARIABLE]))
-        zoo_main()
+        # The zoo's function for the script, found when called (a test may replace it)
+        getattr(importlib.import_module(SCRIPT_MODULES[arguments[0]]), arguments[0])()

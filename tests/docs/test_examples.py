@@ -1,7 +1,8 @@
 """Each example runs with a tiny budget and writes what it promises."""
 
-import subprocess
+import runpy
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -9,17 +10,27 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(script: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / script), *args], capture_output=True, text=True, check=True, timeout=300
-    )
-    return result.stdout
+@pytest.fixture
+def run_example(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """
+    An example run as a script (``__name__ == "__main__"``, these arguments) in this process, as ``python SCRIPT`` runs
+    it: an interpreter that imports torch costs seconds of CPU. Returns what it prints; an error fails the test.
+    """
+
+    def run(script: str, *args: str) -> str:
+        path = ROOT / "examples" / script
+        monkeypatch.setattr(sys, "argv", [str(path), *args])
+        capfd.readouterr()
+        runpy.run_path(str(path), run_name="__main__")
+        return capfd.readouterr().out
+
+    return run
 
 
-def test_demo(tmp_path: Path) -> None:
+def test_demo(tmp_path: Path, run_example: Callable[..., str]) -> None:
     from sb3_reset_ppo.common.settings import DEFAULT_WINDOW_SIZE
 
-    out = _run("demo.py", "--total-timesteps", "1024", "--eval-episodes", "20", "--output-dir", str(tmp_path))
+    out = run_example("demo.py", "--total-timesteps", "1024", "--eval-episodes", "20", "--output-dir", str(tmp_path))
     assert "ResetPPO" in out and "random policy" in out
     assert (tmp_path / "learning_curve.png").stat().st_size > 0
     # It trains with the package's default window, and says so as the README does (n_steps=64, batch_size=32)
@@ -28,24 +39,24 @@ def test_demo(tmp_path: Path) -> None:
     assert f'window_size (default "{DEFAULT_WINDOW_SIZE}", min(batch_size, n_steps))' in readme
 
 
-def test_weight_profile(tmp_path: Path) -> None:
-    _run("weight_profile.py", "--output", str(tmp_path / "profile.png"))
+def test_weight_profile(tmp_path: Path, run_example: Callable[..., str]) -> None:
+    run_example("weight_profile.py", "--output", str(tmp_path / "profile.png"))
     assert (tmp_path / "profile.png").stat().st_size > 0
 
 
-def test_quickstart() -> None:
-    out = _run("quickstart.py", "--total-timesteps", "1024")
+def test_quickstart(run_example: Callable[..., str]) -> None:
+    out = run_example("quickstart.py", "--total-timesteps", "1024")
     assert "evaluation:" in out and "one episode after save/load" in out
     assert "memory: 2 array(s) of shape (1, 1, 32)" in out
 
 
-def test_quickstart_with_a_gru() -> None:
-    out = _run("quickstart.py", "--total-timesteps", "1024", "--policy", "MlpGruPolicy")
+def test_quickstart_with_a_gru(run_example: Callable[..., str]) -> None:
+    out = run_example("quickstart.py", "--total-timesteps", "1024", "--policy", "MlpGruPolicy")
     assert "one episode after save/load" in out and "memory: 1 array(s) of shape (1, 1, 32)" in out
 
 
-def test_loss_scale(tmp_path: Path) -> None:
-    out = _run("loss_scale.py", "--lengths", "3", "12", "--output", str(tmp_path / "loss.png"))
+def test_loss_scale(tmp_path: Path, run_example: Callable[..., str]) -> None:
+    out = run_example("loss_scale.py", "--lengths", "3", "12", "--output", str(tmp_path / "loss.png"))
     assert (tmp_path / "loss.png").stat().st_size > 0
     rows = [[float(cell) for cell in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith(("| 3 ", "| 12 "))]
     (length_short, kept_short, reset_short, mask_short, kept_mean_short, ratio_short), long = rows
@@ -59,7 +70,7 @@ def test_loss_scale(tmp_path: Path) -> None:
     assert ratio_short == pytest.approx(kept_short, abs=2e-3)
 
 
-def test_compare_modes(tmp_path: Path) -> None:
-    out = _run("compare_modes.py", "--total-timesteps", "1024", "--seeds", "1", "--output", str(tmp_path / "modes.png"))
+def test_compare_modes(tmp_path: Path, run_example: Callable[..., str]) -> None:
+    out = run_example("compare_modes.py", "--total-timesteps", "1024", "--seeds", "1", "--output", str(tmp_path / "modes.png"))
     assert (tmp_path / "modes.png").stat().st_size > 0
     assert out.count("final mean training return") == 3

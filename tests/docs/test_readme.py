@@ -4,7 +4,6 @@ README says what the reports say. (tests/docs/test_docs.py runs every other Pyth
 """
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -12,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_zoo_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -220,9 +220,14 @@ def test_the_readme_says_when_not_to_use_it() -> None:
     assert README.index("<!-- intro-end -->") < README.index(WHEN_TO_USE) < README.index("## Install")
 
 
-def _run(argv: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    assert argv[0] == "python", argv
-    return subprocess.run([sys.executable, *argv[1:]], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+def _run_zoo(
+    argv: list[str], cwd: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> subprocess.CompletedProcess:
+    """A documented ``python -m sb3_reset_ppo.zoo ...`` command, run from ``cwd`` in this process
+    (:func:`helpers.run_zoo_in_process`)."""
+    assert argv[:3] == ["python", "-m", "sb3_reset_ppo.zoo"], argv
+    monkeypatch.chdir(cwd)
+    return run_zoo_in_process(argv[3:], capfd, monkeypatch)
 
 
 def test_usage_snippet_runs_as_written(tmp_path: Path) -> None:
@@ -236,7 +241,9 @@ def test_usage_snippet_runs_as_written(tmp_path: Path) -> None:
     assert (tmp_path / "reset_ppo_cue.zip").exists()
 
 
-def test_gru_snippet_and_command_run_as_written(tmp_path: Path) -> None:
+def test_gru_snippet_and_command_run_as_written(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     code = _code_block("## GRU policies", "python", USAGE_PAGE)
     assert "model.learn(40_000)" in code
     code = code.replace("model.learn(40_000)", "model.learn(1_024)")
@@ -245,7 +252,7 @@ def test_gru_snippet_and_command_run_as_written(tmp_path: Path) -> None:
     assert result.stdout.strip() == "1 (1, 8, 64)"
     bash = _code_block("## GRU policies", "bash", USAGE_PAGE)
     (command,) = [shlex.split(line) for line in bash.splitlines() if line.strip()]
-    trained = _run([*command, "-n", "512", "-f", str(tmp_path / "logs")], tmp_path)
+    trained = _run_zoo([*command, "-n", "512", "-f", str(tmp_path / "logs")], tmp_path, capfd, monkeypatch)
     assert trained.returncode == 0, trained.stderr[-3000:]
     from sb3_reset_ppo import MlpGruPolicy, ResetPPO
 
@@ -253,17 +260,17 @@ def test_gru_snippet_and_command_run_as_written(tmp_path: Path) -> None:
     assert isinstance(model.policy, MlpGruPolicy)
 
 
-def test_zoo_commands_run_as_written(tmp_path: Path) -> None:
+def test_zoo_commands_run_as_written(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     commands = _zoo_commands()
     assert [c[3] for c in commands] == ["train", "enjoy", "train", "train"]
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}  # enjoy renders: no display here
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")  # enjoy renders: no display here
     for command in commands:
         if "-optimize" in command:
             continue  # test_optimize_command_runs_as_written (slow)
         budget = ["-n", "512"] if command[3] == "train" else ["-n", "60"]
-        result = subprocess.run(
-            [sys.executable, *command[1:], *budget], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
-        )
+        result = _run_zoo([*command, *budget], tmp_path, capfd, monkeypatch)
         assert result.returncode == 0, f"{shlex.join(command)}: {result.stderr[-3000:]}"
         if command[3] == "enjoy":
             # The run the first command trained, rendered

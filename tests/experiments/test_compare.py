@@ -371,13 +371,18 @@ def test_a_probability_of_0_or_1_reads_as_every_pair() -> None:
     assert "P(ResetPPO > RecurrentPPO) = 0.40 (0.20 to 0.60)" in middle and "(**not significant**)" in middle
 
 
-def test_a_typo_in_the_env_id_is_refused_before_anything_trains(tmp_path: Path) -> None:
-    # A mistyped command: the cause on screen ("did you mean"), a non-zero exit, and no folder left behind
-    command = [sys.executable, "-m", "sb3_reset_ppo.compare", "--env", "CueRecal-v0", "--seeds", "2", "--timesteps", "4000"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert result.returncode == 2
-    assert "--env CueRecal-v0 is not a registered env id: did you mean CueRecall-v0?" in result.stderr
-    assert "to train" not in result.stdout and list(tmp_path.iterdir()) == []
+def test_a_typo_in_the_env_id_is_refused_before_anything_trains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A mistyped command: the cause on screen ("did you mean"), a non-zero exit, and no folder left behind (in this
+    # process: test_compare_on_a_real_task runs the entry point)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        compare.main(["--env", "CueRecal-v0", "--seeds", "2", "--timesteps", "4000"])
+    assert stopped.value.code == 2
+    stdout, stderr = capsys.readouterr()
+    assert "--env CueRecal-v0 is not a registered env id: did you mean CueRecall-v0?" in stderr
+    assert "to train" not in stdout and list(tmp_path.iterdir()) == []
 
 
 def _refused(argv: list[str], capsys: Any) -> str:

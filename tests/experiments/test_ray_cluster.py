@@ -114,8 +114,12 @@ def cluster() -> Iterator[Cluster]:
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     port, worker_port = _free_port(), _free_port()
     address = f"127.0.0.1:{port}"
+    # No worker started before a task asks for one (Ray prestarts one per CPU for each driver that connects: the
+    # check below, the resumed comparison), no log monitor (a run's output comes back in its files)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
+    env.update(RAY_enable_worker_prestart="0", RAY_prestart_worker_first_driver="0")
     common = ["--num-cpus", "1", "--object-store-memory", str(100 * 1024 * 1024), "--disable-usage-stats"]
+    common += ["--include-log-monitor", "false"]
     head = [*_ray_cli(), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)]
     head += ["--include-dashboard", "false", "--temp-dir", temp, *common]
     worker = [*_ray_cli(), "start", "--address", address, "--node-ip-address", "127.0.0.1", *common]

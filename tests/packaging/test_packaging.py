@@ -79,15 +79,12 @@ def test_wheel_holds_package_data_and_runs_the_zoo_from_an_install(tmp_path: Pat
     site = tmp_path / "site"
     _run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)], timeout=300)
     env = {**os.environ, "PYTHONPATH": str(site)}
-    where = _run([sys.executable, "-c", "import sb3_reset_ppo; print(sb3_reset_ppo.__file__)"], cwd=tmp_path, env=env)
+    # Where the package is found (without importing it: that would import torch, seconds of CPU)
+    find = "import importlib.util; print(importlib.util.find_spec('sb3_reset_ppo').origin)"
+    where = _run([sys.executable, "-c", find], cwd=tmp_path, env=env)
     assert where.stdout.strip().startswith(str(site)), where.stdout
-    _run(
-        [sys.executable, "-m", "sb3_reset_ppo.zoo", "train", "--algo", "reset_ppo", "--env", "CueRecall-v0",
-         "-n", "512", "-f", str(tmp_path / "logs"), "--seed", "0", "--hyperparams", "n_envs:2", "n_steps:32"],
-        cwd=tmp_path, env=env, timeout=300,
-    )  # fmt: skip
-    assert (tmp_path / "logs" / "reset_ppo" / "CueRecall-v0_1" / "CueRecall-v0.zip").exists()
-    # The comparison command from the install: its runs record no commit (no checkout), its report is written
+    # The comparison command from the install: it trains through the zoo's command line from the install (with the
+    # packaged config), its runs record no commit (no checkout), its report is written
     out = tmp_path / "compare"
     _run(
         [sys.executable, "-m", "sb3_reset_ppo.compare", "--env", "CueRecall-v0", "--seeds", "1", "--timesteps", "512",
@@ -95,8 +92,12 @@ def test_wheel_holds_package_data_and_runs_the_zoo_from_an_install(tmp_path: Pat
          "n_steps:32", "--workers", "2", "--out", str(out)],
         cwd=tmp_path, env=env, timeout=300,
     )  # fmt: skip
-    run = json.loads((out / "runs" / "reset_ppo" / "CueRecall-v0" / "seed0" / "run.json").read_text())
+    run_dir = out / "runs" / "reset_ppo" / "CueRecall-v0" / "seed0"
+    run = json.loads((run_dir / "run.json").read_text())
     assert run["returncode"] == 0 and run["commit"] == "" and not run["dirty"]
+    assert " -m sb3_reset_ppo.zoo train " in run["command"], run["command"]
+    assert f"--conf-file {site / 'sb3_reset_ppo' / 'zoo' / 'reset_ppo.yml'} " in run["command"], run["command"]
+    assert (run_dir / "reset_ppo" / "CueRecall-v0_1" / "CueRecall-v0.zip").exists()
     assert (out / "REPORT.md").exists() and (out / "figures" / "return_vs_seconds.png").exists()
 
 

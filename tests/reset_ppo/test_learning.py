@@ -35,7 +35,9 @@ def _train_and_evaluate(
 
 @pytest.mark.parametrize("policy", ["MlpLstmPolicy", "MlpGruPolicy"])
 def test_reset_ppo_solves_cue_recall(policy: str) -> None:
-    assert _train_and_evaluate(8, "reset", "uniform", 20_000, policy) >= 0.9
+    # 24 rollouts of 8 envs x 64 steps: seeds 0 to 3 each returned 1.00 there with either cell, the slowest 0.77 (LSTM)
+    # and 0.92 (GRU) four rollouts earlier
+    assert _train_and_evaluate(8, "reset", "uniform", 12_288, policy) >= 0.9
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 import csv
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -10,6 +11,7 @@ import numpy as np
 import optuna
 import pytest
 import yaml
+from helpers import run_zoo_in_process
 
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.common.maskable_evaluation import MaskableEvalCallback
@@ -29,13 +31,22 @@ from sb3_reset_ppo.zoo import (
     timed_evaluation,
 )
 
+# Runs the zoo's command line with the given arguments
+Zoo = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture
+def zoo(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Zoo:
+    """The zoo's command line in this process (:func:`helpers.run_zoo_in_process`)."""
+    return lambda *args: run_zoo_in_process(list(args), capfd, monkeypatch)
+
 
 def _zoo(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sb3_reset_ppo.zoo", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_train_writes_evaluations_and_enjoy_loads(tmp_path: Path) -> None:
-    result = _zoo(
+def test_train_writes_evaluations_and_enjoy_loads(tmp_path: Path, zoo: Zoo) -> None:
+    result = zoo(
         "train", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-n", "512", "--eval-freq", "256",
         "--eval-episodes", "2", "--n-eval-envs", "1", "-f", str(tmp_path), "--seed", "1",
         "--hyperparams", "n_steps:32", "boundary:'mask'", "window_size:8",
@@ -55,14 +66,14 @@ def test_train_writes_evaluations_and_enjoy_loads(tmp_path: Path) -> None:
     rows = training_log.parse_tables(result.stdout)
     timed_rows = [row for row in rows if "time/fps" in row and runner.EVALUATION_SECONDS in row]
     assert timed_rows and timed_rows[-1][runner.EVALUATION_SECONDS] > 0
-    enjoy = _zoo("enjoy", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-f", str(tmp_path), "-n", "30", "--no-render")
+    enjoy = zoo("enjoy", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-f", str(tmp_path), "-n", "30", "--no-render")
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
 
 
-def test_train_attention_memory_from_its_packaged_config(tmp_path: Path) -> None:
+def test_train_attention_memory_from_its_packaged_config(tmp_path: Path, zoo: Zoo) -> None:
     hyperparams = yaml.safe_load(TRXL_CONF_FILE.read_text())
     assert hyperparams["CueRecall-v0"]["policy"] == "MlpTrXLPolicy"
-    result = _zoo(
+    result = zoo(
         "train", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-n", "512", "--conf-file", str(TRXL_CONF_FILE),
         "-f", str(tmp_path), "--seed", "1", "--hyperparams", "n_steps:32",
     )  # fmt: skip
@@ -147,8 +158,8 @@ def test_optuna_sampler_adds_window_size_and_keeps_batch_size_in_transitions() -
 
 
 @pytest.mark.slow
-def test_optimize_runs_one_trial(tmp_path: Path) -> None:
-    result = _zoo(
+def test_optimize_runs_one_trial(tmp_path: Path, zoo: Zoo) -> None:
+    result = zoo(
         "train", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-n", "256", "-optimize", "--n-trials", "1",
         "--n-jobs", "1", "--sampler", "random", "--pruner", "none", "--n-evaluations", "1", "--eval-episodes", "2",
         "-f", str(tmp_path), "--seed", "2", "--hyperparams", "n_envs:2",
@@ -172,14 +183,17 @@ def test_help_and_unknown_script_give_usage_not_tracebacks(capsys: pytest.Captur
         assert "usage: python -m sb3_reset_ppo.zoo {train,enjoy," in (err if not args else out)
         assert "Traceback" not in err
     assert exits[("--help",)] == 0 and exits[()] == 2
-    # Every script we list is one the zoo's command line knows
+    # Every script we list is one the zoo's command line knows, and main calls the function that it calls
+    import importlib
     import inspect
 
     from rl_zoo3 import cli
 
-    from sb3_reset_ppo.zoo import SCRIPTS
+    from sb3_reset_ppo.zoo import SCRIPT_MODULES, SCRIPTS
 
     assert all(f'"{script}":' in inspect.getsource(cli.main) for script in SCRIPTS)
+    for script, module in SCRIPT_MODULES.items():
+        assert getattr(importlib.import_module(module), script) is getattr(cli, script), (script, module)
     unknown = _zoo("trian")
     assert unknown.returncode == 1 and "unknown script 'trian'" in unknown.stderr and "Traceback" not in unknown.stderr
 
@@ -231,8 +245,8 @@ def test_optuna_trials_cost_no_more_than_the_same_ppo_lstm_trial() -> None:
 # maskable_reset_ppo: MaskableResetPPO in the zoo, evaluated and enjoyed with the env's action masks
 
 
-def test_maskable_train_evaluates_with_masks_and_enjoy_uses_them(tmp_path: Path) -> None:
-    result = _zoo(
+def test_maskable_train_evaluates_with_masks_and_enjoy_uses_them(tmp_path: Path, zoo: Zoo) -> None:
+    result = zoo(
         "train", "--algo", "maskable_reset_ppo", "--env", "MaskedCueRecall-v0", "-n", "512", "--eval-freq", "256",
         "--eval-episodes", "20", "--n-eval-envs", "1", "-f", str(tmp_path), "--seed", "1",
         "--hyperparams", "n_steps:32", "window_size:8",
@@ -251,7 +265,7 @@ def test_maskable_train_evaluates_with_masks_and_enjoy_uses_them(tmp_path: Path)
     assert config["n_steps"] == 32 and config["window_size"] == 8
     model = MaskableResetPPO.load(run / "MaskedCueRecall-v0.zip")
     assert type(model) is MaskableResetPPO and model.window_size == 8
-    enjoy = _zoo(
+    enjoy = zoo(
         "enjoy", "--algo", "maskable_reset_ppo", "--env", "MaskedCueRecall-v0", "-f", str(tmp_path), "-n", "100",
         "--no-render",
     )  # fmt: skip
@@ -331,8 +345,8 @@ def test_maskable_trial_eval_callback_reports_memory_keeping_masked_evaluations(
 
 
 @pytest.mark.slow
-def test_maskable_optimize_runs_one_trial_evaluated_with_masks(tmp_path: Path) -> None:
-    result = _zoo(
+def test_maskable_optimize_runs_one_trial_evaluated_with_masks(tmp_path: Path, zoo: Zoo) -> None:
+    result = zoo(
         "train", "--algo", "maskable_reset_ppo", "--env", "MaskedCueRecall-v0", "-n", "256", "-optimize",
         "--n-trials", "1", "--n-jobs", "1", "--sampler", "random", "--pruner", "none", "--n-evaluations", "1",
         "--eval-episodes", "10", "-f", str(tmp_path), "--seed", "2", "--hyperparams", "n_envs:2",

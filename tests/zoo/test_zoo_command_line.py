@@ -3,29 +3,32 @@ The zoo's command line: ``--help`` names the module command, and ``enjoy`` witho
 rendering and says so.
 """
 
-import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-
-
-def _zoo(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sb3_reset_ppo.zoo", *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
+from helpers import run_zoo_in_process
 
 
 @pytest.mark.parametrize("script", ["train", "enjoy"])
-def test_zoo_script_help_names_the_module_command(script: str) -> None:
-    result = _zoo(script, "--help")
-    assert result.returncode == 0, result.stderr[-3000:]
-    usage = result.stdout.splitlines()[0]
+def test_zoo_script_help_names_the_module_command(
+    script: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In this process (an interpreter that imports the RL Zoo costs seconds of CPU), with the sys.argv that
+    # `python -m sb3_reset_ppo.zoo` gives main: the path of __main__.py first
+    import sb3_reset_ppo.zoo
+
+    main_file = Path(sb3_reset_ppo.zoo.__file__).with_name("__main__.py")
+    monkeypatch.setattr(sys, "argv", [str(main_file), script, "--help"])
+    with pytest.raises(SystemExit) as stopped:
+        sb3_reset_ppo.zoo.main()
+    out, err = capsys.readouterr()
+    assert stopped.value.code == 0, err[-3000:]
+    usage = out.splitlines()[0]
     assert re.match(rf"usage: python\S* -m sb3_reset_ppo\.zoo {script} ", usage), usage
-    assert "__main__.py" not in result.stdout
+    assert "__main__.py" not in out
 
 
 def test_no_display_reason() -> None:
@@ -63,7 +66,9 @@ def test_enjoy_without_a_display_does_not_render(capsys: pytest.CaptureFixture[s
     assert capsys.readouterr().err == ""
 
 
-def test_enjoy_runs_unpaced_and_says_so_without_a_display(tmp_path: Path) -> None:
+def test_enjoy_runs_unpaced_and_says_so_without_a_display(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from stable_baselines3.common.env_util import make_vec_env
 
     from sb3_reset_ppo import ResetPPO
@@ -75,10 +80,12 @@ def test_enjoy_runs_unpaced_and_says_so_without_a_display(tmp_path: Path) -> Non
         policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]},
     )  # fmt: skip
     model.save(run / "CueRecall-v0.zip")
-    environ = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER")}
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"):
+        monkeypatch.delenv(name, raising=False)
     # 200 steps paced at CueRecall's render_fps (4) would take 50 s
     start = time.monotonic()
-    result = _zoo("enjoy", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-f", str(tmp_path), "-n", "200", env=environ)
+    enjoy = ["enjoy", "--algo", "reset_ppo", "--env", "CueRecall-v0", "-f", str(tmp_path), "-n", "200"]
+    result = run_zoo_in_process(enjoy, capfd, monkeypatch)
     elapsed = time.monotonic() - start
     assert result.returncode == 0, result.stderr[-3000:]
     assert "no display" in result.stderr and "--no-render" in result.stderr, result.stderr[-3000:]
