@@ -88,15 +88,25 @@ def aggregate(
 
 def _resamples(samples: list[np.ndarray], reps: int) -> list[np.ndarray]:
     """
-    The stratified bootstrap's resamples of each ``(n_runs, n_tasks)`` sample, drawn from numpy's global generator in
-    rliable's order (per resample, each sample's runs of every task in turn), each of shape ``(reps, n_runs, n_tasks)``.
+    The stratified bootstrap's resamples of each ``(n_runs, n_tasks)`` sample (one number of tasks), drawn from numpy's
+    global generator in rliable's order (per resample, each sample's runs of every task in turn), each of shape
+    ``(reps, n_runs, n_tasks)``.
     """
-    draws: list[list[np.ndarray]] = [[] for _ in samples]
-    for _ in range(reps):
-        for sample, drawn in zip(samples, draws, strict=True):
-            drawn.append(np.random.choice(sample.shape[0], sample.shape, replace=True))  # noqa: NPY002
+    runs, tasks = samples[0].shape[0], samples[0].shape[1]
+    if all(sample.shape[0] == runs for sample in samples):
+        # One call draws what rliable's call per resample and sample draws: numpy's legacy bounded integers take the
+        # generator's words in turn, with nothing carried between calls
+        drawn = np.random.choice(runs, (reps, len(samples) * runs, tasks), replace=True)  # noqa: NPY002
+        # (reps, n_samples * n_runs, n_tasks) -> n_samples of (reps, n_runs, n_tasks): each resample's samples in turn
+        indices = [drawn[:, index * runs : (index + 1) * runs] for index in range(len(samples))]
+    else:
+        draws: list[list[np.ndarray]] = [[] for _ in samples]
+        for _ in range(reps):
+            for sample, drawn_runs in zip(samples, draws, strict=True):
+                drawn_runs.append(np.random.choice(sample.shape[0], sample.shape, replace=True))  # noqa: NPY002
+        indices = [np.stack(drawn_runs) for drawn_runs in draws]
     # Run indices (reps, n_runs, n_tasks) with task indices (n_tasks,): each resample picks runs within each task
-    return [sample[np.stack(drawn), np.arange(sample.shape[1])] for sample, drawn in zip(samples, draws, strict=True)]
+    return [sample[index, np.arange(tasks)] for sample, index in zip(samples, indices, strict=True)]
 
 
 def _resampled_iqm_and_mean(resamples: np.ndarray) -> np.ndarray:

@@ -28,15 +28,17 @@ def assert_bitwise_equal(found: tuple[dict[str, Any], ...], expected: tuple[dict
 
 @st.composite
 def score_dicts(draw: st.DrawFn) -> tuple[dict[str, np.ndarray], str | None]:
-    """1 to 3 variants of 1 to 12 runs on 1 to 3 tasks (one count of tasks), from few values (ties) or any floats."""
+    """1 to 3 variants of 1 to 12 runs on 1 to 3 tasks (one number of tasks), from few values (ties) or any floats."""
     tasks = draw(st.integers(1, 3))
     variants = draw(st.integers(1, 3))
     tied = st.integers(0, 4).map(lambda v: v / 3)
     wide = st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=False)
     values = draw(st.sampled_from([tied, wide]))
     score_dict = {}
+    # Variants of one number of runs (as a study's arms have) or of any
+    same_runs = draw(st.one_of(st.none(), st.integers(1, 12)))
     for index in range(variants):
-        runs = draw(st.integers(1, 12))
+        runs = draw(st.integers(1, 12)) if same_runs is None else same_runs
         cells = draw(st.lists(values, min_size=runs * tasks, max_size=runs * tasks))
         score_dict[f"v{index}"] = np.array(cells).reshape(runs, tasks)  # (runs * tasks,) -> (runs, tasks)
     baseline = draw(st.sampled_from([None, *score_dict]))
