@@ -58,7 +58,8 @@ def aggregate(
 
     others = [] if baseline is None else [(v, baseline) for v in score_dict if v != baseline]
     pairs = {f"{v},{base}": (score_dict[v], score_dict[base]) for v, base in others}
-    # rliable's estimates, with their numbers, from arrays whose resamples the vectorised metrics evaluate alike
+    # rliable's estimates to the last bit, its metrics evaluated on all resamples at once (tests/experiments/
+    # test_stats_bootstrap.py); other scores (integers, NaN that scipy's Mann-Whitney propagates) take rliable's loop
     vectorised = all(
         isinstance(scores, np.ndarray) and scores.dtype == np.float64 and not np.isnan(scores).any()
         for scores in score_dict.values()
@@ -129,10 +130,14 @@ def _resampled_probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.nd
     product of the runs, the count of pairs where ``x`` is above plus half the ties (an exact float, as scipy's rank sum
     is), averaged over tasks.
     """
-    # (reps, n_x, 1, n_tasks) against (reps, 1, n_y, n_tasks): every pair of runs per task
-    above = (x[:, :, None, :] > y[:, None, :, :]).sum(axis=(1, 2))
-    ties = (x[:, :, None, :] == y[:, None, :, :]).sum(axis=(1, 2))
-    per_task = (above + 0.5 * ties) / (x.shape[1] * y.shape[1])
+    # Resamples in chunks of about 4M pairs of runs, so that the memory stays bounded for many runs and tasks
+    chunk = max(1, 2**22 // (x.shape[1] * y.shape[1] * x.shape[2]))
+    u_statistics = []
+    for start in range(0, x.shape[0], chunk):
+        # (chunk, n_x, 1, n_tasks) against (chunk, 1, n_y, n_tasks): every pair of runs per task
+        above, below = x[start : start + chunk, :, None, :], y[start : start + chunk, None, :, :]
+        u_statistics.append((above > below).sum(axis=(1, 2)) + 0.5 * (above == below).sum(axis=(1, 2)))
+    per_task = np.concatenate(u_statistics) / (x.shape[1] * y.shape[1])
     return np.mean(per_task, axis=1)[:, None]
 
 

@@ -108,3 +108,11 @@ def test_a_metric_summed_in_another_order_is_caught(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(stats, "_resampled_iqm_and_mean", sorted_iqm_and_mean)
     with pytest.raises(AssertionError):
         assert_bitwise_equal(stats.aggregate(score_dict, 200), rliable_aggregate(score_dict, 200))
+
+
+def test_the_probability_of_many_runs_and_tasks_in_chunks_is_rliables() -> None:
+    # 70 runs on 20 tasks: the pairs of runs are counted in chunks of 42 resamples (90 resamples: three chunks)
+    rng = np.random.default_rng(3)
+    x, y = rng.integers(0, 9, size=(90, 70, 20)).astype(float), rng.integers(0, 9, size=(90, 70, 20)).astype(float)
+    expected = np.array([[metrics.probability_of_improvement(a, b)] for a, b in zip(x, y, strict=True)])
+    assert stats._resampled_probability_of_improvement(x, y).tobytes() == expected.tobytes()
