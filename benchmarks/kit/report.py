@@ -328,7 +328,9 @@ def moved(name: str) -> str:
     """
     if (BENCHMARKS.parent / name).exists() or not name.startswith("benchmarks/"):
         return name
-    found = sorted(BENCHMARKS.glob(f"*/**/{Path(name).name}"))
+    # Each folder of benchmarks/ but the stored runs' (thousands of files, none of them moved there)
+    folders = [folder for folder in BENCHMARKS.iterdir() if folder.is_dir() and folder.name != "results"]
+    found = sorted(path for folder in folders for path in folder.glob(f"**/{Path(name).name}"))
     found = [path for path in found if "results" not in path.relative_to(BENCHMARKS).parts]
     return str(found[0].relative_to(BENCHMARKS.parent)) if len(found) == 1 else name
 

@@ -357,3 +357,17 @@ def test_report_draws_diagnostics_and_counts_collapses(tmp_path: Path) -> None:
     assert report.diagnostics_figure(runs, "CueRecall-v0", ["ev_reset", "ev_mask"], path, ["approx_kl", "memory_staleness"])
     assert path.stat().st_size > 0
     assert not report.diagnostics_figure(runs[1:], "CueRecall-v0", ["ev_mask"], tmp_path / "none.png", ["approx_kl"])
+
+
+def test_a_moved_file_is_found_where_it_is_now_outside_the_stored_runs() -> None:
+    report = _load("report")
+    # Recorded at benchmarks/ (or in a folder since renamed), now in the studies' folder
+    assert report.moved("benchmarks/evidence.yml") == "benchmarks/studies/evidence/evidence.yml"
+    assert report.moved("benchmarks/old/evidence.yml") == "benchmarks/studies/evidence/evidence.yml"
+    # Still where it was, not under benchmarks/, in no folder, or in several (every study has a study.yml)
+    assert report.moved("benchmarks/README.md") == "benchmarks/README.md"
+    assert report.moved("other/evidence.yml") == "other/evidence.yml"
+    assert report.moved("benchmarks/no_such_file.yml") == "benchmarks/no_such_file.yml"
+    assert report.moved("benchmarks/study.yml") == "benchmarks/study.yml"
+    # Files of the stored runs never count (each run's folder holds a run.json)
+    assert report.moved("benchmarks/run.json") == "benchmarks/run.json"

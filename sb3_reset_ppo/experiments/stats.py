@@ -58,17 +58,97 @@ def aggregate(
 
     others = [] if baseline is None else [(v, baseline) for v in score_dict if v != baseline]
     pairs = {f"{v},{base}": (score_dict[v], score_dict[base]) for v, base in others}
+    # rliable's estimates to the last bit, its metrics evaluated on all resamples at once (tests/experiments/
+    # test_stats_bootstrap.py); other scores (integers, NaN that scipy's Mann-Whitney propagates) take rliable's loop
+    vectorised = all(
+        isinstance(scores, np.ndarray) and scores.dtype == np.float64 and not np.isnan(scores).any()
+        for scores in score_dict.values()
+    )
     # A fixed bootstrap seed, so the same runs give the same report; rliable 1.2 resamples from numpy's global generator
     state = np.random.get_state()  # noqa: NPY002
     np.random.seed(0)  # noqa: NPY002  (rliable samples from the global generator)
     try:
-        point, interval = library.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
-        poi, poi_ci = (
-            library.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
-        )
+        if vectorised:
+            point, interval = {}, {}
+            for name, scores in score_dict.items():
+                point[name] = iqm_and_mean(scores)
+                interval[name] = _percentile_interval(_resampled_iqm_and_mean(*_resamples([scores], reps)))
+            poi, poi_ci = {}, {}
+            for pair, (x, y) in pairs.items():
+                poi[pair] = metrics.probability_of_improvement(x, y)
+                poi_ci[pair] = _percentile_interval(_resampled_probability_of_improvement(*_resamples([x, y], reps)))
+        else:
+            point, interval = library.get_interval_estimates(score_dict, iqm_and_mean, reps=reps)
+            poi, poi_ci = (
+                library.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) if pairs else ({}, {})
+            )
     finally:
         np.random.set_state(state)  # noqa: NPY002
     return point, interval, poi, poi_ci
+
+
+def _resamples(samples: list[np.ndarray], reps: int) -> list[np.ndarray]:
+    """
+    The stratified bootstrap's resamples of each ``(n_runs, n_tasks)`` sample (one number of tasks), drawn from numpy's
+    global generator in rliable's order (per resample, each sample's runs of every task in turn), each of shape
+    ``(reps, n_runs, n_tasks)``.
+    """
+    runs, tasks = samples[0].shape[0], samples[0].shape[1]
+    if all(sample.shape[0] == runs for sample in samples):
+        # One call draws what rliable's call per resample and sample draws: numpy's legacy bounded integers take the
+        # generator's words in turn, with nothing carried between calls
+        drawn = np.random.choice(runs, (reps, len(samples) * runs, tasks), replace=True)  # noqa: NPY002
+        # (reps, n_samples * n_runs, n_tasks) -> n_samples of (reps, n_runs, n_tasks): each resample's samples in turn
+        indices = [drawn[:, index * runs : (index + 1) * runs] for index in range(len(samples))]
+    else:
+        draws: list[list[np.ndarray]] = [[] for _ in samples]
+        for _ in range(reps):
+            for sample, drawn_runs in zip(samples, draws, strict=True):
+                drawn_runs.append(np.random.choice(sample.shape[0], sample.shape, replace=True))  # noqa: NPY002
+        indices = [np.stack(drawn_runs) for drawn_runs in draws]
+    # Run indices (reps, n_runs, n_tasks) with task indices (n_tasks,): each resample picks runs within each task
+    return [sample[index, np.arange(tasks)] for sample, index in zip(samples, indices, strict=True)]
+
+
+def _resampled_iqm_and_mean(resamples: np.ndarray) -> np.ndarray:
+    """
+    rliable's ``[IQM, mean]`` of each resample, shape ``(reps, 2)``: scipy's ``trim_mean`` (a partition, the middle
+    half's mean) and the mean of the task means, in numpy's order of operations per resample, so the floats are equal.
+    """
+    reps, runs, tasks = resamples.shape
+    flat = resamples.reshape(reps, runs * tasks)  # (reps, n_runs, n_tasks) -> (reps, n_runs * n_tasks), as ravel
+    low = int(0.25 * flat.shape[1])
+    high = flat.shape[1] - low
+    iqm = np.mean(np.partition(flat, (low, high - 1), axis=1)[:, low:high], axis=1)
+    mean = np.mean(np.mean(resamples, axis=1), axis=1)
+    return np.stack([iqm, mean], axis=1)
+
+
+def _resampled_probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """
+    rliable's probability of improvement of each resample pair, shape ``(reps, 1)``: per task Mann-Whitney's U over the
+    product of the runs, the count of pairs where ``x`` is above plus half the ties (an exact float, as scipy's rank sum
+    is), averaged over tasks.
+    """
+    # Resamples in chunks of about 4M pairs of runs, so that the memory stays bounded for many runs and tasks
+    chunk = max(1, 2**22 // (x.shape[1] * y.shape[1] * x.shape[2]))
+    u_statistics = []
+    for start in range(0, x.shape[0], chunk):
+        # (chunk, n_x, 1, n_tasks) against (chunk, 1, n_y, n_tasks): every pair of runs per task
+        above, below = x[start : start + chunk, :, None, :], y[start : start + chunk, None, :, :]
+        u_statistics.append((above > below).sum(axis=(1, 2)) + 0.5 * (above == below).sum(axis=(1, 2)))
+    per_task = np.concatenate(u_statistics) / (x.shape[1] * y.shape[1])
+    return np.mean(per_task, axis=1)[:, None]
+
+
+def _percentile_interval(results: np.ndarray, size: float = 0.95) -> np.ndarray:
+    """arch's percentile interval (``conf_int``) of bootstrap estimates ``(reps, k)``: shape ``(2, k)``, rows low and high."""
+    alpha = (1.0 - size) / 2
+    percentiles = [100 * alpha, 100 * (1.0 - alpha)]
+    lower, upper = np.zeros(results.shape[1]), np.zeros(results.shape[1])
+    for i in range(results.shape[1]):
+        lower[i], upper[i] = np.percentile(results[:, i], percentiles)
+    return np.vstack((lower, upper))
 
 
 def probability_triple(poi: dict[str, Any], poi_ci: dict[str, Any], pair: str) -> list[float]:
