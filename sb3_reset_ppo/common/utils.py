@@ -127,7 +127,9 @@ def read_zoo_yaml(path: Path) -> Any:
     """A YAML file the RL Zoo saved (``config.yml``, ``args.yml``), read safely with its ``OrderedDict`` tag as a dict."""
     import yaml  # rl_zoo3's dependency, not the core's
 
-    class ZooLoader(yaml.SafeLoader):
+    # libyaml's parser where PyYAML was built with it (the constructors, hence the values, are the same): a study's
+    # report reads a thousand of these files
+    class ZooLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
         """A safe loader that reads the ``OrderedDict`` the zoo dumps with its Python tag."""
 
     # !!python/object/apply:collections.OrderedDict [[[key, value], ...]]
