@@ -16,6 +16,7 @@ Usage: python benchmarks/kit/report.py [--grid benchmarks/results/grid] [--out b
 """
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -86,6 +87,8 @@ DIAGNOSTICS = ["approx_kl", "clip_fraction", "explained_variance", "kept_slot_fr
 PACKAGES = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium", "rl_zoo3", "rliable", "numpy", "sb3-reset-ppo"]
 
 
+# Seeded, so the same for every report: reports made in one process (a study's, the tests') roll it out once
+@functools.cache
 def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
     """The random policy's mean return on ``env_id`` over ``episodes`` episodes (seeded), for the normalisation."""
     import rl_zoo3.import_envs  # noqa: F401  (NoVel envs)
