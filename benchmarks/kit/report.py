@@ -624,10 +624,13 @@ class Report:
             xlabel_y_coordinate=-0.3,
         )
         figure.savefig(self.args.figures / f"{name}.png", dpi=100, bbox_inches="tight")
+        # Closed once written: reports made in one process (benchmarks/kit/scripts.py) would otherwise keep them all
+        plt.close(figure)
         lines += ["", f"![{name}]({self.link(name + '.png')})", ""]
         if poi:
             axes = plot_utils.plot_probability_of_improvement(poi, poi_ci)
             axes.figure.savefig(self.args.figures / f"{name}_probability_of_improvement.png", dpi=100, bbox_inches="tight")
+            plt.close(axes.figure)
             lines += [f"![probability of improvement]({self.link(name + '_probability_of_improvement.png')})", ""]
         return lines
 
