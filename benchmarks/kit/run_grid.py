@@ -388,7 +388,8 @@ def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: in
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", choices=["grid", "fresh_memory", "gru", "evidence", "coverage"], default="grid",
                         help="default envs and variants: the published grid, the fresh-memory or the GRU study")  # fmt: skip
@@ -408,7 +409,7 @@ def main() -> None:
                         help="a Ray cluster's address: runs train there as tasks of one CPU (not with --minutes)")  # fmt: skip
     parser.add_argument("--steps", type=int, default=None,
                         help="env steps per run instead of the config's budget (a smoke test; needs --out)")  # fmt: skip
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.steps is not None and (args.steps < 1 or args.out is None):
         parser.error(f"--steps must be positive and needs --out (a study's folder keeps its budget), got {args.steps}")
     if args.address and args.minutes is not None:
@@ -427,7 +428,7 @@ def main() -> None:
     args.envs = args.envs or studies[args.study][0]
     args.variants = args.variants or studies[args.study][1]
     args.out = args.out or BENCHMARKS / "results" / args.study
-    print("command: python " + " ".join(sys.argv), flush=True)
+    print("command: python " + " ".join(["benchmarks/kit/run_grid.py", *argv]), flush=True)
     jobs = [
         {"variant": variant, "env": env_id, "seed": seed, "run_dir": args.out / variant / env_id / f"seed{seed}",
          "eval_episodes": args.eval_episodes, "steps": args.steps}

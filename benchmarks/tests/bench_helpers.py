@@ -109,10 +109,9 @@ def _interrupted(code: str, *args: str) -> dict[str, Any]:
 LONGEST_FIRST = (
     "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[gru]",
     "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[masking_fair]",
-    "benchmarks/tests/test_bench_grid.py::test_a_run_that_fails_with_an_error_is_recorded_and_not_retried",
     "benchmarks/tests/test_bench_tune.py::test_tuning_rerun_refuses_a_partial_or_missing_search",
-    "benchmarks/tests/test_masking_fair_envs.py::test_fair_returns_of_memoryless_frame_stack_and_memory_policies",
     "benchmarks/tests/test_bench_tune.py::test_tuning_queues_again_a_trial_cut_by_ctrl_c",
+    "benchmarks/tests/test_masking_fair_envs.py::test_fair_returns_of_memoryless_frame_stack_and_memory_policies",
     "benchmarks/tests/test_bench_decisions.py::test_evidence_report_writes_the_protocols_reports_and_readme_tables",
 )
 
