@@ -16,6 +16,7 @@ Usage: python benchmarks/kit/report.py [--grid benchmarks/results/grid] [--out b
 """
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -86,6 +87,8 @@ DIAGNOSTICS = ["approx_kl", "clip_fraction", "explained_variance", "kept_slot_fr
 PACKAGES = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium", "rl_zoo3", "rliable", "numpy", "sb3-reset-ppo"]
 
 
+# Seeded, so the same for every report: reports made in one process (a study's, the tests') roll it out once
+@functools.cache
 def random_return(env_id: str, episodes: int = 500, seed: int = 0) -> float:
     """The random policy's mean return on ``env_id`` over ``episodes`` episodes (seeded), for the normalisation."""
     import rl_zoo3.import_envs  # noqa: F401  (NoVel envs)
@@ -621,10 +624,13 @@ class Report:
             xlabel_y_coordinate=-0.3,
         )
         figure.savefig(self.args.figures / f"{name}.png", dpi=100, bbox_inches="tight")
+        # Closed once written: reports made in one process (benchmarks/kit/scripts.py) would otherwise keep them all
+        plt.close(figure)
         lines += ["", f"![{name}]({self.link(name + '.png')})", ""]
         if poi:
             axes = plot_utils.plot_probability_of_improvement(poi, poi_ci)
             axes.figure.savefig(self.args.figures / f"{name}_probability_of_improvement.png", dpi=100, bbox_inches="tight")
+            plt.close(axes.figure)
             lines += [f"![probability of improvement]({self.link(name + '_probability_of_improvement.png')})", ""]
         return lines
 

@@ -35,6 +35,7 @@ Usage: python benchmarks/kit/run_grid.py [--study grid|fresh_memory|gru|evidence
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -147,13 +148,29 @@ def conf_file(variant: str) -> Path:
     return spec.get("conf", RESET_PPO_CONF if spec["algo"] == "reset_ppo" else PPO_LSTM_CONF)
 
 
+@functools.cache
+def _parse_conf(text: str) -> dict[str, Any]:
+    """A hyperparameter file's text parsed, once per text: planning a grid asks for it once per job. Read only."""
+    return dict(yaml.safe_load(text))
+
+
+def read_conf(path: Path) -> dict[str, Any]:
+    """
+    The entries of a hyperparameter file, env -> settings (shared between calls: callers must not change them).
+
+    :param path: the file
+    :return: its entries
+    """
+    return _parse_conf(path.read_text())
+
+
 def coverage_window(variant: str, env_id: str) -> int:
     """
     The window length a coverage arm trains with on an env (``benchmarks/studies/coverage/PROTOCOL.md``): its
     ``window_size``, capped at the env's ``n_steps``, with ``'batch'`` = ``min(batch_size, n_steps)`` and
     ``'rollout'`` = ``n_steps`` (ResetPPO's defaults, 128 and 128, where the file sets none).
     """
-    entry = yaml.safe_load(EVIDENCE_CONF.read_text())[env_id]
+    entry = read_conf(EVIDENCE_CONF)[env_id]
     n_steps, batch_size = int(entry.get("n_steps", 128)), int(entry.get("batch_size", 128))
     window = COVERAGE_ARMS[variant]["window"]
     if window == "rollout":
@@ -190,7 +207,7 @@ def hyperparams(variant: str, env_id: str, own_conf: bool = True) -> list[str]:
         return [*spec["hyperparams"], f"window_size:{coverage_window(variant, env_id)}"]
     settings = list(spec["hyperparams"])
     if spec["algo"] == "reset_ppo" and not spec.get("today_defaults", False):
-        entry = yaml.safe_load(conf_file(variant).read_text()).get(env_id, {}) if own_conf else {}
+        entry = read_conf(conf_file(variant)).get(env_id, {}) if own_conf else {}
         named = {setting.split(":")[0] for setting in settings} | set(entry)
         for pinned in (OLD_DEFAULT_COVERAGE, *([OLD_DEFAULT_WINDOW] if own_conf else [])):
             if pinned.split(":")[0] not in named:
@@ -371,7 +388,8 @@ def forecast(jobs: list[dict[str, Any]], todo: list[dict[str, Any]], workers: in
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", choices=["grid", "fresh_memory", "gru", "evidence", "coverage"], default="grid",
                         help="default envs and variants: the published grid, the fresh-memory or the GRU study")  # fmt: skip
@@ -391,7 +409,7 @@ def main() -> None:
                         help="a Ray cluster's address: runs train there as tasks of one CPU (not with --minutes)")  # fmt: skip
     parser.add_argument("--steps", type=int, default=None,
                         help="env steps per run instead of the config's budget (a smoke test; needs --out)")  # fmt: skip
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.steps is not None and (args.steps < 1 or args.out is None):
         parser.error(f"--steps must be positive and needs --out (a study's folder keeps its budget), got {args.steps}")
     if args.address and args.minutes is not None:
@@ -410,7 +428,7 @@ def main() -> None:
     args.envs = args.envs or studies[args.study][0]
     args.variants = args.variants or studies[args.study][1]
     args.out = args.out or BENCHMARKS / "results" / args.study
-    print("command: python " + " ".join(sys.argv), flush=True)
+    print("command: python " + " ".join(["benchmarks/kit/run_grid.py", *argv]), flush=True)
     jobs = [
         {"variant": variant, "env": env_id, "seed": seed, "run_dir": args.out / variant / env_id / f"seed{seed}",
          "eval_episodes": args.eval_episodes, "steps": args.steps}

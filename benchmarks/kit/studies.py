@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from benchmarks.kit import rundata
+from benchmarks.kit.scripts import run_script
 
 HERE = Path(__file__).resolve().parent
 
@@ -269,7 +270,7 @@ def report(study: Study, pages: Path | None = None, summaries: Path = SUMMARIES)
     # The report commands read run folders (their own study's and others'): unpacked from the tables where needed
     rundata.ensure_all()
     for command in commands(study, "report", pages, summaries):
-        subprocess.run([sys.executable, *command], check=True, cwd=ROOT)
+        run_script(command)
     for entry in study.pages():
         page = pages / entry.page
         page.write_text(arrange(page.read_text(), entry, summaries))

@@ -102,17 +102,17 @@ def _interrupted(code: str, *args: str) -> dict[str, Any]:
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-# The longest tests of benchmarks/tests (a study's pages regenerated with 2,000-resample bootstraps), longest first.
-# They run first (conftest.py): pytest orders the paths of the command line by folder, so a long test may otherwise
-# start last and leave the other xdist worker idle at the end. test_test_order.py checks that each id is collected
+# The longest tests of benchmarks/tests, longest first (by their measured durations; a fresh clone's first study
+# regeneration also unpacks the stored runs' tables, about 5 CPU s). They run first (conftest.py): pytest orders the
+# paths of the command line by folder, so a long test may otherwise start last and leave the other xdist worker idle
+# at the end. test_test_order.py checks that each id is collected
 LONGEST_FIRST = (
-    "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[masking_fair]",
     "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[gru]",
+    "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[masking_fair]",
+    "benchmarks/tests/test_bench_tune.py::test_tuning_rerun_refuses_a_partial_or_missing_search",
+    "benchmarks/tests/test_bench_tune.py::test_tuning_queues_again_a_trial_cut_by_ctrl_c",
+    "benchmarks/tests/test_masking_fair_envs.py::test_fair_returns_of_memoryless_frame_stack_and_memory_policies",
     "benchmarks/tests/test_bench_decisions.py::test_evidence_report_writes_the_protocols_reports_and_readme_tables",
-    "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[masking]",
-    "benchmarks/tests/test_coverage_study.py::test_grid_analysis_and_decision_on_a_synthetic_grid",
-    "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[zoo_rows]",
-    "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[remainder]",
 )
 
 

@@ -4,13 +4,13 @@ The evidence study's reports (``benchmarks/studies/evidence/evidence_report.py``
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from bench_helpers import ROOT, _fake_run, _load
+
+from benchmarks.kit.scripts import run_script
 
 
 def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path: Path) -> None:
@@ -27,8 +27,7 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
 
     def write_reports(*only: str) -> str:
         command = [
-            sys.executable,
-            str(ROOT / "benchmarks" / "studies" / "evidence" / "evidence_report.py"),
+            "benchmarks/studies/evidence/evidence_report.py",
             "--out-dir",
             str(out_dir),
             "--summaries",
@@ -36,7 +35,7 @@ def test_evidence_report_writes_the_protocols_reports_and_readme_tables(tmp_path
         ]
         command += ["--evidence", str(grid), "--tuned", str(tmp_path / "missing"), "--min-seeds", "2", "--reps", "50"]
         command += ["--evaluations", "3", *(["--only", *only] if only else [])]
-        return subprocess.run(command, check=True, capture_output=True, text=True, timeout=600).stdout
+        return run_script(command, capture=True)
 
     assert "no finished tuned re-run" in write_reports() and not (out_dir / "RESULTS_tuned.md").exists()
     primary = (out_dir / "RESULTS.md").read_text()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from bench_helpers import ROOT, _fake_run, _interrupted, _load
 
+from benchmarks.kit.scripts import run_script
 from sb3_reset_ppo.experiments import executors, runner, stats
 
 # ResetPPO's window settings before the coverage study, named by the earlier studies' runs
@@ -37,15 +38,9 @@ def test_grid_commands_and_resume(tmp_path: Path) -> None:
     # Finished runs (run.json present) are skipped: nothing is trained here
     for seed in range(2):
         _fake_run(tmp_path, "reset", "CueRecall-v0", seed, [1.0])
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "kit" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
-        + ["--seeds", "2", "--out", str(tmp_path)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert "2 of 2 runs already done; 0 to run" in result.stdout
+    grid = ["benchmarks/kit/run_grid.py", "--envs", "CueRecall-v0", "--variants", "reset", "--seeds", "2"]
+    printed = run_script([*grid, "--out", str(tmp_path)], capture=True)
+    assert "2 of 2 runs already done; 0 to run" in printed
 
 
 def test_fresh_memory_study_commands() -> None:
@@ -235,14 +230,14 @@ def test_a_run_that_fails_with_an_error_is_recorded_and_not_retried(tmp_path: Pa
     failed_dir = tmp_path / "grid" / "reset" / "CueRecall-v0" / "seed0"
     failed_dir.mkdir(parents=True)
     (failed_dir / "failed.json").write_text(json.dumps({"returncode": 3}))
-    grid = [sys.executable, str(ROOT / "benchmarks" / "kit" / "run_grid.py"), "--envs", "CueRecall-v0", "--variants", "reset"]
+    grid = ["benchmarks/kit/run_grid.py", "--envs", "CueRecall-v0", "--variants", "reset"]
     grid += ["--seeds", "2", "--out", str(tmp_path / "grid"), "--forecast"]
-    output = subprocess.run(grid, check=True, capture_output=True, text=True, timeout=120).stdout
+    output = run_script(grid, capture=True)
     assert "1 of 2 runs already done; 1 to run" in output
     assert (
         "1 failed with an error (failed.json; not retried; --retry-failed retries them): reset CueRecall-v0 seed 0" in output
     )
-    output = subprocess.run([*grid, "--retry-failed"], check=True, capture_output=True, text=True, timeout=120).stdout
+    output = run_script([*grid, "--retry-failed"], capture=True)
     assert "0 of 2 runs already done; 2 to run" in output and "retried now" in output
 
 

@@ -5,16 +5,15 @@ collapses, training diagnostics), the power calculation and the README tables.
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from bench_helpers import ROOT, _fake_run, _load
+from bench_helpers import _fake_run, _load
 from scipy.stats import trim_mean
 
+from benchmarks.kit.scripts import run_script
 from sb3_reset_ppo.envs import random_policy_return
 from sb3_reset_ppo.experiments import stats, training_log
 
@@ -32,12 +31,10 @@ def test_report_on_a_synthetic_grid(tmp_path: Path) -> None:
         _fake_run(grid, "reset", "CartPoleNoVel-v1", seed, [100.0, 200.0], seconds=2 * (10.0 + seed), commit="other")
         _fake_run(grid, "mask", "CartPoleNoVel-v1", seed, [100.0, 300.0])
     out, figures = tmp_path / "RESULTS.md", tmp_path / "figures"
-    subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "kit" / "report.py"), "--grid", str(grid), "--out", str(out)]
+    run_script(
+        ["benchmarks/kit/report.py", "--grid", str(grid), "--out", str(out)]
         + ["--figures", str(figures), "--reps", "50", "--json", str(tmp_path / "summary.json")],
-        check=True,
-        capture_output=True,
-        timeout=300,
+        capture=True,
     )
     text = out.read_text()
     lines = text.splitlines()
@@ -92,12 +89,10 @@ def test_report_uses_evaluations_within_the_budget_and_never_replaces_a_missing_
         _fake_run(grid, "mask", "CueRecall-v0", seed, [0.3, 0.4])
     _fake_run(grid, "mask", "CueRecall-v0", 1, [0.3], returncode=1)
     out = tmp_path / "RESULTS.md"
-    subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "kit" / "report.py"), "--grid", str(grid), "--out", str(out)]
+    run_script(
+        ["benchmarks/kit/report.py", "--grid", str(grid), "--out", str(out)]
         + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3", "--final-evaluations", "2"],
-        check=True,
-        capture_output=True,
-        timeout=300,
+        capture=True,
     )
     text = out.read_text()
     lines = text.splitlines()
@@ -133,13 +128,11 @@ def test_report_lists_runs_that_failed_and_shows_an_undefined_p(tmp_path: Path) 
     _fake_run(grid, "reset", "EarlyChoice-v0", 3, [2.0, 3.0])
     (grid / "reset" / "EarlyChoice-v0" / "seed3" / "failed.json").write_text(json.dumps({**failed_run, "variant": "reset"}))
     summary_file = tmp_path / "summary.json"
-    subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "kit" / "report.py"), "--grid", str(grid), "--out", str(tmp_path / "R.md")]
+    run_script(
+        ["benchmarks/kit/report.py", "--grid", str(grid), "--out", str(tmp_path / "R.md")]
         + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3", "--json", str(summary_file)]
         + ["--baseline", "mask", "--variants", "reset", "mask"],
-        check=True,
-        capture_output=True,
-        timeout=300,
+        capture=True,
     )
     text = (tmp_path / "R.md").read_text()
     summary = json.loads(summary_file.read_text())
@@ -236,14 +229,12 @@ def test_report_of_another_study_with_its_baseline_and_final_evaluations(tmp_pat
     out = tmp_path / "RESULTS.md"
     (tmp_path / "study.md").write_text("## The study's notes\n")
     (tmp_path / "other.md").write_text("## Other studies\n")
-    subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "kit" / "report.py"), "--grid", str(grid), str(other), "--out", str(out)]
+    run_script(
+        ["benchmarks/kit/report.py", "--grid", str(grid), str(other), "--out", str(out)]
         + ["--figures", str(tmp_path / "figures"), "--reps", "50", "--min-seeds", "3"]
         + ["--variants", "fm_off", "fm_refresh", "--baseline", "fm_off", "--final-evaluations", "2"]
         + ["--notes", str(tmp_path / "study.md"), str(tmp_path / "other.md")],
-        check=True,
-        capture_output=True,
-        timeout=300,
+        capture=True,
     )
     text = out.read_text()
     # Several notes files, in the order given, before the first table
@@ -332,13 +323,11 @@ def test_report_draws_diagnostics_and_counts_collapses(tmp_path: Path) -> None:
         rows = [{"train/approx_kl": 0.01 * k, "train/kept_slot_fraction": 1.0} for k in range(3)]
         training_log.write_csv(rows, grid / "ev_reset" / "CueRecall-v0" / f"seed{seed}" / "progress.csv.gz")
     out, figures = tmp_path / "RESULTS.md", tmp_path / "figures"
-    subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "kit" / "report.py"), "--grid", str(grid), "--out", str(out)]
+    run_script(
+        ["benchmarks/kit/report.py", "--grid", str(grid), "--out", str(out)]
         + ["--figures", str(figures), "--reps", "50", "--min-seeds", "2", "--variants", "ev_reset", "ev_mask"]
         + ["--baseline", "ev_mask", "--focus", "ev_reset", "--diagnostics", "--title", "Evidence"],
-        check=True,
-        capture_output=True,
-        timeout=300,
+        capture=True,
     )
     text = out.read_text()
     assert text.startswith("# Evidence")

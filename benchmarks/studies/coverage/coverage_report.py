@@ -806,13 +806,13 @@ def analysis_markdown(grid: dict[str, Any], decision: dict[str, Any], ratios: di
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
     parser.add_argument("--out", type=Path, default=HERE, help="folder of the page and its figures/ (default: this study's)")
     parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help="folder of coverage_summary.json")
     parser.add_argument("--results", type=Path, default=BENCHMARKS / "results", help="folder of the runs")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
     random = report.random_return(port_case.ENV_ID)
     port_runs = load_port(args.results / "coverage" / "port")

@@ -445,20 +445,19 @@ def document(
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--primary", type=Path, required=True, help="the primary report's JSON (report.py --json)")
     parser.add_argument("--secondary", type=Path, default=None, help="the secondary report's JSON")
     parser.add_argument("--tuned", type=Path, default=None, help="the tuned report's JSON (Q4)")
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here (default: print it)")
-    args = parser.parse_args()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
     primary, secondary, tuned = (
         json.loads(path.read_text()) if path else None for path in (args.primary, args.secondary, args.tuned)
     )
     try:
-        text = document(
-            primary, secondary, tuned, "python " + shlex.join(["benchmarks/studies/evidence/decisions.py", *sys.argv[1:]])
-        )
+        text = document(primary, secondary, tuned, "python " + shlex.join(["benchmarks/studies/evidence/decisions.py", *argv]))
     except ValueError as error:
         parser.error(str(error))
     if args.out is None:

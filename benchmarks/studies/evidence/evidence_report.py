@@ -2,7 +2,7 @@
 The evidence study's reports (``benchmarks/studies/evidence/PROTOCOL.md``, amendment 4) in one command, so that the report is
 regenerated from the runs exactly as the protocol fixed it.
 
-Runs ``report.py`` (as a subprocess, so each report states its own command) for:
+Runs ``report.py`` (in this process, ``benchmarks/kit/scripts.py``; each report states its own command) for:
 
 - the primary arms (``ev_reset``, ``ev_reset_importance``, ``ev_mask``, ``ev_mask_kept``, ``ev_rppo``) on the
   study's 9 envs: ``RESULTS.md`` (with the study's notes, then the other studies' summary), figures in
@@ -30,11 +30,10 @@ Usage: python benchmarks/studies/evidence/evidence_report.py [--out-dir DIR] [--
 
 import argparse
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 from benchmarks.kit import run_grid, rundata
+from benchmarks.kit.scripts import run_script
 from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
@@ -66,7 +65,7 @@ def report_commands(
     evaluations: int = runner.EVALUATIONS_PER_RUN,
 ) -> dict[str, list[str]]:
     """
-    The ``report.py`` command line of each report to write.
+    The ``report.py`` command of each report to write: the script, then its arguments.
 
     The command runs from the repository's root: relative paths are relative to it.
 
@@ -102,7 +101,7 @@ def report_commands(
     for name in only:
         grids, variants, baseline, first_seed, envs, out, title, notes, command = settings[name]
         commands[name] = [
-            sys.executable, "benchmarks/kit/report.py", "--grid", *map(str, grids), "--variants", *variants,
+            "benchmarks/kit/report.py", "--grid", *map(str, grids), "--variants", *variants,
             "--baseline", baseline, "--first-seed", str(first_seed), "--envs", *envs, "--out", str(out_dir / out),
             "--figures", str(out_dir / "figures" / name), "--json", str(summaries / f"evidence_{name}_summary.json"),
             "--title", title, "--grid-command", command, "--notes", *map(str, notes), *common,
@@ -110,7 +109,7 @@ def report_commands(
     return commands
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir", type=Path, default=HERE, help="the pages' and figures' folder (default: this study's)")
     parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help="the summaries' folder")
@@ -121,7 +120,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=REPORTS, default=REPORTS, help="the reports to write")
     parser.add_argument("--evaluations", type=int, default=runner.EVALUATIONS_PER_RUN,
                         help="evaluations of every run within its budget (protocol: 20); others count as failed")  # fmt: skip
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
     if args.min_seeds < 1:
         parser.error(f"--min-seeds must be at least 1, got {args.min_seeds}")
@@ -137,24 +136,23 @@ def main() -> None:
     out_dir, summaries, evidence, tuned = map(repository_path, (args.out_dir, args.summaries, args.evidence, args.tuned))
     commands = report_commands(out_dir, summaries, evidence, tuned, args.min_seeds, args.reps, only, args.evaluations)
     for name, command in commands.items():
-        print(f"{name}: {shlex.join(command[1:])}", flush=True)
-        subprocess.run(command, check=True, cwd=ROOT)
+        print(f"{name}: {shlex.join(command)}", flush=True)
+        run_script(command)
     # The README tables and the protocol's claims and decisions from every summary there is (a report not written
     # now may exist from an earlier run of this script, e.g. the primary one while only the tuned report is
     # rewritten), in the order of REPORTS
     present = {name: summaries / f"evidence_{name}_summary.json" for name in REPORTS}
     present = {name: path for name, path in present.items() if (ROOT / path).exists()}
-    readme_tables = [sys.executable, "benchmarks/studies/evidence/readme_tables.py"]
+    readme_tables = ["benchmarks/studies/evidence/readme_tables.py"]
     readme_tables += [f"{name}={path}" for name, path in present.items()]
-    tables = subprocess.run(readme_tables, check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT).stdout
+    tables = run_script(readme_tables, capture=True)
     out = args.summaries / "evidence_readme_tables.md"
     out.write_text(tables)
     print(f"README tables: {out}")
     decision_args = [argument for name, path in present.items() for argument in (f"--{name}", str(path))]
     if "--primary" in decision_args:
         decisions_out = out_dir / "DECISIONS.md"
-        decide = [sys.executable, "benchmarks/studies/evidence/decisions.py", *decision_args, "--out", str(decisions_out)]
-        subprocess.run(decide, check=True, cwd=ROOT)
+        run_script(["benchmarks/studies/evidence/decisions.py", *decision_args, "--out", str(decisions_out)])
         print(f"claims and decisions: {decisions_out}")
 
 

@@ -65,10 +65,10 @@ def significant_differences(summary: dict[str, Any], key: str, alpha: float = 0.
     return "; ".join(f"{row['variant']} on {env_row_text(row)}" for row in rows)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("summaries", nargs="+", help="LABEL=PATH of a report.py --json file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for item in args.summaries:
         label, _, path = item.partition("=")
         if not path:

@@ -186,7 +186,7 @@ def page(tables: str, notes: pathlib.Path) -> str:
     return text + (f"\n{notes.read_text()}" if notes.exists() else "")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run", help="train every missing run, two at a time")
@@ -200,7 +200,7 @@ def main() -> None:
     report_parser.add_argument("--out", type=pathlib.Path, default=None, help="write the results page here")
     report_parser.add_argument("--json", type=pathlib.Path, default=None, help="write the estimates here")
     report_parser.add_argument("--notes", type=pathlib.Path, default=HERE / "NOTES.md", help="appended to the page")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.command == "run":
         run({"short": args.short_tree, "left_out": args.left_out_tree})
     elif args.command == "one":
