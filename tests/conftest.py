@@ -19,20 +19,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # the end. tests/packaging/test_test_order.py checks that each of these node ids exists
 LONGEST_FIRST = (
     "tests/experiments/test_ray_cluster.py::test_compare_and_grid_run_on_a_ray_cluster_without_a_shared_filesystem",
-    "tests/experiments/test_compare.py::test_compare_on_a_real_task",
     "tests/maskable/test_upstream_invalid_actions.py::test_upstream_maskable_ppo_suite_passes_with_lstm_policies",
-    "tests/experiments/test_postgres_tuning.py::test_two_workers_share_one_study_in_postgresql",
+    "tests/experiments/test_compare.py::test_compare_on_a_real_task",
     "tests/docs/test_docs.py::test_python_block_runs[docs/guide/compare.md:166]",
+    "tests/experiments/test_postgres_tuning.py::test_two_workers_share_one_study_in_postgresql",
     "tests/packaging/test_packaging.py::test_wheel_holds_package_data_and_runs_the_zoo_from_an_install",
-    "tests/export/test_export_cli.py::test_a_refused_export_keeps_the_existing_file_and_says_one_line",
-    "tests/docs/test_readme.py::test_zoo_commands_run_as_written",
-    "tests/reset_ppo/test_learning.py::test_reset_ppo_solves_cue_recall[MlpLstmPolicy]",
-    "tests/docs/test_docs.py::test_docs_build_without_warnings",
     "tests/common/test_threads.py::test_bench_threads_measures_each_thread_count_in_a_fresh_process",
+    "tests/docs/test_docs.py::test_docs_build_without_warnings",
     "tests/docs/test_readme.py::test_gru_snippet_and_command_run_as_written",
+    "tests/export/test_export_cli.py::test_a_refused_export_keeps_the_existing_file_and_says_one_line",
     "tests/reset_ppo/test_learning.py::test_reset_ppo_solves_cue_recall[MlpGruPolicy]",
-    "tests/zoo/test_zoo.py::test_train_writes_evaluations_and_enjoy_loads",
-    "tests/zoo/test_zoo.py::test_maskable_train_evaluates_with_masks_and_enjoy_uses_them",
+    "tests/common/test_maskable_evaluation.py::test_trained_maskable_reset_ppo_needs_its_memory",
+    "tests/common/test_minibatch_weights.py::test_effective_weights_equal_the_documented_expectation",
+    "tests/reset_ppo/test_update_weights.py::test_mean_update_per_step_is_the_documented_expectation[16-2-8-4-mask-full-1-False]",
 )
 
 

@@ -107,7 +107,7 @@ def _check_average(
     batch_size: int | None,
     density: float,
     seed: int,
-    max_minibatches: int = 1500,
+    max_minibatches: int = 750,
 ) -> None:
     buffer = filled_window_buffer(
         n_steps, n_envs, window_size, boundary, weighting, stride,
@@ -150,7 +150,7 @@ def _check_average(
         # Every window every epoch, nothing left out: the weights are the same in every epoch, exactly
         np.testing.assert_allclose(first, expected, rtol=1e-9, atol=1e-12)
         return
-    n_epochs = max(100, min(400, max_minibatches // max(len(sizes), 1)))
+    n_epochs = max(50, min(200, max_minibatches // max(len(sizes), 1)))
     total = first.copy()
     for _ in range(n_epochs - 1):
         total += _epoch_weights(buffer, batch_size, n_steps, n_envs)[0]

@@ -112,25 +112,34 @@ def test_docs_build_without_warnings(tmp_path: Path) -> None:
     missing = [name for name in DOCS_REQUIREMENTS if importlib.util.find_spec(name) is None]
     if missing:
         pytest.skip(f"the docs build needs {', '.join(missing)} (pip install -e '.[docs]')")
+    import pickle
+
+    from docutils import nodes
+
+    # The dummy builder reads and resolves every page (cross-references, autodoc, includes, images) as the HTML
+    # builder does, and warns alike, but writes no HTML: 40% less CPU. `make docs` builds the HTML site
+    doctrees = tmp_path / "doctrees"
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-d", str(tmp_path / "doctrees"),
-         str(DOCS), str(tmp_path / "html")],
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "dummy", "-d", str(doctrees), str(DOCS),
+         str(tmp_path / "out")],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=snippet_environment(),
     )  # fmt: skip
     assert result.returncode == 0, f"sphinx-build -W failed:\n{result.stderr[-5000:]}"
-    html = tmp_path / "html"
+
+    def doctree(page: str) -> nodes.document:
+        return pickle.loads((doctrees / f"{page}.doctree").read_bytes())
+
     # The pages the README links to, the API reference and the included files are there
     for page in ("index", "algorithm", "design", "changelog", "guide/usage", "studies/evidence", "api/reset_ppo"):
-        assert (html / f"{page}.html").exists(), page
-    api = (html / "api" / "reset_ppo.html").read_text()
+        assert (doctrees / f"{page}.doctree").exists(), page
+    api = doctree("api/reset_ppo").astext()
     assert "window_coverage" in api and "NonFiniteTrainingError" in api  # autodoc read the docstrings
-    # The study pages' figures were found and copied
-    evidence = (html / "studies" / "evidence.html").read_text()
-    images = re.findall(r'<img [^>]*src="([^"]+)"', evidence)
-    assert images and all((html / "studies" / src).resolve().exists() for src in images), images
+    # The study pages' figures were found (image paths are relative to the docs' folder)
+    images = [node["uri"] for node in doctree("studies/evidence").findall(nodes.image)]
+    assert images and all((DOCS / uri).resolve().exists() for uri in images), images
     # The changelog is included, not copied: its first heading is the page's
     first_heading = next(line[2:] for line in (ROOT / "CHANGELOG.md").read_text().splitlines() if line.startswith("# "))
-    assert first_heading in (html / "changelog.html").read_text()
+    assert first_heading == doctree("changelog").next_node(nodes.title).astext()
 
 
 def test_the_install_page_lists_every_extra() -> None:

@@ -12,14 +12,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _parametrize_ids(path: Path, name: str) -> list[str]:
-    """The ids of a test function's ``pytest.mark.parametrize`` (one argument, or ids given), from its module."""
+    """The ids of a test function's ``pytest.mark.parametrize`` (ids given, or pytest's for plain values), from its module."""
     spec = importlib.util.spec_from_file_location(f"_order_check_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     (mark,) = [mark for mark in getattr(module, name).pytestmark if mark.name == "parametrize"]
     ids = mark.kwargs.get("ids")
-    return list(ids) if ids is not None else [str(value) for value in mark.args[1]]
+    if ids is not None:
+        return list(ids)
+    # pytest's own ids: each value's str, joined by "-" where several arguments are parametrized together
+    several = "," in mark.args[0] if isinstance(mark.args[0], str) else len(mark.args[0]) > 1
+    return ["-".join(map(str, values)) if several else str(values) for values in mark.args[1]]
 
 
 def test_every_test_listed_to_start_first_exists() -> None:

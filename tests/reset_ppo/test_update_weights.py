@@ -107,7 +107,7 @@ def test_mean_update_per_step_is_the_documented_expectation(
     starts = random_episode_starts(n_steps, n_envs, 0.25, seed=1)
     fill(model, starts)
     recorder = UpdateRecorder(model, monkeypatch)
-    model.n_epochs = 400
+    model.n_epochs = 200
     steps = recorder.train(model)
     mean = recorder.per_step(steps) / model.n_epochs
     expected = brute_force_effective_weights(
