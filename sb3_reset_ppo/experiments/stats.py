@@ -144,11 +144,8 @@ def _resampled_probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.nd
 def _percentile_interval(results: np.ndarray, size: float = 0.95) -> np.ndarray:
     """arch's percentile interval (``conf_int``) of bootstrap estimates ``(reps, k)``: shape ``(2, k)``, rows low and high."""
     alpha = (1.0 - size) / 2
-    percentiles = [100 * alpha, 100 * (1.0 - alpha)]
-    lower, upper = np.zeros(results.shape[1]), np.zeros(results.shape[1])
-    for i in range(results.shape[1]):
-        lower[i], upper[i] = np.percentile(results[:, i], percentiles)
-    return np.vstack((lower, upper))
+    # Each column's percentiles as arch computes them one column at a time (the same floats)
+    return np.percentile(results, [100 * alpha, 100 * (1.0 - alpha)], axis=0)
 
 
 def probability_triple(poi: dict[str, Any], poi_ci: dict[str, Any], pair: str) -> list[float]:

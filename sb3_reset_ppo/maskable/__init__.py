@@ -4,7 +4,7 @@ import warnings
 from typing import Any
 
 from sb3_reset_ppo.common import maskable_evaluation
-from sb3_reset_ppo.maskable import policies
+from sb3_reset_ppo.maskable import policies, trxl_policies
 from sb3_reset_ppo.maskable.buffers import (
     MaskableAttentionWindowRolloutBuffer,
     MaskableDictAttentionWindowRolloutBuffer,
@@ -13,6 +13,7 @@ from sb3_reset_ppo.maskable.buffers import (
 )
 from sb3_reset_ppo.maskable.maskable_reset_ppo import MaskableResetPPO
 from sb3_reset_ppo.maskable.policies import *  # noqa: F403  (their __all__, listed once there)
+from sb3_reset_ppo.maskable.trxl_policies import *  # noqa: F403
 
 __all__ = [
     "MaskableAttentionWindowRolloutBuffer",
@@ -21,6 +22,7 @@ __all__ = [
     "MaskableResetPPO",
     "MaskableWindowRolloutBuffer",
     *policies.__all__,
+    *trxl_policies.__all__,
 ]
 
 # Deprecated aliases of sb3_reset_ppo.common.maskable_evaluation's names

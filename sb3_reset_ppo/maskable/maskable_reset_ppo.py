@@ -13,7 +13,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_reset_ppo.common.spaces import check_action_masks
 from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
-from sb3_reset_ppo.maskable import policies
+from sb3_reset_ppo.maskable import policies, trxl_policies
 from sb3_reset_ppo.maskable.buffers import (
     MaskableAttentionWindowRolloutBuffer,
     MaskableDictAttentionWindowRolloutBuffer,
@@ -39,7 +39,8 @@ class MaskableResetPPO(ResetPPO):
 
     # ResetPPO's policy names, each for its maskable version
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        name: getattr(policies, f"Maskable{name}") for name in ResetPPO.policy_aliases
+        name: getattr(policies, f"Maskable{name}", None) or getattr(trxl_policies, f"Maskable{name}")
+        for name in ResetPPO.policy_aliases
     }
     window_buffer_class = MaskableWindowRolloutBuffer
     dict_window_buffer_class = MaskableDictWindowRolloutBuffer

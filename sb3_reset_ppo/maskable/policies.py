@@ -1,5 +1,5 @@
-"""Policies of MaskableResetPPO: ResetPPO's recurrent and attention policies with sb3-contrib's maskable action
-distributions."""
+"""Policies of MaskableResetPPO: ResetPPO's recurrent policies with sb3-contrib's maskable action distributions (the
+attention ones are in :mod:`sb3_reset_ppo.maskable.trxl_policies`)."""
 
 from typing import Any
 
@@ -13,27 +13,21 @@ from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 
-from sb3_reset_ppo.common.attention import AttentionState
 from sb3_reset_ppo.common.categorical import masked_categorical_sample
 from sb3_reset_ppo.common.masking import builds_from_action_net, maskable_categorical
 from sb3_reset_ppo.common.recurrent import recurrent_latents
 from sb3_reset_ppo.common.spaces import check_action_masks
 from sb3_reset_ppo.common.type_aliases import Memory, NumpyObs
 from sb3_reset_ppo.reset_ppo import policies as reset_ppo_policies
-from sb3_reset_ppo.reset_ppo import trxl_policies
 
 __all__ = [
     "ActionMaskingPolicy",
-    "MaskableAttentionPolicy",
     "MaskableCnnGruPolicy",
     "MaskableCnnLstmPolicy",
-    "MaskableCnnTrXLPolicy",
     "MaskableMlpGruPolicy",
     "MaskableMlpLstmPolicy",
-    "MaskableMlpTrXLPolicy",
     "MaskableMultiInputGruPolicy",
     "MaskableMultiInputLstmPolicy",
-    "MaskableMultiInputTrXLPolicy",
     "MaskableRecurrentPolicy",
 ]
 
@@ -55,8 +49,9 @@ def check_maskable_action_space(action_space: spaces.Space) -> None:
 class ActionMaskingPolicy(ActorCriticPolicy):
     """
     Invalid-action masks for every way a policy of ResetPPO with memory is asked for actions: the parts that
-    :class:`MaskableRecurrentPolicy` and :class:`MaskableAttentionPolicy` share. A maskable policy class lists it (by
-    one of those two) before the ResetPPO policy it masks; ``MaskableResetPPO`` takes subclasses of it only.
+    :class:`MaskableRecurrentPolicy` and :class:`~sb3_reset_ppo.maskable.trxl_policies.MaskableAttentionPolicy` share.
+    A maskable policy class lists it (by one of those two) before the ResetPPO policy it masks; ``MaskableResetPPO``
+    takes subclasses of it only.
     """
 
     action_dist: Any
@@ -223,25 +218,6 @@ class MaskableRecurrentPolicy(ActionMaskingPolicy, RecurrentActorCriticPolicy):
         return self.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
 
 
-class MaskableAttentionPolicy(ActionMaskingPolicy, trxl_policies.TrXLActorCriticPolicy):
-    """
-    Invalid-action masks for an attention policy of ResetPPO (listed before its class). In training, each slot's mask
-    is applied to its distribution by the window evaluation (``slot_heads``), as for the recurrent policies.
-    """
-
-    def _latents(
-        self, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
-    ) -> tuple[th.Tensor, th.Tensor, RNNStates]:
-        return self.step_latents(obs, lstm_states, episode_starts)
-
-    def _actor_latent(
-        self, obs: PyTorchObs, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor
-    ) -> tuple[th.Tensor, AttentionState]:
-        pi_features, _ = self._features(obs)
-        latent_pi, state = self.trxl_actor.step(pi_features, lstm_states, episode_starts)
-        return self.mlp_extractor.forward_actor(latent_pi), state
-
-
 class MaskableMlpLstmPolicy(MaskableRecurrentPolicy, reset_ppo_policies.MlpLstmPolicy):
     """ResetPPO's ``MlpLstmPolicy`` with invalid-action masking."""
 
@@ -264,15 +240,3 @@ class MaskableCnnGruPolicy(MaskableRecurrentPolicy, reset_ppo_policies.CnnGruPol
 
 class MaskableMultiInputGruPolicy(MaskableRecurrentPolicy, reset_ppo_policies.MultiInputGruPolicy):
     """ResetPPO's ``MultiInputGruPolicy`` with invalid-action masking."""
-
-
-class MaskableMlpTrXLPolicy(MaskableAttentionPolicy, trxl_policies.MlpTrXLPolicy):
-    """ResetPPO's ``MlpTrXLPolicy`` (attention memory) with invalid-action masking."""
-
-
-class MaskableCnnTrXLPolicy(MaskableAttentionPolicy, trxl_policies.CnnTrXLPolicy):
-    """ResetPPO's ``CnnTrXLPolicy`` (attention memory) with invalid-action masking."""
-
-
-class MaskableMultiInputTrXLPolicy(MaskableAttentionPolicy, trxl_policies.MultiInputTrXLPolicy):
-    """ResetPPO's ``MultiInputTrXLPolicy`` (attention memory) with invalid-action masking."""

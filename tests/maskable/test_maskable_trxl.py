@@ -20,7 +20,7 @@ from sb3_reset_ppo.maskable import (
     MaskableMlpTrXLPolicy,
     MaskableMultiInputTrXLPolicy,
 )
-from sb3_reset_ppo.maskable.policies import MaskableAttentionPolicy
+from sb3_reset_ppo.maskable.trxl_policies import MaskableAttentionPolicy
 
 ACTION_SPACES = {
     "discrete": spaces.Discrete(4),
