@@ -56,6 +56,29 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, o
         parser.error("the package has uncommitted changes: commit them (every run records the commit) or --allow-dirty")
 
 
+def jobs(
+    spec: Callable[..., runner.RunSpec], tasks: list[str], variants: list[str], seeds: int, out: Path, steps: int | None
+) -> list[dict[str, Any]]:
+    """
+    Every run of a study, seed by seed, task by task, the variants of a task and seed in a row (so that they train
+    close in time, at about the same load), as the kit's job dicts with their ``spec``.
+
+    :param spec: The study's run: ``spec(variant, task, seed, out, steps)``
+    :param tasks: The tasks
+    :param variants: The study's arms or settings
+    :param seeds: Seeds 0..N-1
+    :param out: The study's folder
+    :param steps: Env steps instead of each task's budget (a smoke test), or None
+    """
+    return [
+        {"variant": variant, "env": task, "seed": seed, "run_dir": spec(variant, task, seed, out).run_dir,
+         "spec": spec(variant, task, seed, out, steps)}
+        for seed in range(seeds)
+        for task in tasks
+        for variant in variants
+    ]  # fmt: skip
+
+
 def train(
     todo: list[dict[str, Any]], every: list[dict[str, Any]], workers: int, minutes: float | None, width: int = 5
 ) -> None:

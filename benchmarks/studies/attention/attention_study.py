@@ -76,13 +76,7 @@ def jobs(tasks: list[str], arms: list[str], seeds: int, out: Path, steps: int | 
     Every run of the study, in the protocol's order (seed, task, arm: the arms of a task and seed train side by side),
     as the kit's job dicts (``variant`` is the arm) with their ``spec``.
     """
-    return [
-        {"variant": arm, "env": task, "seed": seed, "run_dir": spec(arm, task, seed, out).run_dir,
-         "spec": spec(arm, task, seed, out, steps)}
-        for seed in range(seeds)
-        for task in tasks
-        for arm in arms
-    ]  # fmt: skip
+    return study_runner.jobs(spec, tasks, arms, seeds, out, steps)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -114,13 +114,7 @@ def jobs(tasks: list[str], settings: list[str], seeds: int, out: Path, steps: in
     after another, on the same machine at about the same load), as the kit's job dicts (``variant`` is the setting)
     with their ``spec``.
     """
-    return [
-        {"variant": setting, "env": task, "seed": seed, "run_dir": spec(setting, task, seed, out).run_dir,
-         "spec": spec(setting, task, seed, out, steps)}
-        for seed in range(seeds)
-        for task in tasks
-        for setting in settings
-    ]  # fmt: skip
+    return study_runner.jobs(spec, tasks, settings, seeds, out, steps)
 
 
 def main(argv: list[str] | None = None) -> None:
