@@ -187,15 +187,16 @@ def _triple(values: list[float] | None, digits: int = 3) -> str:
 
 def markdown(summary: dict[str, Any], failed: list[dict[str, Any]]) -> str:
     """The results page."""
+    episodes = ", ".join(f"{count} deterministic episodes each on {task}" for task, count in study.EVAL_EPISODES.items())
     lines = [
         "# Attention defaults: one argument at a time",
         "",
         "Written by `benchmarks/studies/attention_defaults/attention_defaults_report.py` from the runs of "
         f"`attention_defaults_study.py`. {summary['status']}.",
         "",
-        "Final return: the mean of the last 3 of 20 evaluations (20 deterministic episodes each). Per env step: the "
-        "mean over all 20 evaluations. learn(): wall seconds less the evaluations'. IQM over runs with 95% "
-        f"stratified-bootstrap intervals ({summary['reps']} resamples).",
+        f"Final return: the mean of the last 3 of 20 evaluations ({episodes}). Per env step: the mean over all 20 "
+        "evaluations. learn(): wall seconds less the evaluations'. IQM over runs with 95% stratified-bootstrap intervals "
+        f"({summary['reps']} resamples).",
         "",
         "## Decisions",
         "",
