@@ -187,6 +187,20 @@ def test_a_value_whose_runs_failed_on_a_task_is_never_chosen(tmp_path: Path) -> 
     assert summary["status"].startswith("Complete: 105 of 110 runs stored, 5 failed; by the protocol's rule: every")
 
 
+def test_the_runner_refuses_uncommitted_package_changes_and_smoke_tests_into_the_studys_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(runner, "code_version", lambda: {"dirty": True})
+    with pytest.raises(SystemExit):
+        study.main(["--out", str(tmp_path / "attention_defaults"), "--forecast"])
+    assert "uncommitted changes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        study.main(["--steps", "256", "--allow-dirty"])
+    assert "needs --out" in capsys.readouterr().err
+    study.main(["--out", str(tmp_path / "attention_defaults"), "--forecast", "--allow-dirty", "--seeds", "1"])
+    assert "0 of 22 runs already stored; 22 to run" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_one_short_run_through_the_runner_is_stored_with_its_commit(tmp_path: Path) -> None:
     out = tmp_path / "attention_defaults"
