@@ -13,6 +13,7 @@ import argparse
 import json
 import platform
 import time
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -20,23 +21,24 @@ import yaml
 from benchmarks.studies.attention import attention_study as study
 
 
-def settings(arm: str, task: str) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+def zoo_settings(algo: str, conf: Path, extra: list[str], task: str) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
     """
     The algorithm (``ResetPPO`` or ``RecurrentPPO``), policy, model keyword arguments and env settings (``n_envs``,
-    ``normalize``) of an arm on a task, read from its hyperparameter file and command-line settings.
+    ``normalize``) of a run: the zoo's algorithm ``algo``, the entry for ``task`` of the hyperparameter file ``conf`` and
+    the command-line settings ``extra`` (``key:value``, the value a Python literal as the zoo's ``--hyperparams`` takes
+    it).
     """
     from rl_zoo3.utils import linear_schedule
     from torch import nn
 
-    algo, conf, extra = study.ARMS[arm]
     entry = dict(yaml.safe_load(conf.read_text())[task])
-    for setting in extra:  # key:value, the value a Python literal as the zoo's --hyperparams takes it
+    for setting in extra:
         key, _, value = setting.partition(":")
         entry[key] = eval(value)
     env = {"n_envs": int(entry.pop("n_envs", 1)), "normalize": bool(entry.pop("normalize", False))}
     entry.pop("n_timesteps")
     policy = entry.pop("policy")
-    if "policy_kwargs" in entry:
+    if isinstance(entry.get("policy_kwargs"), str):
         entry["policy_kwargs"] = eval(entry["policy_kwargs"], {"nn": nn})
     for key in ("learning_rate", "clip_range"):
         if isinstance(entry.get(key), str) and entry[key].startswith("lin_"):
@@ -44,8 +46,24 @@ def settings(arm: str, task: str) -> tuple[str, str, dict[str, Any], dict[str, A
     return ("ResetPPO" if algo == "reset_ppo" else "RecurrentPPO"), policy, entry, env
 
 
+def settings(arm: str, task: str) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """The algorithm, policy, model keyword arguments and env settings of an arm on a task (:func:`zoo_settings`)."""
+    algo, conf, extra = study.ARMS[arm]
+    return zoo_settings(algo, conf, extra, task)
+
+
 def time_one(arm: str, task: str, steps: int, seed: int = 0) -> dict[str, Any]:
     """``learn()`` CPU and wall seconds of one run of ``steps`` env steps (at least one rollout), and the policy's size."""
+    return {"arm": arm, "task": task, **time_learn(*settings(arm, task), task, steps, seed)}
+
+
+def time_learn(
+    algorithm: str, policy: str, kwargs: dict[str, Any], env_settings: dict[str, Any], task: str, steps: int, seed: int = 0
+) -> dict[str, Any]:
+    """
+    ``learn()`` CPU and wall seconds of one run of ``steps`` env steps (at least one rollout) with the settings of
+    :func:`zoo_settings`, in this process on one torch thread, and the policy's size.
+    """
     import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
     import torch as th
     from sb3_contrib import RecurrentPPO
@@ -57,7 +75,6 @@ def time_one(arm: str, task: str, steps: int, seed: int = 0) -> dict[str, Any]:
     from sb3_reset_ppo import ResetPPO
 
     th.set_num_threads(1)
-    algorithm, policy, kwargs, env_settings = settings(arm, task)
     env = make_vec_env(task, n_envs=env_settings["n_envs"], seed=seed)
     if env_settings["normalize"]:
         env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))
@@ -66,7 +83,7 @@ def time_one(arm: str, task: str, steps: int, seed: int = 0) -> dict[str, Any]:
     model.learn(steps)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     return {
-        "arm": arm, "task": task, "timesteps": int(model.num_timesteps), "learn_cpu_seconds": cpu,
+        "timesteps": int(model.num_timesteps), "learn_cpu_seconds": cpu,
         "learn_wall_seconds": wall, "cpu_per_1000_steps": 1000 * cpu / model.num_timesteps,
         "parameters": sum(parameter.numel() for parameter in model.policy.parameters()),
     }  # fmt: skip
