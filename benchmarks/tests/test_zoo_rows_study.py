@@ -72,6 +72,8 @@ def test_partial_runs_give_numbers_and_no_verdict(tmp_path: Path) -> None:
     row = report.readme_row(summary)
     assert row.startswith(report.README_ROW) and "Incomplete (8 of 60 runs stored), no verdict yet." in row
     assert "ResetPPO 3 of 4, `RecurrentPPO` 3 of 4" in row and "takes 0.40 of" in row
+    # Each env's own median beside the pooled one: CartPole's 3 pairs, Pendulum's one (120 / 600)
+    assert "(median of 4 seed pairs; per env CartPoleNoVel-v1 0.40, PendulumNoVel-v1 0.20)" in row
 
 
 def test_a_complete_study_states_its_verdicts(tmp_path: Path) -> None:
