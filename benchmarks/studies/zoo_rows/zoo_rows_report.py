@@ -326,9 +326,7 @@ def readme_row(summary: dict[str, Any]) -> str:
     )
     reached = reached_text(summary).replace(NAMES[OTHER], f"`{NAMES[OTHER]}`")
     # The pooled median leans on the env with the most pairs: each env's own median beside it
-    per_env = [
-        f"{env} {_number(e['comparison']['cpu_ratio'], 2)}" for env, e in summary["envs"].items() if "comparison" in e
-    ]
+    per_env = [f"{env} {_number(e['comparison']['cpu_ratio'], 2)}" for env, e in summary["envs"].items() if "comparison" in e]
     ratio = (
         f"ResetPPO's `learn()` takes {_number(summary['cpu_ratio'], 2)} of `RecurrentPPO`'s CPU seconds (median of "
         f"{summary['pairs']} seed pairs; per env {', '.join(per_env)})"
