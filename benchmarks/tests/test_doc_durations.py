@@ -5,6 +5,7 @@ torch thread, the time on an idle core), within MARGIN, for the code the pages s
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -77,9 +78,10 @@ def test_no_page_states_a_duration_that_is_not_measured() -> None:
 
 
 def test_the_readme_states_the_stored_ci_duration() -> None:
-    match = re.search(r"^total\s+(\d+)$", CI_DURATIONS.read_text(), re.MULTILINE)
-    assert match is not None, f"{CI_DURATIONS} has no total line"
-    total = float(match.group(1))
+    # The median of the stored runs' totals: the machine's speed varies from run to run
+    totals = [float(seconds) for seconds in re.findall(r"^total\s+(\d+)$", CI_DURATIONS.read_text(), re.MULTILINE)]
+    assert totals, f"{CI_DURATIONS} has no total line"
+    total = statistics.median(totals)
     assert abs(_stated(*CI_STATED) * 60 - total) <= MARGIN * total
 
 
