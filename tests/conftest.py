@@ -24,7 +24,6 @@ LONGEST_FIRST = (
     "tests/docs/test_docs.py::test_python_block_runs[docs/guide/compare.md:166]",
     "tests/experiments/test_postgres_tuning.py::test_two_workers_share_one_study_in_postgresql",
     "tests/packaging/test_packaging.py::test_wheel_holds_package_data_and_runs_the_zoo_from_an_install",
-    "tests/common/test_threads.py::test_bench_threads_measures_each_thread_count_in_a_fresh_process",
     "tests/docs/test_docs.py::test_docs_build_without_warnings",
     "tests/docs/test_readme.py::test_gru_snippet_and_command_run_as_written",
     "tests/export/test_export_cli.py::test_a_refused_export_keeps_the_existing_file_and_says_one_line",

@@ -1,10 +1,14 @@
-"""The package's imports: no module imports, even inside a function, one that imports it back."""
+"""
+The package's imports: no module imports, even inside a function, one that imports it back; neither the package nor
+its tests import the benchmarks' project (benchmarks/ depends on the package, never the other way).
+"""
 
 import ast
 import graphlib
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "sb3_reset_ppo"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "sb3_reset_ppo"
 
 
 def _module(path: Path, package: Path) -> str:
@@ -53,3 +57,29 @@ def test_a_circle_is_found(tmp_path: Path) -> None:
     (package / "b.py").write_text("def f():\n    from .a import g\n")
     graph = import_graph(package)
     assert graph["sb3_reset_ppo.a"] == {"sb3_reset_ppo.b"} and graph["sb3_reset_ppo.b"] == {"sb3_reset_ppo.a"}
+
+
+def imports_of(path: Path) -> set[str]:
+    """The top-level names of the absolute imports in ``path`` (module-level and in functions)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.partition(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_neither_the_package_nor_its_tests_import_the_benchmarks() -> None:
+    paths = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    assert len(paths) > 100
+    importing = [str(path.relative_to(ROOT)) for path in paths if "benchmarks" in imports_of(path)]
+    assert importing == [], f"these import the benchmarks' project: {importing}"
+
+
+def test_an_import_of_the_benchmarks_is_found(tmp_path: Path) -> None:
+    for source in ("from benchmarks.tests.bench_helpers import ROOT\n", "def f():\n    import benchmarks.kit\n"):
+        (tmp_path / "t.py").write_text(source)
+        assert "benchmarks" in imports_of(tmp_path / "t.py")
+    (tmp_path / "t.py").write_text("from .benchmarks import x\nbenchmarks = 1\n")
+    assert "benchmarks" not in imports_of(tmp_path / "t.py")
