@@ -378,11 +378,15 @@ def elapsed_seconds(run: dict[str, Any]) -> np.ndarray | None:
             continue
         # Steps over fps is finer than time_elapsed, which SB3 logs in whole seconds
         if row.get("time/fps", 0.0) > 0:
-            steps.append(row["time/total_timesteps"])
-            seconds.append(row["time/total_timesteps"] / row["time/fps"] - evaluating)
+            clock = row["time/total_timesteps"] / row["time/fps"]
         elif "time/time_elapsed" in row:
-            steps.append(row["time/total_timesteps"])
-            seconds.append(row["time/time_elapsed"] - evaluating)
+            clock = row["time/time_elapsed"]
+        else:
+            continue
+        steps.append(row["time/total_timesteps"])
+        # Both clocks round down (whole steps per second, whole seconds), so early in a short run they may fall below
+        # the evaluations' seconds: learn() seconds never fall, and never below 0
+        seconds.append(max(clock - evaluating, seconds[-1]))
     if len(steps) == 1:
         return None
     # Past the last row (the last update and evaluation): the run's own pace

@@ -35,6 +35,28 @@ def test_learn_seconds_leave_out_the_evaluations(tmp_path: Path) -> None:
     assert runner.evaluation_seconds(old) is None and runner.updates(old) is None
 
 
+def test_learn_seconds_never_fall_below_zero_or_go_back(tmp_path: Path) -> None:
+    # SB3 logs time_elapsed in whole seconds: 1 s on its clock at step 1000, though the evaluations had taken 1.5 s by
+    # then; 3 s at step 2000 with 2.5 s of evaluations
+    run = _log(
+        tmp_path / "run",
+        [
+            {"time/time_elapsed": 1.0, "time/total_timesteps": 1000.0, runner.EVALUATION_SECONDS: 1.5},
+            {"time/time_elapsed": 3.0, "time/total_timesteps": 2000.0, runner.EVALUATION_SECONDS: 2.5},
+        ],
+    )
+    assert runner.elapsed_seconds(run) == pytest.approx([0.0, 0.5])
+    # A later row whose clock, less its evaluations, falls below an earlier one's keeps the earlier seconds
+    back = _log(
+        tmp_path / "back",
+        [
+            {"time/fps": 100.0, "time/total_timesteps": 1000.0, runner.EVALUATION_SECONDS: 0.0},
+            {"time/fps": 100.0, "time/total_timesteps": 2000.0, runner.EVALUATION_SECONDS: 12.0},
+        ],
+    )
+    assert runner.elapsed_seconds(back) == pytest.approx([10.0, 10.0])
+
+
 def _run(seed: int, seconds: float, updates: int, evaluating: float | None = 3.0) -> dict[str, Any]:
     return {
         "env": "E", "seed": seed, "final": 1.0 + seed, "auc": 1.0 + seed, "started": "2026-12-04T10:00:00Z",
