@@ -2,9 +2,9 @@
 The command line of a study's own runner (the attention studies'): each run of the study trained once through the RL
 Zoo into ``<out>/<variant>/<env>/seed<k>/`` (:func:`sb3_reset_ppo.experiments.runner.run_one`: ``run.json`` with the
 commit, ``failed.json`` on an error, nothing when cut short, so that the study resumes where it stopped), uncommitted
-package changes refused, ``--minutes M`` to start only runs expected to finish in time, ``--forecast`` for the time
-left, ``--steps N --out DIR --allow-dirty`` for a smoke test; the study's folder stored as its tables afterwards
-(``rundata.pack``).
+package changes refused, ``--minutes M`` to start only runs expected to finish in time (a run of a variant and task
+never timed starts only without it), ``--forecast`` for the time left, ``--steps N --out DIR --allow-dirty`` for a
+smoke test; the study's folder stored as its tables afterwards (``rundata.pack``).
 
 A runner's ``main`` calls :func:`main` with its tasks, its variants (arms or settings, chosen with ``--arms`` or
 ``--settings``) and its run's ``spec``; :func:`main` parses the command line (:func:`add_arguments`,
@@ -100,7 +100,7 @@ def train(
         pick=lambda jobs, left: run_grid.next_job(jobs, times, left), on_result=report,
     )  # fmt: skip
     if todo:
-        print(f"{len(todo)} runs left for later: not expected to finish in the time left, or never timed", flush=True)
+        print(run_grid.left_for_later(todo, times), flush=True)
 
 
 def run(args: argparse.Namespace, script: str, jobs: Callable[[Path], list[dict[str, Any]]], width: int = 5) -> None:
