@@ -248,6 +248,17 @@ def estimate_text(triple: Sequence[float], digits: int = 3) -> str:
     return f"{point:.{digits}f} ({low:.{digits}f} to {high:.{digits}f})"
 
 
+def estimate_or(triple: Sequence[float] | None, digits: int = 3, missing: str = "-") -> str:
+    """
+    :func:`estimate_text`, or ``missing`` where there is no estimate.
+
+    :param triple: ``[point, low, high]``, or None
+    :param digits: Decimals of each number
+    :param missing: The text without an estimate
+    """
+    return missing if triple is None else estimate_text(triple, digits)
+
+
 def difference_row(row: dict[str, Any], baseline: str) -> str:
     """One markdown row of :func:`difference_tests`' table."""
     diff, low, high = row["difference"]

@@ -308,6 +308,27 @@ def next_job(
     return None
 
 
+def left_for_later(todo: list[dict[str, Any]], times: dict[tuple[str, str], float]) -> str:
+    """
+    The line that says why the runs of ``todo`` were not started under ``--minutes`` (:func:`next_job`): those of a
+    timed variant and env are not expected to finish in the time left; those of a pair never timed cannot start under
+    ``--minutes`` at all, and the line says how to time them.
+
+    :param todo: The runs not started
+    :param times: The median wall time of each (variant, env) with a finished run (:func:`median_times`)
+    """
+    untimed = sum((job["variant"], job["env"]) not in times for job in todo)
+    reasons = []
+    if len(todo) > untimed:
+        reasons.append(f"{len(todo) - untimed} not expected to finish in the time left")
+    if untimed:
+        reasons.append(
+            f"{untimed} not timed yet (--minutes starts only runs of a variant and env with a finished run): run the "
+            "study once without --minutes to time them"
+        )
+    return f"{len(todo)} runs left for later: " + "; ".join(reasons)
+
+
 def run_until(
     todo: list[dict[str, Any]], times: dict[tuple[str, str], float], workers: int, minutes: float | None
 ) -> list[dict[str, Any]]:
@@ -327,7 +348,7 @@ def run_until(
         todo, lambda job: run_one(job), workers, minutes, pick=lambda jobs, left: next_job(jobs, times, left), on_result=report
     )
     if todo:
-        print(f"{len(todo)} runs left for later: not expected to finish in the time left, or never timed", flush=True)
+        print(left_for_later(todo, times), flush=True)
     return results
 
 

@@ -2,18 +2,19 @@
 The command line of a study's own runner (the attention studies'): each run of the study trained once through the RL
 Zoo into ``<out>/<variant>/<env>/seed<k>/`` (:func:`sb3_reset_ppo.experiments.runner.run_one`: ``run.json`` with the
 commit, ``failed.json`` on an error, nothing when cut short, so that the study resumes where it stopped), uncommitted
-package changes refused, ``--minutes M`` to start only runs expected to finish in time, ``--forecast`` for the time
-left, ``--steps N --out DIR --allow-dirty`` for a smoke test; the study's folder stored as its tables afterwards
-(``rundata.pack``).
+package changes refused, ``--minutes M`` to start only runs expected to finish in time (a run of a variant and task
+never timed starts only without it), ``--forecast`` for the time left, ``--steps N --out DIR --allow-dirty`` for a
+smoke test; the study's folder stored as its tables afterwards (``rundata.pack``).
 
-A runner adds its own choices (tasks, arms or settings) to the parser, then calls :func:`add_arguments`,
-:func:`check_arguments` and :func:`run` with its jobs (the kit's job dicts: ``variant``, ``env``, ``seed``,
-``run_dir`` and the run's ``spec``).
+A runner's ``main`` calls :func:`main` with its tasks, its variants (arms or settings, chosen with ``--arms`` or
+``--settings``) and its run's ``spec``; :func:`main` parses the command line (:func:`add_arguments`,
+:func:`check_arguments`) and trains the runs not stored yet (:func:`run`, with the kit's job dicts of :func:`jobs`:
+``variant``, ``env``, ``seed``, ``run_dir`` and the run's ``spec``).
 """
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def train(
         pick=lambda jobs, left: run_grid.next_job(jobs, times, left), on_result=report,
     )  # fmt: skip
     if todo:
-        print(f"{len(todo)} runs left for later: not expected to finish in the time left, or never timed", flush=True)
+        print(run_grid.left_for_later(todo, times), flush=True)
 
 
 def run(args: argparse.Namespace, script: str, jobs: Callable[[Path], list[dict[str, Any]]], width: int = 5) -> None:
@@ -124,3 +125,40 @@ def run(args: argparse.Namespace, script: str, jobs: Callable[[Path], list[dict[
     if out.exists():
         rows, files = rundata.pack(out.name, out.parent)
         print(f"stored: {files} files in {rows} rows -> {rundata.runs_table(out.name, out.parent)}", flush=True)
+
+
+def main(
+    argv: list[str] | None,
+    description: str | None,
+    script: str,
+    spec: Callable[..., runner.RunSpec],
+    tasks: Sequence[str],
+    option: str,
+    variants: Sequence[str],
+    out: Path,
+    seeds: int,
+    width: int = 5,
+) -> None:
+    """
+    A study runner's command line: ``--tasks``, the variants' option, the common arguments (:func:`add_arguments`),
+    checked (:func:`check_arguments`); then :func:`run` with every run of the chosen tasks and variants (:func:`jobs`).
+
+    :param argv: The arguments (None: the command line's)
+    :param description: The parser's description (the runner's docstring)
+    :param script: The runner's path from the repository's root, for the command printed first
+    :param spec: The study's run: ``spec(variant, task, seed, out, steps)``
+    :param tasks: The study's tasks (``--tasks``' choices and default)
+    :param option: The variants' option without its dashes (``arms`` or ``settings``)
+    :param variants: The study's arms or settings (the option's choices and default)
+    :param out: The study's folder (its tables beside it)
+    :param seeds: The protocol's seeds per run (``--seeds``' default)
+    :param width: Characters of the variant's column in the lines printed as runs finish
+    """
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=list(tasks), choices=list(tasks))
+    parser.add_argument(f"--{option}", nargs="+", default=list(variants), choices=list(variants))
+    add_arguments(parser, out, seeds)
+    args = parser.parse_args(argv)
+    check_arguments(parser, args, out)
+    chosen = getattr(args, option)
+    run(args, script, lambda folder: jobs(spec, args.tasks, chosen, args.seeds, folder, args.steps), width)

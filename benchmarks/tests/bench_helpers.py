@@ -1,6 +1,6 @@
 """
 Helpers shared by the tests of the benchmark scripts (``benchmarks/``): loading a script as a module, a fake
-finished run, and running an interrupt script in a fresh interpreter.
+finished run, one short run through a study's runner, and running an interrupt script in a fresh interpreter.
 """
 
 import importlib.util
@@ -91,6 +91,34 @@ def _fake_run(
         )
     run = {"variant": variant, "env": env_id, "seed": seed, "returncode": 0, "seconds": 10.0 + seed, "command": "x"}
     (run_dir / "run.json").write_text(json.dumps({**run, **run_fields}))
+
+
+def short_study_run(
+    study: ModuleType, report: ModuleType, folder: Path, steps: int, option: str, variant: str, task: str
+) -> dict[str, Any]:
+    """
+    One short run of a study through its runner (``--steps``, one worker, one seed, into ``folder`` under the study's
+    folder name), checked: it finished with its evaluations and its commit, the study's folder was stored as its
+    tables, and the study's report reads the run's ``learn()`` seconds.
+
+    :param study: The study's runner module (its ``main`` and ``OUT``)
+    :param report: The study's report module (its ``load``)
+    :param folder: The folder of the study's folder and its tables
+    :param steps: Env steps of the run
+    :param option: The runner's variants option without its dashes (``arms`` or ``settings``)
+    :param variant: The arm or setting
+    :param task: The task
+    :return: The run's record (``run.json``)
+    """
+    out = folder / study.OUT.name
+    arguments = ["--out", str(out), "--steps", str(steps), "--allow-dirty", "--workers", "1", "--seeds", "1"]
+    study.main([*arguments, f"--{option}", variant, "--tasks", task])
+    record: dict[str, Any] = json.loads((out / variant / task / "seed0" / "run.json").read_text())
+    assert record["returncode"] == 0 and record["evaluations"] >= 20 and len(record["commit"]) == 40
+    assert (folder / f"{out.name}.runs.jsonl.gz").is_file()
+    runs, _ = report.load(out)
+    assert runs[task][variant][0]["learn_seconds"] is not None
+    return record
 
 
 def _interrupted(code: str, *args: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from bench_helpers import ROOT, _fake_run, _load
+from bench_helpers import ROOT, _fake_run, _load, short_study_run
 from torch import nn
 
 from sb3_reset_ppo.experiments import runner, training_log
@@ -203,12 +203,5 @@ def test_the_runner_refuses_uncommitted_package_changes_and_smoke_tests_into_the
 
 @pytest.mark.slow
 def test_one_short_run_through_the_runner_is_stored_with_its_commit(tmp_path: Path) -> None:
-    out = tmp_path / "attention_defaults"
-    arguments = ["--out", str(out), "--steps", "256", "--allow-dirty", "--workers", "1", "--seeds", "1"]
-    study.main([*arguments, "--settings", "n_trxl_layers_1", "--tasks", "CueRecall-v0"])
-    record = json.loads((out / "n_trxl_layers_1" / "CueRecall-v0" / "seed0" / "run.json").read_text())
-    assert record["returncode"] == 0 and record["evaluations"] >= 20 and len(record["commit"]) == 40
+    record = short_study_run(study, report, tmp_path, 256, "settings", "n_trxl_layers_1", "CueRecall-v0")
     assert "n_trxl_layers=1" in record["command"] and record["setting"] == "n_trxl_layers_1"
-    assert (tmp_path / "attention_defaults.runs.jsonl.gz").is_file()
-    runs, _ = report.load(out)
-    assert runs["CueRecall-v0"]["n_trxl_layers_1"][0]["learn_seconds"] is not None

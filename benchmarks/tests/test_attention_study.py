@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from bench_helpers import ROOT, _fake_run, _load
+from bench_helpers import ROOT, _fake_run, _load, short_study_run
 from torch import nn
 
 from sb3_reset_ppo.experiments import runner, training_log
@@ -141,12 +141,5 @@ def test_the_report_on_a_complete_study_states_each_comparisons_verdict(tmp_path
 
 @pytest.mark.slow
 def test_one_short_run_through_the_runner_is_stored_with_its_commit(tmp_path: Path) -> None:
-    out = tmp_path / "attention"
-    arguments = ["--out", str(out), "--steps", "2048", "--allow-dirty", "--workers", "1", "--seeds", "1"]
-    study.main([*arguments, "--arms", "trxl", "--tasks", "ProofOfMemory-v0"])
-    record = json.loads((out / "trxl" / "ProofOfMemory-v0" / "seed0" / "run.json").read_text())
-    assert record["returncode"] == 0 and record["evaluations"] >= 20 and len(record["commit"]) == 40
+    record = short_study_run(study, report, tmp_path, 2048, "arms", "trxl", "ProofOfMemory-v0")
     assert "--gym-packages benchmarks.envs" in record["command"] and str(ROOT) in record["command"]
-    assert (tmp_path / "attention.runs.jsonl.gz").is_file()
-    runs, _ = report.load(out)
-    assert runs["ProofOfMemory-v0"]["trxl"][0]["learn_seconds"] is not None

@@ -275,7 +275,9 @@ def test_forecast_of_the_remaining_runs_from_medians_of_finished_ones(tmp_path: 
     assert run_grid.median_times(jobs) == {("a", "E1"): 3600.0, ("b", "E1"): 1800.0}
 
 
-def test_grid_starts_only_runs_that_finish_before_the_time_limit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_grid_starts_only_runs_that_finish_before_the_time_limit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_grid = _load("run_grid")
     times = {("long", "E"): 3000.0, ("short", "E"): 100.0}
 
@@ -307,6 +309,11 @@ def test_grid_starts_only_runs_that_finish_before_the_time_limit(monkeypatch: py
     todo = jobs()
     results = run_grid.run_until(todo, times, 2, minutes=60)
     assert sorted(trained) == ["short0", "short1"] and len(results) == 2 and [j["variant"] for j in todo] == ["long", "new"]
+    # The log says why each run waits, and how to time the untimed one
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "2 runs left for later: 1 not expected to finish in the time left; 1 not timed yet (--minutes starts only runs "
+        "of a variant and env with a finished run): run the study once without --minutes to time them"
+    )
     trained.clear()
     assert len(run_grid.run_until(jobs(), times, 2, minutes=None)) == 4 and len(trained) == 4
 
@@ -317,6 +324,22 @@ def test_grid_starts_only_runs_that_finish_before_the_time_limit(monkeypatch: py
     monkeypatch.setattr(run_grid, "run_one", failing_run)
     with pytest.raises(OSError, match="disk full"):
         run_grid.run_until(jobs(), times, 1, minutes=None)
+
+
+def test_a_study_runner_starts_no_untimed_run_under_minutes_and_says_how_to_time_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    study_runner = _load("study_runner")
+    every = [{"variant": variant, "env": "E", "seed": 0, "run_dir": tmp_path / variant} for variant in ("timed", "new")]
+    (tmp_path / "timed").mkdir()
+    (tmp_path / "timed" / "run.json").write_text(json.dumps({"returncode": 0, "seconds": 3600.0}))
+    todo = [{**every[0], "seed": 1}, every[1]]  # nothing fits in a minute: no run starts
+    study_runner.train(todo, every, workers=1, minutes=1.0)
+    assert len(todo) == 2
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "2 runs left for later: 1 not expected to finish in the time left; 1 not timed yet (--minutes starts only runs "
+        "of a variant and env with a finished run): run the study once without --minutes to time them"
+    )
 
 
 # Run in a fresh interpreter (a hang becomes a timeout, and no earlier test's threads or signal state is shared),

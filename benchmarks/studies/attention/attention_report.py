@@ -17,8 +17,6 @@ folder, and ``attention_summary.json`` into ``--summaries``, default ``benchmark
 benchmarks/kit/studies.py report attention`` runs it and leads the page)
 """
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +27,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from benchmarks.kit import rundata
-from benchmarks.kit.report import estimate_text, improvement_triple, iqm_triple, save_figure
+from benchmarks.kit.report import estimate_or, improvement_triple, iqm_triple, save_figure
+from benchmarks.kit.study_report import ReportCommand
 from benchmarks.studies.attention import attention_study as study
 from sb3_reset_ppo.experiments import runner, stats
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = HERE.parents[1]
 SUMMARY = "attention_summary.json"
 BASE = "trxl"
 NAMES = {
@@ -162,10 +160,6 @@ def status(summary: dict[str, Any]) -> str:
     return f"Complete: all {summary['planned']} runs stored; the verdicts per task are in the tables below"
 
 
-def _triple(values: list[float] | None, digits: int = 3) -> str:
-    return "-" if values is None else estimate_text(values, digits)
-
-
 def markdown(summary: dict[str, Any], failed: list[dict[str, Any]]) -> str:
     """The results page."""
     lines = [
@@ -193,8 +187,8 @@ def markdown(summary: dict[str, Any], failed: list[dict[str, Any]]) -> str:
             if values is None:
                 lines.append(f"| {NAMES[arm]} | 0 | - | - | - | - |")
                 continue
-            cells = [_triple(values[key]) for key in ("final", "per_step")]
-            cells += [_triple(values["learn_seconds"], 0), _triple(values["at_equal_time"])]
+            cells = [estimate_or(values[key]) for key in ("final", "per_step")]
+            cells += [estimate_or(values["learn_seconds"], 0), estimate_or(values["at_equal_time"])]
             lines.append(f"| {NAMES[arm]} | {values['runs']} | " + " | ".join(cells) + " |")
         if entry["comparisons"]:
             lines += [
@@ -207,7 +201,7 @@ def markdown(summary: dict[str, Any], failed: list[dict[str, Any]]) -> str:
                     if key in results:
                         r = results[key]
                         lines.append(
-                            f"| {NAMES[arm]} | {name} | {_triple(r['probability'], 2)} | {r['p']:.3g} | "
+                            f"| {NAMES[arm]} | {name} | {estimate_or(r['probability'], 2)} | {r['p']:.3g} | "
                             f"{r['p_holm']:.3g} | {r['verdict']} |"
                         )
         if entry["pending"]:
@@ -242,21 +236,11 @@ def figure(runs: dict[str, dict[str, list[dict[str, Any]]]], path: Path) -> None
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=study.OUT, help="the study's folder")
-    parser.add_argument("--out", type=Path, default=HERE, help="folder of RESULTS.md and figures/ (default: this study's)")
-    parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help=f"folder of {SUMMARY}")
-    parser.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        parser.error(f"--reps must be at least 1, got {args.reps}")
+    command = ReportCommand(__doc__, HERE, study.OUT, "the study's folder", SUMMARY)
+    args = command.parse(command.parser(), argv)
     runs, failed = load(args.runs)
     summary = analyse(runs, args.reps)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "RESULTS.md").write_text(markdown(summary, failed) + "\n")
-    figure(runs, args.out / "figures" / "learning_curves.png")
-    args.summaries.mkdir(parents=True, exist_ok=True)
-    (args.summaries / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
+    command.write(args, markdown(summary, failed), summary, lambda path: figure(runs, path))
     print(summary["status"])
 
 

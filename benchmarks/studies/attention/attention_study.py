@@ -12,7 +12,6 @@ Usage: python benchmarks/studies/attention/attention_study.py [--tasks ...] [--a
        [--minutes M] [--retry-failed] [--forecast] [--steps N --out DIR --allow-dirty]  (--steps: a smoke test)
 """
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +79,8 @@ def jobs(tasks: list[str], arms: list[str], seeds: int, out: Path, steps: int | 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    study_runner.add_arguments(parser, OUT, SEEDS)
-    args = parser.parse_args(argv)
-    study_runner.check_arguments(parser, args, OUT)
     script = "benchmarks/studies/attention/attention_study.py"
-    study_runner.run(args, script, lambda out: jobs(args.tasks, args.arms, args.seeds, out, args.steps))
+    study_runner.main(argv, __doc__, script, spec, TASKS, "arms", list(ARMS), OUT, SEEDS)
 
 
 if __name__ == "__main__":

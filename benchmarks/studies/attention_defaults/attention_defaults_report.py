@@ -15,20 +15,18 @@ and ``attention_defaults_summary.json`` into ``--summaries``, default ``benchmar
 benchmarks/kit/studies.py report attention_defaults`` runs it and leads the page)
 """
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.kit.report import estimate_text, iqm_triple
+from benchmarks.kit.report import estimate_or, iqm_triple
+from benchmarks.kit.study_report import ReportCommand
 from benchmarks.studies.attention.attention_report import endpoints, load
 from benchmarks.studies.attention_defaults import attention_defaults_study as study
 from sb3_reset_ppo.experiments import stats
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = HERE.parents[1]
 SUMMARY = "attention_defaults_summary.json"
 # The decision rule's cost margin (PROTOCOL.md, Decision rule): a value not worse than the base replaces it only where
 # its median learn() seconds are at most this share of the base's on every task
@@ -181,10 +179,6 @@ def status(summary: dict[str, Any]) -> str:
     return f"Complete: {runs}; by the protocol's rule: {decided}"
 
 
-def _triple(values: list[float] | None, digits: int = 3) -> str:
-    return "-" if values is None else estimate_text(values, digits)
-
-
 def markdown(summary: dict[str, Any], failed: list[dict[str, Any]]) -> str:
     """The results page."""
     episodes = ", ".join(f"{count} deterministic episodes each on {task}" for task, count in study.EVAL_EPISODES.items())
@@ -215,7 +209,7 @@ def markdown(summary: dict[str, Any], failed: list[dict[str, Any]]) -> str:
         for value in entry["values"].values():
             ratios = " / ".join("-" if r is None else f"{r:.2f}" for r in value["cost_ratios"])
             lines.append(
-                f"| `{factor}` | {entry['base']!r} | {value['value']!r} | {_triple(value['probability'], 2)} | {ratios} | "
+                f"| `{factor}` | {entry['base']!r} | {value['value']!r} | {estimate_or(value['probability'], 2)} | {ratios} | "
                 f"{value['judgement']} | {decision} |"
             )
     for task, entry in summary["tasks"].items():
@@ -233,7 +227,7 @@ def markdown(summary: dict[str, Any], failed: list[dict[str, Any]]) -> str:
             if values is None:
                 lines.append(f"| {setting} | 0 | - | - | - |")
                 continue
-            cells = [_triple(values["final"]), _triple(values["per_step"]), _triple(values["learn_seconds"], 0)]
+            cells = [estimate_or(values["final"]), estimate_or(values["per_step"]), estimate_or(values["learn_seconds"], 0)]
             lines.append(f"| {setting} | {values['runs']} | " + " | ".join(cells) + " |")
         if entry["pending"]:
             lines += ["", f"Fewer than {study.SEEDS} runs stored: {len(entry['pending'])} settings."]
@@ -243,20 +237,13 @@ def markdown(summary: dict[str, Any], failed: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=study.OUT, help="the study's folder")
-    parser.add_argument("--out", type=Path, default=HERE, help="folder of RESULTS.md (default: this study's)")
-    parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help=f"folder of {SUMMARY}")
-    parser.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        parser.error(f"--reps must be at least 1, got {args.reps}")
+    command = ReportCommand(
+        __doc__, HERE, study.OUT, "the study's folder", SUMMARY, out_help="folder of RESULTS.md (default: this study's)"
+    )
+    args = command.parse(command.parser(), argv)
     runs, failed = load(args.runs)
     summary = analyse(runs, args.reps, len(failed))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "RESULTS.md").write_text(markdown(summary, failed) + "\n")
-    args.summaries.mkdir(parents=True, exist_ok=True)
-    (args.summaries / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
+    command.write(args, markdown(summary, failed), summary)
     print(summary["status"])
 
 

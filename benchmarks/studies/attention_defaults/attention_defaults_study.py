@@ -15,7 +15,6 @@ Usage: python benchmarks/studies/attention_defaults/attention_defaults_study.py 
        (--steps: a smoke test)
 """
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -118,15 +117,9 @@ def jobs(tasks: list[str], settings: list[str], seeds: int, out: Path, steps: in
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    study_runner.add_arguments(parser, OUT, SEEDS)
-    args = parser.parse_args(argv)
-    study_runner.check_arguments(parser, args, OUT)
     script = "benchmarks/studies/attention_defaults/attention_defaults_study.py"
     width = max(len(setting) for setting in SETTINGS)
-    study_runner.run(args, script, lambda out: jobs(args.tasks, args.settings, args.seeds, out, args.steps), width)
+    study_runner.main(argv, __doc__, script, spec, TASKS, "settings", list(SETTINGS), OUT, SEEDS, width)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ Usage: python benchmarks/studies/masking_fair/masking_fair_report.py [--runs DIR
 ``benchmarks/results/``; ``python benchmarks/kit/studies.py report masking_fair`` runs it and leads the page)
 """
 
-import argparse
+import functools
 import importlib.util
 import json
 from pathlib import Path
@@ -29,11 +29,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.kit import rundata
-from benchmarks.kit.report import estimate_text, improvement_triple, iqm_triple, save_figure, study_opening
+from benchmarks.kit.report import estimate_or, improvement_triple, iqm_triple, save_figure, study_opening
+from benchmarks.kit.study_report import ReportCommand
 from sb3_reset_ppo.experiments import stats
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = HERE.parents[1]
+# An estimate with its interval, "none" without one (the page states estimates in sentences)
+_estimate = functools.partial(estimate_or, missing="none")
 
 BASE = "maskable_reset_ppo"
 # The arm whose cost is compared with the base's at the same number of training episodes (PROTOCOL.md, Endpoints)
@@ -277,13 +279,9 @@ def amended_text(arm: str, arms: dict[str, Any], comparisons: dict[str, Any]) ->
     partial = "" if runs >= SEEDS else f"; {runs} of {SEEDS} runs stored so far"
     verdict = _verdict(result["probability"], result["p_holm"])
     return (
-        f"{_triple(final)}, MaskableResetPPO's probability of improvement over it {_triple(result['probability'], 2)} "
+        f"{_estimate(final)}, MaskableResetPPO's probability of improvement over it {_estimate(result['probability'], 2)} "
         f"(Mann-Whitney p {result['p']:.2g}, its own family: {verdict}{partial})"
     )
-
-
-def _triple(values: list[float] | None, digits: int = 3) -> str:
-    return "none" if values is None else estimate_text(values, digits)
 
 
 def _verdict(probability: list[float], p_holm: float) -> str:
@@ -298,7 +296,7 @@ def descriptive(entry: dict[str, Any]) -> list[str]:
         for other, ratio in by_other.items():
             out.append(
                 f"- learn() CPU s of the whole run (204,800 env steps), {arm} over {other} of the same seed: median "
-                f"{_triple(ratio['median'], 2)} over {ratio['seeds']} seeds; ratio of the summed seconds "
+                f"{_estimate(ratio['median'], 2)} over {ratio['seeds']} seeds; ratio of the summed seconds "
                 f"{ratio['of_sums']:.2f}"
             )
     ratios = entry.get("cost_ratios", {})
@@ -323,7 +321,7 @@ def descriptive(entry: dict[str, Any]) -> list[str]:
         out.append(
             f"- learn() CPU s at {same['episodes']:.0f} training episodes (the protocol's like for like, read only where a "
             f"run played that many: {reached[0]} of {runs[0]} runs of {BASE}, {reached[1]} of {runs[1]} of "
-            f"{LIKE_FOR_LIKE}): {BASE} {_triple(same['cpu'][0], 1)}, {LIKE_FOR_LIKE} {_triple(same['cpu'][1], 1)}; ratio "
+            f"{LIKE_FOR_LIKE}): {BASE} {_estimate(same['cpu'][0], 1)}, {LIKE_FOR_LIKE} {_estimate(same['cpu'][1], 1)}; ratio "
             f"of the IQMs {ratio}"
         )
     if BASE in entry["arms"] and STACK in entry["comparisons"]:
@@ -339,12 +337,12 @@ def descriptive(entry: dict[str, Any]) -> list[str]:
     for arm, values in entry["arms"].items():
         if "success_long" in values:
             out.append(
-                f"- {arm}: success on long delays (beyond the window) {_triple(values['success_long'])}, on short "
-                f"delays {_triple(values.get('success_short'))}"
+                f"- {arm}: success on long delays (beyond the window) {_estimate(values['success_long'])}, on short "
+                f"delays {_estimate(values.get('success_short'))}"
             )
         if "by_style" in values:
             out.append(
-                f"- {arm}: return per style " + ", ".join(f"{s} {_triple(v, 2)}" for s, v in values["by_style"].items())
+                f"- {arm}: return per style " + ", ".join(f"{s} {_estimate(v, 2)}" for s, v in values["by_style"].items())
             )
     return out
 
@@ -376,13 +374,13 @@ def lines(summary: dict[str, Any]) -> list[str]:
         out += task_notes(task, entry)
         for arm, values in entry["arms"].items():
             steps, cpu = values["steps_to_threshold"], values["cpu_to_threshold"]
-            success = f"success rate {_triple(values['success'])}; " if "success" in values else ""
+            success = f"success rate {_estimate(values['success'])}; " if "success" in values else ""
             text = (
-                f"- {arm} ({values['runs']} runs): final return {_triple(values['final'])}; {success}reached the threshold "
-                f"{steps['reached']} of {values['runs']}, env steps {_triple(steps['iqm'], 0)}, learn() CPU s "
-                f"{_triple(cpu['iqm'], 1)}, training episodes {_triple(values['episodes_to_threshold']['iqm'], 0)}; "
-                f"invalid actions per episode {_triple(values['invalid'], 2)}; learn() CPU s per 1,000 training "
-                f"episodes {_triple(values['cpu_per_1000_episodes'], 1)}"
+                f"- {arm} ({values['runs']} runs): final return {_estimate(values['final'])}; {success}reached the threshold "
+                f"{steps['reached']} of {values['runs']}, env steps {_estimate(steps['iqm'], 0)}, learn() CPU s "
+                f"{_estimate(cpu['iqm'], 1)}, training episodes {_estimate(values['episodes_to_threshold']['iqm'], 0)}; "
+                f"invalid actions per episode {_estimate(values['invalid'], 2)}; learn() CPU s per 1,000 training "
+                f"episodes {_estimate(values['cpu_per_1000_episodes'], 1)}"
             )
             out.append(text)
         out += descriptive(entry)
@@ -392,7 +390,7 @@ def lines(summary: dict[str, Any]) -> list[str]:
                     continue
                 result = comparison[key]
                 out.append(
-                    f"- {BASE} vs {arm}, {name}: P(improvement) {_triple(result['probability'])}, Mann-Whitney "
+                    f"- {BASE} vs {arm}, {name}: P(improvement) {_estimate(result['probability'])}, Mann-Whitney "
                     f"p {result['p']:.3g} ({result['method']}), Holm p {result['p_holm']:.3g}: "
                     f"{_verdict(result['probability'], result['p_holm'])}"
                 )
@@ -479,10 +477,10 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
             steps, cpu = values["steps_to_threshold"], values["cpu_to_threshold"]
             stored = f"{values['runs']}" + (f" of {SEEDS}" if values["runs"] < SEEDS else "")
             out.append(
-                f"| {arm} | {stored} | {_triple(values['final'])} |"
-                + (f" {_triple(values.get('success'))} |" if with_success else "")
-                + f" {steps['reached']} of {values['runs']} | {_triple(steps['iqm'], 0)} | {_triple(cpu['iqm'], 1)} "
-                f"| {_triple(values['invalid'], 2)} | {_triple(values['cpu_per_1000_episodes'], 1)} |"
+                f"| {arm} | {stored} | {_estimate(values['final'])} |"
+                + (f" {_estimate(values.get('success'))} |" if with_success else "")
+                + f" {steps['reached']} of {values['runs']} | {_estimate(steps['iqm'], 0)} | {_estimate(cpu['iqm'], 1)} "
+                f"| {_estimate(values['invalid'], 2)} | {_estimate(values['cpu_per_1000_episodes'], 1)} |"
             )
         for arm in entry.get("pending", []):
             out.append(f"| {arm} | 0 of {SEEDS} | pending |" + (" pending |" if with_success else "") + " | | | | |")
@@ -507,7 +505,7 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
                     continue
                 result = comparison[key]
                 out.append(
-                    f"| {arm} | {name} | {_triple(result['probability'])} | {result['p']:.2g} ({result['method']}) "
+                    f"| {arm} | {name} | {_estimate(result['probability'])} | {result['p']:.2g} ({result['method']}) "
                     f"| {result['p_holm']:.2g} | {_verdict(result['probability'], result['p_holm'])} |"
                 )
         out += ["", "Descriptive (not tested):", "", *descriptive(entry), ""]
@@ -526,27 +524,18 @@ def deviations(notes: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=STUDY.OUT, help="the runs' folder")
-    parser.add_argument("--out", type=Path, default=HERE, help="folder of RESULTS.md and figures/ (default: this study's)")
-    parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help="folder of masking_fair_summary.json")
-    parser.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
+    command = ReportCommand(__doc__, HERE, STUDY.OUT, "the runs' folder", "masking_fair_summary.json")
+    parser = command.parser()
     parser.add_argument("--notes", type=Path, default=HERE / "NOTES.md", help="the notes whose deviations the page states")
-    args = parser.parse_args(argv)
+    args = command.parse(parser, argv)
     rundata.ensure_all()  # the stored runs' folders, unpacked from their tables where needed
-    if args.reps < 1:
-        parser.error(f"--reps must be at least 1, got {args.reps}")
     runs = load(args.runs)
     if not runs:
         parser.error(f"no finished run under {args.runs}")
     summary = analyse(runs, args.reps)
     print("\n".join(lines(summary)))
     notes = deviations(args.notes.read_text()) if args.notes.is_file() else ""
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "RESULTS.md").write_text(markdown(summary, runs, notes))
-    figure(runs, args.out / "figures" / "learning_curves.png")
-    args.summaries.mkdir(parents=True, exist_ok=True)
-    (args.summaries / "masking_fair_summary.json").write_text(json.dumps(summary, indent=1))
+    command.write(args, markdown(summary, runs, notes), summary, lambda path: figure(runs, path), end="")
 
 
 if __name__ == "__main__":

@@ -16,18 +16,21 @@ Usage: python benchmarks/studies/tuned/tuned_report.py [--runs DIR] [--out DIR] 
 study's folder, and ``tuned_summary.json`` into ``--summaries``, default ``benchmarks/results/``)
 """
 
-import argparse
+import functools
 import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 from benchmarks.kit import rundata
-from benchmarks.kit.report import estimate_text, improvement_triple, iqm_triple, learning_curves, machines
+from benchmarks.kit.report import estimate_or, improvement_triple, iqm_triple, learning_curves, machines
+from benchmarks.kit.study_report import ReportCommand
 from sb3_reset_ppo.experiments import runner, stats
 
 HERE = Path(__file__).resolve().parent
 RUNS = rundata.RESULTS / "tuned"
+# An estimate with its interval, "none" without one (the page states estimates in sentences)
+_estimate = functools.partial(estimate_or, missing="none")
 BASE, OTHER = "tuned_reset", "ev_rppo"
 NAMES = {BASE: "ResetPPO", OTHER: "RecurrentPPO"}
 ENV_ORDER = ["EarlyChoice-v0", "CartPoleNoVel-v1", "PendulumNoVel-v1"]
@@ -125,10 +128,6 @@ def analyse(
     return summary
 
 
-def _triple(values: list[float] | None, digits: int = 3) -> str:
-    return "none" if values is None else estimate_text(values, digits)
-
-
 def verdict(result: dict[str, Any]) -> str:
     """``better`` / ``worse`` (ResetPPO against RecurrentPPO) where the interval excludes 0.5 and Holm's p < 0.05."""
     side = stats.significance(result["probability"][1], result["probability"][2], 0.5)
@@ -145,23 +144,23 @@ def lines(summary: dict[str, Any]) -> list[str]:
         for arm, values in entry["arms"].items():
             out.append(
                 f"- {NAMES.get(arm, arm)} ({arm}, trial {', '.join(map(str, values['trials']))}, {values['runs']} runs): "
-                f"final return {_triple(values['final'])}; mean over training {_triple(values['auc'])}; learn() s "
-                f"{_triple(values['learn_seconds'], 1)}"
+                f"final return {_estimate(values['final'])}; mean over training {_estimate(values['auc'])}; learn() s "
+                f"{_estimate(values['learn_seconds'], 1)}"
             )
         if "comparison" in entry:
             final, auc, time = (entry["comparison"][key] for key in ("final", "auc", "time"))
             out.append(
-                f"- P(ResetPPO > RecurrentPPO), final return: {_triple(final['probability'])}, Mann-Whitney p "
+                f"- P(ResetPPO > RecurrentPPO), final return: {_estimate(final['probability'])}, Mann-Whitney p "
                 f"{final['p']:.3g} ({final['method']}), Holm p {final['p_holm']:.3g}: {verdict(final)}"
             )
-            out.append(f"- P(ResetPPO > RecurrentPPO), mean over training: {_triple(auc['probability'])} (descriptive)")
+            out.append(f"- P(ResetPPO > RecurrentPPO), mean over training: {_estimate(auc['probability'])} (descriptive)")
             if time is not None:
                 ratio = "none" if time["ratio"] is None else f"{time['ratio']:.2f}"
                 out.append(
                     f"- learn() s: median ratio ResetPPO / RecurrentPPO {ratio} ({time['pairs']} seeds); at "
                     f"{time['at_seconds']:.0f} s (the median of {NAMES[time['faster']]}'s runs) ResetPPO "
-                    f"{_triple(time['return_at'][BASE])}, RecurrentPPO {_triple(time['return_at'][OTHER])}, "
-                    f"P(ResetPPO > RecurrentPPO) {_triple(time['probability_at'])} (descriptive)"
+                    f"{_estimate(time['return_at'][BASE])}, RecurrentPPO {_estimate(time['return_at'][OTHER])}, "
+                    f"P(ResetPPO > RecurrentPPO) {_estimate(time['probability_at'])} (descriptive)"
                 )
     return out
 
@@ -221,7 +220,7 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
         for arm, values in entry["arms"].items():
             out.append(
                 f"| {NAMES.get(arm, arm)} | {', '.join(map(str, values['trials']))} | {values['runs']} "
-                f"| {_triple(values['final'])} | {_triple(values['auc'])} | {_triple(values['learn_seconds'], 1)} |"
+                f"| {_estimate(values['final'])} | {_estimate(values['auc'])} | {_estimate(values['learn_seconds'], 1)} |"
             )
         out.append("")
         if "comparison" in entry:
@@ -229,19 +228,19 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
             out += [
                 "| P(ResetPPO > RecurrentPPO) | value | p | p, Holm | verdict |",
                 "|---|---|---|---|---|",
-                f"| final return | {_triple(final['probability'])} | {final['p']:.2g} ({final['method']}) "
+                f"| final return | {_estimate(final['probability'])} | {final['p']:.2g} ({final['method']}) "
                 f"| {final['p_holm']:.2g} | {verdict(final)} |",
-                f"| mean over training | {_triple(auc['probability'])} | - | - | descriptive |",
+                f"| mean over training | {_estimate(auc['probability'])} | - | - | descriptive |",
             ]
             if time is not None:
                 ratio = "none" if time["ratio"] is None else f"{time['ratio']:.2f}"
                 out += [
-                    f"| return at {time['at_seconds']:.0f} learn() s | {_triple(time['probability_at'])} | - | - "
+                    f"| return at {time['at_seconds']:.0f} learn() s | {_estimate(time['probability_at'])} | - | - "
                     "| descriptive |",
                     "",
                     f"learn() seconds: median ratio ResetPPO / RecurrentPPO over {time['pairs']} seeds {ratio}. At "
                     f"{time['at_seconds']:.0f} s, the median of {NAMES[time['faster']]}'s runs: ResetPPO "
-                    f"{_triple(time['return_at'][BASE])}, RecurrentPPO {_triple(time['return_at'][OTHER])}.",
+                    f"{_estimate(time['return_at'][BASE])}, RecurrentPPO {_estimate(time['return_at'][OTHER])}.",
                 ]
             out.append("")
         out += selection_table(entry)
@@ -250,14 +249,9 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=RUNS, help="the study's folder (fresh/ and selection/)")
-    parser.add_argument("--out", type=Path, default=HERE, help="folder of RESULTS.md and figures/ (default: this study's)")
-    parser.add_argument("--summaries", type=Path, default=rundata.RESULTS, help="folder of tuned_summary.json")
-    parser.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        parser.error(f"--reps must be at least 1, got {args.reps}")
+    command = ReportCommand(__doc__, HERE, RUNS, "the study's folder (fresh/ and selection/)", "tuned_summary.json")
+    parser = command.parser()
+    args = command.parse(parser, argv)
     runs_dir = args.runs.resolve()
     rundata.ensure(runs_dir, runs_dir.parent)  # the stored runs' folder, unpacked from its tables where needed
     runs = load(runs_dir)
@@ -265,12 +259,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"no finished fresh-seed run under {runs_dir / 'fresh'}")
     summary = analyse(runs, selections(runs_dir, list(runs)), args.reps)
     print("\n".join(lines(summary)))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "RESULTS.md").write_text(markdown(summary, runs))
     every = [record for by_arm in runs.values() for records in by_arm.values() for record in records]
-    learning_curves(every, list(runs), args.out / "figures" / "learning_curves.png", [BASE, OTHER])
-    args.summaries.mkdir(parents=True, exist_ok=True)
-    (args.summaries / "tuned_summary.json").write_text(json.dumps(summary, indent=1))
+    command.write(
+        args, markdown(summary, runs), summary, lambda path: learning_curves(every, list(runs), path, [BASE, OTHER]), end=""
+    )
 
 
 if __name__ == "__main__":

@@ -16,19 +16,17 @@ the README's row of this study, from the summary; ``python benchmarks/kit/studie
 leads the page)
 """
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.kit.report import estimate_text, improvement_triple, iqm_triple, study_opening
+from benchmarks.kit.report import estimate_or, improvement_triple, iqm_triple, study_opening
+from benchmarks.kit.study_report import ReportCommand
 from benchmarks.studies.zoo_rows import zoo_rows_study as study
 from sb3_reset_ppo.experiments import stats
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = HERE.parents[1]
 SUMMARY = "zoo_rows_summary.json"
 BASE, OTHER = study.ARMS  # reset_ppo, ppo_lstm: P(BASE > OTHER) and BASE / OTHER time ratios
 NAMES = {"reset_ppo": "ResetPPO", "ppo_lstm": "RecurrentPPO"}
@@ -160,10 +158,6 @@ def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _triple(values: list[float] | None, digits: int = 2) -> str:
-    return "-" if values is None else estimate_text(values, digits)
-
-
 def status_lines(summary: dict[str, Any]) -> list[str]:
     """The study's state: complete, or how many runs each cell holds (and no verdict)."""
     if summary["complete"]:
@@ -258,13 +252,13 @@ def comparison_lines(summary: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for env, entry in summary["envs"].items():
-        iqm = {arm: _triple(entry["arms"][arm]["iqm"]) if arm in entry["arms"] else "-" for arm in study.ARMS}
+        iqm = {arm: estimate_or(entry["arms"][arm]["iqm"], 2) if arm in entry["arms"] else "-" for arm in study.ARMS}
         if "comparison" not in entry:
             out.append(f"| {env} | {iqm[BASE]} | {iqm[OTHER]} | - | - | - | - | - | - |")
             continue
         result = entry["comparison"]
         out.append(
-            f"| {env} | {iqm[BASE]} | {iqm[OTHER]} | {_triple(result['probability'])} | {result['p']:.2g} "
+            f"| {env} | {iqm[BASE]} | {iqm[OTHER]} | {estimate_or(result['probability'], 2)} | {result['p']:.2g} "
             f"({result['method']}) | {result['p_holm']:.2g} | {verdict(summary, result)} "
             f"| {_number(result['cpu_ratio'], 2)} ({result['pairs']}) | {_number(result['wall_ratio'], 2)} |"
         )
@@ -376,25 +370,16 @@ def figure(summary: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=study.OUT, help="the runs' file")
-    parser.add_argument("--out", type=Path, default=HERE, help="folder of RESULTS.md and figures/ (default: this study's)")
-    parser.add_argument("--summaries", type=Path, default=BENCHMARKS / "results", help=f"folder of {SUMMARY}")
-    parser.add_argument("--reps", type=int, default=stats.REPS, help="bootstrap resamples")
+    command = ReportCommand(__doc__, HERE, study.OUT, "the runs' file", SUMMARY)
+    parser = command.parser()
     parser.add_argument("--readme", type=Path, default=None, help="a README whose row of this study to rewrite")
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        parser.error(f"--reps must be at least 1, got {args.reps}")
+    args = command.parse(parser, argv)
     runs, failed = load(args.runs)
     if not runs:
         parser.error(f"no finished run in {args.runs}")
     summary = analyse(runs, args.reps)
     summary["readme_row"] = readme_row(summary)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "RESULTS.md").write_text(markdown(summary, runs, failed) + "\n")
-    figure(summary, args.out / "figures" / "scores.png")
-    args.summaries.mkdir(parents=True, exist_ok=True)
-    (args.summaries / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
+    command.write(args, markdown(summary, runs, failed), summary, lambda path: figure(summary, path), "scores.png")
     if args.readme is not None:
         write_readme(args.readme, summary["readme_row"])
 
