@@ -29,13 +29,17 @@ INPUT_SIZES = (2, 512)
 HIDDEN_SIZES = (64, 256)
 
 
-def step_function(cell: str, input_size: int, hidden: int, steps: int, sequences: int) -> Callable[[], None]:
-    """One forward and backward of ``cell`` over ``(steps, sequences, input_size)`` inputs from random memory."""
+def make_cell(cell: str, input_size: int, hidden: int) -> nn.LSTM | nn.GRU:
+    """One layer of ``cell`` (``"lstm"`` or ``"gru"``), its weights drawn from a fixed seed."""
     th.manual_seed(0)
-    rnn: nn.LSTM | nn.GRU = (nn.LSTM if cell == "lstm" else nn.GRU)(input_size, hidden)
-    inputs = th.randn(steps, sequences, input_size)
-    h0 = th.randn(1, sequences, hidden)
-    memory: tuple[th.Tensor, th.Tensor] | th.Tensor = (h0, th.randn(1, sequences, hidden)) if cell == "lstm" else h0
+    return (nn.LSTM if cell == "lstm" else nn.GRU)(input_size, hidden)
+
+
+def step_function(rnn: nn.LSTM | nn.GRU, steps: int, sequences: int) -> Callable[[], None]:
+    """One forward and backward of ``rnn`` over ``(steps, sequences, input_size)`` inputs from random memory."""
+    inputs = th.randn(steps, sequences, rnn.input_size)
+    h0 = th.randn(1, sequences, rnn.hidden_size)
+    memory = (h0, th.randn(1, sequences, rnn.hidden_size)) if isinstance(rnn, nn.LSTM) else h0
 
     def call() -> None:
         rnn.zero_grad(set_to_none=True)
@@ -74,7 +78,10 @@ def main() -> None:
     ]
     for input_size in INPUT_SIZES:
         for hidden in HIDDEN_SIZES:
-            calls = {cell: step_function(cell, input_size, hidden, args.steps, args.sequences) for cell in ("lstm", "gru")}
+            calls = {
+                cell: step_function(make_cell(cell, input_size, hidden), args.steps, args.sequences)
+                for cell in ("lstm", "gru")
+            }
             times: dict[str, list[float]] = {cell: [] for cell in calls}
             for call in calls.values():
                 cpu_ms(call, max(1, args.calls // 10))  # warm-up
