@@ -27,13 +27,18 @@ def du_bytes(path: Path) -> int:
     return int(subprocess.run(["du", "-s", "-B1", str(path)], check=True, capture_output=True, text=True).stdout.split()[0])
 
 
+def demo_target(checkout: Path) -> str:
+    """The Makefile's ``$(DEMO_STAMP)`` in ``checkout``: the target that ``make demo`` installs through."""
+    checksum = subprocess.run(
+        "cat setup.cfg | cksum | cut -d' ' -f1", shell=True, cwd=checkout, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    return f".venv/.demo-installed-{checksum}"
+
+
 def demo_install(clone: Path) -> float:
     """Run ``make demo``'s install target in ``clone``; return its wall seconds."""
-    checksum = subprocess.run(
-        "cat setup.cfg | cksum | cut -d' ' -f1", shell=True, cwd=clone, check=True, capture_output=True, text=True
-    ).stdout.strip()
     start = time.perf_counter()
-    subprocess.run(["make", f".venv/.demo-installed-{checksum}"], cwd=clone, check=True, capture_output=True)
+    subprocess.run(["make", demo_target(clone)], cwd=clone, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
