@@ -63,6 +63,8 @@ SPEED_RESULTS = {
     "bench_floor": "bench_floor.txt",
     "bench_sampler": "bench_sampler.txt",
     "doc_durations": "doc_durations.txt",
+    "bench_cells": "bench_cells.txt",
+    "venv_size": "venv_size.txt",
 }
 
 

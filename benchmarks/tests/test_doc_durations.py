@@ -92,3 +92,24 @@ def test_each_item_reads_its_code_from_its_page(item: str) -> None:
     assert code.strip() and Path(command[0]).name.startswith("python")
     if item in ("usage_snippet", "masking_evaluation"):
         assert "torch.set_num_threads(1)" in code  # one thread, as the figure assumes
+
+
+# The speed sentence of a stored compare report: the median ratio of learn() seconds, then its pairs' range
+RATIO_REPORT = re.compile(r"takes (\d\.\d\d) of ppo_lstm's time, .*?, (\d\.\d\d) to (\d\.\d\d) \(median")
+
+
+def _ratios(report: str) -> tuple[str, str, str]:
+    match = RATIO_REPORT.search(report)
+    assert match is not None, report
+    return match.group(1), match.group(2), match.group(3)
+
+
+def test_the_compare_guide_quotes_the_stored_reports_ratios() -> None:
+    # The run doc_durations.py measured (2 idle cores), and the first-hour check's (beside one busy process)
+    stated = _flat("docs/guide/compare.md")
+    ratio, low, high = _ratios(" ".join(_stored()["compare_example"]["stdout_tail"]))
+    quoted = f"learn() at {ratio} of RecurrentPPO's time ({low} to {high} in its two pairs of runs"
+    assert f"(benchmarks/results/doc_durations.json) it reported ResetPPO's {quoted}" in stated
+    ratio, low, high = _ratios((ROOT / "benchmarks" / "results" / "first_hour" / "compare_quick_look.txt").read_text())
+    quoted = f"beside one busy process at {ratio} ({low} to {high}: benchmarks/results/first_hour/compare_quick_look.txt)"
+    assert quoted in stated

@@ -239,3 +239,23 @@ def test_every_path_the_changelog_and_the_pages_name_exists() -> None:
             if "<" not in path and not _named_path_exists(path.rstrip(".")):
                 missing.append(f"{page.relative_to(ROOT)}: {path}")
     assert not missing, "\n".join(missing)
+
+
+# A docs page as the package, its tests and the benchmarks cite it in docstrings, comments and messages
+_CITED_PAGE = re.compile(r"(?<![\w-])(docs/[\w./-]+?\.md)\b")
+
+
+def test_every_docs_page_the_code_cites_exists() -> None:
+    # Stored results quote what was true when they were made, and a protocol stays as committed before its runs
+    missing = []
+    for folder in ("sb3_reset_ppo", "tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            parts = path.relative_to(ROOT).parts
+            if path.suffix not in (".py", ".md", ".yml", ".yaml", ".toml", ".cfg", ".txt") or "results" in parts:
+                continue
+            if path.name.startswith("PROTOCOL"):
+                continue
+            for cited in _CITED_PAGE.findall(path.read_text()):
+                if not (ROOT / cited).is_file():
+                    missing.append(f"{path.relative_to(ROOT)}: {cited}")
+    assert missing == [], "\n".join(missing)

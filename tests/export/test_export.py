@@ -39,6 +39,12 @@ N_STEPS = 24
 N_ENVS = 3
 
 
+def scientific(value: float) -> str:
+    """``value`` as the pages write a tolerance: ``1e-2``, ``5e-2``."""
+    mantissa, exponent = f"{value:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
 def session(path: Path) -> Any:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1

@@ -1,7 +1,7 @@
 """
 float16 export of every action space, with and without action masks: the masked logit is one float16
 holds (sb3-contrib's -1e8 overflowed float16, so every masked float16 export raised), and the file follows
-``predict`` within the tolerance docs/guide/deploy.md gives (1e-2 per step, fed the same memory).
+``predict`` within the tolerance the deploy pages give (1e-2 per step, fed the same memory).
 """
 
 from pathlib import Path
@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 from gymnasium import spaces
-from test_export import HIDDEN, random_masks, randomise, session, tiny_kwargs, vec_env
+from test_export import HIDDEN, ROOT, random_masks, randomise, scientific, session, tiny_kwargs, vec_env
 
 from sb3_reset_ppo import MaskableResetPPO, ResetPPO
 from sb3_reset_ppo.export import export_onnx, export_spec
 
 pytest.importorskip("onnxruntime")
 
-# docs/guide/deploy.md, float16: per step within 1e-2 of predict, fed the same memory
+# docs/guide/deploy.md and deploy_reference.md, float16: per step within 1e-2 of predict, fed the same memory
 TOLERANCE = 1e-2
 BATCH = 64
 ACTION_SPACES = {
@@ -90,3 +90,9 @@ def test_float16_matches_predict(action: str, masked: bool, tmp_path: Path) -> N
     clear = branch_margins(logits32, spec.branches) > 2 * TOLERANCE
     assert clear.mean() > 0.5
     np.testing.assert_array_equal(action_out.reshape(BATCH, -1)[clear], actions.reshape(BATCH, -1)[clear])
+
+
+@pytest.mark.parametrize("page", ["deploy.md", "deploy_reference.md"])
+def test_the_deploy_pages_state_the_tolerance_checked_here(page: str) -> None:
+    text = " ".join((ROOT / "docs" / "guide" / page).read_text().split())
+    assert f"within {scientific(TOLERANCE)} of `predict`" in text

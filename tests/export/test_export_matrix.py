@@ -36,7 +36,7 @@ from export_matrix import (
 )
 from matrix import uncovered_pairs
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
-from test_export import random_masks, session
+from test_export import ROOT, random_masks, scientific, session
 from unity_loader import behavior_parameters, unity_failures
 
 from sb3_reset_ppo.export import export_onnx, export_spec, read_metadata
@@ -189,3 +189,9 @@ def test_the_docs_state_the_export_matrix_as_it_is() -> None:
     root = Path(__file__).resolve().parents[2]
     text = " ".join((root / "docs" / "guide" / "reliability.md").read_text().split())
     assert f"{len(combinations(2))} combinations in `make test`, {len(combinations(3))} in `make test-matrix`" in text
+
+
+def test_the_internals_page_states_the_float16_tolerances_checked_here() -> None:
+    text = " ".join((ROOT / "docs" / "guide" / "deploy_internals.md").read_text().split())
+    stated = f"within {scientific(HALF_ATOL)}, each discrete sub-action within {scientific(HALF_LOGIT_ATOL)} of the largest"
+    assert stated in text

@@ -324,7 +324,8 @@ def test_zoo_model_with_normalize_plays_the_zoos_own_returns(tmp_path: Path) -> 
 
 def test_float16_files_round_raw_observations_before_normalising(tmp_path: Path) -> None:
     """A float16 file takes raw observations as float16: it computes as the float32 file fed the observations rounded
-    to float16, which moves observations of about 1000 +- 0.57 by up to 0.44 standard deviations (docs/guide/deploy.md)."""
+    to float16, which moves observations of about 1000 +- 0.57 by up to 0.44 standard deviations
+    (docs/guide/deploy_reference.md)."""
     mean, std = 1000.0, 0.57
     observation_space = spaces.Box(0.0, 2000.0, (4,), np.float32)
 
@@ -358,3 +359,9 @@ def test_float16_files_round_raw_observations_before_normalising(tmp_path: Path)
     np.testing.assert_allclose(float16, h_out("float32", rounded.astype(np.float32)), atol=1e-2)
     assert np.abs(float16 - h_out("float32", raw)).max() > 2e-2
     assert "float16 files round raw observations" in (ROOT / "docs" / "guide" / "deploy.md").read_text()
+    # The page this test's docstring cites states its figures: the spread, and the largest shift 0.25 / std
+    docstring = test_float16_files_round_raw_observations_before_normalising.__doc__ or ""
+    cited = re.search(r"\((docs/[\w/]+\.md)\)", docstring)
+    assert cited is not None, docstring
+    page = " ".join((ROOT / cited.group(1)).read_text().split())
+    assert f"about {mean:.0f} with a standard deviation of {std}, up to 0.25, {0.25 / std:.2f} standard deviations" in page
