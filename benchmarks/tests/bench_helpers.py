@@ -1,12 +1,15 @@
 """
 Helpers shared by the tests of the benchmark scripts (``benchmarks/``): loading a script as a module, a fake
-finished run, and running an interrupt script in a fresh interpreter.
+finished run, running an interrupt script in a fresh interpreter, and stopping a study's command by a signal.
 """
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -122,3 +125,27 @@ def longest_first(items: list[pytest.Item]) -> None:
     rank = {node_id: index for index, node_id in enumerate(LONGEST_FIRST)}
     # list.sort is stable: the tests not listed keep their collection order, after the listed ones
     items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))
+
+
+def stopped_by(
+    signum: int, command: list[str], started: Callable[[], bool], log: Path, seconds: float = 300
+) -> tuple[int, str]:
+    """
+    Start a study's ``command`` (its output to ``log``, in a session of its own so that only it gets the signal, as
+    from ``kill PID``), send it ``signum`` once ``started()`` holds, and return its exit code and output once it ends.
+    """
+    with open(log, "wb") as output:
+        environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+        options: dict[str, Any] = {"stdout": output, "stderr": subprocess.STDOUT, "cwd": ROOT, "env": environment}
+        process = subprocess.Popen(command, start_new_session=True, **options)
+    try:
+        deadline = time.monotonic() + seconds
+        while not started():
+            assert process.poll() is None and time.monotonic() < deadline, f"not started:\n{log.read_text()[-4000:]}"
+            time.sleep(0.1)
+        process.send_signal(signum)
+        return process.wait(seconds), log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
