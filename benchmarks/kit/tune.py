@@ -511,8 +511,11 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
             # leaves running if it is killed can be told from other processes' running trials
             owner = f"{socket.gethostname()}-{uuid.uuid4().hex}"
             environment = {**os.environ, "OMP_NUM_THREADS": "1", TRIAL_OWNER_VARIABLE: owner}
+            # Killed with tune.py (a second stop signal, or a kill): its trial, left running, is queued again next time
             with open(args.out / env_id / arm / f"worker{index}.txt", "a") as log:
-                code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+                code = subprocess.call(
+                    command, stdout=log, stderr=subprocess.STDOUT, env=environment, preexec_fn=runner.parent_death_signal()
+                )
             with lock:
                 active -= 1
                 codes[index] = code
@@ -570,7 +573,13 @@ def optimize(args: argparse.Namespace) -> None:
         command = " ".join(optimize_command(env_id, arm, redact(storage), base, path.parent / "worker0", args))
         record_session(path.parent, event="start", trials=done, workers=args.workers, seed_base=base, command=command)
         start = time.perf_counter()
-        codes = run_trials(env_id, arm, storage, base, args, deadline)
+        try:
+            codes = run_trials(env_id, arm, storage, base, args, deadline)
+        except KeyboardInterrupt:  # stopped by a signal once the running trials ended: no other study starts
+            done = finished_trials(storage, study_name(env_id, arm))
+            record_session(path.parent, event="stopped", trials=done, seconds=time.perf_counter() - start)
+            print(f"{env_id} {arm}: stopped with {done} trials in {time.perf_counter() - start:.0f} s", flush=True)
+            raise
         done = finished_trials(storage, study_name(env_id, arm))
         record_session(path.parent, event="end", trials=done, exit_codes=codes, seconds=time.perf_counter() - start)
         print(f"{env_id} {arm}: {done} trials in {time.perf_counter() - start:.0f} s, exit codes {codes}", flush=True)
