@@ -330,6 +330,15 @@ def index() -> str:
         "sb3-reset-ppo the studies train with): in the clone, after the package, `pip install -e benchmarks` (`make install`",
         "installs both); then every command here runs from the repository's root as written.",
         "",
+        "Every study's command (`studies.py run`, `run_grid.py`, `tune.py`, a study's own runner) stops cleanly at SIGINT or",
+        "SIGTERM (`kill PID`, or Ctrl-C in its terminal: the runs' processes are in sessions of their own, so it reaches the",
+        "command alone). The first signal starts no new run (`tune.py optimize`: no new trial or study) and prints",
+        "`stopping (SIGTERM): no new run starts; waiting for the running ones (N); send the signal again to stop them now`;",
+        "the running runs finish and are stored as usual (a study that writes its tables at its end writes them then), and",
+        "the command exits with status 130 (an uncaught KeyboardInterrupt; `studies.py run`: 1). A second signal ends it at",
+        "once by that signal, its runs' processes with it: nothing of theirs is recorded, and the next start trains them",
+        "again (`tune.py`: a trial left running is queued again).",
+        "",
         "## Studies",
         "",
         "| study | question | verdict | runs | rerun |",
@@ -366,12 +375,14 @@ def index() -> str:
 def run_command(command: list[str]) -> None:
     """
     Run a study's command (``python`` and ``command``) from the repository's root, passing on to it each SIGINT and
-    SIGTERM this process gets. It runs in a process group of its own, so that a Ctrl-C in the terminal reaches it
-    once, through this process, and never its runs' processes; it dies with this process (a kill).
+    SIGTERM this process gets. It runs in a session of its own, so that a Ctrl-C in the terminal reaches it once,
+    through this process; it dies with this process (a kill).
 
     :raises subprocess.CalledProcessError: the command did not exit 0 (stopped by a signal, or an error)
     """
-    process = subprocess.Popen([sys.executable, *command], cwd=ROOT, process_group=0, preexec_fn=runner.parent_death_signal())
+    process = subprocess.Popen(
+        [sys.executable, *command], cwd=ROOT, start_new_session=True, preexec_fn=runner.parent_death_signal()
+    )
 
     def forward(signum: int, frame: object) -> None:
         process.send_signal(signum)

@@ -1,9 +1,10 @@
 """
-A signal to the compare command's process (``kill PID``): the first one starts no new run and lets the running one
-finish and be recorded, the second one stops it at once. Real processes, trained through the RL Zoo.
+A signal to the compare command (``kill PID``, or a Ctrl-C in its terminal): the first one starts no new run and lets
+the running one finish and be recorded, the second one stops it at once. Real processes, trained through the RL Zoo.
 """
 
 import json
+import os
 import signal
 import sys
 import time
@@ -27,13 +28,17 @@ def _run_dirs(out: Path) -> list[Path]:
     return sorted(path for path in out.glob("runs/*/*/seed*") if path.is_dir())
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# SIGTERM to the process (`kill PID`), and SIGINT to its whole process group, as a Ctrl-C in its terminal sends it
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
 def test_a_signal_lets_the_running_run_finish_and_starts_no_other(tmp_path: Path, signum: signal.Signals) -> None:
     command, out = _compare(tmp_path)
     log = tmp_path / "log.txt"
     process = start(command, log, tmp_path)
     wait_until(lambda: any((path / runner.RUN_MARKER).exists() for path in _run_dirs(out)), process, log)
-    process.send_signal(signum)
+    if signum == signal.SIGTERM:
+        process.send_signal(signum)
+    else:  # the run's zoo process, in a session of its own, does not get the group's SIGINT: it finishes
+        os.killpg(process.pid, signum)
     code = finish(process)
     text = log.read_text()
     assert code == 130, text[-4000:]

@@ -5,7 +5,9 @@ The RL Zoo's ppo_lstm benchmark rows: ResetPPO and RecurrentPPO with the zoo's h
 Each run trains through the zoo's own command line in a subprocess of its own, with ``learn()`` timed, then evaluates
 the final model as the zoo's benchmark does (deterministic, 50 episodes, the saved VecNormalize statistics). Every run
 appends one record to a gzipped-JSONL file (its training log inside); the runs already recorded there are skipped, so
-the study is resumable, and a run cut short leaves nothing.
+the study is resumable, and a run cut short leaves nothing. A SIGINT or SIGTERM (``kill PID``, or Ctrl-C in its
+terminal) starts no new run and lets the running ones finish and be recorded, then exits with status 130 (a
+KeyboardInterrupt); a second one stops them at once, recording nothing of them.
 
 Usage::
 
@@ -177,10 +179,12 @@ def run_in_subprocess(algo: str, env: str, seed: int, out: Path, timesteps: int 
     command += ["--folder", str(folder)] + ([] if timesteps is None else ["--timesteps", str(timesteps)])
     environ = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with open(log, "w") as stream:
-        # Killed with this process (a second stop signal, or a kill): never left training with nothing to record it
+        # In a session of its own, so that a Ctrl-C in the terminal reaches this process alone (the zoo would save a
+        # run cut by it as if done), and killed with it (a second signal, or a kill): never left training unrecorded
         returncode = subprocess.run(
-            command, stdout=stream, stderr=subprocess.STDOUT, env=environ, preexec_fn=runner.parent_death_signal()
-        ).returncode
+            command, stdout=stream, stderr=subprocess.STDOUT, env=environ, start_new_session=True,
+            preexec_fn=runner.parent_death_signal(),
+        ).returncode  # fmt: skip
     if returncode < 0:  # killed by a signal (a session's end): nothing is recorded, the run is trained again
         raise RuntimeError(f"{algo} {env} seed {seed} was killed by signal {-returncode}")
     result_file = folder / "result.json"
