@@ -114,6 +114,7 @@ LONGEST_FIRST = (
     "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[masking_fair]",
     "benchmarks/tests/test_bench_tune.py::test_tuning_rerun_refuses_a_partial_or_missing_search",
     "benchmarks/tests/test_bench_tune.py::test_tuning_queues_again_a_trial_cut_by_ctrl_c",
+    "benchmarks/tests/test_zoo_rows_study.py::test_a_signal_lets_the_running_run_finish_and_starts_no_other",
     "benchmarks/tests/test_bench_threads.py::test_bench_threads_measures_each_thread_count_in_a_fresh_process",
     "benchmarks/tests/test_masking_fair_envs.py::test_fair_returns_of_memoryless_frame_stack_and_memory_policies",
     "benchmarks/tests/test_bench_decisions.py::test_evidence_report_writes_the_protocols_reports_and_readme_tables",

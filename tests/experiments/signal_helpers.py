@@ -41,12 +41,12 @@ def finish(process: subprocess.Popen[bytes], seconds: float = 300) -> int:
         raise
 
 
-def processes_naming(text: str) -> list[int]:
-    """The pids of the processes whose command line holds ``text`` (a test's temporary folder: only its own)."""
+def processes_naming(*texts: str) -> list[int]:
+    """The pids of the processes whose command line holds every one of ``texts`` (a test's temporary folder: its own)."""
     pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if text.encode() in cmdline.read_bytes():
+            if all(text.encode() in cmdline.read_bytes() for text in texts):
                 pids.append(int(cmdline.parent.name))
         except OSError:  # ended meanwhile
             continue

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from signal_helpers import finish, processes_naming, start, wait_until
 
 from sb3_reset_ppo.experiments import runner
@@ -28,17 +27,16 @@ def _run_dirs(out: Path) -> list[Path]:
     return sorted(path for path in out.glob("runs/*/*/seed*") if path.is_dir())
 
 
-# SIGTERM to the process (`kill PID`), and SIGINT to its whole process group, as a Ctrl-C in its terminal sends it
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
-def test_a_signal_lets_the_running_run_finish_and_starts_no_other(tmp_path: Path, signum: signal.Signals) -> None:
+def _stopped_once(tmp_path: Path, signum: signal.Signals, group: bool) -> None:
+    """Send ``signum`` to compare's process (or its process group) while its first run trains, and check the result."""
     command, out = _compare(tmp_path)
     log = tmp_path / "log.txt"
     process = start(command, log, tmp_path)
-    wait_until(lambda: any((path / runner.RUN_MARKER).exists() for path in _run_dirs(out)), process, log)
-    if signum == signal.SIGTERM:
-        process.send_signal(signum)
-    else:  # the run's zoo process, in a session of its own, does not get the group's SIGINT: it finishes
+    wait_until(lambda: bool(processes_naming("sb3_reset_ppo.zoo", str(out))), process, log)  # a run's trainer runs
+    if group:
         os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
     code = finish(process)
     text = log.read_text()
     assert code == 130, text[-4000:]
@@ -52,11 +50,21 @@ def test_a_signal_lets_the_running_run_finish_and_starts_no_other(tmp_path: Path
     assert len(list(out.glob(f"runs/*/*/seed*/{runner.RUN_FILE}"))) == 1 and not (out / "REPORT.md").exists()
 
 
+def test_sigterm_lets_the_running_run_finish_and_starts_no_other(tmp_path: Path) -> None:
+    _stopped_once(tmp_path, signal.SIGTERM, group=False)  # `kill PID`
+
+
+def test_ctrl_c_lets_the_running_run_finish_and_starts_no_other(tmp_path: Path) -> None:
+    # SIGINT to the whole process group, as a Ctrl-C in the terminal sends it: the run's trainer, in a session of its
+    # own, does not get it (the zoo would cut its run short) and finishes
+    _stopped_once(tmp_path, signal.SIGINT, group=True)
+
+
 def test_a_second_signal_stops_the_running_run(tmp_path: Path) -> None:
     command, out = _compare(tmp_path)
     log = tmp_path / "log.txt"
     process = start(command, log, tmp_path)
-    wait_until(lambda: any((path / runner.RUN_MARKER).exists() for path in _run_dirs(out)), process, log)
+    wait_until(lambda: bool(processes_naming("sb3_reset_ppo.zoo", str(out))), process, log)  # a run's trainer runs
     process.send_signal(signal.SIGTERM)
     wait_until(lambda: "stopping (SIGTERM)" in log.read_text(), process, log)
     process.send_signal(signal.SIGTERM)
