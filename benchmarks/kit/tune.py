@@ -507,7 +507,7 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
                 active += 1
                 before = counts
             command = optimize_command(env_id, arm, storage, base + k * args.workers + index, log_dir, args)
-            if stop.is_set():  # Ctrl-C while this trial was being set up: it would not get the signal
+            if stop.is_set():  # a stop signal while this trial was being set up: no new trial starts
                 with lock:
                     active -= 1
                 return
@@ -537,8 +537,9 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
                 new_failures = {n: p for n, p in failed_trials(storage, name).items() if n not in known_failures}
                 known_failures.update(new_failures)
                 if stop.is_set() and new_failures:
-                    # Ctrl-C reached the zoo too, which fails its trial: queued again with its settings, as a trial
-                    # cut by a session's end is (the slowest settings are the likeliest to be cut)
+                    # The signal reached the zoo too (sent to its process group, e.g. `kill -INT -PGID`), which fails
+                    # its trial: queued again with its settings, as a trial cut by a session's end is (the slowest
+                    # settings are the likeliest to be cut)
                     requeue(storage, name, list(new_failures.values()))
                     print(f"{env_id} {arm}: {len(new_failures)} trial(s) cut by the interrupt queued again", flush=True)
                     return
