@@ -537,9 +537,9 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
                 new_failures = {n: p for n, p in failed_trials(storage, name).items() if n not in known_failures}
                 known_failures.update(new_failures)
                 if stop.is_set() and new_failures:
-                    # The signal reached the zoo too (sent to its process group, e.g. `kill -INT -PGID`), which fails
-                    # its trial: queued again with its settings, as a trial cut by a session's end is (the slowest
-                    # settings are the likeliest to be cut)
+                    # The zoo process was signalled too (by its own pid: it runs in a session of its own), which
+                    # fails its trial: queued again with its settings, as a trial cut by a session's end is (the
+                    # slowest settings are the likeliest to be cut)
                     requeue(storage, name, list(new_failures.values()))
                     print(f"{env_id} {arm}: {len(new_failures)} trial(s) cut by the interrupt queued again", flush=True)
                     return
