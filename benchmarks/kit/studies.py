@@ -22,6 +22,9 @@ commands to rerun it, links to the protocol and the notes); the chronicle the re
 Usage::
 
     python benchmarks/kit/studies.py run NAME        # train the study's missing runs (resumable), then its pages
+
+``run`` passes a SIGINT or SIGTERM it gets on to the study's command running (:func:`run_command`), which stops as it
+does on its own (benchmarks/README.md); then it exits with an error, writing no pages.
     python benchmarks/kit/studies.py report NAME     # regenerate the study's pages from its stored runs
     python benchmarks/kit/studies.py index [--check] # write (or check) the leads and benchmarks/README.md
 """
@@ -29,6 +32,7 @@ Usage::
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -39,6 +43,7 @@ import yaml
 
 from benchmarks.kit import rundata
 from benchmarks.kit.scripts import run_script
+from sb3_reset_ppo.experiments import runner
 
 HERE = Path(__file__).resolve().parent
 
@@ -327,6 +332,15 @@ def index() -> str:
         "sb3-reset-ppo the studies train with): in the clone, after the package, `pip install -e benchmarks` (`make install`",
         "installs both); then every command here runs from the repository's root as written.",
         "",
+        "Every study's command (`studies.py run`, `run_grid.py`, `tune.py`, a study's own runner) stops cleanly at SIGINT or",
+        "SIGTERM (`kill PID`, or Ctrl-C in its terminal: the runs' processes are in sessions of their own, so it reaches the",
+        "command alone). The first signal starts no new run (`tune.py optimize`: no new trial or study) and prints",
+        "`stopping (SIGTERM): no new run starts; waiting for the running ones (N); send the signal again to stop them now`;",
+        "the running runs finish and are stored as usual (a study that writes its tables at its end writes them then), and",
+        "the command exits with status 130 (an uncaught KeyboardInterrupt; `studies.py run`: 1). A second signal ends it at",
+        "once by that signal, its runs' processes with it: nothing of theirs is recorded, and the next start trains them",
+        "again (`tune.py`: a trial left running is queued again).",
+        "",
         "## Studies",
         "",
         "| study | question | verdict | runs | rerun |",
@@ -360,6 +374,31 @@ def index() -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_command(command: list[str]) -> None:
+    """
+    Run a study's command (``python`` and ``command``) from the repository's root, passing on to it each SIGINT and
+    SIGTERM this process gets. It runs in a session of its own, so that a Ctrl-C in the terminal reaches it once,
+    through this process; it dies with this process (a kill).
+
+    :raises subprocess.CalledProcessError: the command did not exit 0 (stopped by a signal, or an error)
+    """
+    process = subprocess.Popen(
+        [sys.executable, *command], cwd=ROOT, start_new_session=True, preexec_fn=runner.parent_death_signal()
+    )
+
+    def forward(signum: int, frame: object) -> None:
+        process.send_signal(signum)
+
+    previous = {number: signal.signal(number, forward) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = process.wait()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+    if code != 0:
+        raise subprocess.CalledProcessError(code, [sys.executable, *command])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = parser.add_subparsers(dest="verb", required=True)
@@ -375,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
         study = load(args.name)
         if args.verb == "run":
             for command in commands(study, "run", args.pages or study.folder, args.summaries):
-                subprocess.run([sys.executable, *command], check=True, cwd=ROOT)
+                run_command(command)
         print(f"wrote {report(study, args.pages, args.summaries)}")
         return
     stale = []

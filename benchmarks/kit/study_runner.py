@@ -121,10 +121,12 @@ def run(args: argparse.Namespace, script: str, jobs: Callable[[Path], list[dict[
     if args.forecast:
         print(run_grid.forecast(every, todo, args.workers))
         return
-    train(todo, every, args.workers, args.minutes, width)
-    if out.exists():
-        rows, files = rundata.pack(out.name, out.parent)
-        print(f"stored: {files} files in {rows} rows -> {rundata.runs_table(out.name, out.parent)}", flush=True)
+    try:
+        train(todo, every, args.workers, args.minutes, width)
+    finally:  # stopped by a signal too, once the running runs ended: the runs finished so far are stored
+        if out.exists():
+            rows, files = rundata.pack(out.name, out.parent)
+            print(f"stored: {files} files in {rows} rows -> {rundata.runs_table(out.name, out.parent)}", flush=True)
 
 
 def main(

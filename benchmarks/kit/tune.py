@@ -20,7 +20,11 @@ failed first (running trials count against the budget) and queued again with the
 where other machines' workers may be running, they are left as they are (fail them by hand once no worker runs) and
 the count of trials across machines is approximate (each machine sees the others' trials once they have started).
 A trial whose zoo process is killed during a session is marked failed and queued again by its worker at once, on
-either storage (each zoo process's trials record who started it: ``sb3_reset_ppo.zoo.owned_trials``). A database
+either storage (each zoo process's trials record who started it: ``sb3_reset_ppo.zoo.owned_trials``). A SIGINT or
+SIGTERM to tune.py (``kill PID``, or Ctrl-C in its terminal: the zoo processes are in sessions of their own) starts
+no new trial and no other study: the running trials finish and are stored in the study as usual (the session recorded
+as ``stopped``), then tune.py exits with status 130 (a KeyboardInterrupt). A second signal ends tune.py at once, its
+zoo processes with it: their trials, left running, are marked failed and queued again when the study resumes. A database
 that does not answer (a server restarting) is asked again for ``--reconnect-seconds`` (60), then tune.py stops with
 an error naming it.
 Each session's trials get sampler seeds no earlier session of the study used (1000 per recorded session plus
@@ -503,7 +507,7 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
                 active += 1
                 before = counts
             command = optimize_command(env_id, arm, storage, base + k * args.workers + index, log_dir, args)
-            if stop.is_set():  # Ctrl-C while this trial was being set up: it would not get the signal
+            if stop.is_set():  # a stop signal while this trial was being set up: no new trial starts
                 with lock:
                     active -= 1
                 return
@@ -511,8 +515,13 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
             # leaves running if it is killed can be told from other processes' running trials
             owner = f"{socket.gethostname()}-{uuid.uuid4().hex}"
             environment = {**os.environ, "OMP_NUM_THREADS": "1", TRIAL_OWNER_VARIABLE: owner}
+            # In a session of its own (a Ctrl-C in the terminal reaches tune.py alone, which lets the trial finish) and
+            # killed with tune.py (a second signal, or a kill): its trial, left running, is queued again next time
             with open(args.out / env_id / arm / f"worker{index}.txt", "a") as log:
-                code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+                code = subprocess.call(
+                    command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True,
+                    preexec_fn=runner.parent_death_signal(),
+                )  # fmt: skip
             with lock:
                 active -= 1
                 codes[index] = code
@@ -528,8 +537,9 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
                 new_failures = {n: p for n, p in failed_trials(storage, name).items() if n not in known_failures}
                 known_failures.update(new_failures)
                 if stop.is_set() and new_failures:
-                    # Ctrl-C reached the zoo too, which fails its trial: queued again with its settings, as a trial
-                    # cut by a session's end is (the slowest settings are the likeliest to be cut)
+                    # The zoo process was signalled too (by its own pid: it runs in a session of its own), which
+                    # fails its trial: queued again with its settings, as a trial cut by a session's end is (the
+                    # slowest settings are the likeliest to be cut)
                     requeue(storage, name, list(new_failures.values()))
                     print(f"{env_id} {arm}: {len(new_failures)} trial(s) cut by the interrupt queued again", flush=True)
                     return
@@ -570,7 +580,13 @@ def optimize(args: argparse.Namespace) -> None:
         command = " ".join(optimize_command(env_id, arm, redact(storage), base, path.parent / "worker0", args))
         record_session(path.parent, event="start", trials=done, workers=args.workers, seed_base=base, command=command)
         start = time.perf_counter()
-        codes = run_trials(env_id, arm, storage, base, args, deadline)
+        try:
+            codes = run_trials(env_id, arm, storage, base, args, deadline)
+        except KeyboardInterrupt:  # stopped by a signal once the running trials ended: no other study starts
+            done = finished_trials(storage, study_name(env_id, arm))
+            record_session(path.parent, event="stopped", trials=done, seconds=time.perf_counter() - start)
+            print(f"{env_id} {arm}: stopped with {done} trials in {time.perf_counter() - start:.0f} s", flush=True)
+            raise
         done = finished_trials(storage, study_name(env_id, arm))
         record_session(path.parent, event="end", trials=done, exit_codes=codes, seconds=time.perf_counter() - start)
         print(f"{env_id} {arm}: {done} trials in {time.perf_counter() - start:.0f} s, exit codes {codes}", flush=True)

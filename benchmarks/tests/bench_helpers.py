@@ -1,12 +1,16 @@
 """
 Helpers shared by the tests of the benchmark scripts (``benchmarks/``): loading a script as a module, a fake
-finished run, one short run through a study's runner, and running an interrupt script in a fresh interpreter.
+finished run, one short run through a study's runner, running an interrupt script in a fresh interpreter, and stopping
+a study's command by a signal.
 """
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -139,6 +143,7 @@ LONGEST_FIRST = (
     "benchmarks/tests/test_studies.py::test_regenerated_pages_equal_the_stored_ones[masking_fair]",
     "benchmarks/tests/test_bench_tune.py::test_tuning_rerun_refuses_a_partial_or_missing_search",
     "benchmarks/tests/test_bench_tune.py::test_tuning_queues_again_a_trial_cut_by_ctrl_c",
+    "benchmarks/tests/test_zoo_rows_study.py::test_a_signal_lets_the_running_run_finish_and_starts_no_other",
     "benchmarks/tests/test_bench_threads.py::test_bench_threads_measures_each_thread_count_in_a_fresh_process",
     "benchmarks/tests/test_masking_fair_envs.py::test_fair_returns_of_memoryless_frame_stack_and_memory_policies",
     "benchmarks/tests/test_bench_decisions.py::test_evidence_report_writes_the_protocols_reports_and_readme_tables",
@@ -150,3 +155,27 @@ def longest_first(items: list[pytest.Item]) -> None:
     rank = {node_id: index for index, node_id in enumerate(LONGEST_FIRST)}
     # list.sort is stable: the tests not listed keep their collection order, after the listed ones
     items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))
+
+
+def stopped_by(
+    signum: int, command: list[str], started: Callable[[], bool], log: Path, seconds: float = 300
+) -> tuple[int, str]:
+    """
+    Start a study's ``command`` (its output to ``log``, in a session of its own so that only it gets the signal, as
+    from ``kill PID``), send it ``signum`` once ``started()`` holds, and return its exit code and output once it ends.
+    """
+    with open(log, "wb") as output:
+        environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+        options: dict[str, Any] = {"stdout": output, "stderr": subprocess.STDOUT, "cwd": ROOT, "env": environment}
+        process = subprocess.Popen(command, start_new_session=True, **options)
+    try:
+        deadline = time.monotonic() + seconds
+        while not started():
+            assert process.poll() is None and time.monotonic() < deadline, f"not started:\n{log.read_text()[-4000:]}"
+            time.sleep(0.1)
+        process.send_signal(signum)
+        return process.wait(seconds), log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

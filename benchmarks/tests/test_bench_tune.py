@@ -4,12 +4,14 @@ and interrupts, on fake zoo workers (no training).
 """
 
 import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import bench_helpers
 import pytest
 from bench_helpers import ROOT, _fake_run, _interrupted, _load
 
@@ -431,3 +433,52 @@ def test_tuning_names_the_database_that_does_not_answer(monkeypatch: pytest.Monk
     message = str(error.value)
     assert f"postgresql+psycopg://optuna:***@127.0.0.1:{port}/the_study_db did not answer for 2 s" in message
     assert "s3cret-pw" not in message
+
+
+# tune.py optimize as a process of its own, each trial's zoo process replaced by one that runs a trial of the shared
+# study for a second or two (ends it complete) and counts its starts in argv[2]/trials.txt
+SIGNALLED_SEARCH = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import tune
+FAKE_TRIAL = '''
+import os, sys, time
+import optuna
+from sb3_reset_ppo.zoo import TRIAL_OWNER_ATTR, TRIAL_OWNER_VARIABLE
+storage, name, count = sys.argv[1:]
+with open(count, "a") as file:
+    file.write("started\\\\n")
+study = optuna.create_study(study_name=name, storage=optuna.storages.JournalStorage(
+    optuna.storages.journal.JournalFileBackend(storage)), load_if_exists=True, direction="maximize")
+trial = study.ask({"x": optuna.distributions.FloatDistribution(0.0, 1.0)})
+trial.set_user_attr(TRIAL_OWNER_ATTR, os.environ[TRIAL_OWNER_VARIABLE])
+time.sleep(1.5)
+study.tell(trial, 1.0)
+'''
+count = sys.argv[2] + "/trials.txt"
+tune.optimize_command = lambda env_id, arm, storage, *rest: [
+    sys.executable, "-c", FAKE_TRIAL, storage, tune.study_name(env_id, arm), count]
+sys.argv = ["tune.py", "optimize", "--envs", "EarlyChoice-v0", "CartPoleNoVel-v1", "--arms", "ev_reset",
+            "--trials", "3", "--workers", "1", "--out", sys.argv[2], "--grid", sys.argv[2] + "/grid"]
+tune.main()
+"""
+
+
+def test_a_signal_lets_the_running_trial_finish_and_starts_no_other_trial_or_study(tmp_path: Path) -> None:
+    import optuna
+
+    tune = _load("tune")
+    command = [sys.executable, "-c", SIGNALLED_SEARCH, str(ROOT / "benchmarks" / "kit"), str(tmp_path)]
+    count = tmp_path / "trials.txt"
+    code, text = bench_helpers.stopped_by(signal.SIGTERM, command, count.exists, tmp_path / "log.txt")
+    # Python's exit for an uncaught KeyboardInterrupt: ended by SIGINT (130 in a shell)
+    assert code == -signal.SIGINT, text[-4000:]
+    line = "stopping (SIGTERM): no new run starts; waiting for the running ones (1); send the signal again to stop them now"
+    assert text.count(line) == 1 and "EarlyChoice-v0 ev_reset: stopped with 1 trials in" in text
+    # The trial running at the signal completed, once; no other trial started, nor the next env's study
+    storage = str(tune.study_path(tmp_path, "EarlyChoice-v0", "ev_reset"))
+    trials = optuna.load_study(study_name=tune.study_name("EarlyChoice-v0", "ev_reset"), storage=tune._backend(storage))
+    assert [trial.state.name for trial in trials.get_trials()] == ["COMPLETE"]
+    assert count.read_text() == "started\n" and not (tmp_path / "CartPoleNoVel-v1").exists()
+    sessions = [json.loads(line) for line in (tmp_path / "EarlyChoice-v0" / "ev_reset" / "sessions.jsonl").open()]
+    assert [(record["event"], record["trials"]) for record in sessions] == [("start", 0), ("stopped", 1)]

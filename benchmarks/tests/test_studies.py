@@ -1,14 +1,17 @@
 """
 The study kit's front door (``benchmarks/kit/studies.py``): a folder per study, pages that lead with the verdict of
 their stored runs, the index of ``benchmarks/`` kept current, and every study's pages regenerated from its stored
-runs equal to the committed ones.
+runs equal to the committed ones; ``run`` passing a signal on to the study's command.
 """
 
 import json
 import math
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
+import bench_helpers
 import pytest
 from bench_helpers import ROOT, _load, regenerated
 
@@ -124,3 +127,32 @@ def test_every_studys_docs_page_opens_with_its_lead() -> None:
         lines = (ROOT / study.docs).read_text().splitlines()
         assert lines[0].startswith("# ") and lines[2] == f"```{{include}} ../../benchmarks/studies/{name}/{study.page}"
         assert lines[3] == f":start-after: {studies.LEAD_START}" and lines[4] == f":end-before: {studies.LEAD_END}"
+
+
+# studies.py's run_command on a stand-in for a study's command: a worker of run_workers that runs "runs" of 2 s (five
+# at most) until it is stopped
+STUDY_COMMAND = """
+import time
+from sb3_reset_ppo.experiments import executors
+
+def work(index, stop):
+    for _ in range(5):
+        if stop.is_set():
+            return
+        print("run", "started", flush=True)  # split: the error message quotes this source
+        time.sleep(2)
+        print("run", "finished", flush=True)
+
+executors.run_workers(work, 1)
+"""
+FORWARDING = f"from benchmarks.kit import studies; studies.run_command(['-c', {STUDY_COMMAND!r}])"
+
+
+def test_run_passes_a_signal_on_to_the_studys_command(tmp_path: Path) -> None:
+    command = [sys.executable, "-c", FORWARDING]
+    log = tmp_path / "log.txt"
+    code, text = bench_helpers.stopped_by(signal.SIGTERM, command, lambda: "run started" in log.read_text(), log)
+    # The study's command got the signal, let its running run finish, started no other, and exited with an error
+    line = "stopping (SIGTERM): no new run starts; waiting for the running ones (1); send the signal again to stop them now"
+    assert text.count(line) == 1 and text.count("run started") == text.count("run finished") == 1, text
+    assert code == 1 and "CalledProcessError" in text

@@ -1,14 +1,21 @@
 """
 The tuned study's runner (``benchmarks/studies/tuned/tuned_study.py``): the top trials of a search, the selection's
-runs and its rule, the fresh-seed runs of the selected trial (fake searches and runs, no training).
+runs and its rule, the fresh-seed runs of the selected trial, its runs stopped by a signal (fake searches and runs,
+no training).
 """
 
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
+import bench_helpers
 import pytest
-from bench_helpers import _fake_run, _load
+from bench_helpers import ROOT, _fake_run, _load
+
+from benchmarks.kit import rundata
+from sb3_reset_ppo.experiments import runner
 
 study = _load("tuned_study")
 
@@ -105,3 +112,42 @@ def test_selection_trains_the_top_five_on_three_seeds_and_picks_the_best_mean(tm
     assert fresh[0]["extra"] == {"stage": "fresh", "trial": 1}
     with pytest.raises(ValueError, match="no search of tuned_reset on EarlyChoice-v0"):
         study.selection_jobs("EarlyChoice-v0", "tuned_reset", out, None, q4, trials=1)
+
+
+# The study's train() in a process of its own, on fake runs of 2 s (each writes run_one's marker, then its record)
+STOPPED_SELECTION = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import tuned_study
+from benchmarks.kit import run_grid
+from sb3_reset_ppo.experiments import runner
+
+def run_one(job):
+    job["run_dir"].mkdir(parents=True)
+    (job["run_dir"] / runner.RUN_MARKER).write_text("")
+    time.sleep(2)
+    record = {"variant": "a", "env": "T", "seed": job["seed"], "returncode": 0, "seconds": 2.0, "evaluations": 20}
+    runner.write_record(job["run_dir"] / runner.RUN_FILE, record)
+    return record
+
+run_grid.run_one = run_one
+out = Path(sys.argv[2])
+tuned_study.train([{"variant": "a", "env": "T", "seed": seed, "run_dir": out / "a" / "T" / f"seed{seed}"}
+                   for seed in range(4)], 1, None, out)
+"""
+
+
+def test_a_signal_stops_the_runs_after_the_running_one_and_stores_the_study(tmp_path: Path) -> None:
+    out = tmp_path / "tuned"
+    command = [sys.executable, "-c", STOPPED_SELECTION, str(ROOT / "benchmarks" / "studies" / "tuned"), str(out)]
+    first = out / "a" / "T" / "seed0"
+    code, text = bench_helpers.stopped_by(signal.SIGTERM, command, (first / runner.RUN_MARKER).exists, tmp_path / "log.txt")
+    # Python's exit for an uncaught KeyboardInterrupt: ended by SIGINT (130 in a shell)
+    assert code == -signal.SIGINT, text[-4000:]
+    line = "stopping (SIGTERM): no new run starts; waiting for the running ones (1); send the signal again to stop them now"
+    assert text.count(line) == 1 and text.count(": ok in ") == 1, text
+    # The running run finished and is recorded; no other started; the study is stored as its tables
+    assert json.loads((first / runner.RUN_FILE).read_text())["returncode"] == 0
+    assert [path.relative_to(out).as_posix() for path in out.glob("*/*/seed*")] == ["a/T/seed0"]
+    assert f"stored: 2 files in 1 rows -> {rundata.runs_table('tuned', tmp_path)}" in text

@@ -22,11 +22,20 @@ Item = TypeVar("Item")
 Result = dict[str, Any]
 
 
+# The signals that stop :func:`run_workers`: the first one starts no new run, the second one ends the process
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> None:
     """
-    Run ``work(index, stop)`` on ``workers`` threads and wait for them; ``stop`` is set when a worker raises or on Ctrl-C.
+    Run ``work(index, stop)`` on ``workers`` threads and wait for them; ``stop`` is set when a worker raises or at the
+    first SIGINT or SIGTERM (:data:`STOP_SIGNALS`), which prints a line and waits for the running work. A second
+    signal ends the process by that signal at once: the runs' processes die with it (:func:`~.runner.run_one`'s
+    parent-death signal), nothing of theirs recorded, as after a kill. The handlers are installed only when called
+    from the main thread, and the previous ones restored after.
 
-    :raises BaseException: a worker's first error (after the others are done), else KeyboardInterrupt if interrupted
+    :raises BaseException: a worker's first error (after the others are done), else KeyboardInterrupt if stopped by a
+        signal
     """
     check_positive_int("workers", workers)
     stop = threading.Event()
@@ -43,17 +52,28 @@ def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> N
         finally:
             done[index].set()
 
-    def on_interrupt(signum: int, frame: object) -> None:
-        first = not interrupted.is_set()
+    def on_signal(signum: int, frame: object) -> None:
+        if interrupted.is_set():
+            # The second signal: ended by it with the default action, as a kill would (its children die with it)
+            for number in STOP_SIGNALS:
+                signal.signal(number, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         interrupted.set()
         stop.set()
-        if first:
-            with contextlib.suppress(OSError):  # stdout gone (a closed pipe): the flags are what matters
-                print("interrupted: no new run starts; waiting for the running ones", flush=True)
+        running = sum(not flag.is_set() for flag in done)
+        with contextlib.suppress(OSError):  # stdout gone (a closed pipe): the flags are what matters
+            print(
+                f"stopping ({signal.Signals(signum).name}): no new run starts; waiting for the running ones ({running}); "
+                "send the signal again to stop them now",
+                flush=True,
+            )
 
-    # A handler instead of KeyboardInterrupt, which could land in Thread.join (CPython 3.11 then marks a running one stopped)
-    handle = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
-    previous = signal.signal(signal.SIGINT, on_interrupt) if handle else None
+    # A handler instead of KeyboardInterrupt, which could land in Thread.join (CPython 3.11 then marks a running one
+    # stopped). SIGINT is handled even where a background job inherited it ignored (a script's `cmd &`): the first
+    # signal only stops new runs, and `kill -INT` is how such a job is stopped.
+    handle = threading.current_thread() is threading.main_thread()
+    previous = {number: signal.signal(number, on_signal) for number in STOP_SIGNALS} if handle else {}
     try:
         threads = [threading.Thread(target=guarded, args=(index,)) for index in range(workers)]
         for thread in threads:
@@ -63,8 +83,10 @@ def run_workers(work: Callable[[int, threading.Event], None], workers: int) -> N
         for thread in threads:
             thread.join()
     finally:
-        if handle:
-            signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        for number, handler in previous.items():
+            # None: a handler not installed from Python; SIGINT's is then Python's own
+            fallback = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+            signal.signal(number, fallback if handler is None else handler)
     if errors:
         raise errors[0]
     if interrupted.is_set():
@@ -93,6 +115,7 @@ def run_local(
     :param pick: Takes the next run out of ``todo`` given the seconds left, or returns None to start no more
     :param on_result: Called with each run and its record as it finishes (e.g. to print progress)
     :return: The records of the runs trained, in the order they finished
+    :raises KeyboardInterrupt: stopped by SIGINT or SIGTERM, once the running runs have finished (:func:`run_workers`)
     """
     if minutes is not None and not minutes > 0:
         raise ValueError(f"minutes must be positive or None, got {minutes!r}")

@@ -225,7 +225,7 @@ def check_run_dir(run_dir: Path) -> None:
     )
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal() -> Callable[[], None] | None:
     """On Linux, a ``preexec_fn`` that has the child killed when the thread that started it dies; None elsewhere."""
     if sys.platform != "linux":
         return None
@@ -267,8 +267,13 @@ def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     # OpenMP's threads (torch's and numpy's) as many as the trainer's torch threads; -1: the environment's own
     environment = {**os.environ, "OMP_NUM_THREADS": str(spec.num_threads)} if spec.num_threads > 0 else dict(os.environ)
+    # In a session of its own: a Ctrl-C in the terminal reaches only the driver, which lets the run finish or stops it
+    # (executors.run_workers); killed with the thread that started it
     with open(run_dir / "log.txt", "w") as log:
-        code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env=environment, preexec_fn=_parent_death_signal())
+        code = subprocess.call(
+            args, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True,
+            preexec_fn=parent_death_signal(),
+        )  # fmt: skip
     result = {
         "variant": spec.label or spec.algo, "env": spec.env, "seed": spec.seed, "returncode": code,
         "seconds": time.perf_counter() - start, "command": " ".join(args), **version, "started": started,

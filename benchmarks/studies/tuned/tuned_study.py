@@ -15,7 +15,9 @@ The searches: ``tuned_reset``'s are this study's (``<out>/search/<env>/tuned_res
 --arms tuned_reset --out <out>/search``); ``ev_rppo``'s on EarlyChoice-v0 and CartPoleNoVel-v1 are the evidence
 study's Q4 searches (``benchmarks/results/tuning/<env>/ev_rppo/study.log``, read, never written), elsewhere this
 study's. Both modes are resumable (stored runs are skipped; a run cut by a signal trains again) and store the
-study's folder as its tables when they end (``rundata.pack``).
+study's folder as its tables when they end (``rundata.pack``), also when stopped by a signal: the first SIGINT or
+SIGTERM starts no new run and lets the running ones finish (then exits with status 130, a KeyboardInterrupt, and
+writes no selection), a second one stops them at once (:func:`sb3_reset_ppo.experiments.executors.run_workers`).
 
 Usage: python benchmarks/studies/tuned/tuned_study.py select|fresh [--envs ...] [--arms ...] [--workers 2]
        [--minutes M] [--steps N --out DIR --searches DIR --trials T]  (--steps: a smoke test into another folder)
@@ -156,11 +158,26 @@ def interleaved(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(jobs, key=lambda j: (j["env"], j["extra"].get("rank", 0), j["seed"], ARMS.index(j["variant"])))
 
 
-def train(jobs: list[dict[str, Any]], workers: int, minutes: float | None) -> None:
-    """Train the runs of ``jobs`` not stored yet (a run that failed with an error stays failed: delete its folder)."""
+def store(out: Path) -> None:
+    """Store the study's folder as its tables (``rundata.pack``), if it exists."""
+    if out.exists():
+        rows, files = rundata.pack(out.name, out.parent)
+        print(f"stored: {files} files in {rows} rows -> {rundata.runs_table(out.name, out.parent)}", flush=True)
+
+
+def train(jobs: list[dict[str, Any]], workers: int, minutes: float | None, out: Path) -> None:
+    """
+    Train the runs of ``jobs`` not stored yet (a run that failed with an error stays failed: delete its folder).
+
+    :param out: The study's folder, stored if a signal stops the runs (after the running ones have finished)
+    """
     todo = [j for j in jobs if not runner.recorded(j["run_dir"])]
     print(f"{len(jobs) - len(todo)} of {len(jobs)} runs already stored; {len(todo)} to run on {workers} workers", flush=True)
-    run_grid.run_until(todo, run_grid.median_times(jobs), workers, minutes)
+    try:
+        run_grid.run_until(todo, run_grid.median_times(jobs), workers, minutes)
+    except KeyboardInterrupt:
+        store(out)
+        raise
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -190,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
                 jobs[pair] = selection_jobs(*pair, out, args.steps, args.searches, args.trials)
             except ValueError as error:  # a search not finished yet: the other pairs go on
                 print(f"{pair[0]} {pair[1]}: not selected: {error}", flush=True)
-        train(interleaved([j for pair_jobs in jobs.values() for j in pair_jobs]), args.workers, args.minutes)
+        train(interleaved([j for pair_jobs in jobs.values() for j in pair_jobs]), args.workers, args.minutes, out)
         for (env_id, arm), pair_jobs in jobs.items():
             folder = selection_folder(out, env_id, arm)
             chosen = select(folder, list(dict.fromkeys(int(j["extra"]["trial"]) for j in pair_jobs)))
@@ -203,10 +220,8 @@ def main(argv: list[str] | None = None) -> None:
             means = chosen["means"]
             print(f"{env_id} {arm}: trial {chosen['trial']} selected (mean {chosen['mean']:.3f}; means {means})", flush=True)
     else:
-        train(interleaved([j for pair in pairs for j in fresh_jobs(*pair, out, args.steps)]), args.workers, args.minutes)
-    if out.exists():
-        rows, files = rundata.pack(out.name, out.parent)
-        print(f"stored: {files} files in {rows} rows -> {rundata.runs_table(out.name, out.parent)}", flush=True)
+        train(interleaved([j for pair in pairs for j in fresh_jobs(*pair, out, args.steps)]), args.workers, args.minutes, out)
+    store(out)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ The RL Zoo's ppo_lstm benchmark rows: ResetPPO and RecurrentPPO with the zoo's h
 Each run trains through the zoo's own command line in a subprocess of its own, with ``learn()`` timed, then evaluates
 the final model as the zoo's benchmark does (deterministic, 50 episodes, the saved VecNormalize statistics). Every run
 appends one record to a gzipped-JSONL file (its training log inside); the runs already recorded there are skipped, so
-the study is resumable, and a run cut short leaves nothing.
+the study is resumable, and a run cut short leaves nothing. A SIGINT or SIGTERM (``kill PID``, or Ctrl-C in its
+terminal) starts no new run and lets the running ones finish and be recorded, then exits with status 130 (a
+KeyboardInterrupt); a second one stops them at once, recording nothing of them.
 
 Usage::
 
@@ -24,7 +26,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
@@ -167,6 +168,8 @@ def provenance() -> dict[str, Any]:
 
 def run_in_subprocess(algo: str, env: str, seed: int, out: Path, timesteps: int | None = None) -> dict[str, Any]:
     """Train and evaluate one run in a subprocess; return its record (``status`` ok or failed, with its log)."""
+    from sb3_reset_ppo.experiments import runner
+
     folder = out.parent / ".work" / f"{algo}_{env}_seed{seed}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -176,7 +179,12 @@ def run_in_subprocess(algo: str, env: str, seed: int, out: Path, timesteps: int 
     command += ["--folder", str(folder)] + ([] if timesteps is None else ["--timesteps", str(timesteps)])
     environ = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with open(log, "w") as stream:
-        returncode = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, env=environ).returncode
+        # In a session of its own, so that a Ctrl-C in the terminal reaches this process alone (the zoo would save a
+        # run cut by it as if done), and killed with it (a second signal, or a kill): never left training unrecorded
+        returncode = subprocess.run(
+            command, stdout=stream, stderr=subprocess.STDOUT, env=environ, start_new_session=True,
+            preexec_fn=runner.parent_death_signal(),
+        ).returncode  # fmt: skip
     if returncode < 0:  # killed by a signal (a session's end): nothing is recorded, the run is trained again
         raise RuntimeError(f"{algo} {env} seed {seed} was killed by signal {-returncode}")
     result_file = folder / "result.json"
@@ -230,18 +238,26 @@ def main(argv: list[str] | None = None) -> None:
     }
     deadline = None if args.stop_after is None else time.monotonic() + 60 * args.stop_after
 
-    def work(job: tuple[str, str, int]) -> None:
-        if deadline is not None and time.monotonic() > deadline:
-            return
+    def pick(todo: list[tuple[str, str, int]], seconds_left: float | None) -> tuple[str, str, int] | None:
+        if not todo or (deadline is not None and time.monotonic() > deadline):
+            return None
+        return todo.pop(0)
+
+    def train(job: tuple[str, str, int]) -> dict[str, Any]:
         record = run_in_subprocess(*job, out=args.out, timesteps=args.timesteps)
         append_record(args.out, record)
+        return record
+
+    def report(job: tuple[str, str, int], record: dict[str, Any]) -> None:
         score = record.get("score", float("nan"))
         seconds = record.get("cpu_seconds", 0)
         print(f"{time.strftime('%H:%M:%S')} {job}: {record['status']} score {score:.2f} learn {seconds:.0f} CPU s", flush=True)
 
-    with ThreadPoolExecutor(args.workers) as pool:
-        for future in [pool.submit(work, job) for job in jobs(args.envs, args.seeds, done)]:
-            future.result()
+    from sb3_reset_ppo.experiments import executors
+
+    # The first SIGINT or SIGTERM starts no new run and lets the running ones finish and be recorded; a second one
+    # stops them (executors.run_workers)
+    executors.run_local(list(jobs(args.envs, args.seeds, done)), train, args.workers, pick=pick, on_result=report)
 
 
 if __name__ == "__main__":
