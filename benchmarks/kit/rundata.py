@@ -36,6 +36,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,10 +179,17 @@ def _run_dir(path: Path, folder: Path) -> Path:
 
 
 def _write_rows(rows: list[dict[str, Any]], path: Path) -> None:
-    # mtime=0: packing the same runs twice writes the same bytes; keys keep the files' order
-    with gzip.GzipFile(path, "wb", mtime=0) as out:
-        for row in rows:
-            out.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
+    # Through a sibling file renamed over the table: one interrupted (a second Ctrl-C while a stopped study is stored)
+    # leaves the table as it was, never cut short. mtime=0: packing the same runs twice writes the same bytes; keys
+    # keep the files' order
+    scratch = path.with_name(path.name + ".tmp")
+    try:
+        with gzip.GzipFile(scratch, "wb", mtime=0) as out:
+            for row in rows:
+                out.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
+        os.replace(scratch, path)
+    finally:
+        scratch.unlink(missing_ok=True)
 
 
 def read_rows(path: Path) -> Iterator[dict[str, Any]]:

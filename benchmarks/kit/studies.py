@@ -22,11 +22,11 @@ commands to rerun it, links to the protocol and the notes); the chronicle the re
 Usage::
 
     python benchmarks/kit/studies.py run NAME        # train the study's missing runs (resumable), then its pages
+    python benchmarks/kit/studies.py report NAME     # regenerate the study's pages from its stored runs
+    python benchmarks/kit/studies.py index [--check] # write (or check) the leads and benchmarks/README.md
 
 ``run`` passes a SIGINT or SIGTERM it gets on to the study's command running (:func:`run_command`), which stops as it
 does on its own (benchmarks/README.md); then it exits with an error, writing no pages.
-    python benchmarks/kit/studies.py report NAME     # regenerate the study's pages from its stored runs
-    python benchmarks/kit/studies.py index [--check] # write (or check) the leads and benchmarks/README.md
 """
 
 import argparse

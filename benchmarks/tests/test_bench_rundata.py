@@ -156,3 +156,25 @@ def test_the_index_counts_the_runs_in_the_tables() -> None:
         "attention": 0, "attention_defaults": 0, "coverage": 336, "evidence": 816, "fresh_memory": 600, "gru": 52,
         "masking": 30, "masking_fair": 110, "remainder": 60, "tuned": 54, "zoo_rows": 24,
     }  # fmt: skip
+
+
+def test_a_table_interrupted_while_written_keeps_its_stored_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A study runner stores its folder after a stop signal, with the process's own handlers back: a second Ctrl-C then
+    # lands inside pack. The tables it was rewriting (and the code versions every study shares) keep their rows
+    _study(tmp_path)
+    rundata.pack("s", tmp_path)
+    tables = [rundata.runs_table("s", tmp_path), rundata.logs_table("s", tmp_path), tmp_path / "code_versions.jsonl.gz"]
+    stored = {path: list(rundata.read_rows(path)) for path in tables}
+    dumps = json.dumps
+
+    def interrupted(value: object, **kwargs: object) -> str:
+        if isinstance(value, dict) and "dir" in value and "own" in str(value["dir"]):
+            raise KeyboardInterrupt
+        return dumps(value, **kwargs)
+
+    monkeypatch.setattr(rundata.json, "dumps", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rundata.pack("s", tmp_path)
+    monkeypatch.setattr(rundata.json, "dumps", dumps)
+    assert {path: list(rundata.read_rows(path)) for path in tables} == stored
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(["s", *(path.name for path in tables)])
