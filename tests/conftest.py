@@ -23,7 +23,7 @@ LONGEST_FIRST = (
     "tests/experiments/test_compare.py::test_compare_on_a_real_task",
     "tests/experiments/test_stopping.py::test_sigterm_lets_the_running_run_finish_and_starts_no_other",
     "tests/experiments/test_stopping.py::test_ctrl_c_lets_the_running_run_finish_and_starts_no_other",
-    "tests/docs/test_docs.py::test_python_block_runs[docs/guide/compare.md:175]",
+    "tests/docs/test_docs.py::test_python_block_runs[docs/guide/compare.md:179]",
     "tests/experiments/test_postgres_tuning.py::test_two_workers_share_one_study_in_postgresql",
     "tests/packaging/test_packaging.py::test_wheel_holds_package_data_and_runs_the_zoo_from_an_install",
     "tests/docs/test_docs.py::test_docs_build_without_warnings",

@@ -332,14 +332,18 @@ def index() -> str:
         "sb3-reset-ppo the studies train with): in the clone, after the package, `pip install -e benchmarks` (`make install`",
         "installs both); then every command here runs from the repository's root as written.",
         "",
-        "Every study's command (`studies.py run`, `run_grid.py`, `tune.py`, a study's own runner) stops cleanly at SIGINT or",
-        "SIGTERM (`kill PID`, or Ctrl-C in its terminal: the runs' processes are in sessions of their own, so it reaches the",
-        "command alone). The first signal starts no new run (`tune.py optimize`: no new trial or study) and prints",
+        "The study commands built on the kit's runners (`studies.py run`, `run_grid.py` without `--address`, `tune.py`,",
+        "the attention, attention defaults, tuned and RL Zoo rows studies' runners) stop cleanly at SIGINT or SIGTERM",
+        "(`kill PID`, or Ctrl-C in its terminal: on Linux the runs' processes are in sessions of their own, so it reaches",
+        "the command alone). The first signal starts no new run (`tune.py optimize`: no new trial or study) and prints",
         "`stopping (SIGTERM): no new run starts; waiting for the running ones (N); send the signal again to stop them now`;",
         "the running runs finish and are stored as usual (a study that writes its tables at its end writes them then), and",
         "the command exits with status 130 (an uncaught KeyboardInterrupt; `studies.py run`: 1). A second signal ends it at",
         "once by that signal, its runs' processes with it: nothing of theirs is recorded, and the next start trains them",
-        "again (`tune.py`: a trial left running is queued again).",
+        "again (`tune.py` with a journal file: a trial left running is queued again; with a database it stays RUNNING,",
+        "docs/guide/tuning_cluster.md). Not so: the masking and coverage studies' snapshot and port-case runs (a",
+        "`multiprocessing` pool), the fair masking study's and the coverage timing pairs' own processes (a Ctrl-C reaches",
+        "them, and a second signal leaves them running), and `run_grid.py --address` (Ctrl-C cancels the Ray runs at once).",
         "",
         "## Studies",
         "",
@@ -377,14 +381,12 @@ def index() -> str:
 def run_command(command: list[str]) -> None:
     """
     Run a study's command (``python`` and ``command``) from the repository's root, passing on to it each SIGINT and
-    SIGTERM this process gets. It runs in a session of its own, so that a Ctrl-C in the terminal reaches it once,
-    through this process; it dies with this process (a kill).
+    SIGTERM this process gets. On Linux it runs in a session of its own, so that a Ctrl-C in the terminal reaches it
+    once, through this process, and it dies with this process (a kill) (:func:`runner.run_process_options`).
 
     :raises subprocess.CalledProcessError: the command did not exit 0 (stopped by a signal, or an error)
     """
-    process = subprocess.Popen(
-        [sys.executable, *command], cwd=ROOT, start_new_session=True, preexec_fn=runner.parent_death_signal()
-    )
+    process = subprocess.Popen([sys.executable, *command], cwd=ROOT, **runner.run_process_options())
 
     def forward(signum: int, frame: object) -> None:
         process.send_signal(signum)

@@ -21,10 +21,11 @@ where other machines' workers may be running, they are left as they are (fail th
 the count of trials across machines is approximate (each machine sees the others' trials once they have started).
 A trial whose zoo process is killed during a session is marked failed and queued again by its worker at once, on
 either storage (each zoo process's trials record who started it: ``sb3_reset_ppo.zoo.owned_trials``). A SIGINT or
-SIGTERM to tune.py (``kill PID``, or Ctrl-C in its terminal: the zoo processes are in sessions of their own) starts
-no new trial and no other study: the running trials finish and are stored in the study as usual (the session recorded
-as ``stopped``), then tune.py exits with status 130 (a KeyboardInterrupt). A second signal ends tune.py at once, its
-zoo processes with it: their trials, left running, are marked failed and queued again when the study resumes. A database
+SIGTERM to tune.py (``kill PID``, or Ctrl-C in its terminal: on Linux the zoo processes are in sessions of their own)
+starts no new trial and no other study: the running trials finish and are stored in the study as usual (the session
+recorded as ``stopped``), then tune.py exits with status 130 (a KeyboardInterrupt). A second signal ends tune.py at
+once, its zoo processes with it: their trials are left running, which a journal file's study marks failed and queues
+again when it resumes, and a database's keeps as RUNNING (docs/guide/tuning_cluster.md). A database
 that does not answer (a server restarting) is asked again for ``--reconnect-seconds`` (60), then tune.py stops with
 an error naming it.
 Each session's trials get sampler seeds no earlier session of the study used (1000 per recorded session plus
@@ -515,13 +516,12 @@ def run_trials(env_id: str, arm: str, storage: str, base: int, args: argparse.Na
             # leaves running if it is killed can be told from other processes' running trials
             owner = f"{socket.gethostname()}-{uuid.uuid4().hex}"
             environment = {**os.environ, "OMP_NUM_THREADS": "1", TRIAL_OWNER_VARIABLE: owner}
-            # In a session of its own (a Ctrl-C in the terminal reaches tune.py alone, which lets the trial finish) and
-            # killed with tune.py (a second signal, or a kill): its trial, left running, is queued again next time
+            # On Linux in a session of its own (a Ctrl-C in the terminal reaches tune.py alone, which lets the trial
+            # finish) and killed with tune.py (a second signal, or a kill): its trial, left running, is queued again
             with open(args.out / env_id / arm / f"worker{index}.txt", "a") as log:
                 code = subprocess.call(
-                    command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True,
-                    preexec_fn=runner.parent_death_signal(),
-                )  # fmt: skip
+                    command, stdout=log, stderr=subprocess.STDOUT, env=environment, **runner.run_process_options()
+                )
             with lock:
                 active -= 1
                 codes[index] = code

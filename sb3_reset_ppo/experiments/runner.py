@@ -232,13 +232,27 @@ def parent_death_signal() -> Callable[[], None] | None:
     import ctypes
     import signal
 
-    # Looked up here, in the parent: the child makes only the one system call between fork and exec
+    # Looked up here, in the parent: the child makes only these system calls between fork and exec
     prctl, request, kill = ctypes.CDLL(None, use_errno=True).prctl, 1, int(signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    parent = os.getpid()
 
     def set_signal() -> None:  # pragma: no cover  (runs in the child)
         prctl(request, kill)
+        if os.getppid() != parent:  # the parent died before the signal was set: it will never come
+            os._exit(1)
 
     return set_signal
+
+
+def run_process_options() -> dict[str, Any]:
+    """
+    The ``subprocess`` options of a run's process. On Linux: a session of its own, so that a Ctrl-C in the terminal
+    reaches only the driver, which lets the run finish or stops it (:func:`executors.run_workers`), and killed with the
+    thread that started it (:func:`parent_death_signal`). Elsewhere none: without a parent-death signal a process in
+    a session of its own would outlive its driver, so it stays in the driver's, where a Ctrl-C reaches it too.
+    """
+    set_signal = parent_death_signal()
+    return {} if set_signal is None else {"start_new_session": True, "preexec_fn": set_signal}
 
 
 def _compress(source: Path, target: Path) -> None:
@@ -267,13 +281,8 @@ def run_one(spec: RunSpec, command: list[str] | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     # OpenMP's threads (torch's and numpy's) as many as the trainer's torch threads; -1: the environment's own
     environment = {**os.environ, "OMP_NUM_THREADS": str(spec.num_threads)} if spec.num_threads > 0 else dict(os.environ)
-    # In a session of its own: a Ctrl-C in the terminal reaches only the driver, which lets the run finish or stops it
-    # (executors.run_workers); killed with the thread that started it
     with open(run_dir / "log.txt", "w") as log:
-        code = subprocess.call(
-            args, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True,
-            preexec_fn=parent_death_signal(),
-        )  # fmt: skip
+        code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT, env=environment, **run_process_options())
     result = {
         "variant": spec.label or spec.algo, "env": spec.env, "seed": spec.seed, "returncode": code,
         "seconds": time.perf_counter() - start, "command": " ".join(args), **version, "started": started,

@@ -6,10 +6,13 @@ the running one finish and be recorded, the second one stops it at once. Real pr
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from signal_helpers import finish, processes_naming, start, wait_until
 
 from sb3_reset_ppo.experiments import runner
@@ -78,3 +81,32 @@ def test_a_second_signal_stops_the_running_run(tmp_path: Path) -> None:
     (run_dir,) = _run_dirs(out)
     assert not (run_dir / runner.RUN_FILE).exists() and not (run_dir / runner.FAILED_FILE).exists()
     assert not runner.recorded(run_dir)
+
+
+def test_a_run_gets_a_session_of_its_own_only_where_it_dies_with_its_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without a parent-death signal (not Linux) a process in a session of its own would outlive its driver
+    options = runner.run_process_options()
+    if sys.platform == "linux":
+        assert options["start_new_session"] is True and callable(options["preexec_fn"])
+    monkeypatch.setattr(runner.sys, "platform", "darwin")
+    assert runner.parent_death_signal() is None and runner.run_process_options() == {}
+
+
+def test_a_run_whose_driver_died_before_its_signal_was_set_exits() -> None:
+    if sys.platform != "linux":
+        pytest.skip("the parent-death signal is Linux's")
+    # The child's preexec_fn compares its parent with the driver that made it: another parent (here the test's own
+    # pid stands in for a driver already gone) means the signal would never come, so the child exits at once
+    set_signal = runner.parent_death_signal()
+    assert set_signal is not None
+    code = subprocess.call([sys.executable, "-c", "import time; time.sleep(30)"], preexec_fn=_from_another_driver(set_signal))
+    assert code == 1
+
+
+def _from_another_driver(set_signal: Callable[[], None]) -> Callable[[], None]:
+    def preexec() -> None:  # pragma: no cover  (runs in the child)
+        # The fork's copy of os only
+        os.getppid = lambda: -1
+        set_signal()
+
+    return preexec

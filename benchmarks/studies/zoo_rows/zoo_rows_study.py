@@ -179,12 +179,11 @@ def run_in_subprocess(algo: str, env: str, seed: int, out: Path, timesteps: int 
     command += ["--folder", str(folder)] + ([] if timesteps is None else ["--timesteps", str(timesteps)])
     environ = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with open(log, "w") as stream:
-        # In a session of its own, so that a Ctrl-C in the terminal reaches this process alone (the zoo would save a
-        # run cut by it as if done), and killed with it (a second signal, or a kill): never left training unrecorded
+        # On Linux in a session of its own, so that a Ctrl-C in the terminal reaches this process alone (the zoo would
+        # save a run cut by it as if done), and killed with it (a second signal, or a kill): never left training
         returncode = subprocess.run(
-            command, stdout=stream, stderr=subprocess.STDOUT, env=environ, start_new_session=True,
-            preexec_fn=runner.parent_death_signal(),
-        ).returncode  # fmt: skip
+            command, stdout=stream, stderr=subprocess.STDOUT, env=environ, **runner.run_process_options()
+        ).returncode
     if returncode < 0:  # killed by a signal (a session's end): nothing is recorded, the run is trained again
         raise RuntimeError(f"{algo} {env} seed {seed} was killed by signal {-returncode}")
     result_file = folder / "result.json"
