@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from bench_helpers import ROOT, _fake_run, _interrupted, _load
 
 from benchmarks.kit.scripts import run_script
@@ -393,3 +394,17 @@ def test_an_interrupted_grid_starts_no_new_run(monkeypatch: pytest.MonkeyPatch, 
     with pytest.raises(ValueError, match="worker 0 broke"):
         executors.run_workers(work, 2)
     assert loops[0] == 3 and loops[1] < 10_000
+
+
+def test_published_grid_keeps_its_config() -> None:
+    run_grid = _load("run_grid")
+    assert run_grid.RESET_PPO_CONF == ROOT / "benchmarks" / "kit" / "grid.yml"
+    assert run_grid.conf_file("reset") == run_grid.conf_file("mask") == run_grid.RESET_PPO_CONF
+    grid = yaml.safe_load(run_grid.RESET_PPO_CONF.read_text())
+    # The grid's envs trained every window every epoch
+    for env_id in run_grid.DEFAULT_ENVS:
+        assert grid[env_id]["window_stride"] == 1 and grid[env_id]["window_size"] == 16
+    packaged = yaml.safe_load((ROOT / "sb3_reset_ppo" / "zoo" / "reset_ppo.yml").read_text())
+    # The packaged config sets no window setting (ResetPPO's defaults) and covers the grid's envs
+    for env_id in run_grid.DEFAULT_ENVS:
+        assert "window_stride" not in packaged[env_id] and "window_size" not in packaged[env_id]
