@@ -9,6 +9,7 @@ import gzip
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -167,7 +168,7 @@ def test_a_table_interrupted_while_written_keeps_its_stored_rows(tmp_path: Path,
     stored = {path: list(rundata.read_rows(path)) for path in tables}
     dumps = json.dumps
 
-    def interrupted(value: object, **kwargs: object) -> str:
+    def interrupted(value: object, **kwargs: Any) -> str:
         if isinstance(value, dict) and "dir" in value and "own" in str(value["dir"]):
             raise KeyboardInterrupt
         return dumps(value, **kwargs)
