@@ -134,9 +134,13 @@ def code_version(root: Path = _PACKAGE_ROOT) -> dict[str, Any]:
 
     def git(*args: str) -> str:
         try:
-            result = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+            # In a session of its own: a Ctrl-C in the terminal, which the driver turns into "no new run", must not stop
+            # git and leave a run that trains on recorded with no commit
+            result = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, start_new_session=True)
         except OSError:  # no git, or no folder root
             return ""
+        if result.returncode < 0:
+            raise RuntimeError(f"git {args[0]} was stopped by signal {-result.returncode}: the commit is not known")
         return result.stdout.strip() if result.returncode == 0 else ""
 
     def own_checkout() -> bool:

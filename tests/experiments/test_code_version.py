@@ -1,5 +1,6 @@
 """``code_version``: the commit of this project's checkout, never that of a repository the package merely sits in."""
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -53,3 +54,14 @@ def test_code_version_is_head_in_this_checkout() -> None:
     assert version["commit"] == _git(root, "rev-parse", "HEAD")
     assert len(version["commit"]) == 40
     assert version["dirty"] == bool(_git(root, "status", "--porcelain", "--", "sb3_reset_ppo"))
+
+
+def test_a_git_stopped_by_a_signal_is_an_error_not_an_unknown_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A git that a signal stops would have recorded the run with no commit ("" is for a copy outside this checkout)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "git").write_text("#!/bin/sh\nkill -TERM $$\n")
+    (fake / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    with pytest.raises(RuntimeError, match=r"git rev-parse was stopped by signal 15: the commit is not known"):
+        runner.code_version(root=PACKAGE.parent)
