@@ -7,6 +7,7 @@ equal to what the stored runs give; its ``run`` command stopped by a signal.
 import gzip
 import json
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -152,3 +153,34 @@ def test_a_signal_lets_the_running_run_finish_and_starts_no_other(tmp_path: Path
     assert (record["algo"], record["env"], record["seed"], record["status"]) == ("reset_ppo", "CartPoleNoVel-v1", 0, "ok")
     assert text.count("('reset_ppo', 'CartPoleNoVel-v1', 0): ok score") == 1
     assert not second.exists()
+
+
+# A process that stores one record under a file-size limit just above the table's size: its write fails part way
+# (as at a full disk, or a process killed while it stores)
+_STORE_UNDER_A_LIMIT = """
+import importlib.util, os, resource, sys
+spec = importlib.util.spec_from_file_location("zoo_rows_study", sys.argv[1])
+study = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(study)
+limit = int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+study.append_record(__import__("pathlib").Path(sys.argv[2]), {"seed": 1, "log": os.urandom(20_000).hex()})
+"""
+
+
+def test_a_store_cut_short_leaves_the_runs_stored_before(tmp_path: Path) -> None:
+    out = tmp_path / "runs.jsonl.gz"
+    study.append_record(out, {"seed": 0, "score": 500.0})
+    before = out.read_bytes()
+    script = str(bench_helpers.script("zoo_rows_study"))
+    limit = str(len(before) + 200)
+    result = subprocess.run(
+        [sys.executable, "-c", _STORE_UNDER_A_LIMIT, script, str(out), limit], capture_output=True, text=True
+    )
+    # The store failed (Python ignores SIGXFSZ: the write that passes the limit raises) and the table is as it was
+    assert result.returncode != 0 and "File too large" in result.stderr, result.stderr[-2000:]
+    assert out.read_bytes() == before and study.read_records(out) == [{"seed": 0, "score": 500.0}]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".work", "runs.jsonl.gz"]
+    # The next store, without the limit, appends after the first record
+    study.append_record(out, {"seed": 1, "score": 499.0})
+    assert [record["seed"] for record in study.read_records(out)] == [0, 1]

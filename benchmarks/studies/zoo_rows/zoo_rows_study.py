@@ -136,12 +136,28 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as a gzip member of its own, under an exclusive lock (several workers append)."""
+    """
+    Append one record as a gzip member of its own, under an exclusive lock (several workers append).
+
+    The file with the new member is written beside the table and renamed over it: a store cut short (the session's
+    end, a full disk, a second signal) leaves the table as it was, with every run recorded before, never a
+    truncated member that would make the whole file unreadable.
+    """
     (path.parent / ".work").mkdir(parents=True, exist_ok=True)
     with open(path.parent / ".work" / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        with gzip.open(path, "at") as file:
-            file.write(json.dumps(record, sort_keys=True) + "\n")
+        member = gzip.compress((json.dumps(record, sort_keys=True) + "\n").encode())
+        scratch = path.with_name(path.name + ".tmp")
+        try:
+            with open(scratch, "wb") as file:
+                if path.exists():
+                    file.write(path.read_bytes())
+                file.write(member)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(scratch, path)
+        finally:
+            scratch.unlink(missing_ok=True)
 
 
 def jobs(envs: list[str], seeds: int, done: set[tuple[str, str, int]]) -> Iterator[tuple[str, str, int]]:
