@@ -208,6 +208,29 @@ def test_every_link_and_repository_path_in_the_pages_exists() -> None:
     assert not missing, "\n".join(missing)
 
 
+def _anchors(page: Path) -> set[str]:
+    """The ids a link may name after ``#`` on a Markdown page: its headings' slugs, as GitHub and MyST's
+    ``myst_heading_anchors`` make them (code spans and links as their text), and its ``(label)=`` targets."""
+    text = re.sub(r"^(`{3,}).*?^\1", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)  # no fenced blocks
+    anchors = set(re.findall(r"^\(([\w-]+)\)=", text, re.MULTILINE))
+    for title in re.findall(r"^#{1,6} +(.*?)\s*$", text, re.MULTILINE):
+        title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title.replace("`", ""))
+        anchors.add(re.sub(r"[^\w\- ]", "", title.lower().replace(" ", "-")))  # myst_parser.slugs.github_slugify
+    return anchors
+
+
+def test_every_link_anchor_names_a_heading_of_its_page() -> None:
+    # A `page.md#anchor` link whose anchor no heading makes opens the page at its top on GitHub and on the site
+    broken = []
+    for page in _linked_pages():
+        text = re.sub(r"`[^`\n]*`", "", re.sub(r"^(`{3,}).*?^\1", "", page.read_text(), flags=re.MULTILINE | re.DOTALL))
+        for target, anchor in re.findall(r"\]\(([^)\s#]*)#([^)\s]+)\)", text):
+            linked = (page.parent / target) if target else page
+            if linked.suffix == ".md" and linked.exists() and anchor not in _anchors(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {target}#{anchor}")
+    assert not broken, "\n".join(broken)
+
+
 # A repository path as the CHANGELOG and the pages write it, in code or in prose: a file or a folder of the package,
 # its tests, the docs, the examples or the benchmarks project (`tests/...::test_name` names the file)
 _REPOSITORY_PATH = re.compile(r"(?<![\w./-])((?:benchmarks|docs|examples|sb3_reset_ppo|tests)/[\w./*-]*[\w/*])")
