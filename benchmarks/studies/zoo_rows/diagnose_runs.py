@@ -121,6 +121,81 @@ def run_one(env: str, seed: int, variant: str, folder: Path, timesteps: int | No
     return {"env": env, "seed": seed, "variant": variant, "hyperparams": VARIANTS[variant], **result, **statistics}
 
 
+def stored_runs(env: str, seeds: list[int], path: Path = study.OUT) -> list[dict[str, Any]]:
+    """The study's stored runs of ``env`` on ``seeds`` (both arms): score, parameters hash and energy from returns."""
+    return [
+        {
+            "algo": record["algo"],
+            "seed": record["seed"],
+            "score": record["score"],
+            "parameters_sha256": record["parameters_sha256"],
+            **stored_energy(record["episode_returns"], record["episode_lengths"]),
+        }
+        for record in study.read_records(path)
+        if record["env"] == env and record["seed"] in seeds and record["status"] == "ok"
+    ]
+
+
+def compare(arm: dict[int, float], base: dict[int, float], reps: int = 10_000) -> dict[str, Any]:
+    """
+    Two sets of per-seed values on the seeds both hold: their means, the difference of means with a 95% percentile
+    bootstrap interval (seeds resampled within each set) and the two-sided Mann-Whitney p.
+    """
+    from sb3_reset_ppo.experiments import stats
+
+    seeds = sorted(set(arm) & set(base))
+    x, y = np.array([arm[seed] for seed in seeds]), np.array([base[seed] for seed in seeds])
+    generator = np.random.default_rng(0)
+    # (reps, n) each: seeds drawn with replacement
+    differences = generator.choice(x, (reps, len(x))).mean(axis=1) - generator.choice(y, (reps, len(y))).mean(axis=1)
+    p_value, method = stats.mann_whitney(x, y)
+    return {
+        "seeds": seeds,
+        "arm_mean": float(x.mean()),
+        "base_mean": float(y.mean()),
+        "difference": float(x.mean() - y.mean()),
+        "difference_interval": [float(v) for v in np.percentile(differences, [2.5, 97.5])],
+        "mann_whitney_p": p_value,
+        "method": method,
+    }
+
+
+def summarise(runs: list[dict[str, Any]], stored: list[dict[str, Any]]) -> dict[str, Any]:
+    """
+    Each variant's runs (and the study's stored runs of both arms) as per-seed measures, and each variant and the
+    study's ResetPPO against the study's RecurrentPPO on score, episode length and energy per step.
+    """
+    arms: dict[str, dict[str, dict[int, float]]] = {}
+    for run in runs:
+        energy = stored_energy(run["episode_returns"], run["episode_lengths"])
+        measures = {"score": run["score"], **energy}
+        measures |= {key: run[key] for key in ("saturated_share", "mean_abs_mean_action", "mean_action_std", "exp_log_std")}
+        for key, value in measures.items():
+            arms.setdefault(run["variant"], {}).setdefault(key, {})[run["seed"]] = value
+    for run in stored:
+        for key in ("score", "reached_goal", "mean_length", "mean_episode_energy", "mean_step_energy"):
+            arms.setdefault(f"study_{run['algo']}", {}).setdefault(key, {})[run["seed"]] = run[key]
+    base = arms.get("study_ppo_lstm", {})
+    comparisons = {
+        f"{name} vs study_ppo_lstm": {
+            key: compare(measures[key], base[key]) for key in ("score", "mean_length", "mean_step_energy")
+        }
+        for name, measures in arms.items()
+        if name != "study_ppo_lstm" and base
+    }
+    study_hashes = {run["seed"]: run["parameters_sha256"] for run in stored if run["algo"] == "reset_ppo"}
+    reproduced = {
+        run["seed"]: run["parameters_sha256"] == study_hashes.get(run["seed"]) for run in runs if run["variant"] == "default"
+    }
+    return {"per_seed": arms, "comparisons": comparisons, "default_reproduces_the_study": reproduced}
+
+
+def write(path: Path, runs: list[dict[str, Any]], stored: list[dict[str, Any]]) -> None:
+    """The runs, the study's stored runs they are compared with, and the summary, as one JSON file."""
+    summary = summarise(runs, stored)
+    path.write_text(json.dumps({"runs": runs, "study_runs": stored, **summary}, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="MountainCarContinuousNoVel-v0", choices=list(study.PUBLISHED))
@@ -135,8 +210,9 @@ def main(argv: list[str] | None = None) -> None:
         record = run_one(args.env, seed, variant, args.one.parent, args.timesteps)
         args.one.write_text(json.dumps(record))
         return
-    records: list[dict[str, Any]] = json.loads(args.json.read_text()) if args.json.exists() else []
+    records: list[dict[str, Any]] = json.loads(args.json.read_text())["runs"] if args.json.exists() else []
     done = {(r["env"], r["variant"], r["seed"]) for r in records}
+    stored = stored_runs(args.env, args.seeds)
     for seed in args.seeds:
         for variant in args.variants:
             if (args.env, variant, seed) in done:
@@ -151,12 +227,21 @@ def main(argv: list[str] | None = None) -> None:
             record = {**json.loads((folder / "record.json").read_text()), **started}
             shutil.rmtree(folder, ignore_errors=True)
             records.append(record)
-            args.json.write_text(json.dumps(records, indent=1) + "\n")
+            write(args.json, records, stored)
             print(
                 f"{time.strftime('%H:%M:%S')} {variant} seed {seed}: score {record['score']:.2f}, mean a^2 "
                 f"{record['mean_action_squared']:.4f}, saturated {record['saturated_share']:.3f}, "
                 f"learn {record['cpu_seconds']:.0f} CPU s",
                 flush=True,
+            )
+    write(args.json, records, stored)
+    for name, measures in summarise(records, stored)["comparisons"].items():
+        for key, comparison in measures.items():
+            low, high = comparison["difference_interval"]
+            print(
+                f"{name}, {key} (seeds {comparison['seeds']}): {comparison['arm_mean']:.4g} vs {comparison['base_mean']:.4g}, "
+                f"difference {comparison['difference']:.4g} ({low:.4g} to {high:.4g}), Mann-Whitney p "
+                f"{comparison['mann_whitney_p']:.3g}"
             )
 
 
