@@ -121,8 +121,22 @@ def run_one(env: str, seed: int, variant: str, folder: Path, timesteps: int | No
     return {"env": env, "seed": seed, "variant": variant, "hyperparams": VARIANTS[variant], **result, **statistics}
 
 
+LOGGED = ("train/entropy_loss", "train/std", "train/clip_fraction", "train/approx_kl", "rollout/ep_rew_mean")
+
+
+def final_training(log: str, last: int = 5) -> dict[str, float]:
+    """The means of :data:`LOGGED` over the last ``last`` updates in a run's training log (SB3's logger tables)."""
+    from sb3_reset_ppo.experiments.training_log import parse_tables
+
+    tables = [table for table in parse_tables(log) if "train/std" in table][-last:]
+    return {f"last{last}_{key.split('/')[1]}": float(np.mean([table[key] for table in tables])) for key in LOGGED}
+
+
 def stored_runs(env: str, seeds: list[int], path: Path = study.OUT) -> list[dict[str, Any]]:
-    """The study's stored runs of ``env`` on ``seeds`` (both arms): score, parameters hash and energy from returns."""
+    """
+    The study's stored runs of ``env`` on ``seeds`` (both arms): score, parameters hash, energy from returns and the
+    last updates' logged terms.
+    """
     return [
         {
             "algo": record["algo"],
@@ -130,6 +144,7 @@ def stored_runs(env: str, seeds: list[int], path: Path = study.OUT) -> list[dict
             "score": record["score"],
             "parameters_sha256": record["parameters_sha256"],
             **stored_energy(record["episode_returns"], record["episode_lengths"]),
+            **final_training(record["log"]),
         }
         for record in study.read_records(path)
         if record["env"] == env and record["seed"] in seeds and record["status"] == "ok"
@@ -173,13 +188,12 @@ def summarise(runs: list[dict[str, Any]], stored: list[dict[str, Any]]) -> dict[
         for key, value in measures.items():
             arms.setdefault(run["variant"], {}).setdefault(key, {})[run["seed"]] = value
     for run in stored:
-        for key in ("score", "reached_goal", "mean_length", "mean_episode_energy", "mean_step_energy"):
-            arms.setdefault(f"study_{run['algo']}", {}).setdefault(key, {})[run["seed"]] = run[key]
+        for key, value in run.items():
+            if key not in ("algo", "seed", "parameters_sha256"):
+                arms.setdefault(f"study_{run['algo']}", {}).setdefault(key, {})[run["seed"]] = value
     base = arms.get("study_ppo_lstm", {})
     comparisons = {
-        f"{name} vs study_ppo_lstm": {
-            key: compare(measures[key], base[key]) for key in ("score", "mean_length", "mean_step_energy")
-        }
+        f"{name} vs study_ppo_lstm": {key: compare(values, base[key]) for key, values in measures.items() if key in base}
         for name, measures in arms.items()
         if name != "study_ppo_lstm" and base
     }
@@ -203,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--json", type=Path, default=JSON, help="the runs' records (read, then rewritten after each run)")
     parser.add_argument("--timesteps", type=int, default=None, help="a shorter budget than the zoo's (a test)")
+    parser.add_argument("--no-training", action="store_true", help="train nothing: summarise the runs stored so far")
     parser.add_argument("--one", type=Path, default=None, help=argparse.SUPPRESS)  # a subprocess's run: its result file
     args = parser.parse_args(argv)
     if args.one is not None:
@@ -215,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     stored = stored_runs(args.env, args.seeds)
     for seed in args.seeds:
         for variant in args.variants:
-            if (args.env, variant, seed) in done:
+            if (args.env, variant, seed) in done or args.no_training:
                 continue
             folder = Path(tempfile.mkdtemp(prefix=f"diagnose_{variant}_{seed}_"))
             command = [sys.executable, str(Path(__file__).resolve()), "--env", args.env, "--seeds", str(seed)]
