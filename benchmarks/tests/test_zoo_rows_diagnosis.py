@@ -56,3 +56,15 @@ def test_action_statistics_are_the_actions_the_env_charges_for() -> None:
     assert length == runs.TIME_LIMIT and episode_return == pytest.approx(-runs.ENERGY_COST * length, abs=1e-5)
     # The policy's own method again after the measurement
     assert "_get_action_dist_from_latent" not in vars(model.policy)
+
+
+def test_a_variant_arm_trains_with_its_settings() -> None:
+    diagnose = _load("diagnose")
+    # The variant with inside coverage is the inside arm again: the same update, to the last bit
+    summary = diagnose.diagnose("CartPoleNoVel-v1", 0, variant={"window_coverage": "inside"})
+    assert summary["variant"] == {"window_coverage": "inside"}
+    assert set(summary["arms"]) == {"ppo_lstm", "ppo_lstm_unsplit", "reset_ppo", "reset_ppo_inside", "reset_ppo_variant"}
+    distances = summary["update_distance"]
+    assert distances["reset_ppo_variant vs ppo_lstm_unsplit"] == distances["reset_ppo_inside vs ppo_lstm_unsplit"] < 1e-3
+    # (NOTES.md: inside coverage reproduces RecurrentPPO's unsplit update there; the default ends 2.3% away)
+    assert distances["reset_ppo vs ppo_lstm_unsplit"] > 1e-2
