@@ -12,10 +12,11 @@ truncates) and each against the gradient without any mid-rollout truncation (Rec
 at index 0), and how far each update moves the policy.
 
 Usage: python benchmarks/studies/zoo_rows/diagnose.py [--env CartPoleNoVel-v1] [--seeds 0 1 2] [--pretrain STEPS]
-[--json FILE]
+[--variant KEY=VALUE ...] [--json FILE]
 """
 
 import argparse
+import ast
 import copy
 import itertools
 import json
@@ -212,15 +213,20 @@ def rollout_difference(a: RecurrentPPO, b: RecurrentPPO) -> float:
     return max(float(np.max(np.abs(getattr(a.rollout_buffer, k) - getattr(b.rollout_buffer, k)))) for k in keys)
 
 
-def diagnose(env_id: str, seed: int, pretrain: int = 0) -> dict[str, Any]:
+def diagnose(env_id: str, seed: int, pretrain: int = 0, variant: dict[str, Any] | None = None) -> dict[str, Any]:
     """
     Both updates on one rollout of ``env_id`` (seed ``seed``), and RecurrentPPO's without its split: from the initial
     parameters, or (``pretrain`` > 0) from ResetPPO's after ``pretrain`` steps, with its VecNormalize statistics.
+
+    :param variant: ResetPPO settings of one more arm, ``reset_ppo_variant`` (``{"consecutive_windows": 8}``)
     """
     recurrent, budget = build(RecurrentPPO, env_id, seed)
     exact, _ = build(RecurrentPPO, env_id, seed)
     reset, _ = build(ResetPPO, env_id, seed)
     inside, _ = build(ResetPPO, env_id, seed, window_coverage="inside")
+    models = {"ppo_lstm": recurrent, "ppo_lstm_unsplit": exact, "reset_ppo": reset, "reset_ppo_inside": inside}
+    if variant:
+        models["reset_ppo_variant"] = build(ResetPPO, env_id, seed, **variant)[0]
     start = recurrent
     if pretrain > 0:
         start, _ = build(ResetPPO, env_id, seed)
@@ -228,26 +234,28 @@ def diagnose(env_id: str, seed: int, pretrain: int = 0) -> dict[str, Any]:
     # Taken before any collection: collecting updates the normalisation statistics
     parameters = copy.deepcopy(start.policy.state_dict())
     statistics = copy.deepcopy((start.env.obs_rms, start.env.ret_rms)) if isinstance(start.env, VecNormalize) else None
-    for model in (recurrent, exact, reset, inside):
+    for model in models.values():
         model.policy.load_state_dict(parameters)
         if isinstance(model.env, VecNormalize) and statistics is not None:
             model.env.obs_rms, model.env.ret_rms = copy.deepcopy(statistics)
         collect(model, budget, seed, pretrain)
-    difference = max(rollout_difference(recurrent, other) for other in (reset, exact, inside))
-    rows: dict[str, list] = {name: [] for name in ("ppo_lstm", "ppo_lstm_unsplit", "reset_ppo", "reset_ppo_inside")}
+    difference = max(rollout_difference(recurrent, other) for other in models.values())
+    rows: dict[str, list] = {name: [] for name in models}
     rows_of_recurrent(recurrent, None, rows["ppo_lstm"])
     rows_of_recurrent(exact, 0, rows["ppo_lstm_unsplit"])
-    rows_of_reset(reset, rows["reset_ppo"])
-    rows_of_reset(inside, rows["reset_ppo_inside"])
-    models = {"ppo_lstm": recurrent, "ppo_lstm_unsplit": exact, "reset_ppo": reset, "reset_ppo_inside": inside}
+    for name, model in models.items():
+        if isinstance(model, ResetPPO):
+            rows_of_reset(model, rows[name])
     np.random.seed(seed)  # noqa: NPY002  (sb3-contrib's split index)
     results = {name: update(model, rows[name]) for name, model in models.items()}
     windows: Any = reset.rollout_buffer  # the package's window buffer: its window settings, resolved
-    pairs = [(a, b) for a in ("reset_ppo", "reset_ppo_inside", "ppo_lstm") for b in ("ppo_lstm", "ppo_lstm_unsplit") if a != b]
+    resets = [name for name in models if name.startswith("reset_ppo")]
+    pairs = [(a, b) for a in (*resets, "ppo_lstm") for b in ("ppo_lstm", "ppo_lstm_unsplit") if a != b]
     summary: dict[str, Any] = {
         "env": env_id,
         "seed": seed,
         "pretrain": pretrain,
+        "variant": variant or {},
         "settings": {
             "n_envs": recurrent.n_envs,
             "n_steps": recurrent.n_steps,
@@ -295,7 +303,8 @@ def text(summary: dict[str, Any]) -> list[str]:
     out = [
         f"{summary['env']} seed {summary['seed']}, after {summary['pretrain']} steps of ResetPPO: n_envs {s['n_envs']}, "
         f"n_steps {s['n_steps']}, batch_size {s['batch_size']}, n_epochs {s['n_epochs']}; ResetPPO's windows "
-        f"{s['reset_window_size']} steps, stride {s['reset_window_stride']}, coverage {s['reset_window_coverage']}",
+        f"{s['reset_window_size']} steps, stride {s['reset_window_stride']}, coverage {s['reset_window_coverage']}"
+        + (f"; reset_ppo_variant: {summary['variant']}" if summary["variant"] else ""),
         f"  the same rollout for every arm: largest difference {summary['rollout_max_difference']:.3g}",
         "  arm               optimizer steps  minibatches/epoch  in rollout order  slots/epoch  rows/epoch  mean row  "
         "truncated rows/epoch  |g| first  |g| median  param change  approx_kl  clip_frac  value_loss",
@@ -322,11 +331,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--pretrain", type=int, default=0, help="compare the update after this many steps of ResetPPO")
     parser.add_argument("--json", type=Path, default=None, help="write the findings to this file")
+    parser.add_argument(
+        "--variant",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more ResetPPO arm with these settings, values as Python literals (consecutive_windows=8)",
+    )
     args = parser.parse_args(argv)
+    variant = {key: ast.literal_eval(value) for key, value in (item.split("=", 1) for item in args.variant)}
     th.set_num_threads(1)
     summaries = []
     for seed in args.seeds:
-        summary = diagnose(args.env, seed, args.pretrain)
+        summary = diagnose(args.env, seed, args.pretrain, variant)
         print("\n".join(text(summary)), flush=True)
         summaries.append(summary)
     if args.json is not None:

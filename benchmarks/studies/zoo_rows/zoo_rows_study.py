@@ -78,11 +78,16 @@ def parameters_hash(model: Any) -> str:
     return digest.hexdigest()
 
 
-def train_and_evaluate(algo: str, env: str, seed: int, folder: Path, timesteps: int | None = None) -> dict[str, Any]:
-    """One run, in this process: train through the zoo's command line with ``learn()`` timed, then evaluate."""
+def train_and_evaluate(
+    algo: str, env: str, seed: int, folder: Path, timesteps: int | None = None, hyperparams: list[str] | None = None
+) -> dict[str, Any]:
+    """
+    One run, in this process: train through the zoo's command line with ``learn()`` timed, then evaluate.
+
+    :param hyperparams: Overrides of the entry, as the zoo's ``--hyperparams`` reads them (``"window_coverage:'inside'"``)
+    """
     import torch as th
     from rl_zoo3 import exp_manager
-    from rl_zoo3.utils import ALGOS, create_test_env, get_saved_hyperparams
     from stable_baselines3.common.evaluation import evaluate_policy
 
     from sb3_reset_ppo import zoo
@@ -102,7 +107,31 @@ def train_and_evaluate(algo: str, env: str, seed: int, folder: Path, timesteps: 
     arguments += ["--conf-file", str(conf_file(algo)), "--num-threads", "1", "--vec-env", "dummy", "--eval-freq", "-1"]
     if timesteps is not None:
         arguments += ["-n", str(timesteps)]
+    if hyperparams:
+        arguments += ["--hyperparams", *hyperparams]
     zoo.main(arguments)
+    model, eval_env = trained_model(algo, env, seed, folder)
+    episodes = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True, return_episode_rewards=True)
+    returns, lengths = cast(tuple[list[float], list[int]], episodes)
+    return {
+        **timing,
+        "episode_returns": [float(value) for value in returns],
+        "episode_lengths": [int(value) for value in lengths],
+        "score": float(np.mean(returns)),
+        "parameters_sha256": parameters_hash(model),
+    }
+
+
+def trained_model(algo: str, env: str, seed: int, folder: Path) -> tuple[Any, Any]:
+    """
+    The final model of the run trained into ``folder`` and the test env the zoo's benchmark evaluates it on: one env,
+    the saved VecNormalize statistics (not updated, rewards not normalised), seeded ``EVAL_SEED_OFFSET + seed``.
+    """
+    from rl_zoo3.utils import ALGOS, create_test_env, get_saved_hyperparams
+
+    from sb3_reset_ppo import zoo
+
+    zoo.register()  # reset_ppo in the zoo's ALGOS (training registers it too)
     (run_folder,) = (folder / algo).glob(f"{env}_*")
     hyperparams, stats_path = get_saved_hyperparams(str(run_folder / env), norm_reward=False, test_mode=True)
     eval_env = create_test_env(
@@ -116,15 +145,7 @@ def train_and_evaluate(algo: str, env: str, seed: int, folder: Path, timesteps: 
     )
     custom_objects = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "clip_range": lambda _: 0.0}
     model = ALGOS[algo].load(run_folder / f"{env}.zip", custom_objects=custom_objects, device="cpu")
-    episodes = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True, return_episode_rewards=True)
-    returns, lengths = cast(tuple[list[float], list[int]], episodes)
-    return {
-        **timing,
-        "episode_returns": [float(value) for value in returns],
-        "episode_lengths": [int(value) for value in lengths],
-        "score": float(np.mean(returns)),
-        "parameters_sha256": parameters_hash(model),
-    }
+    return model, eval_env
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
