@@ -54,6 +54,8 @@ def test_partial_runs_give_numbers_and_no_verdict(tmp_path: Path) -> None:
     assert list(runs) == [cart, pendulum] and [r["seed"] for r in runs[cart]["reset_ppo"]] == [0, 1, 2]
     summary = report.analyse(runs, reps=50)
     assert summary["runs"] == 8 and summary["planned"] == 60 and not summary["complete"]
+    assert summary["state"].startswith("Incomplete: 8 of 60 runs stored, so no verdict yet")
+    assert {e["comparison"]["verdict"] for e in summary["envs"].values()} == {"none while incomplete"}
     assert summary["cells"]["MountainCarContinuousNoVel-v0"] == {"reset_ppo": 0, "ppo_lstm": 0}
     arm = summary["envs"][cart]["arms"]["reset_ppo"]
     assert arm["reached"] == 2 and arm["scores"] == [210.9, 500.0, 500.0] and arm["episode_std"] == [1.0] * 3
@@ -82,18 +84,33 @@ def test_partial_runs_give_numbers_and_no_verdict(tmp_path: Path) -> None:
 
 def test_a_complete_study_states_its_verdicts(tmp_path: Path) -> None:
     records = []
+    mountain_car = "MountainCarContinuousNoVel-v0"
     for env, (published, _) in report.study.PUBLISHED.items():
         for seed in range(report.SEEDS):
-            records += [
-                _record("reset_ppo", env, seed, published + 10 + seed, 100.0),
-                _record("ppo_lstm", env, seed, published - 10 - seed, 200.0),
-            ]
+            # ResetPPO ahead on every seed, but on MountainCar the arms' scores interleave (no significant difference)
+            reset, recurrent = (
+                (published + seed, published + seed + 0.5)
+                if env == mountain_car
+                else (published + 10 + seed, published - 10 - seed)
+            )
+            records += [_record("reset_ppo", env, seed, reset, 100.0), _record("ppo_lstm", env, seed, recurrent, 200.0)]
     summary = report.analyse(report.load(_store(tmp_path / "runs.jsonl.gz", records))[0], reps=50)
     assert summary["complete"] and summary["cpu_ratio"] == 0.5
-    for entry in summary["envs"].values():
-        assert report.verdict(summary, entry["comparison"]) == "ResetPPO higher"
+    assert summary["state"] == "Complete: 60 runs, the protocol's 10 seeds of each arm on every env"
+    verdicts = {env: entry["comparison"]["verdict"] for env, entry in summary["envs"].items()}
+    assert verdicts == {
+        "CartPoleNoVel-v1": "ResetPPO higher",
+        "PendulumNoVel-v1": "ResetPPO higher",
+        mountain_car: "not significant",
+    }
+    assert all(report.verdict(summary, e["comparison"]) == verdicts[env] for env, e in summary["envs"].items())
     assert "## Status\n" in report.markdown(summary, report.load(tmp_path / "runs.jsonl.gz")[0], [])
-    assert "no verdict" not in report.readme_row(summary) and "CartPoleNoVel-v1 ResetPPO higher" in report.readme_row(summary)
+    row = report.readme_row(summary)
+    # Each env's probability of improvement with its interval, then its verdict
+    assert "no verdict" not in row and "P(ResetPPO's score > `RecurrentPPO`'s) per env, Holm-adjusted:" in row
+    assert "CartPoleNoVel-v1 1.00 (1.00 to 1.00), ResetPPO higher" in row
+    probability = summary["envs"][mountain_car]["comparison"]["probability"]
+    assert f"{mountain_car} {probability[0]:.2f} ({probability[1]:.2f} to {probability[2]:.2f}), not significant" in row
 
 
 @pytest.fixture(scope="module")

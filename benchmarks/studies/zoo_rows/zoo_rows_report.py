@@ -104,11 +104,20 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
     for (env, _), adjusted in zip(tested, stats.holm([p for _, p in tested]) if tested else [], strict=True):
         envs[env]["comparison"]["p_holm"] = adjusted
     cells = {env: {arm: len(runs.get(env, {}).get(arm, [])) for arm in study.ARMS} for env in study.PUBLISHED}
-    return {
+    stored, planned = sum(sum(by_arm.values()) for by_arm in cells.values()), SEEDS * len(study.PUBLISHED) * len(study.ARMS)
+    complete = min(n for by_arm in cells.values() for n in by_arm.values()) >= SEEDS
+    summary = {
         "reps": reps,
-        "runs": sum(sum(by_arm.values()) for by_arm in cells.values()),
-        "planned": SEEDS * len(study.PUBLISHED) * len(study.ARMS),
-        "complete": min(n for by_arm in cells.values() for n in by_arm.values()) >= SEEDS,
+        "runs": stored,
+        "planned": planned,
+        "complete": complete,
+        # The study's state in words, for the verdict (study.yml)
+        "state": (
+            f"Complete: {stored} runs, the protocol's {SEEDS} seeds of each arm on every env"
+            if complete
+            else f"Incomplete: {stored} of {planned} runs stored, so no verdict yet (one is stated when every arm has "
+            f"{SEEDS} seeds on every env)"
+        ),
         "cells": cells,
         "envs": envs,
         "reached": {arm: sum(e["arms"][arm]["reached"] for e in envs.values() if arm in e["arms"]) for arm in study.ARMS},
@@ -118,6 +127,10 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
         "wall_ratio": median(ratios["wall_seconds"]),
         "pairs": len(ratios["cpu_seconds"]),
     }
+    for entry in envs.values():
+        if "comparison" in entry:
+            entry["comparison"]["verdict"] = verdict(summary, entry["comparison"])
+    return summary
 
 
 def arm_numbers(records: list[dict[str, Any]], published: float, reps: int) -> dict[str, Any]:
@@ -156,6 +169,12 @@ def verdict(summary: dict[str, Any], comparison: dict[str, Any]) -> str:
 
 def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _triple(triple: list[float]) -> str:
+    """A probability with its interval, as the studies' verdicts write it: ``0.42 (0.34 to 0.49)``."""
+    point, low, high = triple
+    return f"{point:.2f} ({low:.2f} to {high:.2f})"
 
 
 def status_lines(summary: dict[str, Any]) -> list[str]:
@@ -326,8 +345,16 @@ def readme_row(summary: dict[str, Any]) -> str:
         f"ResetPPO's `learn()` takes {_number(summary['cpu_ratio'], 2)} of `RecurrentPPO`'s CPU seconds (median of "
         f"{summary['pairs']} seed pairs; per env {', '.join(per_env)})"
     )
-    verdicts = [f"{env} {verdict(summary, e['comparison'])}" for env, e in summary["envs"].items() if "comparison" in e]
-    tested = f"; ResetPPO against `RecurrentPPO`: {', '.join(verdicts)}" if summary["complete"] else ""
+    verdicts = [
+        f"{env} {_triple(e['comparison']['probability'])}, {verdict(summary, e['comparison'])}"
+        for env, e in summary["envs"].items()
+        if "comparison" in e
+    ]
+    tested = (
+        f"; P(ResetPPO's score > `RecurrentPPO`'s) per env, Holm-adjusted: {', '.join(verdicts)}"
+        if summary["complete"]
+        else ""
+    )
     return (
         f"{README_ROW} (3 envs, the zoo's hyperparameters verbatim, {SEEDS} seeds each) | {state}Runs that reach the "
         f"zoo's published score: {reached}; {ratio}{tested} | {README_LINK} |"
