@@ -4,6 +4,9 @@ MountainCarContinuous returns, and the statistics of the deterministic policy's 
 gives for them.
 """
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from bench_helpers import _load
@@ -68,3 +71,61 @@ def test_a_variant_arm_trains_with_its_settings() -> None:
     assert distances["reset_ppo_variant vs ppo_lstm_unsplit"] == distances["reset_ppo_inside vs ppo_lstm_unsplit"] < 1e-3
     # (NOTES.md: inside coverage reproduces RecurrentPPO's unsplit update there; the default ends 2.3% away)
     assert distances["reset_ppo vs ppo_lstm_unsplit"] > 1e-2
+
+
+def test_a_discrete_policy_records_its_episodes_only() -> None:
+    import rl_zoo3.import_envs  # noqa: F401  (registers the NoVel envs)
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from sb3_reset_ppo import ResetPPO
+
+    env = make_vec_env("CartPoleNoVel-v1", n_envs=1, seed=3)
+    model = ResetPPO("MlpLstmPolicy", env, n_steps=16, batch_size=16, seed=3, policy_kwargs={"lstm_hidden_size": 8})
+    statistics = runs.action_statistics(model, env, n_episodes=2)
+    assert set(statistics) == {"episode_returns", "episode_lengths", "steps"}
+    # CartPole pays 1 per step: each return is its episode's length
+    assert statistics["episode_returns"] == [float(length) for length in statistics["episode_lengths"]]
+    assert statistics["steps"] == sum(statistics["episode_lengths"]) and len(statistics["episode_lengths"]) == 2
+
+
+def _table(**values: float) -> str:
+    """One of SB3's logger tables, as a run's stdout holds it."""
+    rows = "\n".join(f"|    {key:<14}| {value:<10}|" for key, value in values.items())
+    return f"---------------------------------\n| train/            |           |\n{rows}\n---------------------------------\n"
+
+
+def test_the_last_updates_leave_out_what_a_categorical_policy_does_not_log() -> None:
+    log = "".join(_table(approx_kl=0.01 * i, clip_fraction=0.1, entropy_loss=-0.6) for i in range(1, 8))
+    # The last 5 tables (approx_kl 0.03 to 0.07); no train/std, no rollout/ep_rew_mean in these tables
+    assert runs.final_training(log) == pytest.approx(
+        {"last5_approx_kl": 0.05, "last5_clip_fraction": 0.1, "last5_entropy_loss": -0.6}
+    )
+    assert runs.final_training("no table") == {}
+
+
+def test_a_discrete_variant_is_compared_with_both_study_arms_on_score() -> None:
+    env = "CartPoleNoVel-v1"
+    variant = [{"env": env, "variant": "inside", "seed": seed, "score": 500.0} for seed in range(4)]
+    stored = [{"algo": "ppo_lstm", "seed": seed, "score": 400.0 + seed, "parameters_sha256": "a"} for seed in range(4)]
+    stored += [{"algo": "reset_ppo", "seed": seed, "score": 300.0, "parameters_sha256": "b"} for seed in range(4)]
+    summary = runs.summarise(variant, stored)
+    comparisons = summary["comparisons"]
+    assert set(comparisons) == {"inside vs study_ppo_lstm", "study_reset_ppo vs study_ppo_lstm", "inside vs study_reset_ppo"}
+    assert all(set(measures) == {"score"} for measures in comparisons.values())  # no energy on CartPole
+    assert comparisons["inside vs study_reset_ppo"]["score"]["difference"] == pytest.approx(200.0)
+    assert comparisons["inside vs study_ppo_lstm"]["score"]["difference"] == pytest.approx(500.0 - 401.5)
+    assert comparisons["study_reset_ppo vs study_ppo_lstm"]["score"]["seeds"] == [0, 1, 2, 3]
+
+
+def test_a_variant_run_trains_evaluates_and_resumes(tmp_path: Path) -> None:
+    """The training path: one short run of a variant in its subprocess, stored, then skipped when run again."""
+    records = tmp_path / "diagnosis.json"
+    argv = ["--env", "CartPoleNoVel-v1", "--variants", "inside", "--seeds", "0", "--timesteps", "256", "--json", str(records)]
+    runs.main(argv)
+    (record,) = json.loads(records.read_text())["runs"]
+    assert (record["env"], record["variant"], record["seed"]) == ("CartPoleNoVel-v1", "inside", 0)
+    assert record["hyperparams"] == ["window_coverage:'inside'"] and record["same_episodes"] is True
+    assert len(record["episode_returns"]) == 50 and record["score"] == pytest.approx(np.mean(record["episode_returns"]))
+    stamp = records.stat().st_mtime_ns
+    runs.main(argv)  # nothing left to train: the file is only summarised again
+    assert len(json.loads(records.read_text())["runs"]) == 1 and records.stat().st_mtime_ns >= stamp

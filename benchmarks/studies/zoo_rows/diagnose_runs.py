@@ -12,8 +12,12 @@ RecurrentPPO's runs too, whose models are not stored.
 Each run trains in a subprocess of its own, one at a time; finished runs (variant, seed) already in the JSON file are
 skipped, so the script resumes.
 
+On a discrete action space (CartPoleNoVel-v1) a run records its evaluation episodes only, and a variant is compared
+on score with both of the study's arms.
+
 Usage: python benchmarks/studies/zoo_rows/diagnose_runs.py [--env MountainCarContinuousNoVel-v0]
-[--variants default inside] [--seeds 0 1 2 3 4] [--json FILE]
+[--variants default inside] [--seeds 0 1 2 3 4] [--json FILE] (default: ``diagnosis_<env>.json`` beside this file,
+:data:`JSONS`)
 """
 
 import argparse
@@ -37,10 +41,18 @@ VARIANTS: dict[str, list[str]] = {
     "inside": ["window_coverage:'inside'"],
     "ordered": ["consecutive_windows:8"],
 }
+# The env whose returns are read as action energy (stored_energy): MountainCarContinuous's reward
+ENERGY_ENV = "MountainCarContinuousNoVel-v0"
 GOAL_REWARD = 100.0  # MountainCarContinuous: reward at the goal
 ENERGY_COST = 0.1  # and the cost per unit of a^2 at every step
 TIME_LIMIT = 999  # its episodes' step limit: an episode this long did not reach the goal
 JSON = study.HERE / "diagnosis_mcar.json"
+# Each env's runs file (--json's default)
+JSONS = {
+    "MountainCarContinuousNoVel-v0": JSON,
+    "CartPoleNoVel-v1": study.HERE / "diagnosis_cartpole.json",
+    "PendulumNoVel-v1": study.HERE / "diagnosis_pendulum.json",
+}
 
 
 def stored_energy(returns: list[float], lengths: list[int]) -> dict[str, float]:
@@ -66,14 +78,25 @@ def action_statistics(model: Any, eval_env: Any, n_episodes: int = study.EVAL_EP
     """
     Evaluate ``model`` as the study does (deterministic, ``n_episodes`` episodes) and record, at every step, the mean
     action before clipping and the standard deviation of the policy's action distribution there (gSDE's is
-    state-dependent).
+    state-dependent). A discrete action space has no such statistics: its episodes' returns and lengths only.
 
-    :return: the episodes' returns and lengths; over all steps: mean ``a^2`` of the clipped actions, the share of steps
-        with ``|a| >= 1`` after clipping, mean ``|mean action|`` before clipping and mean standard deviation; and the
-        policy's ``exp(log_std)`` (mean over its entries)
+    :return: the episodes' returns and lengths and the steps; for a continuous (Box) action space, over all steps:
+        mean ``a^2`` of the clipped actions, the share of steps with ``|a| >= 1`` after clipping, mean ``|mean action|``
+        before clipping and mean standard deviation; and the policy's ``exp(log_std)`` (mean over its entries)
     """
     import torch as th
+    from gymnasium import spaces
     from stable_baselines3.common.evaluation import evaluate_policy
+
+    if not isinstance(model.action_space, spaces.Box):
+        returns, lengths = evaluate_policy(
+            model, eval_env, n_eval_episodes=n_episodes, deterministic=True, return_episode_rewards=True
+        )
+        return {
+            "episode_returns": [float(value) for value in returns],  # type: ignore[union-attr]
+            "episode_lengths": [int(value) for value in lengths],  # type: ignore[union-attr]
+            "steps": int(sum(lengths)),  # type: ignore[arg-type]
+        }
 
     means: list[np.ndarray] = []
     stds: list[np.ndarray] = []
@@ -125,11 +148,18 @@ LOGGED = ("train/entropy_loss", "train/std", "train/clip_fraction", "train/appro
 
 
 def final_training(log: str, last: int = 5) -> dict[str, float]:
-    """The means of :data:`LOGGED` over the last ``last`` updates in a run's training log (SB3's logger tables)."""
+    """
+    The means of :data:`LOGGED` over the last ``last`` updates in a run's training log (SB3's logger tables); a key
+    the policy does not log (``train/std`` of a categorical policy) is left out.
+    """
     from sb3_reset_ppo.experiments.training_log import parse_tables
 
-    tables = [table for table in parse_tables(log) if "train/std" in table][-last:]
-    return {f"last{last}_{key.split('/')[1]}": float(np.mean([table[key] for table in tables])) for key in LOGGED}
+    tables = [table for table in parse_tables(log) if "train/approx_kl" in table][-last:]
+    return {
+        f"last{last}_{key.split('/')[1]}": float(np.mean([table[key] for table in tables]))
+        for key in LOGGED
+        if tables and all(key in table for table in tables)
+    }
 
 
 def stored_runs(env: str, seeds: list[int], path: Path = study.OUT) -> list[dict[str, Any]]:
@@ -143,7 +173,7 @@ def stored_runs(env: str, seeds: list[int], path: Path = study.OUT) -> list[dict
             "seed": record["seed"],
             "score": record["score"],
             "parameters_sha256": record["parameters_sha256"],
-            **stored_energy(record["episode_returns"], record["episode_lengths"]),
+            **(stored_energy(record["episode_returns"], record["episode_lengths"]) if env == ENERGY_ENV else {}),
             **final_training(record["log"]),
         }
         for record in study.read_records(path)
@@ -177,14 +207,17 @@ def compare(arm: dict[int, float], base: dict[int, float], reps: int = 10_000) -
 
 def summarise(runs: list[dict[str, Any]], stored: list[dict[str, Any]]) -> dict[str, Any]:
     """
-    Each variant's runs (and the study's stored runs of both arms) as per-seed measures, and each variant and the
-    study's ResetPPO against the study's RecurrentPPO on score, episode length and energy per step.
+    Each variant's runs (and the study's stored runs of both arms) as per-seed measures, each variant and the
+    study's ResetPPO against the study's RecurrentPPO on score (and, on MountainCarContinuous, episode length and
+    energy per step), and each variant against the study's ResetPPO.
     """
     arms: dict[str, dict[str, dict[int, float]]] = {}
     for run in runs:
-        energy = stored_energy(run["episode_returns"], run["episode_lengths"])
-        measures = {"score": run["score"], **energy}
-        measures |= {key: run[key] for key in ("saturated_share", "mean_abs_mean_action", "mean_action_std", "exp_log_std")}
+        measures = {"score": run["score"]}
+        if run["env"] == ENERGY_ENV:
+            measures |= stored_energy(run["episode_returns"], run["episode_lengths"])
+        actions = ("saturated_share", "mean_abs_mean_action", "mean_action_std", "exp_log_std")
+        measures |= {key: run[key] for key in actions if key in run}
         for key, value in measures.items():
             arms.setdefault(run["variant"], {}).setdefault(key, {})[run["seed"]] = value
     for run in stored:
@@ -196,6 +229,15 @@ def summarise(runs: list[dict[str, Any]], stored: list[dict[str, Any]]) -> dict[
         f"{name} vs study_ppo_lstm": {key: compare(values, base[key]) for key, values in measures.items() if key in base}
         for name, measures in arms.items()
         if name != "study_ppo_lstm" and base
+    }
+    # Each variant against the study's ResetPPO (the default settings) on the same seeds
+    study_reset = arms.get("study_reset_ppo", {})
+    comparisons |= {
+        f"{name} vs study_reset_ppo": {
+            key: compare(values, study_reset[key]) for key, values in measures.items() if key in study_reset
+        }
+        for name, measures in arms.items()
+        if not name.startswith("study_") and name != "default" and study_reset
     }
     study_hashes = {run["seed"]: run["parameters_sha256"] for run in stored if run["algo"] == "reset_ppo"}
     reproduced = {
@@ -215,11 +257,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env", default="MountainCarContinuousNoVel-v0", choices=list(study.PUBLISHED))
     parser.add_argument("--variants", nargs="+", default=["default", "inside"], choices=list(VARIANTS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--json", type=Path, default=JSON, help="the runs' records (read, then rewritten after each run)")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="the runs' records (read, then rewritten after each run; default: the env's in JSONS)",
+    )
     parser.add_argument("--timesteps", type=int, default=None, help="a shorter budget than the zoo's (a test)")
     parser.add_argument("--no-training", action="store_true", help="train nothing: summarise the runs stored so far")
     parser.add_argument("--one", type=Path, default=None, help=argparse.SUPPRESS)  # a subprocess's run: its result file
     args = parser.parse_args(argv)
+    args.json = JSONS[args.env] if args.json is None else args.json
     if args.one is not None:
         (seed,), (variant,) = args.seeds, args.variants
         record = run_one(args.env, seed, variant, args.one.parent, args.timesteps)
@@ -243,9 +291,13 @@ def main(argv: list[str] | None = None) -> None:
             shutil.rmtree(folder, ignore_errors=True)
             records.append(record)
             write(args.json, records, stored)
+            actions = (
+                f", mean a^2 {record['mean_action_squared']:.4f}, saturated {record['saturated_share']:.3f}"
+                if "mean_action_squared" in record
+                else ""
+            )
             print(
-                f"{time.strftime('%H:%M:%S')} {variant} seed {seed}: score {record['score']:.2f}, mean a^2 "
-                f"{record['mean_action_squared']:.4f}, saturated {record['saturated_share']:.3f}, "
+                f"{time.strftime('%H:%M:%S')} {variant} seed {seed}: score {record['score']:.2f}{actions}, "
                 f"learn {record['cpu_seconds']:.0f} CPU s",
                 flush=True,
             )
