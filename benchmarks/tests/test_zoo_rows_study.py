@@ -107,7 +107,10 @@ def test_a_complete_study_states_its_verdicts(tmp_path: Path) -> None:
     assert "## Status\n" in report.markdown(summary, report.load(tmp_path / "runs.jsonl.gz")[0], [])
     row = report.readme_row(summary)
     # Each env's probability of improvement with its interval, then its verdict
-    assert "no verdict" not in row and "P(ResetPPO's score > `RecurrentPPO`'s) per env, Holm-adjusted:" in row
+    assert (
+        "no verdict" not in row
+        and "P(ResetPPO's score > `RecurrentPPO`'s) per env, with the verdict of its Holm-adjusted test:" in row
+    )
     assert "CartPoleNoVel-v1 1.00 (1.00 to 1.00), ResetPPO higher" in row
     probability = summary["envs"][mountain_car]["comparison"]["probability"]
     assert f"{mountain_car} {probability[0]:.2f} ({probability[1]:.2f} to {probability[2]:.2f}), not significant" in row

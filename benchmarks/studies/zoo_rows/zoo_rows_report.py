@@ -351,7 +351,7 @@ def readme_row(summary: dict[str, Any]) -> str:
         if "comparison" in e
     ]
     tested = (
-        f"; P(ResetPPO's score > `RecurrentPPO`'s) per env, Holm-adjusted: {', '.join(verdicts)}"
+        f"; P(ResetPPO's score > `RecurrentPPO`'s) per env, with the verdict of its Holm-adjusted test: {', '.join(verdicts)}"
         if summary["complete"]
         else ""
     )
