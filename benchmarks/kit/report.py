@@ -38,7 +38,7 @@ from rliable import plot_utils
 
 from benchmarks.kit import rundata
 from sb3_reset_ppo.experiments import runner, training_log
-from sb3_reset_ppo.experiments.runner import load_runs
+from sb3_reset_ppo.experiments.runner import load_runs, machine_name
 from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, probability_triple
 
 HERE = Path(__file__).resolve().parent
@@ -389,11 +389,6 @@ def versions(names: Sequence[str] = PACKAGES) -> str:
         except metadata.PackageNotFoundError:
             found.append(f"{name} (not installed)")
     return ", ".join(found)
-
-
-def machine_name(spec: dict[str, Any]) -> str:
-    """A machine as ``runner.machine`` describes it: ``CPU, N cores (extensions)``."""
-    return f"{spec['cpu']}, {spec['cores']} cores" + (f" ({' '.join(spec['extensions'])})" if spec["extensions"] else "")
 
 
 def machines(runs: list[dict[str, Any]]) -> str:

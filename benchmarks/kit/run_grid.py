@@ -41,6 +41,7 @@ import os
 import statistics
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -291,17 +292,48 @@ def median_times(jobs: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
     return {key: statistics.median(seconds) for key, seconds in {**reused, **own}.items()}
 
 
+def machine_note(jobs: list[dict[str, Any]], here: dict[str, Any] | None = None) -> str | None:
+    """
+    The line that warns when the stored runs of ``jobs`` trained on a machine other than this one (seconds compare
+    only within one machine, and floats differ across CPUs); None when every stored run's machine is this one.
+
+    :param here: This machine (default ``runner.machine()``)
+    """
+    here = runner.machine() if here is None else here
+    others: Counter[str] = Counter()
+    for job in jobs:
+        run_file = job["run_dir"] / "run.json"
+        if run_file.exists():
+            stored = json.loads(run_file.read_text()).get("machine")
+            if stored is not None and stored != here:
+                others[runner.machine_name(stored)] += 1
+    if not others:
+        return None
+    counted = "; ".join(f"{count} on {name}" for name, count in others.most_common())
+    return (
+        f"machines: {sum(others.values())} stored runs trained on another machine ({counted}), this one is "
+        f"{runner.machine_name(here)}: the study's seconds compare only within one machine"
+    )
+
+
 def next_job(
-    todo: list[dict[str, Any]], times: dict[tuple[str, str], float], seconds_left: float | None, margin: float = MARGIN
+    todo: list[dict[str, Any]],
+    times: dict[tuple[str, str], float],
+    seconds_left: float | None,
+    margin: float = MARGIN,
+    ready: Callable[[dict[str, Any], list[dict[str, Any]]], bool] | None = None,
 ) -> dict[str, Any] | None:
     """
     Take the first run of ``todo`` (in the grid's order) expected to finish within ``seconds_left``: its pair's
     median time times ``margin``. With no time limit (None) that is the first run; a pair without a timed run
     is started only then, since nothing says it fits. The run taken is removed from ``todo``.
 
+    :param ready: Whether a run may start now, given the runs not started yet (default: every run may)
     :return: The run, or None if none fits
     """
     for index, job in enumerate(todo):
+        if ready is not None and not ready(job, todo):
+            continue
         expected = times.get((job["variant"], job["env"]))
         if seconds_left is None or (expected is not None and expected * margin <= seconds_left):
             return todo.pop(index)
@@ -330,13 +362,18 @@ def left_for_later(todo: list[dict[str, Any]], times: dict[tuple[str, str], floa
 
 
 def run_until(
-    todo: list[dict[str, Any]], times: dict[tuple[str, str], float], workers: int, minutes: float | None
+    todo: list[dict[str, Any]],
+    times: dict[tuple[str, str], float],
+    workers: int,
+    minutes: float | None,
+    ready: Callable[[dict[str, Any], list[dict[str, Any]]], bool] | None = None,
 ) -> list[dict[str, Any]]:
     """
     Train the runs of ``todo`` on ``workers`` threads (one run each at a time), each worker taking the next run
     that :func:`next_job` expects to finish ``minutes`` from now (no limit: None), so that a session's end does
     not kill runs half done. Prints each run as it finishes.
 
+    :param ready: Whether a run may start now, given the runs not started yet (:func:`next_job`)
     :return: The results of the runs trained, in the order they finished
     """
 
@@ -345,7 +382,12 @@ def run_until(
         print(f"{run}: {status(result)} in {result['seconds']:.0f} s", flush=True)
 
     results = executors.run_local(
-        todo, lambda job: run_one(job), workers, minutes, pick=lambda jobs, left: next_job(jobs, times, left), on_result=report
+        todo,
+        lambda job: run_one(job),
+        workers,
+        minutes,
+        pick=lambda jobs, left: next_job(jobs, times, left, ready=ready),
+        on_result=report,
     )
     if todo:
         print(left_for_later(todo, times), flush=True)
@@ -468,6 +510,9 @@ def main(argv: list[str] | None = None) -> None:
         retried = "retried now" if args.retry_failed else "not retried; --retry-failed retries them"
         print(f"{len(failed)} failed with an error ({FAILED_FILE}; {retried}): {runs}", flush=True)
     workers = max(1, min(args.workers, os.cpu_count() or 1))
+    note = machine_note(jobs)
+    if note:
+        print(note, flush=True)
     if args.forecast:
         print(forecast(jobs, todo, workers))
     elif args.address:

@@ -118,6 +118,9 @@ def run(args: argparse.Namespace, script: str, jobs: Callable[[Path], list[dict[
     every = jobs(out)
     todo = [job for job in every if not runner.recorded(job["run_dir"], args.retry_failed)]
     print(f"{len(every) - len(todo)} of {len(every)} runs already stored; {len(todo)} to run on {args.workers} workers")
+    note = run_grid.machine_note(every)
+    if note:
+        print(note, flush=True)
     if args.forecast:
         print(run_grid.forecast(every, todo, args.workers))
         return

@@ -276,6 +276,30 @@ def test_forecast_of_the_remaining_runs_from_medians_of_finished_ones(tmp_path: 
     assert run_grid.median_times(jobs) == {("a", "E1"): 3600.0, ("b", "E1"): 1800.0}
 
 
+def test_a_study_resumed_on_another_machine_says_so(tmp_path: Path) -> None:
+    """The stored runs of another CPU are named with their count; runs of this machine, or without one, are not."""
+    run_grid = _load("run_grid")
+    here = {"cpu": "This CPU", "cores": 2, "extensions": ["avx2"]}
+    other = {"cpu": "Other CPU", "cores": 2, "extensions": ["avx2", "avx512f"]}
+
+    def job(seed: int, machine: dict[str, Any] | None, stored: bool = True) -> dict[str, Any]:
+        run_dir = tmp_path / "a" / "E1" / f"seed{seed}"
+        if stored:
+            run_dir.mkdir(parents=True)
+            run = {"returncode": 0, "seconds": 1.0} | ({} if machine is None else {"machine": machine})
+            (run_dir / "run.json").write_text(json.dumps(run))
+        return {"variant": "a", "env": "E1", "seed": seed, "run_dir": run_dir}
+
+    same = [job(0, here), job(1, None), job(2, None, stored=False)]
+    assert run_grid.machine_note(same, here) is None
+    mixed = [*same, job(3, other), job(4, other), job(5, here | {"cores": 4})]
+    note = run_grid.machine_note(mixed, here)
+    assert note is not None and note.startswith("machines: 3 stored runs trained on another machine (2 on Other CPU, 2 ")
+    assert "1 on This CPU, 4 cores (avx2)" in note and note.endswith(
+        "this one is This CPU, 2 cores (avx2): the " + ("study's seconds compare only within one machine")
+    )
+
+
 def test_grid_starts_only_runs_that_finish_before_the_time_limit(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

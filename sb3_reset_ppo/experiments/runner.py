@@ -176,6 +176,11 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     return {"cpu": cpu, "cores": os.cpu_count(), "extensions": extensions}
 
 
+def machine_name(spec: dict[str, Any]) -> str:
+    """A machine as :func:`machine` describes it: ``CPU, N cores (extensions)``."""
+    return f"{spec['cpu']}, {spec['cores']} cores" + (f" ({' '.join(spec['extensions'])})" if spec["extensions"] else "")
+
+
 def evaluations_done(run_dir: Path) -> int:
     """How many evaluations the zoo stored in a run's ``<algo>/<env>_<k>/evaluations.npz`` (0 without exactly one)."""
     paths = sorted(Path(run_dir).glob("*/*/evaluations.npz"))
