@@ -82,3 +82,18 @@ def test_the_report_regenerates_from_the_stored_runs(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "tuned_summary.json").read_text()) == summary
     with pytest.raises(SystemExit):
         report.main(["--runs", str(tmp_path / "none"), "--out", str(tmp_path / "x"), "--summaries", str(tmp_path)])
+
+
+def test_the_time_ratio_pairs_only_runs_of_one_machine(tmp_path: Path) -> None:
+    """A seed whose two runs trained on two CPUs gives no time ratio: the other seeds do."""
+    runs = tmp_path / "tuned"
+    _runs(runs)
+    path = runs / "fresh" / "ev_rppo" / "CartPoleNoVel-v1" / "seed300" / "run.json"
+    record = json.loads(path.read_text())
+    record["machine"] = {**MACHINE, "cpu": "Another CPU"}
+    path.write_text(json.dumps(record))
+    arguments = ["--runs", str(runs), "--out", str(tmp_path / "page"), "--summaries", str(tmp_path), "--reps", "50"]
+    report.main(arguments)
+    time = json.loads((tmp_path / "tuned_summary.json").read_text())["envs"]["CartPoleNoVel-v1"]["comparison"]["time"]
+    assert time["pairs"] == 4 and time["ratio"] == 0.5
+    assert "median ratio ResetPPO / RecurrentPPO over 4 seeds 0.50" in (tmp_path / "page" / "RESULTS.md").read_text()

@@ -114,6 +114,37 @@ def test_selection_trains_the_top_five_on_three_seeds_and_picks_the_best_mean(tm
         study.selection_jobs("EarlyChoice-v0", "tuned_reset", out, None, q4, trials=1)
 
 
+def test_a_fresh_seeds_two_runs_start_together() -> None:
+    """
+    Each seed's RecurrentPPO run first, its ResetPPO run only once that one has started or is stored: two workers
+    train a seed's runs side by side, and under --minutes a pair whose RecurrentPPO run does not fit starts neither.
+    """
+    run_grid = study.run_grid
+
+    def job(arm: str, seed: int) -> dict[str, Any]:
+        return {"variant": arm, "env": "CartPoleNoVel-v1", "seed": seed}
+
+    jobs = study.fresh_order([job("tuned_reset", 300), job("tuned_reset", 301), job("ev_rppo", 301), job("ev_rppo", 300)])
+    assert [(j["variant"], j["seed"]) for j in jobs] == [
+        ("ev_rppo", 300), ("tuned_reset", 300), ("ev_rppo", 301), ("tuned_reset", 301)
+    ]  # fmt: skip
+    times = {("ev_rppo", "CartPoleNoVel-v1"): 1000.0, ("tuned_reset", "CartPoleNoVel-v1"): 100.0}
+    # 500 s left: RecurrentPPO's runs do not fit, so no ResetPPO run starts either (without the rule one would)
+    assert run_grid.next_job(list(jobs), times, 500.0, ready=study.partner_started) is None
+    assert run_grid.next_job(list(jobs), times, 500.0) == job("tuned_reset", 300)
+    # No limit: the pairs in order, each ResetPPO run after its partner has left the queue
+    todo = list(jobs)
+    taken = [run_grid.next_job(todo, times, None, ready=study.partner_started) for _ in range(4)]
+    assert taken == jobs and todo == []
+    # A ResetPPO run whose partner is stored (not in the queue) is ready; one whose partner waits is not
+    assert study.partner_started(job("tuned_reset", 301), [job("tuned_reset", 301)])
+    assert not study.partner_started(job("tuned_reset", 301), [job("tuned_reset", 301), job("ev_rppo", 301)])
+    # With 1,500 s left the first pair fits: its RecurrentPPO run, then its ResetPPO run
+    todo = list(jobs)
+    assert run_grid.next_job(todo, times, 1500.0, ready=study.partner_started) == job("ev_rppo", 300)
+    assert run_grid.next_job(todo, times, 1500.0, ready=study.partner_started) == job("tuned_reset", 300)
+
+
 # The study's train() in a process of its own, on fake runs of 2 s (each writes run_one's marker, then its record)
 STOPPED_SELECTION = """
 import sys, time

@@ -6,7 +6,8 @@ return with its 95% stratified-bootstrap interval, and the probability of improv
 with its interval and a two-sided Mann-Whitney test, Holm-adjusted over the envs (the study's only tests).
 Descriptive: the return over training per env step (the mean of the 20 evaluations, i.e. the area under the curve
 over the budget, normalised), ``learn()`` seconds (from each run's training log) with the median over seeds of the
-ratio ResetPPO / RecurrentPPO (runs of one seed trained side by side), and each arm's return at the median
+ratio ResetPPO / RecurrentPPO (over the seeds whose two runs trained at one commit on one machine: seconds on two
+CPUs are not comparable), and each arm's return at the median
 ``learn()`` seconds of the faster arm's runs (a run not evaluated by then counts its first evaluation). The selection
 (each top trial's search value and its selection runs' mean) is shown beside them. Works on partial runs; the
 statistics are ``sb3_reset_ppo.experiments.stats``'s.
@@ -72,17 +73,25 @@ def at_time(run: dict[str, Any], seconds: float) -> float:
 
 def time_comparison(by_arm: dict[str, list[dict[str, Any]]], reps: int) -> dict[str, Any] | None:
     """
-    ``learn()`` seconds of both arms: the median ratio ResetPPO / RecurrentPPO over seeds trained by both, and each
-    arm's return at the median seconds of the faster arm (None unless every run has its training log).
+    ``learn()`` seconds of both arms: the median ratio ResetPPO / RecurrentPPO over the seeds trained by both at one
+    commit on one machine (``pairs`` of them), and each arm's return at the median seconds of the faster arm (None
+    unless every run has its training log).
     """
     seconds: dict[str, dict[int, float]] = {arm: {} for arm in (BASE, OTHER)}
+    where: dict[str, dict[int, tuple[Any, Any]]] = {arm: {} for arm in (BASE, OTHER)}
     for arm in (BASE, OTHER):
         for run in by_arm[arm]:
             value = learn_seconds(run)
             if value is None:
                 return None
             seconds[arm][int(run["seed"])] = value
-    ratios = [value / seconds[OTHER][seed] for seed, value in seconds[BASE].items() if seed in seconds[OTHER]]
+            where[arm][int(run["seed"])] = (run.get("commit"), run.get("machine"))
+    # Only a seed whose two runs trained at one commit on one machine gives a ratio
+    ratios = [
+        value / seconds[OTHER][seed]
+        for seed, value in seconds[BASE].items()
+        if seed in seconds[OTHER] and where[BASE][seed] == where[OTHER][seed]
+    ]
     medians = {arm: statistics.median(seconds[arm].values()) for arm in (BASE, OTHER)}
     faster = min(medians, key=lambda arm: medians[arm])
     scores = {arm: [at_time(r, medians[faster]) for r in by_arm[arm]] for arm in (BASE, OTHER)}
@@ -157,7 +166,8 @@ def lines(summary: dict[str, Any]) -> list[str]:
             if time is not None:
                 ratio = "none" if time["ratio"] is None else f"{time['ratio']:.2f}"
                 out.append(
-                    f"- learn() s: median ratio ResetPPO / RecurrentPPO {ratio} ({time['pairs']} seeds); at "
+                    f"- learn() s: median ratio ResetPPO / RecurrentPPO {ratio} ({time['pairs']} seeds, both runs on one "
+                    f"machine); at "
                     f"{time['at_seconds']:.0f} s (the median of {NAMES[time['faster']]}'s runs) ResetPPO "
                     f"{_estimate(time['return_at'][BASE])}, RecurrentPPO {_estimate(time['return_at'][OTHER])}, "
                     f"P(ResetPPO > RecurrentPPO) {_estimate(time['probability_at'])} (descriptive)"
@@ -238,7 +248,8 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
                     f"| return at {time['at_seconds']:.0f} learn() s | {_estimate(time['probability_at'])} | - | - "
                     "| descriptive |",
                     "",
-                    f"learn() seconds: median ratio ResetPPO / RecurrentPPO over {time['pairs']} seeds {ratio}. At "
+                    f"learn() seconds: median ratio ResetPPO / RecurrentPPO over {time['pairs']} seeds {ratio} (a seed's "
+                    f"two runs on one machine). At "
                     f"{time['at_seconds']:.0f} s, the median of {NAMES[time['faster']]}'s runs: ResetPPO "
                     f"{_estimate(time['return_at'][BASE])}, RecurrentPPO {_estimate(time['return_at'][OTHER])}.",
                 ]

@@ -9,7 +9,10 @@ at the env's budget, as the grid trains a run (20 evaluations of 20 episodes, on
 runs are stored, the selected trial (the highest mean over its 3 runs of the final evaluation's mean return; ties: the
 earlier trial) is written to ``selected.json`` in the same folder, with each top trial's runs and search value.
 ``fresh``: each selected setting on the fresh seeds 300 to 309, ``<out>/fresh/<arm>/<env>/seed<s>/`` (only where
-the selection is complete).
+the selection is complete). A seed's two runs train side by side, so that their ``learn()`` seconds compare (one
+machine, one session): its RecurrentPPO run starts first, and its ResetPPO run only once that one has started or is
+stored (:func:`partner_started`), also under ``--minutes`` (a pair whose longer run does not fit waits for the next
+session).
 
 The searches: ``tuned_reset``'s are this study's (``<out>/search/<env>/tuned_reset/study.log``, ``tune.py optimize
 --arms tuned_reset --out <out>/search``); ``ev_rppo``'s on EarlyChoice-v0 and CartPoleNoVel-v1 are the evidence
@@ -27,6 +30,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,7 @@ from sb3_reset_ppo.experiments import runner
 HERE = Path(__file__).resolve().parent
 OUT = rundata.RESULTS / "tuned"
 ARMS = ["tuned_reset", "ev_rppo"]
+OTHER_ARM = "ev_rppo"  # RecurrentPPO: a seed's run that starts first in the fresh stage (its ResetPPO run beside it)
 ENVS = ["EarlyChoice-v0", "CartPoleNoVel-v1"]
 # The evidence study's Q4 searches reused for RecurrentPPO (PROTOCOL.md, Arms and search); every other search is
 # this study's
@@ -158,6 +163,21 @@ def interleaved(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(jobs, key=lambda j: (j["env"], j["extra"].get("rank", 0), j["seed"], ARMS.index(j["variant"])))
 
 
+def fresh_order(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fresh-seed runs ordered by env and seed, each seed's RecurrentPPO run before its ResetPPO run."""
+    return sorted(jobs, key=lambda j: (j["env"], j["seed"], j["variant"] != OTHER_ARM))
+
+
+def partner_started(job: dict[str, Any], todo: list[dict[str, Any]]) -> bool:
+    """
+    Whether a fresh-seed run may start: a RecurrentPPO run always, a ResetPPO run once its seed's RecurrentPPO run is
+    no longer waiting in ``todo`` (started, stored, or not part of this call).
+    """
+    if job["variant"] == OTHER_ARM:
+        return True
+    return not any(j["variant"] == OTHER_ARM and (j["env"], j["seed"]) == (job["env"], job["seed"]) for j in todo)
+
+
 def store(out: Path) -> None:
     """Store the study's folder as its tables (``rundata.pack``), if it exists."""
     if out.exists():
@@ -165,16 +185,26 @@ def store(out: Path) -> None:
         print(f"stored: {files} files in {rows} rows -> {rundata.runs_table(out.name, out.parent)}", flush=True)
 
 
-def train(jobs: list[dict[str, Any]], workers: int, minutes: float | None, out: Path) -> None:
+def train(
+    jobs: list[dict[str, Any]],
+    workers: int,
+    minutes: float | None,
+    out: Path,
+    ready: Callable[[dict[str, Any], list[dict[str, Any]]], bool] | None = None,
+) -> None:
     """
     Train the runs of ``jobs`` not stored yet (a run that failed with an error stays failed: delete its folder).
 
     :param out: The study's folder, stored if a signal stops the runs (after the running ones have finished)
+    :param ready: Whether a run may start now, given the runs not started yet (``run_grid.next_job``)
     """
     todo = [j for j in jobs if not runner.recorded(j["run_dir"])]
     print(f"{len(jobs) - len(todo)} of {len(jobs)} runs already stored; {len(todo)} to run on {workers} workers", flush=True)
+    note = run_grid.machine_note(jobs)
+    if note:
+        print(note, flush=True)
     try:
-        run_grid.run_until(todo, run_grid.median_times(jobs), workers, minutes)
+        run_grid.run_until(todo, run_grid.median_times(jobs), workers, minutes, ready)
     except KeyboardInterrupt:
         store(out)
         raise
@@ -220,7 +250,8 @@ def main(argv: list[str] | None = None) -> None:
             means = chosen["means"]
             print(f"{env_id} {arm}: trial {chosen['trial']} selected (mean {chosen['mean']:.3f}; means {means})", flush=True)
     else:
-        train(interleaved([j for pair in pairs for j in fresh_jobs(*pair, out, args.steps)]), args.workers, args.minutes, out)
+        fresh = fresh_order([j for pair in pairs for j in fresh_jobs(*pair, out, args.steps)])
+        train(fresh, args.workers, args.minutes, out, partner_started)
     store(out)
 
 
