@@ -116,6 +116,34 @@ def test_a_complete_study_states_its_verdicts(tmp_path: Path) -> None:
     assert f"{mountain_car} {probability[0]:.2f} ({probability[1]:.2f} to {probability[2]:.2f}), not significant" in row
 
 
+def test_runs_of_two_machines_get_a_view_per_machine(tmp_path: Path) -> None:
+    """Each machine's runs alone: their counts, P and p; the page has the section; one machine gives none."""
+    intel = {"cpu": "Intel Xeon", "cores": 2, "extensions": ["avx2", "avx512f"]}
+    records = []
+    for seed in range(6):
+        # Seeds 0-3 on the AMD (ResetPPO ahead there), seeds 4-5 on the Intel (RecurrentPPO ahead there)
+        ahead = 1.0 if seed < 4 else -1.0
+        pair = [_record("reset_ppo", "CartPoleNoVel-v1", seed, 400 + ahead * 50, 100.0)]
+        pair.append(_record("ppo_lstm", "CartPoleNoVel-v1", seed, 400 - ahead * 50, 200.0))
+        for record in pair:
+            record["machine"] = intel if seed >= 4 else record["machine"]
+        records += pair
+    runs = report.load(_store(tmp_path / "runs.jsonl.gz", records))[0]
+    summary = report.analyse(runs, reps=50)
+    amd, xeon = (
+        summary["machines"][name]["CartPoleNoVel-v1"]
+        for name in ("AMD EPYC, 2 cores (avx2)", "Intel Xeon, 2 cores (avx2 avx512f)")
+    )
+    assert amd["runs"] == {"reset_ppo": 4, "ppo_lstm": 4} and amd["probability"][0] == 1.0
+    assert xeon["runs"] == {"reset_ppo": 2, "ppo_lstm": 2} and xeon["probability"][0] == 0.0
+    assert amd["p"] == pytest.approx(2 / 70)  # exact two-sided p of 4 against 4, fully separated
+    page = report.markdown(summary, runs, [])
+    assert "## By machine (sensitivity)" in page
+    assert "| Intel Xeon, 2 cores (avx2 avx512f) | CartPoleNoVel-v1 | 2 | 2 | 0.00 (0.00 to 0.00) |" in page
+    one = report.analyse(report.load(_store(tmp_path / "one.jsonl.gz", records[:8]))[0], reps=50)
+    assert one["machines"] == {} and "By machine" not in report.markdown(one, runs, [])
+
+
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The study's pages and summary regenerated from its stored runs (the kit's report command), into scratch folders."""

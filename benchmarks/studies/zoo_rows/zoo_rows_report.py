@@ -7,7 +7,9 @@ median ``learn()`` CPU and wall seconds), each run's score (mean +- std over its
 scores with 95% stratified-bootstrap intervals, the probability of improvement P(ResetPPO > RecurrentPPO) with its
 interval, a two-sided Mann-Whitney test Holm-adjusted over the envs, and the median of the per-seed ratios of
 ``learn()`` seconds. While a cell has fewer than the protocol's 10 seeds the page says the study is incomplete and
-states no verdict (the numbers are shown). The statistics are ``sb3_reset_ppo.experiments.stats``'s.
+states no verdict (the numbers are shown). Where the runs trained on more than one machine, a sensitivity view gives
+each machine's runs alone (descriptive: the protocol asked for one machine). The statistics are
+``sb3_reset_ppo.experiments.stats``'s.
 
 Usage: python benchmarks/studies/zoo_rows/zoo_rows_report.py [--runs FILE] [--out DIR] [--summaries DIR]
 [--reps 2000] [--readme README.md] (writes the results page ``RESULTS.md`` into ``--out``, default this study's
@@ -25,6 +27,7 @@ from benchmarks.kit.report import estimate_or, improvement_triple, iqm_triple, s
 from benchmarks.kit.study_report import ReportCommand
 from benchmarks.studies.zoo_rows import zoo_rows_study as study
 from sb3_reset_ppo.experiments import stats
+from sb3_reset_ppo.experiments.runner import machine_name
 
 HERE = Path(__file__).resolve().parent
 SUMMARY = "zoo_rows_summary.json"
@@ -130,7 +133,51 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
     for entry in envs.values():
         if "comparison" in entry:
             entry["comparison"]["verdict"] = verdict(summary, entry["comparison"])
+    summary["machines"] = by_machine(runs, reps)
     return summary
+
+
+def by_machine(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int) -> dict[str, dict[str, Any]]:
+    """
+    The sensitivity view of a study whose runs trained on more than one machine (empty otherwise): per machine and env,
+    each arm's runs there and, where both arms have some, P(ResetPPO > RecurrentPPO) with its interval and the
+    Mann-Whitney p over those runs alone (descriptive, not Holm-adjusted).
+    """
+    names = sorted({machine_name(r["machine"]) for by_arm in runs.values() for records in by_arm.values() for r in records})
+    if len(names) < 2:
+        return {}
+    view: dict[str, dict[str, Any]] = {}
+    for name in names:
+        for env, by_arm in runs.items():
+            here = {arm: [r["score"] for r in by_arm.get(arm, []) if machine_name(r["machine"]) == name] for arm in study.ARMS}
+            entry: dict[str, Any] = {"runs": {arm: len(scores) for arm, scores in here.items()}}
+            if here[BASE] and here[OTHER]:
+                entry["probability"] = improvement_triple(here[BASE], here[OTHER], reps)
+                entry["p"] = stats.mann_whitney(here[BASE], here[OTHER])[0]
+            view.setdefault(name, {})[env] = entry
+    return view
+
+
+def machine_lines(summary: dict[str, Any]) -> list[str]:
+    """The sensitivity view per machine (none when every run trained on one machine)."""
+    if not summary.get("machines"):
+        return []
+    out = [
+        "## By machine (sensitivity)",
+        "",
+        "The runs trained on more than one machine, where the protocol asked for one: each machine's runs alone, with",
+        "the probability that a ResetPPO run scores above a RecurrentPPO run of that machine and the Mann-Whitney p",
+        "(descriptive, not Holm-adjusted; the verdicts above are over every run).",
+        "",
+        f"| machine | env | {NAMES[BASE]} runs | {NAMES[OTHER]} runs | P({NAMES[BASE]} > {NAMES[OTHER]}) | p |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, envs in summary["machines"].items():
+        for env, entry in envs.items():
+            runs = entry["runs"]
+            compared = f"{estimate_or(entry['probability'], 2)} | {entry['p']:.2g}" if "probability" in entry else "- | -"
+            out.append(f"| {name} | {env} | {runs[BASE]} | {runs[OTHER]} | {compared} |")
+    return [*out, ""]
 
 
 def arm_numbers(records: list[dict[str, Any]], published: float, reps: int) -> dict[str, Any]:
@@ -317,6 +364,7 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
         *status_lines(summary),
         *table_lines(summary),
         *comparison_lines(summary),
+        *machine_lines(summary),
         *runs_lines(summary),
     ]
     if failed:
