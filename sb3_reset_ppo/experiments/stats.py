@@ -1,7 +1,6 @@
 """The reports' statistics: rliable's estimates with bootstrap intervals, Mann-Whitney, Holm, and runs paired by time."""
 
 import datetime
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -238,8 +237,8 @@ def mann_whitney(arm: Sequence[float] | np.ndarray, base: Sequence[float] | np.n
         return float(mannwhitneyu(x, y, alternative="two-sided", method="exact").pvalue), "exact"
     ranks = rankdata(pooled)  # midranks: the same for every split of the pooled values
     if math.comb(len(pooled), len(x)) <= PERMUTATIONS or min(len(x), len(y)) < 2:
-        # scipy's permutation_test refuses a sample of one value: the splits are enumerated here
-        return _enumerated_rank_sum_p(ranks, len(x)), "permutation"
+        # scipy's permutation_test refuses a sample of one value: every split is counted here
+        return _all_splits_rank_sum_p(ranks, len(x)), "permutation"
     center = len(x) * (len(pooled) + 1) / 2
 
     def distance(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:
@@ -263,21 +262,24 @@ def _sample(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     return sample
 
 
-def _enumerated_rank_sum_p(ranks: np.ndarray, size: int) -> float:
+def _all_splits_rank_sum_p(ranks: np.ndarray, size: int) -> float:
     """The share of all splits of ``ranks`` whose rank sum is at least as far from its mean as the first ``size``'s."""
     # Midranks are multiples of 1/2: doubled, every sum and comparison is exact in integers
     doubled = np.rint(2 * ranks).astype(np.int64)
     pooled = len(doubled)
-    # The other sample's rank sum is as far from its mean as this one's: enumerate the smaller side's subsets
+    # The other sample's rank sum is as far from its mean as this one's: count the smaller side's subsets
     smaller = min(size, pooled - size)
     center = smaller * (pooled + 1)  # twice the smaller side's mean rank sum
     observed = abs(int(doubled[:size].sum()) - size * (pooled + 1))
-    count = math.comb(pooled, smaller)
-    indices = itertools.chain.from_iterable(itertools.combinations(range(pooled), smaller))
-    # (count * smaller,) -> (count, smaller): one row of pooled indices per split
-    splits = np.fromiter(indices, dtype=np.intp, count=count * smaller).reshape(count, smaller)
-    sums = doubled[splits].sum(axis=1)
-    return float(np.mean(np.abs(sums - center) >= observed))
+    top = int(doubled.sum())
+    # counts[j, s]: the subsets of j pooled values whose doubled rank sum is s, one value added at a time (numpy
+    # buffers the overlapping operands, so each value joins a subset at most once)
+    counts = np.zeros((smaller + 1, top + 1), dtype=np.int64)
+    counts[0, 0] = 1
+    for value in doubled:
+        counts[1:, value:] += counts[:-1, : top + 1 - value]
+    far = np.abs(np.arange(top + 1) - center) >= observed
+    return int(counts[smaller, far].sum()) / math.comb(pooled, smaller)
 
 
 def timestamp(text: str) -> float:
