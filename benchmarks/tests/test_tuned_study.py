@@ -60,7 +60,9 @@ def test_top_trials_rank_completed_trials_by_value_then_number(tmp_path: Path) -
         study.tune.top_trials(str(path), "s", 0)
 
 
-def test_selection_trains_the_top_five_on_three_seeds_and_picks_the_best_mean(tmp_path: Path) -> None:
+def test_selection_trains_the_top_five_on_three_seeds_and_picks_the_best_mean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "tuned"
     # ResetPPO's search is this study's; RecurrentPPO's the Q4 search
     _search(out / "search" / "CartPoleNoVel-v1" / "tuned_reset" / "study.log", "CartPoleNoVel-v1_tuned_reset",
@@ -110,6 +112,24 @@ def test_selection_trains_the_top_five_on_three_seeds_and_picks_the_best_mean(tm
     assert [j["seed"] for j in fresh] == list(range(300, 310)) and {j["conf"] for j in fresh} == {folder / "trial1.yml"}
     assert fresh[0]["run_dir"] == out / "fresh" / "tuned_reset" / "CartPoleNoVel-v1" / "seed300"
     assert fresh[0]["extra"] == {"stage": "fresh", "trial": 1}
+    # Under --minutes, the selected trial's selection runs (10 + seed s each: median 211 s) time its fresh runs until
+    # one of those has finished; the other trials' runs do not
+    timing = study.selection_timing("CartPoleNoVel-v1", "tuned_reset", out)
+    assert [j["run_dir"] for j in timing] == [folder / "trial1" / f"seed{s}" for s in study.SELECTION_SEEDS]
+    assert study.run_grid.median_times(timing) == {("tuned_reset", "CartPoleNoVel-v1"): 211.0}
+    assert study.selection_timing("CartPoleNoVel-v1", "ev_rppo", out) == []
+    started: list[int] = []
+
+    def fake_until(todo: list[dict[str, Any]], times: dict[Any, float], *_: Any) -> None:
+        taken = study.run_grid.next_job(todo, times, 300.0)
+        started.extend([] if taken is None else [taken["seed"]])
+
+    monkeypatch.setattr(study.run_grid, "run_until", fake_until)
+    study.train(fresh, 1, 5.0, out)  # untimed: nothing starts under a time limit
+    study.train(fresh, 1, 5.0, out, timed_by=timing)  # 211 s x 1.25 fits in 300 s
+    _fake_run(out / "fresh", "tuned_reset", "CartPoleNoVel-v1", 300, [0.0])  # a fresh run of 310 s times them now
+    study.train(fresh, 1, 5.0, out, timed_by=timing)
+    assert started == [300]
     with pytest.raises(ValueError, match="no search of tuned_reset on EarlyChoice-v0"):
         study.selection_jobs("EarlyChoice-v0", "tuned_reset", out, None, q4, trials=1)
 

@@ -12,7 +12,7 @@ earlier trial) is written to ``selected.json`` in the same folder, with each top
 the selection is complete). A seed's two runs train side by side, so that their ``learn()`` seconds compare (one
 machine, one session): its RecurrentPPO run starts first, and its ResetPPO run only once that one has started or is
 stored (:func:`partner_started`), also under ``--minutes`` (a pair whose longer run does not fit waits for the next
-session).
+session; until an arm has a finished fresh run, its selected trial's selection runs time it).
 
 The searches: ``tuned_reset``'s are this study's (``<out>/search/<env>/tuned_reset/study.log``, ``tune.py optimize
 --arms tuned_reset --out <out>/search``); ``ev_rppo``'s on EarlyChoice-v0 and CartPoleNoVel-v1 are the evidence
@@ -146,16 +146,35 @@ def select(folder: Path, trials: list[int]) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
+def selected_trial(out: Path, env_id: str, arm: str) -> int | None:
+    """The number of an arm's selected trial on an env (its ``selected.json``), None before its selection is stored."""
+    path = selection_folder(out, env_id, arm) / SELECTED
+    return int(json.loads(path.read_text())["trial"]) if path.exists() else None
+
+
 def fresh_jobs(env_id: str, arm: str, out: Path, steps: int | None) -> list[dict[str, Any]]:
     """The fresh-seed runs of an arm's selected setting on an env (none before its selection is stored)."""
-    path = selection_folder(out, env_id, arm) / SELECTED
-    if not path.exists():
+    number = selected_trial(out, env_id, arm)
+    if number is None:
+        path = selection_folder(out, env_id, arm) / SELECTED
         print(f"{env_id} {arm}: no selection stored ({path}); run `select` first", flush=True)
         return []
-    number = int(json.loads(path.read_text())["trial"])
     conf = selection_folder(out, env_id, arm) / f"trial{number}.yml"
     extra = {"stage": "fresh", "trial": number}
     return [job(arm, env_id, seed, conf, out / "fresh" / arm / env_id / f"seed{seed}", steps, extra) for seed in FRESH_SEEDS]
+
+
+def selection_timing(env_id: str, arm: str, out: Path) -> list[dict[str, Any]]:
+    """
+    The selected trial's selection runs, named as its fresh runs (variant and env): the same settings and budget on
+    other seeds, so that their wall times time the fresh runs under ``--minutes`` until a fresh run of the arm has
+    finished (``run_grid.median_times``; without them a first fresh run could start only with no time limit).
+    """
+    number = selected_trial(out, env_id, arm)
+    if number is None:
+        return []
+    runs = selection_folder(out, env_id, arm) / f"trial{number}"
+    return [{"variant": arm, "env": env_id, "run_dir": runs / f"seed{seed}"} for seed in SELECTION_SEEDS]
 
 
 def interleaved(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -191,12 +210,15 @@ def train(
     minutes: float | None,
     out: Path,
     ready: Callable[[dict[str, Any], list[dict[str, Any]]], bool] | None = None,
+    timed_by: list[dict[str, Any]] | None = None,
 ) -> None:
     """
     Train the runs of ``jobs`` not stored yet (a run that failed with an error stays failed: delete its folder).
 
     :param out: The study's folder, stored if a signal stops the runs (after the running ones have finished)
     :param ready: Whether a run may start now, given the runs not started yet (``run_grid.next_job``)
+    :param timed_by: Runs whose wall times stand in for a variant and env of ``jobs`` without a finished run
+        (:func:`selection_timing`)
     """
     todo = [j for j in jobs if not runner.recorded(j["run_dir"])]
     print(f"{len(jobs) - len(todo)} of {len(jobs)} runs already stored; {len(todo)} to run on {workers} workers", flush=True)
@@ -204,7 +226,8 @@ def train(
     if note:
         print(note, flush=True)
     try:
-        run_grid.run_until(todo, run_grid.median_times(jobs), workers, minutes, ready)
+        times = {**run_grid.median_times(timed_by or []), **run_grid.median_times(jobs)}
+        run_grid.run_until(todo, times, workers, minutes, ready)
     except KeyboardInterrupt:
         store(out)
         raise
@@ -251,7 +274,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{env_id} {arm}: trial {chosen['trial']} selected (mean {chosen['mean']:.3f}; means {means})", flush=True)
     else:
         fresh = fresh_order([j for pair in pairs for j in fresh_jobs(*pair, out, args.steps)])
-        train(fresh, args.workers, args.minutes, out, partner_started)
+        timing = [j for pair in pairs for j in selection_timing(*pair, out)]
+        train(fresh, args.workers, args.minutes, out, partner_started, timing)
     store(out)
 
 
