@@ -101,7 +101,7 @@ def test_readme_numbers_are_the_reports() -> None:
         f"{early['time']['ratio']:.2f} of its learn() time" in readme
     )
     assert final["p_holm"] >= 0.05 and over[2] < 0.5
-    assert f"(P = {over[0]:.2f} over training, descriptive, untested)" in readme
+    assert f"(P = {_interval(over)} over training, descriptive, untested)" in readme
     # The port case with the new defaults
     assert f"in {coverage['port']['arms']['cv_batch']['learn_ratio']:.2f} of its learn() time" in readme
     # Masking against reset-and-continue (the evidence study)
