@@ -119,9 +119,17 @@ def test_the_report_on_partial_runs_states_numbers_and_no_verdict(tmp_path: Path
     # At 19 s the attention runs (2 s per 1000 steps, less the evaluations) have trained half their budget
     assert task["arms"]["trxl"]["at_equal_time"][0] < task["arms"]["trxl"]["final"][0]
     assert set(task["comparisons"]) == {"lstm"} and task["pending"] == list(study.ARMS)
+    # No comparison states a verdict before every run is stored, though its numbers are shown
+    assert {result["verdict"] for result in task["comparisons"]["lstm"].values()} == {report.NO_VERDICT}
     assert summary["tasks"]["CartPoleNoVel-v1"]["arms"] == {}
+    # The policies' sizes, as the hyperparameter files build them: PROTOCOL.md's table (Budgets)
+    assert task["parameters"] == {"trxl": 127_043, "lstm": 43_843, "gru": 35_011, "rppo": 43_843}
+    assert summary["tasks"]["PopgymAutoencodeEasy-v0"]["parameters"]["trxl"] == 127_557
     page = (pages / "RESULTS.md").read_text()
-    assert page.startswith("# ") and "| ResetPPO, GRU | 0 | - |" in page and "Incomplete" in page
+    assert page.startswith("# ") and "| ResetPPO, GRU | 0 | - | - | - | - | 35,011 |" in page and "Incomplete" in page
+    assert f"| {report.NO_VERDICT} |" in page and "| not significant |" not in page
+    # Where the runs trained (the fake runs record no machine)
+    assert summary["dirty"] == 0 and "Runs: 6; commits: " in page and "Machines: not recorded" in page
     assert (pages / "figures" / "learning_curves.png").is_file()
 
 

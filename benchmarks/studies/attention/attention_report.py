@@ -8,7 +8,8 @@ when the task's fastest arm's median run ends). The attention arm against each o
 improvement with its interval and a two-sided Mann-Whitney test, Holm-adjusted within each family (final return: 3
 comparisons x the tasks; return at equal time: the same); a difference is stated only where the adjusted p is below
 0.05 and the probability's interval excludes 1/2, else "not significant". While a task and arm has fewer than the
-protocol's 10 seeds the page says the study is incomplete and the summary's status gives no verdict. The statistics
+protocol's 10 seeds the page says the study is incomplete, and neither the summary's status nor any comparison
+states a verdict. Each arm's parameter count per task is built from the hyperparameter files (``timing.py``). The statistics
 are ``sb3_reset_ppo.experiments.stats``'s.
 
 Usage: python benchmarks/studies/attention/attention_report.py [--runs DIR] [--out DIR] [--summaries DIR] [--reps 2000]
@@ -17,6 +18,7 @@ folder, and ``attention_summary.json`` into ``--summaries``, default ``benchmark
 benchmarks/kit/studies.py report attention`` runs it and leads the page)
 """
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from benchmarks.kit import rundata
-from benchmarks.kit.report import estimate_or, improvement_triple, iqm_triple, save_figure
+from benchmarks.kit.report import estimate_or, improvement_triple, iqm_triple, machines, save_figure
 from benchmarks.kit.study_report import ReportCommand
 from benchmarks.studies.attention import attention_study as study
+from benchmarks.studies.attention import timing
 from sb3_reset_ppo.experiments import runner, stats
 
 HERE = Path(__file__).resolve().parent
@@ -51,6 +54,8 @@ REFERENCES = {
     "PopgymAutoencodeEasy-v0": "POPGym's score, -1 to 1",
     "CartPoleNoVel-v1": "at most 500",
 }
+# A comparison's verdict while runs are missing (PROTOCOL.md: none is stated before all runs are stored)
+NO_VERDICT = "none before all runs"
 # The tested endpoints: summary key, name
 ENDPOINTS = (("final", "final return"), ("at_equal_time", "return at equal learn() time"))
 
@@ -99,11 +104,31 @@ def _known(values: list[float | None]) -> list[float]:
     return [float(value) for value in values if value is not None]
 
 
-def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.REPS) -> dict[str, Any]:
-    """Every number of the report: per task and arm, and the attention arm's comparisons with the other arms."""
+def sizes() -> dict[str, dict[str, int]]:
+    """The parameter count of each arm's policy on each task, ``{task: {arm: count}}`` (a cost endpoint of the protocol)."""
+    return {task: {arm: timing.parameters(arm, task) for arm in study.ARMS} for task in study.TASKS}
+
+
+def analyse(
+    runs: dict[str, dict[str, list[dict[str, Any]]]],
+    reps: int = stats.REPS,
+    parameters: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    """
+    Every number of the report: per task and arm, and the attention arm's comparisons with the other arms. The
+    comparisons' verdicts are stated only once every run is stored (PROTOCOL.md, Decisions fixed now).
+
+    :param parameters: Each arm's parameter count per task (:func:`sizes`), put into the summary
+    """
     planned = len(study.TASKS) * len(study.ARMS) * study.SEEDS
     stored = sum(len(arm_runs) for by_arm in runs.values() for arm_runs in by_arm.values())
     summary: dict[str, Any] = {"planned": planned, "runs": stored, "reps": reps, "tasks": {}}
+    summary["complete"] = stored == planned
+    every = [run for by_arm in runs.values() for arm_runs in by_arm.values() for run in arm_runs]
+    commits = Counter(str(run["commit"])[:8] if run.get("commit") else "not recorded" for run in every)
+    summary["commits"] = dict(sorted(commits.items()))
+    summary["dirty"] = sum(bool(run.get("dirty")) for run in every)
+    summary["machines"] = machines(every)
     families: dict[str, list[tuple[str, str, float]]] = {key: [] for key, _ in ENDPOINTS}
     for task in study.TASKS:
         by_arm = runs.get(task, {})
@@ -130,14 +155,14 @@ def analyse(runs: dict[str, dict[str, list[dict[str, Any]]]], reps: int = stats.
         summary["tasks"][task] = {
             "equal_time_seconds": at, "arms": arms, "comparisons": comparisons,
             "pending": [arm for arm in study.ARMS if len(by_arm.get(arm, [])) < study.SEEDS],
+            "parameters": (parameters or {}).get(task, {}),
         }  # fmt: skip
     for key, family in families.items():
         for (task, arm, _), adjusted in zip(family, stats.holm([p for *_, p in family]) if family else [], strict=True):
             result = summary["tasks"][task]["comparisons"][arm][key]
             result["p_holm"] = adjusted
-            result["verdict"] = verdict(result["probability"], adjusted)
+            result["verdict"] = verdict(result["probability"], adjusted) if summary["complete"] else NO_VERDICT
     summary["families"] = {key: len(family) for key, family in families.items()}
-    summary["complete"] = stored == planned
     summary["status"] = status(summary)
     return summary
 
@@ -169,9 +194,15 @@ def markdown(summary: dict[str, Any], failed: list[dict[str, Any]]) -> str:
         f"{summary['status']}.",
         "",
         f"Final return: the mean of the last {FINAL_EVALUATIONS} of 20 evaluations (20 deterministic episodes each). "
-        "Per env step: the mean over all 20 evaluations. learn(): wall seconds less the evaluations'. At equal time: "
+        "Per env step: the mean over all 20 evaluations. learn(): wall seconds less the evaluations', up to the last "
+        "evaluation within the budget. At equal time: "
         "each run's return when the task's fastest arm's median run ends. IQM over runs with 95% stratified-bootstrap "
-        f"intervals ({summary['reps']} resamples).",
+        f"intervals ({summary['reps']} resamples). Parameters: the policy's (actor and critic), as the hyperparameter "
+        "files build it.",
+        "",
+        f"Runs: {summary['runs']}; commits: "
+        + (", ".join(f"`{commit}` ({count})" for commit, count in summary["commits"].items()) or "none")
+        + f"; {summary['dirty']} with uncommitted package changes. Machines: {summary['machines'] or 'none yet'}.",
     ]
     for task, entry in summary["tasks"].items():
         lines += ["", f"## {task}", "", f"Returns: {REFERENCES[task]}."]
@@ -179,16 +210,18 @@ def markdown(summary: dict[str, Any], failed: list[dict[str, Any]]) -> str:
             lines[-1] += f" Equal time: {entry['equal_time_seconds']:.0f} s of learn()."
         lines += [
             "",
-            "| arm | runs | final return | return per env step | learn() s | return at equal time |",
-            "|---|---|---|---|---|---|",
+            "| arm | runs | final return | return per env step | learn() s | return at equal time | parameters |",
+            "|---|---|---|---|---|---|---|",
         ]
         for arm in study.ARMS:
+            size = entry["parameters"].get(arm)
+            size_cell = "-" if size is None else f"{size:,}"
             values = entry["arms"].get(arm)
             if values is None:
-                lines.append(f"| {NAMES[arm]} | 0 | - | - | - | - |")
+                lines.append(f"| {NAMES[arm]} | 0 | - | - | - | - | {size_cell} |")
                 continue
             cells = [estimate_or(values[key]) for key in ("final", "per_step")]
-            cells += [estimate_or(values["learn_seconds"], 0), estimate_or(values["at_equal_time"])]
+            cells += [estimate_or(values["learn_seconds"], 0), estimate_or(values["at_equal_time"]), size_cell]
             lines.append(f"| {NAMES[arm]} | {values['runs']} | " + " | ".join(cells) + " |")
         if entry["comparisons"]:
             lines += [
@@ -239,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     command = ReportCommand(__doc__, HERE, study.OUT, "the study's folder", SUMMARY)
     args = command.parse(command.parser(), argv)
     runs, failed = load(args.runs)
-    summary = analyse(runs, args.reps)
+    summary = analyse(runs, args.reps, sizes())
     command.write(args, markdown(summary, failed), summary, lambda path: figure(runs, path))
     print(summary["status"])
 

@@ -57,12 +57,10 @@ def time_one(arm: str, task: str, steps: int, seed: int = 0) -> dict[str, Any]:
     return {"arm": arm, "task": task, **time_learn(*settings(arm, task), task, steps, seed)}
 
 
-def time_learn(
-    algorithm: str, policy: str, kwargs: dict[str, Any], env_settings: dict[str, Any], task: str, steps: int, seed: int = 0
-) -> dict[str, Any]:
+def build(algorithm: str, policy: str, kwargs: dict[str, Any], env_settings: dict[str, Any], task: str, seed: int = 0) -> Any:
     """
-    ``learn()`` CPU and wall seconds of one run of ``steps`` env steps (at least one rollout) with the settings of
-    :func:`zoo_settings`, in this process on one torch thread, and the policy's size.
+    The model of a run with the settings of :func:`zoo_settings` (``ResetPPO`` or ``RecurrentPPO`` on ``task``'s vec
+    env, CPU, one torch thread), built as the zoo builds it, not trained.
     """
     import rl_zoo3.import_envs  # noqa: F401  (registers CartPoleNoVel-v1)
     import torch as th
@@ -78,7 +76,24 @@ def time_learn(
     env = make_vec_env(task, n_envs=env_settings["n_envs"], seed=seed)
     if env_settings["normalize"]:
         env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))
-    model = (ResetPPO if algorithm == "ResetPPO" else RecurrentPPO)(policy, env, seed=seed, device="cpu", **kwargs)
+    return (ResetPPO if algorithm == "ResetPPO" else RecurrentPPO)(policy, env, seed=seed, device="cpu", **kwargs)
+
+
+def parameters(arm: str, task: str) -> int:
+    """The number of parameters of an arm's policy on a task (actor and critic, the features extractor included)."""
+    model = build(*settings(arm, task), task)
+    model.env.close()
+    return sum(parameter.numel() for parameter in model.policy.parameters())
+
+
+def time_learn(
+    algorithm: str, policy: str, kwargs: dict[str, Any], env_settings: dict[str, Any], task: str, steps: int, seed: int = 0
+) -> dict[str, Any]:
+    """
+    ``learn()`` CPU and wall seconds of one run of ``steps`` env steps (at least one rollout) with the settings of
+    :func:`zoo_settings`, in this process on one torch thread, and the policy's size.
+    """
+    model = build(algorithm, policy, kwargs, env_settings, task, seed)
     cpu, wall = time.process_time(), time.perf_counter()
     model.learn(steps)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
