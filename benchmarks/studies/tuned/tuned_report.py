@@ -3,11 +3,12 @@ The tuned study's report (``PROTOCOL.md``, Fresh seeds and endpoint), from the r
 
 Per env, each arm's fresh-seed runs (its selected trial on seeds 300 to 309): the IQM of the final evaluation's mean
 return with its 95% stratified-bootstrap interval, and the probability of improvement P(ResetPPO > RecurrentPPO)
-with its interval and a two-sided Mann-Whitney test, Holm-adjusted over the envs (the study's only tests).
+with its interval and a two-sided Mann-Whitney test, Holm-adjusted over the envs (the study's only tests; an env
+is tested, and its comparison given a verdict, only once both arms have all 10 fresh seeds, ``NOTES.md``).
 Descriptive: the return over training per env step (the mean of the 20 evaluations, i.e. the area under the curve
 over the budget, normalised), ``learn()`` seconds (from each run's training log) with the median over seeds of the
 ratio ResetPPO / RecurrentPPO (over the seeds whose two runs trained at one commit on one machine: seconds on two
-CPUs are not comparable), and each arm's return at the median
+CPUs are not comparable; how many of those also trained side by side is stated), and each arm's return at the median
 ``learn()`` seconds of the faster arm's runs (a run not evaluated by then counts its first evaluation). The selection
 (each top trial's search value and its selection runs' mean) is shown beside them. Works on partial runs; the
 statistics are ``sb3_reset_ppo.experiments.stats``'s.
@@ -26,15 +27,18 @@ from typing import Any
 from benchmarks.kit import rundata
 from benchmarks.kit.report import estimate_or, improvement_triple, iqm_triple, learning_curves, machines
 from benchmarks.kit.study_report import ReportCommand
+from benchmarks.studies.tuned import tuned_study as study
 from sb3_reset_ppo.experiments import runner, stats
 
 HERE = Path(__file__).resolve().parent
 RUNS = rundata.RESULTS / "tuned"
 # An estimate with its interval, "none" without one (the page states estimates in sentences)
 _estimate = functools.partial(estimate_or, missing="none")
-BASE, OTHER = "tuned_reset", "ev_rppo"
+BASE, OTHER = "tuned_reset", study.OTHER_ARM
 NAMES = {BASE: "ResetPPO", OTHER: "RecurrentPPO"}
 ENV_ORDER = ["EarlyChoice-v0", "CartPoleNoVel-v1", "PendulumNoVel-v1"]
+# A comparison's verdict while an arm lacks some of its fresh seeds (it is then not tested either)
+NO_VERDICT = "none before all runs"
 
 
 def load(runs_dir: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -59,6 +63,24 @@ def selections(runs_dir: Path, envs: list[str]) -> dict[str, dict[str, Any]]:
             if path.exists():
                 out.setdefault(env, {})[arm] = json.loads(path.read_text())
     return out
+
+
+def check_trials(runs: dict[str, dict[str, list[dict[str, Any]]]], selected: dict[str, dict[str, Any]]) -> None:
+    """
+    Refuse fresh-seed runs of another trial than their arm's selected one (a fresh run records its ``trial``).
+
+    :raises ValueError: naming the run, its trial and the selected one
+    """
+    for env, by_arm in runs.items():
+        for arm, records in by_arm.items():
+            chosen = selected.get(env, {}).get(arm)
+            for run in records:
+                if chosen is not None and "trial" in run and int(run["trial"]) != int(chosen["trial"]):
+                    raise ValueError(
+                        f"fresh run {arm} {env} seed {run['seed']} trained trial {run['trial']}, but the selected trial "
+                        f"is {chosen['trial']} (selection/{env}/{arm}/{study.SELECTED}): only the selected trial's runs "
+                        "enter the report"
+                    )
 
 
 def learn_seconds(run: dict[str, Any]) -> float | None:
@@ -92,11 +114,14 @@ def time_comparison(by_arm: dict[str, list[dict[str, Any]]], reps: int) -> dict[
         for seed, value in seconds[BASE].items()
         if seed in seconds[OTHER] and where[BASE][seed] == where[OTHER][seed]
     ]
+    # Of those, the seeds whose two runs also trained at one time (overlapping by at least half of the shorter)
+    together = len(stats.side_by_side(by_arm[BASE], by_arm[OTHER]))
     medians = {arm: statistics.median(seconds[arm].values()) for arm in (BASE, OTHER)}
     faster = min(medians, key=lambda arm: medians[arm])
     scores = {arm: [at_time(r, medians[faster]) for r in by_arm[arm]] for arm in (BASE, OTHER)}
     return {
         "median_seconds": medians, "ratio": statistics.median(ratios) if ratios else None, "pairs": len(ratios),
+        "side_by_side": together,
         "faster": faster, "at_seconds": medians[faster], "return_at": {arm: iqm_triple(v, reps) for arm, v in scores.items()},
         "probability_at": improvement_triple(scores[BASE], scores[OTHER], reps),
     }  # fmt: skip
@@ -118,7 +143,8 @@ def analyse(
                 "final": iqm_triple([r["final"] for r in records], reps), "auc": iqm_triple([r["auc"] for r in records], reps),
                 "learn_seconds": iqm_triple(seconds, reps),
             }  # fmt: skip
-        entry: dict[str, Any] = {"arms": arms, "selection": selected.get(env, {})}
+        complete = all(set(study.FRESH_SEEDS) <= {int(r["seed"]) for r in by_arm.get(arm, [])} for arm in (BASE, OTHER))
+        entry: dict[str, Any] = {"arms": arms, "selection": selected.get(env, {}), "complete": complete}
         if BASE in by_arm and OTHER in by_arm:
             final, other_final = ([r["final"] for r in by_arm[arm]] for arm in (BASE, OTHER))
             auc, other_auc = ([r["auc"] for r in by_arm[arm]] for arm in (BASE, OTHER))
@@ -128,19 +154,32 @@ def analyse(
                 "auc": {"probability": improvement_triple(auc, other_auc, reps)},
                 "time": time_comparison(by_arm, reps),
             }
-            tested.append(env)
+            if complete:
+                tested.append(env)
         summary["envs"][env] = entry
     adjusted = stats.holm([summary["envs"][env]["comparison"]["final"]["p"] for env in tested]) if tested else []
     for env, p_holm in zip(tested, adjusted, strict=True):
         summary["envs"][env]["comparison"]["final"]["p_holm"] = p_holm
+    for entry in summary["envs"].values():
+        if "comparison" in entry:
+            final = entry["comparison"]["final"]
+            final["verdict"] = verdict(final) if "p_holm" in final else NO_VERDICT
     summary["family"] = len(tested)
     return summary
 
 
 def verdict(result: dict[str, Any]) -> str:
-    """``better`` / ``worse`` (ResetPPO against RecurrentPPO) where the interval excludes 0.5 and Holm's p < 0.05."""
+    """
+    ``better`` / ``worse`` (ResetPPO against RecurrentPPO) where the interval excludes 0.5 and Holm's p < 0.05. Only an
+    env whose arms both have every fresh seed is tested (:func:`analyse`); the others' comparisons have no verdict.
+    """
     side = stats.significance(result["probability"][1], result["probability"][2], 0.5)
     return side if side != "not significant" and result["p_holm"] < 0.05 else "not significant"
+
+
+def _holm(final: dict[str, Any], spec: str) -> str:
+    """A comparison's Holm-adjusted p, or "-" where it is not tested yet."""
+    return format(final["p_holm"], spec) if "p_holm" in final else "-"
 
 
 def lines(summary: dict[str, Any]) -> list[str]:
@@ -160,14 +199,14 @@ def lines(summary: dict[str, Any]) -> list[str]:
             final, auc, time = (entry["comparison"][key] for key in ("final", "auc", "time"))
             out.append(
                 f"- P(ResetPPO > RecurrentPPO), final return: {_estimate(final['probability'])}, Mann-Whitney p "
-                f"{final['p']:.3g} ({final['method']}), Holm p {final['p_holm']:.3g}: {verdict(final)}"
+                f"{final['p']:.3g} ({final['method']}), Holm p {_holm(final, '.3g')}: {final['verdict']}"
             )
             out.append(f"- P(ResetPPO > RecurrentPPO), mean over training: {_estimate(auc['probability'])} (descriptive)")
             if time is not None:
                 ratio = "none" if time["ratio"] is None else f"{time['ratio']:.2f}"
                 out.append(
                     f"- learn() s: median ratio ResetPPO / RecurrentPPO {ratio} ({time['pairs']} seeds, both runs on one "
-                    f"machine); at "
+                    f"machine, {time['side_by_side']} of them side by side); at "
                     f"{time['at_seconds']:.0f} s (the median of {NAMES[time['faster']]}'s runs) ResetPPO "
                     f"{_estimate(time['return_at'][BASE])}, RecurrentPPO {_estimate(time['return_at'][OTHER])}, "
                     f"P(ResetPPO > RecurrentPPO) {_estimate(time['probability_at'])} (descriptive)"
@@ -239,7 +278,7 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
                 "| P(ResetPPO > RecurrentPPO) | value | p | p, Holm | verdict |",
                 "|---|---|---|---|---|",
                 f"| final return | {_estimate(final['probability'])} | {final['p']:.2g} ({final['method']}) "
-                f"| {final['p_holm']:.2g} | {verdict(final)} |",
+                f"| {_holm(final, '.2g')} | {final['verdict']} |",
                 f"| mean over training | {_estimate(auc['probability'])} | - | - | descriptive |",
             ]
             if time is not None:
@@ -249,7 +288,8 @@ def markdown(summary: dict[str, Any], runs: dict[str, dict[str, list[dict[str, A
                     "| descriptive |",
                     "",
                     f"learn() seconds: median ratio ResetPPO / RecurrentPPO over {time['pairs']} seeds {ratio} (a seed's "
-                    f"two runs on one machine). At "
+                    f"two runs on one machine; {time['side_by_side']} of the seeds' two runs also trained side by side, "
+                    "overlapping by at least half of the shorter). At "
                     f"{time['at_seconds']:.0f} s, the median of {NAMES[time['faster']]}'s runs: ResetPPO "
                     f"{_estimate(time['return_at'][BASE])}, RecurrentPPO {_estimate(time['return_at'][OTHER])}.",
                 ]
@@ -268,7 +308,9 @@ def main(argv: list[str] | None = None) -> None:
     runs = load(runs_dir)
     if not runs:
         parser.error(f"no finished fresh-seed run under {runs_dir / 'fresh'}")
-    summary = analyse(runs, selections(runs_dir, list(runs)), args.reps)
+    selected = selections(runs_dir, list(runs))
+    check_trials(runs, selected)
+    summary = analyse(runs, selected, args.reps)
     print("\n".join(lines(summary)))
     every = [record for by_arm in runs.values() for records in by_arm.values() for record in records]
     command.write(
