@@ -39,7 +39,7 @@ from rliable import plot_utils
 from benchmarks.kit import rundata
 from sb3_reset_ppo.experiments import runner, training_log
 from sb3_reset_ppo.experiments.runner import load_runs, machine_name
-from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, probability_triple
+from sb3_reset_ppo.experiments.stats import aggregate, holm, interval_triple, probability_triple, significance
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parent
@@ -257,6 +257,22 @@ def estimate_or(triple: Sequence[float] | None, digits: int = 3, missing: str = 
     :param missing: The text without an estimate
     """
     return missing if triple is None else estimate_text(triple, digits)
+
+
+# A comparison's verdict while a study's runs are not all stored (its protocol states none before)
+NO_VERDICT = "none before all runs"
+
+
+def holm_verdict(probability: Sequence[float], p_holm: float) -> str:
+    """
+    ``"better"`` / ``"worse"`` (the first arm's) where Holm's adjusted p < 0.05 and the probability of improvement's
+    interval excludes 1/2 (above / below), else ``"not significant"``.
+
+    :param probability: ``[point, low, high]`` of P(first arm > second arm)
+    :param p_holm: The comparison's Holm-adjusted p-value
+    """
+    side = significance(probability[1], probability[2], 0.5)
+    return side if side != "not significant" and p_holm < 0.05 else "not significant"
 
 
 def difference_row(row: dict[str, Any], baseline: str) -> str:

@@ -13,6 +13,7 @@ import pytest
 from bench_helpers import _fake_run, _load
 from scipy.stats import trim_mean
 
+from benchmarks.kit import report
 from benchmarks.kit.scripts import run_script
 from sb3_reset_ppo.envs import random_policy_return
 from sb3_reset_ppo.experiments import stats, training_log
@@ -251,6 +252,22 @@ def test_holm_adjustment_matches_its_definition() -> None:
     # Sorted p = 0.01, 0.02, 0.04 -> 3 * 0.01, max(0.03, 2 * 0.02), max(0.04, 1 * 0.04)
     assert stats.holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
     assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    ("probability", "p_holm", "expected"),
+    [
+        ([0.9, 0.7, 1.0], 0.01, "better"),
+        ([0.1, 0.0, 0.3], 0.01, "worse"),
+        ([0.9, 0.7, 1.0], 0.05, "not significant"),  # Holm's p must be below 0.05
+        ([0.7, 0.4, 0.9], 0.01, "not significant"),  # the interval holds 1/2
+        ([0.9, 0.5, 1.0], 0.01, "not significant"),  # an interval that ends at 1/2 does not exclude it
+    ],
+)
+def test_a_verdict_needs_holms_p_and_an_interval_that_excludes_one_half(
+    probability: list[float], p_holm: float, expected: str
+) -> None:
+    assert report.holm_verdict(probability, p_holm) == expected
 
 
 LOG = """Using cpu device

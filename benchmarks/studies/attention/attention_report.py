@@ -29,7 +29,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from benchmarks.kit import rundata
-from benchmarks.kit.report import estimate_or, improvement_triple, iqm_triple, machines, save_figure
+from benchmarks.kit.report import (
+    NO_VERDICT,
+    estimate_or,
+    holm_verdict,
+    improvement_triple,
+    iqm_triple,
+    machines,
+    save_figure,
+)
 from benchmarks.kit.study_report import ReportCommand
 from benchmarks.studies.attention import attention_study as study
 from benchmarks.studies.attention import timing
@@ -54,8 +62,6 @@ REFERENCES = {
     "PopgymAutoencodeEasy-v0": "POPGym's score, -1 to 1",
     "CartPoleNoVel-v1": "at most 500",
 }
-# A comparison's verdict while runs are missing (PROTOCOL.md: none is stated before all runs are stored)
-NO_VERDICT = "none before all runs"
 # The tested endpoints: summary key, name
 ENDPOINTS = (("final", "final return"), ("at_equal_time", "return at equal learn() time"))
 
@@ -169,10 +175,7 @@ def analyse(
 
 def verdict(probability: list[float], p_holm: float) -> str:
     """``"higher"`` or ``"lower"`` (the attention arm's) where Holm's p < 0.05 and the interval excludes 1/2."""
-    side = stats.significance(probability[1], probability[2], 0.5)
-    if side == "not significant" or p_holm >= 0.05:
-        return "not significant"
-    return "higher" if side == "better" else "lower"
+    return {"better": "higher", "worse": "lower"}.get(holm_verdict(probability, p_holm), "not significant")
 
 
 def status(summary: dict[str, Any]) -> str:

@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.kit import rundata
-from benchmarks.kit.report import estimate_or, improvement_triple, iqm_triple, learning_curves, machines
+from benchmarks.kit.report import (
+    NO_VERDICT,
+    estimate_or,
+    holm_verdict,
+    improvement_triple,
+    iqm_triple,
+    learning_curves,
+    machines,
+)
 from benchmarks.kit.study_report import ReportCommand
 from benchmarks.studies.tuned import tuned_study as study
 from sb3_reset_ppo.experiments import runner, stats
@@ -37,8 +45,6 @@ _estimate = functools.partial(estimate_or, missing="none")
 BASE, OTHER = "tuned_reset", study.OTHER_ARM
 NAMES = {BASE: "ResetPPO", OTHER: "RecurrentPPO"}
 ENV_ORDER = ["EarlyChoice-v0", "CartPoleNoVel-v1", "PendulumNoVel-v1"]
-# A comparison's verdict while an arm lacks some of its fresh seeds (it is then not tested either)
-NO_VERDICT = "none before all runs"
 
 
 def load(runs_dir: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -173,8 +179,7 @@ def verdict(result: dict[str, Any]) -> str:
     ``better`` / ``worse`` (ResetPPO against RecurrentPPO) where the interval excludes 0.5 and Holm's p < 0.05. Only an
     env whose arms both have every fresh seed is tested (:func:`analyse`); the others' comparisons have no verdict.
     """
-    side = stats.significance(result["probability"][1], result["probability"][2], 0.5)
-    return side if side != "not significant" and result["p_holm"] < 0.05 else "not significant"
+    return holm_verdict(result["probability"], result["p_holm"])
 
 
 def _holm(final: dict[str, Any], spec: str) -> str:
