@@ -38,6 +38,7 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import statistics
 import sys
 from collections import Counter
@@ -361,6 +362,37 @@ def left_for_later(todo: list[dict[str, Any]], times: dict[tuple[str, str], floa
     return f"{len(todo)} runs left for later: " + "; ".join(reasons)
 
 
+def discard_cut_short(job: dict[str, Any]) -> bool:
+    """
+    Remove the folder of a run that ended without a record (cut by a signal, or truncated): the next start trains it
+    again from nothing (:func:`sb3_reset_ppo.experiments.runner.run_one` replaces the folder), and a study stored
+    (``rundata.pack``) before then would keep the cut run's files in its tables.
+
+    :param job: The run (its ``run_dir``), once its trainer has returned
+    :return: Whether a folder was removed (never one that ``run_one`` did not make)
+    """
+    run_dir = job.get("run_dir")
+    if run_dir is None or recorded(Path(run_dir)) or not runner.is_run_dir(Path(run_dir)):
+        return False
+    shutil.rmtree(run_dir)
+    return True
+
+
+def finished_line(name: str, job: dict[str, Any], result: dict[str, Any]) -> str:
+    """
+    The line printed as a run ends (its name, outcome and seconds), after removing its folder if it was cut short
+    (:func:`discard_cut_short`), which the line then says.
+
+    :param name: The run in words (variant, env, seed)
+    :param job: The run
+    :param result: Its trainer's result (:func:`sb3_reset_ppo.experiments.runner.run_one`'s)
+    """
+    line = f"{name}: {status(result)} in {result['seconds']:.0f} s"
+    if discard_cut_short(job):
+        line += "; its folder removed (trained again at the next start)"
+    return line
+
+
 def run_until(
     todo: list[dict[str, Any]],
     times: dict[tuple[str, str], float],
@@ -379,7 +411,7 @@ def run_until(
 
     def report(job: dict[str, Any], result: dict[str, Any]) -> None:
         run = f"{result['variant']:>16} {result['env']:<30} seed {result['seed']}"
-        print(f"{run}: {status(result)} in {result['seconds']:.0f} s", flush=True)
+        print(finished_line(run, job, result), flush=True)
 
     results = executors.run_local(
         todo,

@@ -1,7 +1,8 @@
 """
 The command line of a study's own runner (the attention studies'): each run of the study trained once through the RL
 Zoo into ``<out>/<variant>/<env>/seed<k>/`` (:func:`sb3_reset_ppo.experiments.runner.run_one`: ``run.json`` with the
-commit, ``failed.json`` on an error, nothing when cut short, so that the study resumes where it stopped), uncommitted
+commit, ``failed.json`` on an error, nothing when cut short, so that the study resumes where it stopped; a cut run's
+folder is removed as it ends, so that storing the study keeps none of its files), uncommitted
 package changes refused, ``--minutes M`` to start only runs expected to finish in time (a run of a variant and task
 never timed starts only without it), ``--forecast`` for the time left, ``--steps N --out DIR --allow-dirty`` for a
 smoke test; the study's folder stored as its tables afterwards (``rundata.pack``).
@@ -93,7 +94,7 @@ def train(
 
     def report(job: dict[str, Any], result: dict[str, Any]) -> None:
         run = f"{job['variant']:>{width}} {job['env']:<30} seed {job['seed']}"
-        print(f"{run}: {runner.status(result)} in {result['seconds']:.0f} s")
+        print(run_grid.finished_line(run, job, result), flush=True)
 
     executors.run_local(
         todo, lambda job: runner.run_one(job["spec"]), workers, minutes,
