@@ -15,12 +15,14 @@ from sb3_reset_ppo.export.normalize import find_vec_normalize, warn_if_unnormali
 from sb3_reset_ppo.export.onnx_export import CELL_OPS, DTYPES, EXPORTERS, LAYOUTS, export_onnx, read_metadata
 
 ALGOS = ("auto", "reset_ppo", "maskable_reset_ppo", "recurrent_ppo")
-SUPPORTED = "ResetPPO, MaskableResetPPO and sb3-contrib RecurrentPPO models (LSTM or GRU policies)"
+SUPPORTED = (
+    "ResetPPO, MaskableResetPPO and sb3-contrib RecurrentPPO models (LSTM or GRU policies; ResetPPO's and "
+    "MaskableResetPPO's attention-memory policies too)"
+)
 PROG = "python -m sb3_reset_ppo.export"
 DESCRIPTION = (
     "Export one step of a saved recurrent policy's actor to an ONNX file, the memory as inputs and outputs: "
-    f"{SUPPORTED}. ResetPPO's attention-memory policies (MlpTrXLPolicy, ...) too. See docs/guide/deploy.md for the "
-    "layouts and how to run the file in an engine."
+    f"{SUPPORTED}. See docs/guide/deploy.md for the layouts and how to run the file in an engine."
 )
 
 

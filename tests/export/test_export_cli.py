@@ -21,7 +21,10 @@ from sb3_reset_ppo.export.__main__ import main as export_main
 
 pytest.importorskip("onnx")
 
-SUPPORTED = r"export supports ResetPPO, MaskableResetPPO and sb3-contrib RecurrentPPO models \(LSTM or GRU policies\)"
+SUPPORTED = re.escape(
+    "export supports ResetPPO, MaskableResetPPO and sb3-contrib RecurrentPPO models (LSTM or GRU policies; ResetPPO's "
+    "and MaskableResetPPO's attention-memory policies too)"
+)
 
 
 def error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -125,7 +128,11 @@ def test_help_is_complete_and_plain(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     flat = " ".join(text.split())  # argparse wraps to the terminal's width
     assert "``" not in text
-    assert "ResetPPO, MaskableResetPPO and sb3-contrib RecurrentPPO models (LSTM or GRU policies)." in flat
+    supported = (
+        "ResetPPO, MaskableResetPPO and sb3-contrib RecurrentPPO models (LSTM or GRU policies; ResetPPO's and "
+        "MaskableResetPPO's attention-memory policies too)."
+    )
+    assert supported in flat
     assert "See docs/guide/deploy.md for the layouts and how to run the file in an engine." in flat
     for option in (
         "--algo",
